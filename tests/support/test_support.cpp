@@ -1,0 +1,58 @@
+#include "test_support.h"
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace attnscope::test {
+
+std::string source_dir() { return ATTNSCOPE_SOURCE_DIR; }
+std::string shared_models() { return ATTNSCOPE_SHARED_MODELS; }
+std::string cli_path() { return ATTNSCOPE_CLI; }
+
+namespace {
+struct TempDirs {
+  std::vector<fs::path> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) fs::remove_all(d, ec);
+  }
+};
+TempDirs& temp_dirs() {
+  static TempDirs t;
+  return t;
+}
+}  // namespace
+
+std::string temp_dir(const std::string& tag) {
+  std::random_device rd;
+  fs::path p = fs::temp_directory_path() /
+               ("attnscope_test_" + tag + "_" + std::to_string(rd()) + std::to_string(rd()));
+  fs::create_directories(p);
+  temp_dirs().dirs.push_back(p);
+  return p.string();
+}
+
+std::string shared_model_file(const std::string& relative) {
+  fs::path p = fs::path(shared_models()) / relative;
+  return fs::exists(p) ? p.string() : std::string();
+}
+
+int run_command(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buf;
+  std::string out;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace attnscope::test

@@ -1,0 +1,18 @@
+// Paths and small helpers shared by the test suites.
+#pragma once
+#include <string>
+
+namespace attnscope::test {
+
+std::string source_dir();    // the repository root
+std::string shared_models();  // ../shared/models beside the repository
+std::string cli_path();       // the built `attnscope` executable
+// A fresh empty directory under the system temp dir, removed at process exit.
+std::string temp_dir(const std::string& tag);
+// Path to a shared model file, or "" (and a GTEST_SKIP message is the caller's job) when missing.
+std::string shared_model_file(const std::string& relative);
+
+// Runs a command through the shell; returns its exit code and captures stdout+stderr.
+int run_command(const std::string& cmd, std::string* output);
+
+}  // namespace attnscope::test
