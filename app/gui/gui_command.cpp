@@ -1,0 +1,1 @@
+// `attnscope gui`: placeholder until the GUI issue lands; the target proves the Qt build works.
