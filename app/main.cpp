@@ -6,15 +6,30 @@
 #include <iostream>
 
 #include "attnscope/error.h"
+#include "cli/common.h"
 
 int main(int argc, char** argv) {
+  namespace cli = attnscope::cli;
   CLI::App app{"attnscope: inspect, measure and linearize the attention of transformer models"};
+  app.set_version_flag("--version", ATTNSCOPE_VERSION);
   app.require_subcommand(1);
+  cli::register_info(app);
+  cli::register_logits(app);
+  cli::register_generate(app);
+  cli::register_eval(app);
+  cli::register_capture(app);
+#ifdef ATTNSCOPE_HAVE_GUI
+  cli::register_gui(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
   } catch (const attnscope::Error& e) {
+    std::cerr << "attnscope: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // filesystem, c10 and other library errors
     std::cerr << "attnscope: " << e.what() << "\n";
     return 1;
   }

@@ -1,0 +1,51 @@
+#include "common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+namespace attnscope::cli {
+
+std::string resources_dir() {
+  if (const char* r = std::getenv("ATTNSCOPE_RESOURCES"); r && *r) return r;
+  return ATTNSCOPE_RESOURCES;
+}
+
+std::string default_model() { return resources_dir() + "/models/brown-gpt2-mini"; }
+
+void ModelArgs::add_to(CLI::App* cmd) {
+  model = default_model();
+  cmd->add_option("-m,--model", model,
+                  "Hugging Face model directory, cached model name (ORG/NAME), or llama2.c .bin")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", tokenizer,
+                  "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)");
+}
+
+LoadedModel ModelArgs::load() const { return load_model(model, tokenizer); }
+
+ProgressFn terminal_progress(const std::string& label) {
+  if (!isatty(STDERR_FILENO)) return nullptr;
+  struct State {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    bool shown = false;
+  };
+  auto st = std::make_shared<State>();
+  return [st, label](double f, const std::string& what) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - st->start).count();
+    if (secs < 1.0 && f < 1.0) return;
+    if (secs < 1.0 && !st->shown) return;  // finished quickly: never draw
+    constexpr int kWidth = 30;
+    const int full = static_cast<int>(f * kWidth + 0.5);
+    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% %s %.0fs\033[K", label.c_str(), full,
+                 "##############################", kWidth - full, "", int(f * 100 + 0.5), what.c_str(), secs);
+    st->shown = true;
+    if (f >= 1.0) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
+}  // namespace attnscope::cli

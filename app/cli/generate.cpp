@@ -1,0 +1,45 @@
+// `attnscope generate`: greedy decoding. --steps counts like llama2.c's `run -n`: the output holds
+// that many tokens in all, prompt included (BOS not counted), so results compare one to one with
+// run.c; --new-tokens counts only what is generated.
+#include <iostream>
+
+#include "attnscope/error.h"
+#include "common.h"
+
+namespace attnscope::cli {
+
+void register_generate(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Greedy generation: print the prompt and its continuation");
+  auto args = std::make_shared<ModelArgs>();
+  auto prompt = std::make_shared<std::string>();
+  auto steps = std::make_shared<int>(0);
+  auto new_tokens = std::make_shared<int>(0);
+  args->add_to(cmd);
+  cmd->add_option("-p,--prompt", *prompt, "prompt text (may be empty)");
+  auto* s = cmd->add_option("-n,--steps", *steps, "total tokens in the output, prompt included (as llama2.c -n)")
+                ->check(CLI::PositiveNumber);
+  auto* n = cmd->add_option("--new-tokens", *new_tokens, "tokens to generate after the prompt")
+                ->check(CLI::PositiveNumber);
+  s->excludes(n);
+  cmd->callback([=] {
+    if (*steps == 0 && *new_tokens == 0) *steps = 256;
+    LoadedModel m = args->load();
+    const Tokenizer& tok = *m.tokenizer;
+    std::vector<int64_t> ids = tok.encode_for_model(*prompt);
+    const bool bos = !ids.empty() && ids.front() == tok.bos_id() && tok.adds_bos();
+    const bool unconditioned = ids.empty();
+    if (unconditioned) {
+      if (tok.eos_id() < 0) fail("--prompt", "empty prompt and the tokenizer has no BOS/EOS token to start from");
+      ids.push_back(tok.eos_id());  // GPT-2 style: <|endoftext|> starts an unconditioned sample
+    }
+    const int counted = int(ids.size()) - (bos ? 1 : 0);
+    const int todo = *new_tokens > 0 ? *new_tokens : std::max(0, *steps - counted);
+    // llama2.c's models separate stories with BOS; HF models end a text with EOS.
+    const int64_t stop = tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id();
+    auto out = m.model->generate_greedy(ids, todo, stop);
+    if (unconditioned) out.erase(out.begin());
+    std::cout << tok.decode(out) << "\n";
+  });
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,73 @@
+// `attnscope info`: what a model is, after opening and validating every weight file and the
+// tokenizer (so a broken checkpoint fails here, not halfway through a job).
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+
+namespace attnscope::cli {
+
+namespace {
+
+std::string positions(const ModelConfig& c) {
+  if (c.rotary_dim == 0) return "learned";
+  std::string s = c.rope_interleaved ? "RoPE (interleaved pairs)" : "RoPE (rotate-half)";
+  if (c.rotary_dim < c.head_dim) s += ", partial: " + std::to_string(c.rotary_dim) + " of " + std::to_string(c.head_dim) + " dims";
+  return s + ", theta " + std::to_string(static_cast<long long>(c.rope_theta));
+}
+
+}  // namespace
+
+void register_info(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Describe a model: architecture, layers, heads, sizes, tokenizer");
+  auto args = std::make_shared<ModelArgs>();
+  auto json = std::make_shared<bool>(false);
+  args->add_to(cmd);
+  cmd->add_flag("--json", *json, "machine-readable output");
+  cmd->callback([args, json] {
+    LoadedModel m = args->load();
+    const ModelConfig& c = m.model->config();
+    nlohmann::ordered_json j = {
+        {"path", m.path},
+        {"architecture", c.arch_name},
+        {"layers", c.n_layer},
+        {"heads", c.n_head},
+        {"kv_heads", c.n_kv_head},
+        {"head_dim", c.head_dim},
+        {"d_model", c.d_model},
+        {"d_ff", c.d_ff},
+        {"vocab_size", c.vocab_size},
+        {"context_length", c.n_ctx},
+        {"parameters", c.n_params()},
+        {"dtype", c.torch_dtype},
+        {"norm", c.rms_norm ? "RMSNorm" : "LayerNorm"},
+        {"positions", positions(c)},
+        {"parallel_residual", c.parallel_residual},
+        {"tied_embeddings", c.tied_embeddings},
+        {"tokenizer", {{"kind", m.tokenizer->kind()}, {"vocab_size", m.tokenizer->vocab_size()},
+                       {"bos_id", m.tokenizer->bos_id()}, {"eos_id", m.tokenizer->eos_id()}}},
+        {"weight_files", m.weight_files},
+    };
+    if (*json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << "model         " << m.path << "\n"
+              << "architecture  " << c.arch_name << "\n"
+              << "layers        " << c.n_layer << "\n"
+              << "heads         " << c.n_head << " (kv heads " << c.n_kv_head << ")\n"
+              << "head dim      " << c.head_dim << "\n"
+              << "d_model       " << c.d_model << ", d_ff " << c.d_ff << "\n"
+              << "vocab         " << c.vocab_size << "\n"
+              << "context       " << c.n_ctx << " tokens\n"
+              << "parameters    " << c.n_params() << "\n"
+              << "dtype         " << c.torch_dtype << " (computed in float32)\n"
+              << "norm          " << (c.rms_norm ? "RMSNorm" : "LayerNorm") << ", eps " << c.norm_eps << "\n"
+              << "positions     " << positions(c) << "\n"
+              << "residual      " << (c.parallel_residual ? "parallel" : "sequential") << "\n"
+              << "tokenizer     " << m.tokenizer->kind() << ", " << m.tokenizer->vocab_size() << " tokens\n"
+              << "weight files  " << m.weight_files.size() << " (validated)\n";
+  });
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,215 @@
+#include "attnscope/capture.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <unistd.h>
+
+#include "attnscope/error.h"
+#include "attnscope/safetensors.h"
+#include "safetensors_stream_writer.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope {
+
+namespace {
+
+constexpr const char* kFormat = "attnscope-capture";
+constexpr int kFormatVersion = 1;
+
+std::string layer_file(int s) { return "layer_" + std::to_string(s) + ".safetensors"; }
+
+// Replaces `dst` by `src` so that at every moment one complete version exists on disk.
+void replace_dir(const fs::path& src, const fs::path& dst) {
+  if (!fs::exists(dst)) {
+    fs::rename(src, dst);
+    return;
+  }
+  const fs::path old = dst.string() + ".old-" + std::to_string(::getpid());
+  fs::rename(dst, old);
+  fs::rename(src, dst);
+  fs::remove_all(old);
+}
+
+// Removes a temporary directory unless released: a failed capture leaves nothing behind.
+struct TempDir {
+  fs::path path;
+  bool keep = false;
+  ~TempDir() {
+    std::error_code ec;
+    if (!keep) fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
+                                               const std::vector<TextDocument>& docs,
+                                               const CaptureOptions& opt) {
+  if (opt.seq_len < 2) fail("--seq-len", "must be at least 2");
+  if (opt.num_seqs < 1) fail("--num-seqs", "must be at least 1");
+  if (opt.seq_len > n_ctx)
+    fail("--seq-len", std::to_string(opt.seq_len) + " exceeds the model's context length " + std::to_string(n_ctx));
+  std::vector<int64_t> stream;
+  for (const auto& d : docs) {
+    auto ids = tok.encode(d.text);
+    stream.insert(stream.end(), ids.begin(), ids.end());
+    if (!ids.empty() && tok.eos_id() >= 0) stream.push_back(tok.eos_id());
+  }
+  const bool bos = tok.adds_bos() && tok.bos_id() >= 0;
+  const int64_t body = opt.seq_len - (bos ? 1 : 0);
+  const int64_t available = int64_t(stream.size()) / body;
+  if (available < opt.num_seqs)
+    fail(docs.empty() ? "text" : docs.front().source,
+         "the text has " + std::to_string(stream.size()) + " tokens: " + std::to_string(available) +
+             " windows of " + std::to_string(opt.seq_len) + ", fewer than the " + std::to_string(opt.num_seqs) +
+             " asked for (--num-seqs)");
+  // Seeded Fisher-Yates over window indices; mt19937_64's output is fixed by the standard, so the
+  // same seed draws the same windows on every platform.
+  std::vector<int64_t> idx(available);
+  for (int64_t i = 0; i < available; ++i) idx[i] = i;
+  std::mt19937_64 rng(opt.seed);
+  for (int64_t i = available - 1; i > 0; --i) std::swap(idx[i], idx[rng() % uint64_t(i + 1)]);
+  idx.resize(opt.num_seqs);
+  std::sort(idx.begin(), idx.end());
+  std::vector<std::vector<int64_t>> windows;
+  for (int64_t w : idx) {
+    std::vector<int64_t> ids;
+    if (bos) ids.push_back(tok.bos_id());
+    ids.insert(ids.end(), stream.begin() + w * body, stream.begin() + (w + 1) * body);
+    windows.push_back(std::move(ids));
+  }
+  return windows;
+}
+
+void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs, const CaptureOptions& opt,
+                    const std::string& out_dir, const ProgressFn& progress) {
+  if (opt.dtype != DType::F32 && opt.dtype != DType::F16) fail("--dtype", "must be f32 or f16");
+  const ModelConfig& c = m.model->config();
+  const auto windows = draw_windows(*m.tokenizer, c.n_ctx, docs, opt);
+  const int64_t T = opt.num_seqs, L = opt.seq_len, H = c.n_head, d = c.head_dim;
+
+  fs::path out = fs::absolute(out_dir);
+  if (out.filename().empty()) out = out.parent_path();
+  if (fs::exists(out) && !fs::is_directory(out)) fail(out_dir, "exists and is not a directory");
+  if (!fs::exists(out.parent_path())) fail(out_dir, "parent directory does not exist");
+  TempDir tmp{out.string() + ".tmp-" + std::to_string(::getpid())};
+  fs::remove_all(tmp.path);
+  fs::create_directory(tmp.path);
+
+  const at::ScalarType st = opt.dtype == DType::F16 ? at::kHalf : at::kFloat;
+  const uint64_t elt = dtype_size(opt.dtype);
+  const std::map<std::string, std::string> meta = {{"format", kFormat}};
+  std::vector<std::unique_ptr<SafetensorsStreamWriter>> writers;
+  for (int s = 0; s < c.n_layer; ++s) {
+    std::vector<TensorEntry> layout;
+    for (const char* name : {"q", "k", "v"}) layout.push_back({name, opt.dtype, {T, H, L, d}, 0, 0});
+    writers.push_back(std::make_unique<SafetensorsStreamWriter>((tmp.path / layer_file(s)).string(), layout, meta));
+  }
+
+  at::InferenceMode no_autograd;
+  const int64_t batch = std::max(1, opt.batch);
+  for (int64_t t0 = 0; t0 < T; t0 += batch) {
+    const int64_t nb = std::min(batch, T - t0);
+    std::vector<int64_t> flat;
+    for (int64_t t = t0; t < t0 + nb; ++t) flat.insert(flat.end(), windows[t].begin(), windows[t].end());
+    at::Tensor ids = at::tensor(flat).view({nb, L});
+    CaptureHook hook;
+    hook.on_layer = [&](const AttentionActivations& a) {
+      // Rows t0..t0+nb of a [T, H, L, d] tensor are one contiguous block.
+      const uint64_t offset = uint64_t(t0) * H * L * d * elt;
+      auto put = [&](const char* name, const at::Tensor& x) {
+        at::Tensor y = x.to(at::kCPU, st).contiguous();
+        writers[a.layer]->write(name, offset, y.data_ptr(), uint64_t(y.numel()) * elt);
+      };
+      put("q", opt.pre_rope ? a.q_pre : a.q);
+      put("k", opt.pre_rope ? a.k_pre : a.k);
+      put("v", a.v);
+    };
+    m.model->forward(ids, &hook);
+    if (progress) progress(double(t0 + nb) / T, "windows " + std::to_string(t0 + nb) + "/" + std::to_string(T));
+  }
+  for (auto& w : writers) w->finish();
+
+  std::vector<int64_t> flat;
+  for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
+  write_safetensors((tmp.path / "ids.safetensors").string(), {{"ids", at::tensor(flat).view({T, L})}},
+                    {{"format", kFormat}});
+
+  nlohmann::ordered_json j;
+  j["format"] = kFormat;
+  j["version"] = kFormatVersion;
+  j["model"] = {{"path", fs::absolute(m.path).string()},
+                {"architecture", c.arch_name},
+                {"n_layer", c.n_layer},
+                {"n_head", c.n_head},
+                {"n_kv_head", c.n_kv_head},
+                {"head_dim", c.head_dim},
+                {"d_model", c.d_model},
+                {"n_ctx", c.n_ctx},
+                {"vocab_size", c.vocab_size}};
+  std::vector<std::string> sources;
+  for (const auto& dd : docs) sources.push_back(dd.source);
+  j["texts"] = sources;
+  j["tokenization"] = {{"tokenizer", m.tokenizer->kind()},
+                       {"bos_prepended", m.tokenizer->adds_bos() && m.tokenizer->bos_id() >= 0},
+                       {"eos_between_documents", m.tokenizer->eos_id() >= 0}};
+  j["num_seqs"] = T;
+  j["seq_len"] = L;
+  j["seed"] = opt.seed;
+  j["dtype"] = dtype_name(opt.dtype);
+  j["rope"] = opt.pre_rope ? "pre" : "post";
+  j["layers"] = c.n_layer;
+  j["tensors"] = {{"q", {T, H, L, d}}, {"k", {T, H, L, d}}, {"v", {T, H, L, d}}};
+  j["kv_heads_expanded"] = c.n_kv_head != c.n_head;
+  {
+    std::ofstream f(tmp.path / "manifest.json");
+    f << j.dump(2) << "\n";
+    if (!f) fail((tmp.path / "manifest.json").string(), "cannot write");
+  }
+  replace_dir(tmp.path, out);
+  tmp.keep = true;
+}
+
+CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
+  const fs::path mpath = fs::path(dir) / "manifest.json";
+  std::ifstream in(mpath);
+  if (!in) fail(dir, "not a capture directory (no manifest.json)");
+  manifest_text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  nlohmann::json j = nlohmann::json::parse(manifest_text_, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail(mpath.string(), "not valid JSON");
+  if (j.value("format", "") != kFormat) fail(mpath.string(), "not an attnscope capture manifest");
+  try {
+    n_layer_ = j.at("layers").get<int>();
+    n_head_ = j.at("model").at("n_head").get<int>();
+    n_kv_head_ = j.at("model").at("n_kv_head").get<int>();
+    head_dim_ = j.at("model").at("head_dim").get<int>();
+    seq_len_ = j.at("seq_len").get<int>();
+    num_seqs_ = j.at("num_seqs").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(mpath.string(), std::string("missing or malformed field: ") + e.what());
+  }
+  for (int s = 0; s < n_layer_; ++s)
+    if (!fs::exists(fs::path(dir) / layer_file(s))) fail(dir, "missing " + layer_file(s));
+}
+
+at::Tensor CaptureStore::ids() const {
+  SafetensorsFile f((fs::path(dir_) / "ids.safetensors").string());
+  return f.tensor("ids").clone();
+}
+
+at::Tensor CaptureStore::layer_tensor(int layer, const std::string& which) const {
+  if (layer < 0 || layer >= n_layer_)
+    fail(dir_, "layer " + std::to_string(layer) + " out of range 0.." + std::to_string(n_layer_ - 1));
+  SafetensorsFile f((fs::path(dir_) / layer_file(layer)).string());
+  at::Tensor t = f.tensor(which);
+  const std::vector<int64_t> want = {num_seqs_, n_head_, seq_len_, head_dim_};
+  if (t.sizes().vec() != want) fail(f.path(), "tensor '" + which + "' has an unexpected shape");
+  return t.to(at::kFloat);
+}
+
+}  // namespace attnscope

@@ -1,0 +1,183 @@
+// Hugging Face checkpoint naming, per architecture, mapped onto LayerWeights ([out, in] layout).
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/error.h"
+#include "attnscope/model.h"
+#include "attnscope/safetensors.h"
+
+namespace attnscope {
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+// GPT-2 checkpoints exist with and without the "transformer." prefix.
+std::string gpt2_prefix(const WeightStore& st) {
+  return st.contains("transformer.wte.weight") ? "transformer." : "";
+}
+
+ModelWeights load_gpt2(const ModelConfig& c, const WeightStore& st) {
+  const std::string p = gpt2_prefix(st);
+  const int64_t D = c.d_model, F = c.d_ff;
+  ModelWeights w;
+  w.tok_emb = st.get(p + "wte.weight", {c.vocab_size, D});
+  w.pos_emb = st.get(p + "wpe.weight", {c.n_ctx, D});
+  for (int s = 0; s < c.n_layer; ++s) {
+    const std::string l = p + "h." + std::to_string(s) + ".";
+    LayerWeights lw;
+    lw.ln1_w = st.get(l + "ln_1.weight", {D});
+    lw.ln1_b = st.get(l + "ln_1.bias", {D});
+    // Conv1D stores [in, out] (y = x W + b): transpose to Linear's [out, in]; q, k, v in order.
+    at::Tensor qkv = st.get(l + "attn.c_attn.weight", {D, 3 * D}).t().contiguous();
+    at::Tensor qkv_b = st.get(l + "attn.c_attn.bias", {3 * D});
+    auto parts = qkv.chunk(3, 0);
+    auto bparts = qkv_b.chunk(3, 0);
+    lw.wq = parts[0].contiguous(), lw.wk = parts[1].contiguous(), lw.wv = parts[2].contiguous();
+    lw.bq = bparts[0].contiguous(), lw.bk = bparts[1].contiguous(), lw.bv = bparts[2].contiguous();
+    lw.wo = st.get(l + "attn.c_proj.weight", {D, D}).t().contiguous();
+    lw.bo = st.get(l + "attn.c_proj.bias", {D});
+    lw.ln2_w = st.get(l + "ln_2.weight", {D});
+    lw.ln2_b = st.get(l + "ln_2.bias", {D});
+    lw.w_up = st.get(l + "mlp.c_fc.weight", {D, F}).t().contiguous();
+    lw.b_up = st.get(l + "mlp.c_fc.bias", {F});
+    lw.w_down = st.get(l + "mlp.c_proj.weight", {F, D}).t().contiguous();
+    lw.b_down = st.get(l + "mlp.c_proj.bias", {D});
+    w.layers.push_back(std::move(lw));
+  }
+  w.lnf_w = st.get(p + "ln_f.weight", {D});
+  w.lnf_b = st.get(p + "ln_f.bias", {D});
+  w.lm_head = (!c.tied_embeddings && st.contains("lm_head.weight")) ? st.get("lm_head.weight", {c.vocab_size, D})
+                                                                      : w.tok_emb;
+  return w;
+}
+
+ModelWeights load_neox(const ModelConfig& c, const WeightStore& st) {
+  const int64_t D = c.d_model, F = c.d_ff, H = c.n_head, d = c.head_dim;
+  ModelWeights w;
+  w.tok_emb = st.get("gpt_neox.embed_in.weight", {c.vocab_size, D});
+  for (int s = 0; s < c.n_layer; ++s) {
+    const std::string l = "gpt_neox.layers." + std::to_string(s) + ".";
+    LayerWeights lw;
+    lw.ln1_w = st.get(l + "input_layernorm.weight", {D});
+    lw.ln1_b = st.get(l + "input_layernorm.bias", {D});
+    // The fused projection's output is laid out per head as [H, 3, d] (q, k, v of head 0, ...).
+    at::Tensor qkv = st.get(l + "attention.query_key_value.weight", {3 * H * d, D}).view({H, 3, d, D});
+    lw.wq = qkv.select(1, 0).reshape({H * d, D}).contiguous();
+    lw.wk = qkv.select(1, 1).reshape({H * d, D}).contiguous();
+    lw.wv = qkv.select(1, 2).reshape({H * d, D}).contiguous();
+    if (c.attn_bias) {
+      at::Tensor b = st.get(l + "attention.query_key_value.bias", {3 * H * d}).view({H, 3, d});
+      lw.bq = b.select(1, 0).reshape({H * d}).contiguous();
+      lw.bk = b.select(1, 1).reshape({H * d}).contiguous();
+      lw.bv = b.select(1, 2).reshape({H * d}).contiguous();
+      lw.bo = st.get(l + "attention.dense.bias", {D});
+    }
+    lw.wo = st.get(l + "attention.dense.weight", {D, H * d});
+    lw.ln2_w = st.get(l + "post_attention_layernorm.weight", {D});
+    lw.ln2_b = st.get(l + "post_attention_layernorm.bias", {D});
+    lw.w_up = st.get(l + "mlp.dense_h_to_4h.weight", {F, D});
+    lw.b_up = st.get(l + "mlp.dense_h_to_4h.bias", {F});
+    lw.w_down = st.get(l + "mlp.dense_4h_to_h.weight", {D, F});
+    lw.b_down = st.get(l + "mlp.dense_4h_to_h.bias", {D});
+    w.layers.push_back(std::move(lw));
+  }
+  w.lnf_w = st.get("gpt_neox.final_layer_norm.weight", {D});
+  w.lnf_b = st.get("gpt_neox.final_layer_norm.bias", {D});
+  w.lm_head = c.tied_embeddings ? w.tok_emb : st.get("embed_out.weight", {c.vocab_size, D});
+  return w;
+}
+
+ModelWeights load_llama(const ModelConfig& c, const WeightStore& st) {
+  const int64_t D = c.d_model, F = c.d_ff, q = int64_t(c.n_head) * c.head_dim,
+                kv = int64_t(c.n_kv_head) * c.head_dim;
+  ModelWeights w;
+  w.tok_emb = st.get("model.embed_tokens.weight", {c.vocab_size, D});
+  auto opt = [&](const std::string& name, const Shape& shape) {
+    return st.contains(name) ? st.get(name, shape) : at::Tensor();
+  };
+  for (int s = 0; s < c.n_layer; ++s) {
+    const std::string l = "model.layers." + std::to_string(s) + ".";
+    LayerWeights lw;
+    lw.ln1_w = st.get(l + "input_layernorm.weight", {D});
+    lw.wq = st.get(l + "self_attn.q_proj.weight", {q, D});
+    lw.wk = st.get(l + "self_attn.k_proj.weight", {kv, D});
+    lw.wv = st.get(l + "self_attn.v_proj.weight", {kv, D});
+    lw.wo = st.get(l + "self_attn.o_proj.weight", {D, q});
+    if (c.attn_bias) {
+      lw.bq = opt(l + "self_attn.q_proj.bias", {q});
+      lw.bk = opt(l + "self_attn.k_proj.bias", {kv});
+      lw.bv = opt(l + "self_attn.v_proj.bias", {kv});
+      lw.bo = opt(l + "self_attn.o_proj.bias", {D});
+    }
+    lw.ln2_w = st.get(l + "post_attention_layernorm.weight", {D});
+    lw.w_gate = st.get(l + "mlp.gate_proj.weight", {F, D});
+    lw.w_up = st.get(l + "mlp.up_proj.weight", {F, D});
+    lw.w_down = st.get(l + "mlp.down_proj.weight", {D, F});
+    if (c.mlp_bias) {
+      lw.b_up = opt(l + "mlp.up_proj.bias", {F});
+      lw.b_down = opt(l + "mlp.down_proj.bias", {D});
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  w.lnf_w = st.get("model.norm.weight", {D});
+  w.lm_head = (c.tied_embeddings || !st.contains("lm_head.weight")) ? w.tok_emb
+                                                                     : st.get("lm_head.weight", {c.vocab_size, D});
+  return w;
+}
+
+}  // namespace
+
+ModelWeights load_hf_weights(const ModelConfig& c, const WeightStore& store) {
+  switch (c.arch) {
+    case Arch::GPT2: return load_gpt2(c, store);
+    case Arch::GPTNeoX: return load_neox(c, store);
+    case Arch::Llama: return load_llama(c, store);
+    case Arch::Llama2C: break;
+  }
+  fail("weights", "llama2.c checkpoints are loaded with load_llama2c_model");
+}
+
+void save_gpt2_model(const Model& m, const std::string& dir) {
+  const ModelConfig& c = m.config();
+  if (c.arch != Arch::GPT2) fail(dir, "only GPT-2 models can be saved in Hugging Face layout");
+  const ModelWeights& w = m.weights();
+  auto cpu = [](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).contiguous(); };
+  NamedTensors out;
+  out.emplace_back("transformer.wte.weight", cpu(w.tok_emb));
+  out.emplace_back("transformer.wpe.weight", cpu(w.pos_emb));
+  for (int s = 0; s < c.n_layer; ++s) {
+    const LayerWeights& lw = w.layers[s];
+    const std::string l = "transformer.h." + std::to_string(s) + ".";
+    out.emplace_back(l + "ln_1.weight", cpu(lw.ln1_w));
+    out.emplace_back(l + "ln_1.bias", cpu(lw.ln1_b));
+    out.emplace_back(l + "attn.c_attn.weight", cpu(at::cat({lw.wq, lw.wk, lw.wv}, 0).t()));
+    out.emplace_back(l + "attn.c_attn.bias", cpu(at::cat({lw.bq, lw.bk, lw.bv}, 0)));
+    out.emplace_back(l + "attn.c_proj.weight", cpu(lw.wo.t()));
+    out.emplace_back(l + "attn.c_proj.bias", cpu(lw.bo));
+    out.emplace_back(l + "ln_2.weight", cpu(lw.ln2_w));
+    out.emplace_back(l + "ln_2.bias", cpu(lw.ln2_b));
+    out.emplace_back(l + "mlp.c_fc.weight", cpu(lw.w_up.t()));
+    out.emplace_back(l + "mlp.c_fc.bias", cpu(lw.b_up));
+    out.emplace_back(l + "mlp.c_proj.weight", cpu(lw.w_down.t()));
+    out.emplace_back(l + "mlp.c_proj.bias", cpu(lw.b_down));
+  }
+  out.emplace_back("transformer.ln_f.weight", cpu(w.lnf_w));
+  out.emplace_back("transformer.ln_f.bias", cpu(w.lnf_b));
+  if (!c.tied_embeddings) out.emplace_back("lm_head.weight", cpu(w.lm_head));
+
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
+  const std::string cfg = dir + "/config.json", tmp = cfg + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << to_hf_config(c).dump(2) << "\n";
+    if (!f) fail(tmp, "cannot write config.json");
+  }
+  std::filesystem::rename(tmp, cfg);
+}
+
+}  // namespace attnscope
