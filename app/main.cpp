@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   cli::register_generate(app);
   cli::register_eval(app);
   cli::register_capture(app);
+  cli::register_pretrain(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif
