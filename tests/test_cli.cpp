@@ -1,0 +1,177 @@
+// The `attnscope` command line: exit codes (0 ok, 1 error, 2 usage), clear messages naming the
+// file and problem, outputs that match the library, and no half-written outputs on failure.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/model.h"
+#include "attnscope/safetensors.h"
+#include "attnscope/tokenizer.h"
+#include "test_support.h"
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string cli() { return test::cli_path(); }
+
+int run(const std::string& args, std::string* out) { return test::run_command(cli() + " " + args, out); }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A small GPT-2 with random weights and a tokenizer trained on the sample texts.
+std::string tiny_gpt2_dir() {
+  static std::string dir;
+  if (!dir.empty()) return dir;
+  dir = test::temp_dir("cli_model");
+  std::string text;
+  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) {
+    std::ifstream in(e.path());
+    text += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  train_bytelevel_bpe(text, 320, dir + "/tokenizer.json");
+  ModelConfig c;
+  c.arch = Arch::GPT2, c.arch_name = "GPT2LMHeadModel";
+  c.n_layer = 2, c.n_head = 2, c.n_kv_head = 2, c.d_model = 16, c.head_dim = 8, c.d_ff = 64;
+  c.vocab_size = 320, c.n_ctx = 64, c.tied_embeddings = true, c.attn_bias = c.mlp_bias = true;
+  at::manual_seed(0);
+  auto r = [](std::vector<int64_t> s) { return at::randn(s) * 0.3; };
+  ModelWeights w;
+  w.tok_emb = r({320, 16}), w.pos_emb = r({64, 16});
+  for (int s = 0; s < 2; ++s) {
+    LayerWeights l;
+    l.ln1_w = 1 + r({16}), l.ln1_b = r({16}), l.ln2_w = 1 + r({16}), l.ln2_b = r({16});
+    l.wq = r({16, 16}), l.wk = r({16, 16}), l.wv = r({16, 16}), l.wo = r({16, 16});
+    l.bq = r({16}), l.bk = r({16}), l.bv = r({16}), l.bo = r({16});
+    l.w_up = r({64, 16}), l.b_up = r({64}), l.w_down = r({16, 64}), l.b_down = r({16});
+    w.layers.push_back(l);
+  }
+  w.lnf_w = 1 + r({16}), w.lnf_b = r({16}), w.lm_head = w.tok_emb;
+  save_gpt2_model(Model(c, w), dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST(Cli, UsageErrorsExitTwo) {
+  std::string out;
+  EXPECT_EQ(run("", &out), 2);
+  EXPECT_EQ(run("info --no-such-flag", &out), 2);
+  EXPECT_EQ(run("capture --model x", &out), 2) << "missing required --text/--out";
+  EXPECT_EQ(run("--help", &out), 0);
+  EXPECT_TRUE(contains(out, "capture"));
+}
+
+TEST(Cli, MissingAndBrokenModelsExitOneWithTheFileNamed) {
+  std::string out;
+  EXPECT_EQ(run("info --model /nonexistent/model/dir", &out), 1);
+  EXPECT_TRUE(contains(out, "/nonexistent/model/dir")) << out;
+
+  const std::string dir = test::temp_dir("cli_bad");
+  { std::ofstream(dir + "/config.json") << R"({"architectures": ["BertForMaskedLM"], "hidden_size": 8})"; }
+  { std::ofstream(dir + "/model.safetensors") << "x"; }
+  EXPECT_EQ(run("info --model " + dir, &out), 1);
+  EXPECT_TRUE(contains(out, "BertForMaskedLM")) << out;
+  EXPECT_TRUE(contains(out, "config.json")) << out;
+
+  const std::string pk = test::temp_dir("cli_pickle");
+  { std::ofstream(pk + "/config.json") << R"({"architectures": ["GPT2LMHeadModel"]})"; }
+  { std::ofstream(pk + "/pytorch_model.bin") << "PK\x03\x04 not really"; }
+  EXPECT_EQ(run("info --model " + pk, &out), 1);
+  EXPECT_TRUE(contains(out, "pickle")) << out;
+  EXPECT_TRUE(contains(out, "pytorch_model.bin")) << out;
+}
+
+TEST(Cli, TruncatedWeightsFailInInfo) {
+  const std::string src = tiny_gpt2_dir(), dir = test::temp_dir("cli_trunc");
+  for (const char* f : {"config.json", "tokenizer.json"}) fs::copy_file(src + "/" + f, dir + "/" + f);
+  const auto size = fs::file_size(src + "/model.safetensors");
+  fs::copy_file(src + "/model.safetensors", dir + "/model.safetensors");
+  fs::resize_file(dir + "/model.safetensors", size - 100);
+  std::string out;
+  EXPECT_EQ(run("info --model " + dir, &out), 1);
+  EXPECT_TRUE(contains(out, "model.safetensors")) << out;
+}
+
+TEST(Cli, InfoJsonDescribesTheModel) {
+  std::string out;
+  ASSERT_EQ(run("info --json --model " + tiny_gpt2_dir() + " 2>/dev/null", &out), 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["architecture"], "GPT2LMHeadModel");
+  EXPECT_EQ(j["layers"], 2);
+  EXPECT_EQ(j["heads"], 2);
+  EXPECT_EQ(j["head_dim"], 8);
+  EXPECT_EQ(j["context_length"], 64);
+  EXPECT_EQ(j["tokenizer"]["kind"], "gpt2-bpe");
+  // 320*16 + 64*16 + 2 * (4*16*16 + 4*16 + 2*16*64 + 64 + 16 + 4*16) + 2*16
+  EXPECT_EQ(j["parameters"], 320 * 16 + 64 * 16 + 2 * (4 * 256 + 64 + 2 * 1024 + 80 + 64) + 32);
+}
+
+TEST(Cli, LogitsFileMatchesForwardPass) {
+  const std::string dir = tiny_gpt2_dir(), out_file = test::temp_dir("cli_logits") + "/l.safetensors";
+  std::string out;
+  ASSERT_EQ(run("logits --model " + dir + " --ids 5,17,250,3 --out " + out_file, &out), 0) << out;
+  SafetensorsFile f(out_file);
+  at::Tensor ids = f.tensor("ids"), logits = f.tensor("logits");
+  EXPECT_EQ(ids.sizes().vec(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(logits.sizes().vec(), (std::vector<int64_t>{4, 320}));
+  LoadedModel m = load_model(dir);
+  at::Tensor want = m.model->forward(at::tensor(std::vector<int64_t>{5, 17, 250, 3}).view({1, 4})).squeeze(0);
+  EXPECT_TRUE(at::allclose(logits, want, 1e-5, 1e-6));
+
+  EXPECT_EQ(run("logits --model " + dir + " --ids 5,999 --out " + out_file, &out), 1);
+  EXPECT_TRUE(contains(out, "999")) << out;
+  EXPECT_EQ(run("logits --model " + dir + " --ids 5,x --out " + out_file, &out), 1);
+  // The earlier good output is still there and intact.
+  EXPECT_EQ(SafetensorsFile(out_file).tensor("logits").size(0), 4);
+}
+
+TEST(Cli, CaptureRejectsBadInputWithoutTouchingOutput) {
+  const std::string dir = tiny_gpt2_dir(), work = test::temp_dir("cli_cap");
+  const std::string empty = work + "/empty.txt", outdir = work + "/cap";
+  { std::ofstream(empty) << "  \n"; }
+  fs::create_directories(outdir);
+  { std::ofstream(outdir + "/marker") << "keep"; }
+  std::string out;
+  EXPECT_EQ(run("capture --model " + dir + " --text " + empty + " --out " + outdir, &out), 1);
+  EXPECT_TRUE(contains(out, "empty")) << out;
+  EXPECT_EQ(run("capture --model " + dir + " --text " + work + "/missing.txt --out " + outdir, &out), 1);
+  EXPECT_TRUE(contains(out, "missing.txt")) << out;
+  const std::string text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";
+  EXPECT_EQ(run("capture --model " + dir + " --text " + text + " --seq-len 65 --out " + outdir, &out), 1);
+  EXPECT_TRUE(contains(out, "context length")) << out;
+  EXPECT_EQ(run("capture --model " + dir + " --text " + text + " --seq-len 64 --num-seqs 100000 --out " + outdir, &out), 1);
+  EXPECT_TRUE(fs::exists(outdir + "/marker"));
+
+  // A good capture from .jsonl replaces the directory.
+  const std::string jsonl = work + "/t.jsonl";
+  {
+    std::ifstream in(text);
+    std::string body(std::istreambuf_iterator<char>(in), {});
+    std::ofstream f(jsonl);
+    f << nlohmann::json{{"text", body}}.dump() << "\n" << nlohmann::json{{"text", body}}.dump() << "\n";
+  }
+  ASSERT_EQ(run("capture --model " + dir + " --text " + jsonl + " --seq-len 32 --num-seqs 4 --out " + outdir, &out), 0)
+      << out;
+  EXPECT_FALSE(fs::exists(outdir + "/marker"));
+  EXPECT_TRUE(fs::exists(outdir + "/layer_1.safetensors"));
+  EXPECT_TRUE(fs::exists(outdir + "/ids.safetensors"));
+
+  { std::ofstream(work + "/bad.jsonl") << "{\"txt\": 1}\n"; }
+  EXPECT_EQ(run("capture --model " + dir + " --text " + work + "/bad.jsonl --out " + outdir, &out), 1);
+  EXPECT_TRUE(contains(out, "bad.jsonl:1")) << out;
+}
+
+TEST(Cli, EvalReportsPerplexityConsistentWithLoss) {
+  std::string out;
+  const std::string text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";
+  ASSERT_EQ(run("eval --json --model " + tiny_gpt2_dir() + " --text " + text + " --seq-len 64 2>/dev/null", &out), 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_NEAR(std::exp(j["loss"].get<double>()), j["perplexity"].get<double>(), 1e-6 * j["perplexity"].get<double>());
+  EXPECT_GT(j["tokens"].get<int>(), 500);
+}
