@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "attnscope/error.h"
@@ -31,13 +32,20 @@ TensorEntry parse_entry(const std::string& name, const nlohmann::json& v, const 
     fail(where, "unknown dtype \"" + dt->get<std::string>() + "\"");
   auto sh = v.find("shape");
   if (sh == v.end() || !sh->is_array()) fail(where, "missing or non-array \"shape\"");
+  // The overflow guard uses the product of the non-zero dimensions: a shape like [0, 2^40, 2^40]
+  // holds no elements, but torch still derives strides from the other dimensions, which must fit
+  // in int64. Bounding that product by 2^63 / 16 also keeps numel x dtype size below 2^63.
+  constexpr uint64_t kMaxProduct = static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / 16;
   uint64_t numel = 1;
+  uint64_t nonzero_product = 1;
   for (const auto& d : *sh) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0)
+    // nlohmann stores non-negative integers as unsigned, negative ones as signed.
+    if (!d.is_number_unsigned())
       fail(where, "shape has a dimension that is not a non-negative integer");
     const uint64_t dim = d.get<uint64_t>();
-    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim)
+    if (dim > kMaxProduct || (dim != 0 && nonzero_product > kMaxProduct / dim))
       fail(where, "shape overflows");
+    if (dim != 0) nonzero_product *= dim;
     numel *= dim;
     e.shape.push_back(static_cast<int64_t>(dim));
   }
@@ -67,8 +75,25 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, std::size_t siz
     fail(file, "header length " + std::to_string(n) + " runs past the end of the file (" +
                    std::to_string(size) + " bytes): truncated?");
   if (n < 2) fail(file, "header is empty");
-  nlohmann::json j = nlohmann::json::parse(bytes + 8, bytes + 8 + n, nullptr, false);
+  // nlohmann keeps the last of duplicate keys silently; a header naming a tensor (or a field) twice
+  // is ambiguous, so the callback records the first duplicate and the header is refused.
+  std::vector<std::set<std::string>> keys_per_object;
+  std::string duplicate;
+  auto watch_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) {
+      keys_per_object.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys_per_object.empty()) keys_per_object.pop_back();
+    } else if (event == E::key && !keys_per_object.empty() && duplicate.empty()) {
+      if (!keys_per_object.back().insert(parsed.get<std::string>()).second)
+        duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json j = nlohmann::json::parse(bytes + 8, bytes + 8 + n, watch_keys, false);
   if (j.is_discarded()) fail(file, "header is not valid JSON");
+  if (!duplicate.empty()) fail(file, "header has the key '" + duplicate + "' more than once");
   if (!j.is_object()) fail(file, "header is not a JSON object");
 
   SafetensorsHeader h;
