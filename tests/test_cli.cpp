@@ -12,6 +12,7 @@
 #include "attnscope/safetensors.h"
 #include "attnscope/tokenizer.h"
 #include "test_support.h"
+#include "tiny_models.h"
 
 using namespace attnscope;
 namespace fs = std::filesystem;
@@ -24,37 +25,7 @@ int run(const std::string& args, std::string* out) { return test::run_command(cl
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// A small GPT-2 with random weights and a tokenizer trained on the sample texts.
-std::string tiny_gpt2_dir() {
-  static std::string dir;
-  if (!dir.empty()) return dir;
-  dir = test::temp_dir("cli_model");
-  std::string text;
-  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) {
-    std::ifstream in(e.path());
-    text += std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  train_bytelevel_bpe(text, 320, dir + "/tokenizer.json");
-  ModelConfig c;
-  c.arch = Arch::GPT2, c.arch_name = "GPT2LMHeadModel";
-  c.n_layer = 2, c.n_head = 2, c.n_kv_head = 2, c.d_model = 16, c.head_dim = 8, c.d_ff = 64;
-  c.vocab_size = 320, c.n_ctx = 64, c.tied_embeddings = true, c.attn_bias = c.mlp_bias = true;
-  at::manual_seed(0);
-  auto r = [](std::vector<int64_t> s) { return at::randn(s) * 0.3; };
-  ModelWeights w;
-  w.tok_emb = r({320, 16}), w.pos_emb = r({64, 16});
-  for (int s = 0; s < 2; ++s) {
-    LayerWeights l;
-    l.ln1_w = 1 + r({16}), l.ln1_b = r({16}), l.ln2_w = 1 + r({16}), l.ln2_b = r({16});
-    l.wq = r({16, 16}), l.wk = r({16, 16}), l.wv = r({16, 16}), l.wo = r({16, 16});
-    l.bq = r({16}), l.bk = r({16}), l.bv = r({16}), l.bo = r({16});
-    l.w_up = r({64, 16}), l.b_up = r({64}), l.w_down = r({16, 64}), l.b_down = r({16});
-    w.layers.push_back(l);
-  }
-  w.lnf_w = 1 + r({16}), w.lnf_b = r({16}), w.lm_head = w.tok_emb;
-  save_gpt2_model(Model(c, w), dir);
-  return dir;
-}
+std::string tiny_gpt2_dir() { return test::tiny_gpt2_dir(); }
 
 }  // namespace
 

@@ -1,0 +1,47 @@
+#include "tiny_models.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "attnscope/model.h"
+#include "attnscope/tokenizer.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope::test {
+
+std::string tiny_gpt2_dir() {
+  static std::string dir;
+  if (!dir.empty()) return dir;
+  dir = temp_dir("tiny_gpt2");
+  std::string text;
+  for (const auto& e : fs::directory_iterator(source_dir() + "/resources/texts")) {
+    std::ifstream in(e.path());
+    text += std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  train_bytelevel_bpe(text, 320, dir + "/tokenizer.json");
+  ModelConfig c;
+  c.arch = Arch::GPT2, c.arch_name = "GPT2LMHeadModel";
+  c.n_layer = 2, c.n_head = 2, c.n_kv_head = 2, c.d_model = 16, c.head_dim = 8, c.d_ff = 64;
+  c.vocab_size = 320, c.n_ctx = 64, c.tied_embeddings = true, c.attn_bias = c.mlp_bias = true;
+  at::Generator gen = at::detail::createCPUGenerator(1234);
+  auto r = [&](std::vector<int64_t> s) { return at::normal(0.0, 0.3, s, gen); };
+  ModelWeights w;
+  w.tok_emb = r({320, 16}), w.pos_emb = r({64, 16});
+  for (int s = 0; s < 2; ++s) {
+    LayerWeights l;
+    l.ln1_w = 1 + r({16}), l.ln1_b = r({16}), l.ln2_w = 1 + r({16}), l.ln2_b = r({16});
+    l.wq = r({16, 16}), l.wk = r({16, 16}), l.wv = r({16, 16}), l.wo = r({16, 16});
+    l.bq = r({16}), l.bk = r({16}), l.bv = r({16}), l.bo = r({16});
+    l.w_up = r({64, 16}), l.b_up = r({64}), l.w_down = r({16, 64}), l.b_down = r({16});
+    w.layers.push_back(l);
+  }
+  w.lnf_w = 1 + r({16}), w.lnf_b = r({16}), w.lm_head = w.tok_emb;
+  save_gpt2_model(Model(c, w), dir);
+  return dir;
+}
+
+}  // namespace attnscope::test

@@ -1,0 +1,11 @@
+// Small models with random weights that tests load through the public API.
+#pragma once
+#include <string>
+
+namespace attnscope::test {
+
+// A 2-layer GPT-2 (d_model 16, 2 heads, context 64, vocab 320) with a byte-level BPE tokenizer
+// trained on resources/texts, written once per process in Hugging Face layout; returns its dir.
+std::string tiny_gpt2_dir();
+
+}  // namespace attnscope::test
