@@ -302,6 +302,8 @@ TEST(Llama2cTokenizer, MatchesRunCEncodeAndRoundTrips) {
       "x",
       "\n",
       "a\tb",
+      // Repeated letters: equal-score candidates where run.c takes the leftmost.
+      "Zooo boooo seeee lllll ttttttt aaaaaaa !!!!! ...... hmmmm",
   };
   for (const char* f : {"stories260K/reference_greedy_t0_n256_noprompt.txt",
                         "stories260K/reference_greedy_t0_n60_prompt_Zoo.txt"}) {

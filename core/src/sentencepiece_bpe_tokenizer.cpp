@@ -1,5 +1,6 @@
 #include "sentencepiece_bpe_tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "attnscope/error.h"
@@ -216,7 +217,8 @@ std::unique_ptr<Tokenizer> sentencepiece_tokenizer_from_json(const nlohmann::jso
       if (type == "Strip" && json_string(*d, "content") == " ") {
         auto start = d->find("start");
         if (start != d->end() && start->is_number_integer())
-          opt.strip_leading_spaces = static_cast<int>(start->get<int64_t>());
+          opt.strip_leading_spaces =
+              static_cast<int>(std::clamp<int64_t>(start->get<int64_t>(), 0, 1 << 16));
       } else if (type == "Metaspace" && metaspace_prefixes(*d)) {
         opt.strip_leading_spaces = 1;
       }

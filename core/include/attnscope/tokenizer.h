@@ -13,9 +13,13 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
+  // Text is plain text: a special token's spelling in it (e.g. "<|endoftext|>") is encoded as text.
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
+  // The exact bytes back; control tokens (BOS, EOS, other special added tokens) print nothing.
+  // Throws Error for an id outside the vocabulary.
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
-  // The text of one token as it would read inside a sequence (for axis labels).
+  // The text of one token as it would read inside a sequence (for axis labels). Always valid
+  // UTF-8: a token holding part of a character reads as its <0xXX> name or U+FFFD.
   virtual std::string piece(int64_t id) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t bos_id() const { return -1; }  // -1: none
