@@ -6,10 +6,12 @@
 #include <iostream>
 
 #include "attnscope/error.h"
+#include "attnscope/runtime.h"
 #include "cli/common.h"
 
 int main(int argc, char** argv) {
   namespace cli = attnscope::cli;
+  attnscope::configure_runtime();
   CLI::App app{"attnscope: inspect, measure and linearize the attention of transformer models"};
   app.set_version_flag("--version", ATTNSCOPE_VERSION);
   app.require_subcommand(1);

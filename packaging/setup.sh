@@ -18,6 +18,7 @@ jobs=${JOBS:-$(nproc)}
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libtorch-dev                      # tensors, autograd, optimizers (CPU LibTorch 1.13)
+  libopenblas0-openmp               # an optimized BLAS for LibTorch; Debian otherwise links the reference one
   nlohmann-json3-dev libcli11-dev libpcre2-dev
   libeigen3-dev libspectra-dev liblapacke-dev
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -65,6 +66,7 @@ case "$mode" in
   run)
     exec "$root/packaging/main_job.sh" "$build/app/attnscope" "$root/resources" ;;
   test)
-    cd "$build" && OMP_NUM_THREADS=2 ctest --output-on-failure -j "$jobs" ;;
+    # Tests run two at a time on one thread each: OpenMP threads fighting over 2 cores are slower.
+    cd "$build" && OMP_NUM_THREADS=1 ctest --output-on-failure -j "$jobs" ;;
   *) echo "usage: $0 run|test|build|corpus" >&2; exit 2 ;;
 esac

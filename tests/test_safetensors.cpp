@@ -200,6 +200,27 @@ TEST(Safetensors, TensorsAreViewsThatOutliveTheFileObject) {
   EXPECT_TRUE(at::equal(kept, expected));
 }
 
+TEST(Safetensors, InPlaceWritesToViewsCopyAndLeaveTheFileUnchanged) {
+  const std::string path = attnscope::test::temp_dir("st_cow") + "/w.safetensors";
+  const at::Tensor expected = at::randn({4, 5});
+  write_safetensors(path, {{"w", expected}});
+  std::ifstream before_in(path, std::ios::binary);
+  const std::string before(std::istreambuf_iterator<char>(before_in), {});
+  {
+    SafetensorsFile f(path);
+    at::Tensor a = f.tensor("w");
+    a.mul_(2);  // would fault on a read-only mapping
+    EXPECT_TRUE(at::allclose(a, expected * 2));
+    WeightStore store(path);
+    at::Tensor w = store.get("w", {4, 5});
+    w.add_(1);
+    EXPECT_TRUE(at::allclose(w, expected + 1));
+  }
+  std::ifstream after_in(path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after_in), {}), before);
+  EXPECT_TRUE(at::equal(SafetensorsFile(path).tensor("w"), expected));
+}
+
 // ---- Reading bytes this test wrote by hand -------------------------------------------------------
 
 TEST(Safetensors, ReadsHandWrittenFile) {

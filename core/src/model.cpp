@@ -65,8 +65,14 @@ at::Tensor apply_rope(const ModelConfig& c, const at::Tensor& x, const at::Tenso
   return at::cat({out, x.narrow(-1, r, c.head_dim - r)}, -1);
 }
 
+// 0 on and below the diagonal, -inf above: added to the scores (masked_fill with a broadcast bool
+// mask is an order of magnitude slower on CPU).
+at::Tensor causal_mask(int64_t L, const at::Device& dev) {
+  return at::full({L, L}, -std::numeric_limits<float>::infinity(), at::TensorOptions().device(dev)).triu(1);
+}
+
 at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x,
-                     const at::Tensor& cos, const at::Tensor& sin, const CaptureHook* hook) {
+                     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, Hkv = c.n_kv_head, d = c.head_dim;
   at::Tensor q = linear(x, w.wq, w.bq).view({B, L, H, d}).transpose(1, 2);    // [B, H, L, d]
   at::Tensor k = linear(x, w.wk, w.bk).view({B, L, Hkv, d}).transpose(1, 2);  // [B, Hkv, L, d]
@@ -82,9 +88,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
   k = expand(k);
   v = expand(v);
 
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d));  // [B, H, L, L]
-  at::Tensor future = at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d)) + mask;  // [B, H, L, L]
   at::Tensor probs = at::softmax(scores, -1);
   at::Tensor out = at::matmul(probs, v);  // [B, H, L, d]
 
@@ -126,10 +130,11 @@ at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const 
   if (c.rotary_dim == 0) x = x + weights_.pos_emb.narrow(0, 0, L);
   at::Tensor cos, sin;
   if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, L, x.device());
+  const at::Tensor mask = causal_mask(L, x.device());
 
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights& w = weights_.layers[s];
-    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, hook);
+    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook);
     if (c.parallel_residual) {
       x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
     } else {

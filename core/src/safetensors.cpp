@@ -149,7 +149,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     ::close(fd);
     fail(path, "file is empty (0 bytes), not a safetensors file");
   }
-  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // Private and writable: an in-place op on a returned view copies the touched pages (copy on
+  // write) instead of faulting; the file itself is never modified.
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   const int err = errno;
   ::close(fd);  // the mapping stays valid without the descriptor
   if (addr == MAP_FAILED) fail(path, std::string("cannot mmap: ") + std::strerror(err));

@@ -6,9 +6,14 @@
 #include <random>
 #include <vector>
 
+#include "attnscope/runtime.h"
+
 namespace fs = std::filesystem;
 
 namespace attnscope::test {
+
+// Every test process runs with the runtime settings the CLI uses.
+static const bool kRuntimeConfigured = (configure_runtime(), true);
 
 std::string source_dir() { return ATTNSCOPE_SOURCE_DIR; }
 std::string shared_models() { return ATTNSCOPE_SHARED_MODELS; }

@@ -13,11 +13,11 @@
 
 namespace attnscope {
 
-// One file, mapped read-only for the object's lifetime. Tensors returned by `tensor()` are views
-// into the mapping when no conversion is needed; they keep the mapping alive.
+// One file, mapped for the object's lifetime. Tensors returned by `tensor()` are views into the
+// mapping when no conversion is needed; they keep the mapping alive.
 //
-// The mapping is PROT_READ: those views must never be written (no in-place ops, no data_ptr
-// writes); writing one faults the process. clone() a tensor before modifying it.
+// The mapping is private copy-on-write: writing a view (an in-place op) copies the touched pages
+// and never changes the file, and views of other tensors of the same file stay as they were.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);  // throws Error naming the file
@@ -29,7 +29,7 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return find(name) != nullptr; }
 
   // The tensor in its stored dtype (F16/BF16/F32/I64/...); throws when the name is absent.
-  // A read-only view of the mapping, or a copy when the data is not aligned for its element type
+  // A view of the mapping, or a copy when the data is not aligned for its element type
   // (safetensors does not promise alignment) or holds no elements.
   at::Tensor tensor(const std::string& name) const;
 
@@ -55,7 +55,7 @@ class WeightStore {
   bool contains(const std::string& name) const;
   // Converted to float32; checks the shape when `shape` is non-empty (so a 0-d shape cannot be
   // asked for); refuses NaN/Inf. Throws Error naming file+tensor. A float32 tensor stored aligned
-  // comes back as a read-only view of the mapping (see SafetensorsFile): clone() before writing.
+  // comes back as a copy-on-write view of the mapping (see SafetensorsFile).
   at::Tensor get(const std::string& name, const std::vector<int64_t>& shape = {}) const;
   std::vector<std::string> names() const;  // sorted
   std::vector<std::string> files() const;  // full paths of the distinct files, sorted
