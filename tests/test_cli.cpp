@@ -69,6 +69,15 @@ TEST(Cli, TruncatedWeightsFailInInfo) {
   EXPECT_TRUE(contains(out, "model.safetensors")) << out;
 }
 
+TEST(Cli, MissingTokenizerIsNamed) {
+  const std::string src = tiny_gpt2_dir(), dir = test::temp_dir("cli_notok");
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src + "/" + f, dir + "/" + f);
+  std::string out;
+  EXPECT_EQ(run("info --model " + dir, &out), 1);
+  EXPECT_TRUE(contains(out, dir)) << out;
+  EXPECT_TRUE(contains(out, "tokenizer")) << out;
+}
+
 TEST(Cli, InfoJsonDescribesTheModel) {
   std::string out;
   ASSERT_EQ(run("info --json --model " + tiny_gpt2_dir() + " 2>/dev/null", &out), 0) << out;

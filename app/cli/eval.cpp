@@ -31,7 +31,7 @@ void register_eval(CLI::App& app) {
     const int L = *seq_len > 0 ? *seq_len : m.model->config().n_ctx;
     if (L > m.model->config().n_ctx)
       fail("--seq-len", std::to_string(L) + " exceeds the context length " + std::to_string(m.model->config().n_ctx));
-    const double loss = m.model->mean_loss(ids, L);
+    const double loss = m.model->mean_loss(ids, L, terminal_progress("eval"));
     if (*json) {
       std::cout << nlohmann::json{{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", ids.size()}, {"seq_len", L}}.dump(2)
                 << "\n";

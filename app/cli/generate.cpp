@@ -36,9 +36,24 @@ void register_generate(CLI::App& app) {
     const int todo = *new_tokens > 0 ? *new_tokens : std::max(0, *steps - counted);
     // llama2.c's models separate stories with BOS; HF models end a text with EOS.
     const int64_t stop = tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id();
-    auto out = m.model->generate_greedy(ids, todo, stop);
-    if (unconditioned) out.erase(out.begin());
-    std::cout << tok.decode(out) << "\n";
+    // Stream: print what each new token adds to the decoded text (decoding the whole sequence
+    // keeps multi-byte characters and the tokenizer's spacing rules right).
+    const size_t skip = unconditioned ? 1 : 0;
+    auto text_of = [&](const std::vector<int64_t>& seq) {
+      return tok.decode(std::vector<int64_t>(seq.begin() + skip, seq.end()));
+    };
+    std::string shown = text_of(ids);
+    std::cout << shown << std::flush;
+    const auto out = m.model->generate_greedy(ids, todo, stop, [&](const std::vector<int64_t>& seq) {
+      const std::string now = text_of(seq);
+      if (now.size() > shown.size() && now.compare(0, shown.size(), shown) == 0) {
+        std::cout << now.substr(shown.size()) << std::flush;
+        shown = now;
+      }
+    });
+    const std::string final_text = text_of(out);
+    if (final_text.compare(0, shown.size(), shown) == 0) std::cout << final_text.substr(shown.size());
+    std::cout << "\n";
   });
 }
 

@@ -146,7 +146,7 @@ at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const 
   return at::matmul(x, weights_.lm_head.t());
 }
 
-double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len) const {
+double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress) const {
   if (seq_len < 2 || seq_len > config_.n_ctx)
     fail("eval", "sequence length " + std::to_string(seq_len) + " must be in 2.." + std::to_string(config_.n_ctx));
   if (ids.size() < 2) fail("eval", "the text has fewer than 2 tokens");
@@ -163,11 +163,14 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len) const {
                                              {}, at::Reduction::Sum);
     total += loss.item<double>();
     count += n - 1;
+    if (progress) progress(double(start + n) / ids.size(), std::to_string(start + n) + " tokens");
   }
   return total / count;
 }
 
-std::vector<int64_t> Model::generate_greedy(std::vector<int64_t> prompt, int steps, int64_t stop_id) const {
+std::vector<int64_t> Model::generate_greedy(
+    std::vector<int64_t> prompt, int steps, int64_t stop_id,
+    const std::function<void(const std::vector<int64_t>&)>& on_token) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
   at::NoGradGuard no_grad;
   for (int i = 0; i < steps; ++i) {
@@ -177,6 +180,7 @@ std::vector<int64_t> Model::generate_greedy(std::vector<int64_t> prompt, int ste
     const int64_t next = logits.argmax().item<int64_t>();
     if (next == stop_id) break;
     prompt.push_back(next);
+    if (on_token) on_token(prompt);
   }
   return prompt;
 }

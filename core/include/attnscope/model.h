@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnscope/model_config.h"
+#include "attnscope/progress.h"
 #include "attnscope/tokenizer.h"
 
 namespace attnscope {
@@ -60,11 +61,13 @@ class Model {
   at::Tensor forward(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
 
   // Mean next-token cross-entropy (nats) over a token sequence, in windows of `seq_len`.
-  double mean_loss(const std::vector<int64_t>& ids, int seq_len) const;
+  double mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress = nullptr) const;
 
-  // Greedy decoding: appends up to `steps` tokens to `prompt`; stops early at `stop_id` (>= 0).
-  std::vector<int64_t> generate_greedy(std::vector<int64_t> prompt, int steps,
-                                       int64_t stop_id = -1) const;
+  // Greedy decoding: appends up to `steps` tokens to `prompt`; stops early at `stop_id` (>= 0),
+  // which is not appended. `on_token` sees the sequence after each new token (for streaming).
+  std::vector<int64_t> generate_greedy(
+      std::vector<int64_t> prompt, int steps, int64_t stop_id = -1,
+      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr) const;
 
  private:
   ModelConfig config_;
