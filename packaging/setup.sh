@@ -25,7 +25,7 @@ packages=(
   clang                             # libFuzzer target for the safetensors parser
 )
 if [ "$gui" = ON ]; then
-  packages+=(qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev)
+  packages+=(qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev)
 fi
 # npm only when no npm is on the PATH (a NodeSource install conflicts with Debian's package).
 if [ "$mode" = corpus ] && ! command -v npm >/dev/null; then packages+=(npm); fi
