@@ -390,6 +390,41 @@ TEST(FeatureMapFourier, ParametersAreLiveAndSignedValuesOccur) {
   EXPECT_EQ(make("flex-nonstationary", d, 8)->parameters().size(), 3u);
 }
 
+// parameters() are what a trainer needs: requires_grad on them, backward through the features, and
+// an in-place update the map sees. One small step along -grad lowers the L2 kernel loss.
+TEST(FeatureMap, ParametersTrainThroughAutograd) {
+  const int64_t d = 4;
+  const at::Tensor q = randn64({12, d}, 900, 0.7).to(at::kFloat), k = randn64({12, d}, 901, 0.7).to(at::kFloat);
+  const at::Tensor K = at::exp(at::matmul(q, k.t()) / 2.0);  // sqrt(4) = 2
+  for (const std::string name : {"learned-prf", "hedgehog", "t2r", "flex-stationary", "flex-nonstationary"}) {
+    FeatureMapSpec s;
+    s.name = name;
+    s.d = d;
+    s.features = 8;
+    s.seed = 5;
+    s.tied = name != "hedgehog";
+    auto fm = make_feature_map(s);
+    auto params = fm->parameters();
+    ASSERT_FALSE(params.empty()) << name;
+    for (auto& p : params) p.requires_grad_(true);
+    auto loss_of = [&] { return (at::matmul(fm->query_features(q), fm->key_features(k).t()) - K).pow(2).mean(); };
+    at::Tensor loss = loss_of();
+    loss.backward();
+    double norm2 = 0;
+    for (auto& p : params) {
+      ASSERT_TRUE(p.grad().defined()) << name;
+      EXPECT_TRUE(at::isfinite(p.grad()).all().item<bool>()) << name;
+      norm2 += p.grad().pow(2).sum().item<double>();
+    }
+    ASSERT_GT(norm2, 0) << name;
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : params) p.sub_(p.grad() * (1e-3 / std::sqrt(norm2)));
+    }
+    EXPECT_LT(loss_of().item<double>(), loss.item<double>()) << name;
+  }
+}
+
 TEST(FeatureMapErrors, BadInputGivesClearErrors) {
   auto message = [](const FeatureMapSpec& s) {
     try {
