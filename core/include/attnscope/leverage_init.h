@@ -1,0 +1,54 @@
+// Ridge-leverage-score initialization of PRF features (SPEC section 5; paper 000, sec. 3.1: the
+// optimal sampling density q_lambda(z) ∝ <phi(.; z), (Sigma + lambda I)^{-1} phi(.; z)>_{L2(rho)}).
+//
+// With J captured vectors x_j standing in for rho, L2(rho) is R^J with <f, g> = f.g / J, and the
+// operator of the kernel is the normalized Gram matrix Sigma = G / n (G_ij = K(x_i, x_j)), with the
+// same normalizer n as the DoF code: trace (n = tr G, the default), max (largest eigenvalue),
+// samples (n = J) or none (n = 1). Rescaling the kernel to make its operator G / n (K -> K J / n,
+// phi -> phi sqrt(J / n)) gives the leverage of a candidate w_p, phi_p = [phi(x_j; w_p)]_j:
+//
+//     l_p = phi_p^T (G / n + lambda I)^{-1} phi_p / n,
+//
+// so lambda is measured in the units of the DoF slider, and E_{w ~ N(0, I)}[l(w)] =
+// tr(Sigma (Sigma + lambda I)^{-1}) = DoF(lambda) exactly (with gram = "candidates" the mean of the
+// l_p over the P candidates equals the DoF of their own Gram matrix Phi Phi^T / P).
+//
+// Sampling: draw P candidates w_p ~ N(0, I_d), q_p = l_p / sum l, draw M indices i.i.d. from q (with
+// replacement) and weight each by 1 / (P q_p): the estimator
+//     Khat(x, y) = (1/M) sum_m phi(x; w_{i_m}) phi(y; w_{i_m}) / (P q_{i_m})
+// has E[Khat | candidates] = (1/P) sum_p phi_p(x) phi_p(y), so E[Khat] = K: unbiased. In the
+// learned-prf parameterization a_m = exp(alpha_m) = 1 / (P q_{i_m}), i.e. alpha = -log(P q).
+//
+// Numerics: float64; G and phi are scaled by exp(-max_j |x_j|^2 / sqrt(d)) (the l_p are invariant
+// under K -> sK with n -> sn; for samples / none the scale is carried by n), Cholesky solves.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace attnscope {
+
+struct LeverageOptions {
+  double lambda = 1e-3;               // ridge, in the units of the normalized operator G / n
+  int64_t candidates = 0;             // P; 0 = max(32 M, 2048)
+  std::string normalizer = "trace";   // trace | max | samples | none
+  std::string gram = "exact";         // exact: G_ij = exp(x_i.x_j / sqrt d);
+                                      // candidates: G = Phi Phi^T / P (the candidates' own kernel)
+};
+
+struct LeverageInit {
+  at::Tensor z;          // [M, d] float32, the chosen candidates (learned-prf's z)
+  at::Tensor alpha;      // [M] float32, -log(P q) (learned-prf's alpha)
+  at::Tensor scores;     // [P] float64, the ridge leverage l_p of every candidate
+  at::Tensor chosen;     // [M] int64, indices into the candidates
+  at::Tensor candidates;  // [P, d] float32, every w_p
+  double mean_score = 0;  // sum_p l_p / P: an estimate of DoF(lambda) under the same normalizer
+};
+
+// x: [J, d] captured queries/keys (J >= 1, finite). Seeded and deterministic. Throws Error for bad
+// shapes, M <= 0, lambda <= 0, P < 1, an unknown normalizer or gram, or non-finite input.
+LeverageInit leverage_init(const at::Tensor& x, int64_t M, uint64_t seed,
+                           const LeverageOptions& opt = {});
+
+}  // namespace attnscope

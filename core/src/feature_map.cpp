@@ -1,0 +1,120 @@
+#include "attnscope/feature_map.h"
+
+#include <ATen/ATen.h>
+
+#include <initializer_list>
+
+#include "attnscope/error.h"
+#include "feature_map_families.h"
+
+namespace attnscope {
+
+FeatureMap::~FeatureMap() = default;
+
+at::Tensor FeatureMap::key_features(const at::Tensor& x) const { return query_features(x); }
+
+std::vector<std::pair<std::string, at::Tensor>> FeatureMap::named_parameters() { return {}; }
+
+std::vector<at::Tensor> FeatureMap::parameters() {
+  std::vector<at::Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::string> feature_map_names() {
+  return {"prf",  "prf-orthogonal", "prf-hyperbolic", "learned-prf", "hedgehog",
+          "t2r",  "elu",            "relu",           "exp",         "taylor2",
+          "cosformer", "flex-stationary", "flex-nonstationary"};
+}
+
+std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec) {
+  const std::string& n = spec.name;
+  auto is = [&](std::initializer_list<const char*> names) {
+    for (const char* s : names)
+      if (n == s) return true;
+    return false;
+  };
+  if (!is({"prf", "prf-orthogonal", "prf-hyperbolic", "learned-prf", "hedgehog", "t2r", "elu", "relu",
+           "exp", "taylor2", "cosformer", "flex-stationary", "flex-nonstationary"})) {
+    std::string valid;
+    for (const auto& s : feature_map_names()) valid += (valid.empty() ? "" : ", ") + s;
+    fail("feature map", "unknown name '" + n + "' (valid: " + valid + ")");
+  }
+  if (spec.d <= 0) fail(fmap::where(n), "input dimension d must be positive, got " + std::to_string(spec.d));
+  if (spec.features < 0) fail(fmap::where(n), "features must be positive, got " + std::to_string(spec.features));
+  if (is({"prf", "prf-orthogonal", "prf-hyperbolic", "learned-prf"})) return fmap::make_prf(spec);
+  if (is({"hedgehog", "t2r"})) return fmap::make_mlp(spec);
+  if (is({"flex-stationary", "flex-nonstationary"})) return fmap::make_fourier(spec);
+  return fmap::make_simple(spec);
+}
+
+namespace fmap {
+
+std::string where(const std::string& name) { return "feature map " + name; }
+
+void check_input(const std::string& name, int64_t d, const at::Tensor& x) {
+  if (!x.defined() || x.dim() < 1) fail(where(name), "input must have at least one dimension [..., d]");
+  if (!at::isFloatingType(x.scalar_type())) fail(where(name), "input must be a floating tensor");
+  if (x.size(-1) != d)
+    fail(where(name), "input has last dimension " + std::to_string(x.size(-1)) + ", expected d = " +
+                          std::to_string(d));
+}
+
+std::string resolve_init(const FeatureMapSpec& spec, const std::vector<std::string>& allowed) {
+  if (spec.init.empty()) return allowed.front();
+  for (const auto& a : allowed)
+    if (a == spec.init) return a;
+  std::string valid;
+  for (const auto& a : allowed) valid += (valid.empty() ? "" : ", ") + a;
+  fail(where(spec.name), "unknown init '" + spec.init + "' (valid: " + valid + ")");
+}
+
+int64_t chosen_features(const FeatureMapSpec& spec, bool even) {
+  if (spec.features <= 0)
+    fail(where(spec.name), "features (M) must be positive, got " + std::to_string(spec.features));
+  if (even && spec.features % 2 != 0)
+    fail(where(spec.name), "features (M) must be even (pairs of features), got " + std::to_string(spec.features));
+  return spec.features;
+}
+
+int64_t fixed_features(const FeatureMapSpec& spec, int64_t natural) {
+  if (spec.features != 0 && spec.features != natural)
+    fail(where(spec.name), "has " + std::to_string(natural) + " features for d = " + std::to_string(spec.d) +
+                               "; features must be 0 or " + std::to_string(natural) + ", got " +
+                               std::to_string(spec.features));
+  return natural;
+}
+
+at::Generator generator(uint64_t seed, uint64_t stream) {
+  // Spreading seeds apart by the golden-ratio constant keeps (seed, stream) pairs distinct.
+  return at::detail::createCPUGenerator(seed * 0x9E3779B97F4A7C15ull + stream);
+}
+
+at::Tensor gaussian(int64_t rows, int64_t cols, uint64_t seed, uint64_t stream) {
+  at::Generator gen = generator(seed, stream);
+  return at::randn({rows, cols}, gen, at::TensorOptions().dtype(at::kFloat));
+}
+
+at::Tensor orthogonal_gaussian(int64_t rows, int64_t d, uint64_t seed, uint64_t stream) {
+  at::Generator gen = generator(seed, stream);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  std::vector<at::Tensor> blocks;
+  for (int64_t done = 0; done < rows; done += d) {
+    at::Tensor g = at::randn({d, d}, gen, f64);
+    auto [q, r] = at::linalg_qr(g);  // orthonormal columns
+    // Fixing the signs of R's diagonal makes Q Haar-distributed (LAPACK's Householder signs do not).
+    q = q * at::sign(r.diagonal()).unsqueeze(0);
+    // The norms of independent Gaussian vectors: chi(d), so each row has the N(0, I) marginal.
+    at::Tensor norms = at::randn({d, d}, gen, f64).norm(2, {1});
+    blocks.push_back(q.t() * norms.unsqueeze(1));
+  }
+  return at::cat(blocks, 0).slice(0, 0, rows).to(at::kFloat).contiguous();
+}
+
+at::Tensor like(const at::Tensor& p, const at::Tensor& x) {
+  if (p.scalar_type() == x.scalar_type() && p.device() == x.device()) return p;
+  return p.to(x.device(), x.scalar_type());
+}
+
+}  // namespace fmap
+}  // namespace attnscope
