@@ -1,5 +1,8 @@
 #include "common.h"
 
+#include "attnscope/error.h"
+#include "attnscope/feature_map.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +29,15 @@ void ModelArgs::add_to(CLI::App* cmd) {
 }
 
 LoadedModel ModelArgs::load() const { return load_model(model, tokenizer); }
+
+void check_feature_map_name(const std::string& name) {
+  std::string all;
+  for (const auto& n : feature_map_names()) {
+    if (n == name) return;
+    all += (all.empty() ? "" : ", ") + n;
+  }
+  fail("--feature-map", "unknown feature map \"" + name + "\"; choose one of " + all);
+}
 
 ProgressFn terminal_progress(const std::string& label) {
   if (!isatty(STDERR_FILENO)) return nullptr;

@@ -20,6 +20,9 @@ struct ModelArgs {
   LoadedModel load() const;
 };
 
+// Throws Error listing the valid names when `name` is not a feature map.
+void check_feature_map_name(const std::string& name);
+
 // A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
 ProgressFn terminal_progress(const std::string& label);
 

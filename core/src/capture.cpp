@@ -156,6 +156,7 @@ void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs,
   for (const auto& dd : docs) sources.push_back(dd.source);
   j["texts"] = sources;
   j["tokenization"] = {{"tokenizer", m.tokenizer->kind()},
+                       {"tokenizer_path", m.tokenizer_path},
                        {"bos_prepended", m.tokenizer->adds_bos() && m.tokenizer->bos_id() >= 0},
                        {"eos_between_documents", m.tokenizer->eos_id() >= 0}};
   j["num_seqs"] = T;
@@ -190,6 +191,9 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
     head_dim_ = j.at("model").at("head_dim").get<int>();
     seq_len_ = j.at("seq_len").get<int>();
     num_seqs_ = j.at("num_seqs").get<int>();
+    vocab_size_ = j.at("model").at("vocab_size").get<int>();
+    tokenizer_kind_ = j.at("tokenization").at("tokenizer").get<std::string>();
+    tokenizer_path_ = j.at("tokenization").value("tokenizer_path", std::string());
   } catch (const nlohmann::json::exception& e) {
     fail(mpath.string(), std::string("missing or malformed field: ") + e.what());
   }
@@ -200,6 +204,14 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
 at::Tensor CaptureStore::ids() const {
   SafetensorsFile f((fs::path(dir_) / "ids.safetensors").string());
   return f.tensor("ids").clone();
+}
+
+std::unique_ptr<Tokenizer> CaptureStore::load_tokenizer() const {
+  if (tokenizer_path_.empty()) fail(dir_, "the manifest does not record the tokenizer's path");
+  if (!fs::exists(tokenizer_path_))
+    fail(dir_, "the tokenizer it was captured with is gone: " + tokenizer_path_);
+  if (tokenizer_kind_ == "llama2c") return load_llama2c_tokenizer(tokenizer_path_, vocab_size_);
+  return load_hf_tokenizer(tokenizer_path_);
 }
 
 at::Tensor CaptureStore::layer_tensor(int layer, const std::string& which) const {

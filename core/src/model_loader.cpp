@@ -96,6 +96,7 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
     m.model = std::make_unique<Model>(load_llama2c_model(m.path));
     const std::string tok = tokenizer.empty() ? find_llama2c_tokenizer(p) : tokenizer;
     m.tokenizer = load_llama2c_tokenizer(tok, m.model->config().vocab_size);
+    m.tokenizer_path = fs::absolute(tok).string();
     m.weight_files = {m.path};
     return m;
   }
@@ -110,7 +111,8 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
   WeightStore store(m.path);
   store.validate_all();
   m.model = std::make_unique<Model>(c, load_hf_weights(c, store));
-  m.tokenizer = tokenizer.empty() ? load_hf_tokenizer(m.path) : load_hf_tokenizer(tokenizer);
+  m.tokenizer_path = fs::absolute(tokenizer.empty() ? m.path : tokenizer).string();
+  m.tokenizer = load_hf_tokenizer(m.tokenizer_path);
   if (m.tokenizer->vocab_size() > c.vocab_size)
     fail(m.path, "tokenizer has " + std::to_string(m.tokenizer->vocab_size()) + " tokens but the model only " +
                      std::to_string(c.vocab_size));

@@ -56,11 +56,14 @@ class CaptureStore {
   const std::string& manifest_json() const { return manifest_text_; }
 
   at::Tensor ids() const;  // int64 [T, L]
+  // The tokenizer the capture was made with (for token labels); throws Error when it has moved.
+  std::unique_ptr<Tokenizer> load_tokenizer() const;
   // "q", "k" or "v" of layer s as float32 [T, H, L, d].
   at::Tensor layer_tensor(int layer, const std::string& which) const;
 
  private:
-  std::string dir_, manifest_text_;
+  std::string dir_, manifest_text_, tokenizer_kind_, tokenizer_path_;
+  int vocab_size_ = 0;
   int n_layer_ = 0, n_head_ = 0, n_kv_head_ = 0, head_dim_ = 0, seq_len_ = 0, num_seqs_ = 0;
 };
 

@@ -80,6 +80,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<std::string> weight_files;
+  std::string tokenizer_path;  // the tokenizer file or directory actually loaded
 };
 
 // `spec` is a Hugging Face model directory, a bare name in the HF cache ($HF_HOME or
