@@ -83,8 +83,10 @@ bool ensure_qt(std::string* why) {
   static int argc = 1;
   static char name[] = "attnscope";
   static char* argv[] = {name, nullptr};
-  static std::unique_ptr<QApplication> app;
-  app = std::make_unique<QApplication>(argc, argv);
+  // Deliberately never destroyed: a QApplication torn down by static destructors after main()
+  // returns crashes (Qt's own lazily created globals are already gone by then; CI saw SIGSEGV at
+  // exit). The process is ending anyway, so nothing is lost.
+  new QApplication(argc, argv);
   if (!QApplication::instance()) {
     if (why) *why = "Qt could not start";
     return false;
