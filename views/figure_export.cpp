@@ -181,8 +181,21 @@ void save_line_figure(const LineFigure& fig, const std::string& path) {
       g->setData(QVector<double>(s.x.begin(), s.x.end()), QVector<double>(s.y.begin(), s.y.end()));
       g->setName(QString::fromStdString(s.name));
       g->setPen(QPen(palette[i % 6], 1.6));
+      if (fig.points) {
+        g->setLineStyle(QCPGraph::lsNone);
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 6));
+      }
     }
     plot.rescaleAxes();
+    if (fig.points) {  // markers on the frame would be cut in half
+      auto pad = [](QCPAxis* a) {
+        const QCPRange r = a->range();
+        const double m = std::max(r.size() * 0.05, 1e-9);
+        a->setRange(r.lower - m, r.upper + m);
+      };
+      pad(plot.xAxis);
+      pad(plot.yAxis);
+    }
   }
   if (fig.log_x) {
     plot.xAxis->setScaleType(QCPAxis::stLogarithmic);

@@ -31,6 +31,7 @@ struct LineFigure {
   std::vector<Series> series;
   bool log_x = false, log_y = false;
   bool bars = false;  // draw the (first) series as bars, x = categories 0..n-1
+  bool points = false;  // scatter: markers only, no connecting line
 };
 
 // Creates a QApplication when none exists, on the offscreen platform when there is no display, so

@@ -74,3 +74,39 @@ TEST(FigureExport, BadPathsAndDataFail) {
   EXPECT_THROW(views::save_heatmap(empty, dir + "/e.png"), Error);
   EXPECT_FALSE(fs::exists(dir + "/no/such/dir/m.png.tmp"));
 }
+
+// A scatter draws markers where the points are and no line between them: the pixel half-way
+// between two far-apart points stays white.
+TEST(FigureExport, ScatterDrawsMarkersWithoutLines) {
+  const std::string dir = test::temp_dir("fig");
+  views::LineFigure lf;
+  lf.title = "entropy vs DoF";
+  lf.points = true;
+  lf.series.push_back({"heads", {0.0, 10.0}, {0.0, 10.0}});
+  views::save_line_figure(lf, dir + "/s.png");
+  QImage img(QString::fromStdString(dir + "/s.png"));
+  ASSERT_FALSE(img.isNull());
+  // Find the two blue marker blobs and look at their midpoint.
+  int minx = img.width(), maxx = -1, miny = 0, maxy = 0;
+  for (int y = 0; y < img.height(); ++y)
+    for (int x = 0; x < img.width(); ++x) {
+      const QColor c = img.pixelColor(x, y);
+      if (c.blue() > 150 && c.red() < 80 && c.green() < 150) {
+        if (x < minx) minx = x, miny = y;
+        if (x > maxx) maxx = x, maxy = y;
+      }
+    }
+  ASSERT_GT(maxx - minx, 200) << "two markers far apart";
+  const QColor mid = img.pixelColor((minx + maxx) / 2, (miny + maxy) / 2);
+  EXPECT_GT(mid.red(), 200) << "no line between the markers";
+  lf.points = false;
+  views::save_line_figure(lf, dir + "/l.png");
+  QImage line(QString::fromStdString(dir + "/l.png"));
+  bool blue_near_mid = false;
+  for (int dy = -3; dy <= 3; ++dy)
+    for (int dx = -3; dx <= 3; ++dx) {
+      const QColor c = line.pixelColor((minx + maxx) / 2 + dx, (miny + maxy) / 2 + dy);
+      blue_near_mid |= c.blue() > 150 && c.red() < 120;
+    }
+  EXPECT_TRUE(blue_near_mid) << "the line figure does join them";
+}
