@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnscope/error.h"
@@ -39,53 +40,58 @@ struct RetNetFit {
   double gamma = 0, c = 0;
 };
 
-// Best c gamma^{i-j}: for a fixed gamma the best c is <A, G> / ||G||^2 and the error is
-// ||A||^2 - <A, G>^2 / ||G||^2, so the search maximizes <A, G>^2 / ||G||^2, from the diagonal sums in
-// O(L) per gamma. gamma = 1 - 2^-u: a grid over u in [0, 40] (gamma = 0 .. 1 - 1e-12), plus gamma = 1,
-// then golden-section search around the best u. (The error itself is measured on the matrix, not by
-// that difference, which cancels badly near 0.)
-RetNetFit fit_retnet(const std::vector<double>& diag_sums) {
+// Best c gamma^{i-j}, gamma in [0, 1]. For a fixed gamma the best c is <A, G> / ||G||^2 and the
+// error is ||A||^2 - <A, G>^2 / ||G||^2, so a cheap global search maximizes <A, G>^2 / ||G||^2 from
+// the diagonal sums in O(L) per gamma: gamma = 1 - 2^-u on a grid over u in [0, 40] (gamma = 0 ..
+// 1 - 1e-12). That difference cancels near an exact fit, which would leave gamma off by ~1e-8, so the
+// refinement (golden-section search in u around the best grid point) minimizes the error summed entry
+// by entry instead, and gamma = 0 and 1 are tried as they are.
+// For G_ij = gamma^{i-j}: the best c = <A, G> / ||G||^2 and the square norm it explains, <A, G>^2 / ||G||^2.
+std::pair<double, double> retnet_c(const std::vector<double>& diag_sums, double gamma) {
   const int64_t L = int64_t(diag_sums.size());
-  auto inner = [&](double gamma, double& ag, double& gg) {
-    ag = 0, gg = 0;
-    double p = 1;  // gamma^k, with 0^0 = 1
-    for (int64_t k = 0; k < L && p != 0; ++k, p *= gamma) {
-      ag += diag_sums[k] * p;
-      gg += double(L - k) * p * p;
-    }
-  };
-  auto explained = [&](double gamma) {
-    double ag, gg;
-    inner(gamma, ag, gg);
-    return ag * ag / gg;
+  double ag = 0, gg = 0, p = 1;  // p = gamma^k, with 0^0 = 1
+  for (int64_t k = 0; k < L && p != 0; ++k, p *= gamma) {
+    ag += diag_sums[k] * p;
+    gg += double(L - k) * p * p;
+  }
+  return {ag / gg, ag * ag / gg};
+}
+
+RetNetFit fit_retnet(const at::Tensor& A, const std::vector<double>& diag_sums) {
+  const int64_t L = A.size(0);
+  const double* a = A.data_ptr<double>();
+  auto best_c = [&](double gamma) { return retnet_c(diag_sums, gamma); };
+  auto error2 = [&](double gamma) {
+    const double c = best_c(gamma).first;
+    double e = 0, p = 1;
+    for (int64_t k = 0; k < L; ++k, p *= gamma)
+      for (int64_t i = k; i < L; ++i) {
+        const double r = a[i * L + i - k] - c * p;
+        e += r * r;
+      }
+    return e;
   };
   auto gamma_of = [](double u) { return 1.0 - std::exp2(-u); };
 
   constexpr double kStep = 0.05, kMaxU = 40.0;
-  double best_u = 0, best = explained(0.0);
+  double best_u = 0, best = best_c(0.0).second;
   for (double u = kStep; u <= kMaxU + 1e-9; u += kStep) {
-    const double e = explained(gamma_of(u));
+    const double e = best_c(gamma_of(u)).second;
     if (e > best) best = e, best_u = u;
   }
-  double gamma = gamma_of(best_u);
-  if (explained(1.0) > best) {
-    best = explained(1.0);
-    gamma = 1.0;
-  } else {
-    const double phi = 0.5 * (std::sqrt(5.0) - 1.0);
-    double lo = std::max(0.0, best_u - kStep), hi = best_u + kStep;
-    for (int it = 0; it < 60; ++it) {
-      const double u1 = hi - phi * (hi - lo), u2 = lo + phi * (hi - lo);
-      if (explained(gamma_of(u1)) > explained(gamma_of(u2))) hi = u2; else lo = u1;
-    }
-    const double e = explained(gamma_of(0.5 * (lo + hi)));
-    if (e > best) best = e, gamma = gamma_of(0.5 * (lo + hi));
+  const double phi = 0.5 * (std::sqrt(5.0) - 1.0);
+  double lo = std::max(0.0, best_u - kStep), hi = best_u + kStep;
+  for (int it = 0; it < 80; ++it) {
+    const double u1 = hi - phi * (hi - lo), u2 = lo + phi * (hi - lo);
+    if (error2(gamma_of(u1)) < error2(gamma_of(u2))) hi = u2; else lo = u1;
   }
   RetNetFit fit;
-  double ag, gg;
-  inner(gamma, ag, gg);
-  fit.gamma = gamma;
-  fit.c = ag / gg;
+  double fit_err = 1e300;
+  for (double gamma : {gamma_of(0.5 * (lo + hi)), gamma_of(best_u), 0.0, 1.0}) {
+    const double e = error2(gamma);
+    if (e < fit_err) fit_err = e, fit.gamma = gamma;
+  }
+  fit.c = best_c(fit.gamma).first;
   return fit;
 }
 
@@ -251,6 +257,30 @@ Fit ssd_from_retnet(const at::Tensor& A, const RetNetFit& rn, int64_t r) {
   return fit;
 }
 
+// Where the SSD fit starts: the best of the low-rank fit (all a_m = 1) and constant decays a_m = gamma
+// with C.B = c(gamma) -- the RetNet fit and gamma = 1 - 2^-k (decay lengths 2, 4, .. up to about L)
+// -- each of the latter after kStartSweeps ALS sweeps, which grow the rest of the state.
+constexpr int kStartSweeps = 3;
+
+Fit ssd_start(const at::Tensor& A, int64_t r, const Fit& low_rank, const RetNetFit& retnet,
+              const std::vector<double>& diag_sums) {
+  const int64_t L = A.size(0);
+  std::vector<RetNetFit> decays = {retnet};
+  for (int64_t k = 1; (int64_t(1) << (k - 1)) < L; ++k) {
+    const double gamma = 1.0 - std::exp2(-double(k));
+    decays.push_back({gamma, retnet_c(diag_sums, gamma).first});
+  }
+  Fit best = low_rank;
+  for (const RetNetFit& decay : decays) {
+    Fit fit = ssd_from_retnet(A, decay, r);
+    const at::Tensor G = decay_matrix(fit.x), a2 = decay_squares(fit.x);
+    for (int s = 0; s < kStartSweeps; ++s) als_sweep(A, G, a2, fit.C, fit.B);
+    fit.err2 = residual2(A, G, fit.C, fit.B);
+    if (fit.err2 < best.err2) best = fit;
+  }
+  return best;
+}
+
 // Paper 003 Algorithm 1, one sweep (see the header).
 at::Tensor semiseparable_sweep(const at::Tensor& A, int64_t n) {
   const int64_t L = A.size(0);
@@ -287,19 +317,21 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
   std::vector<double> diag_sums;
   out.toeplitz = rel((A - toeplitz_projection(A, diag_sums)).pow(2).sum().item<double>());
 
-  const RetNetFit retnet = fit_retnet(diag_sums);
+  const RetNetFit retnet = fit_retnet(A, diag_sums);
   out.retnet = rel((A - retnet_matrix(retnet, L)).pow(2).sum().item<double>());
 
   const Fit low_rank = fit_low_rank(A, r, o, norm2);
   out.causal_low_rank = rel(low_rank.err2);
 
-  // Both fits above are SSD members; start from the closer one.
-  const Fit from_retnet = ssd_from_retnet(A, retnet, r);
-  const Fit ssd = fit_ssd(A, from_retnet.err2 < low_rank.err2 ? from_retnet : low_rank, false, o, norm2);
+  const Fit ssd = fit_ssd(A, ssd_start(A, r, low_rank, retnet, diag_sums), false, o, norm2);
   out.ssd = rel(ssd.err2);
-  out.ssd_skip = rel(fit_ssd(A, ssd, true, o, norm2).err2);
+  const Fit ssd_skip = fit_ssd(A, ssd, true, o, norm2);
+  out.ssd_skip = rel(ssd_skip.err2);
 
-  out.semiseparable = rel((A - semiseparable_sweep(A, o.state_size)).pow(2).sum().item<double>());
+  // The fits above are semi-separable of order N too (every block strictly below the diagonal of
+  // tril(G ⊙ C B^T) + D I has rank <= N), so the heuristic's result competes with them.
+  const double sweep = rel((A - semiseparable_sweep(A, o.state_size)).pow(2).sum().item<double>());
+  out.semiseparable = std::min({sweep, out.causal_low_rank, out.ssd, out.ssd_skip});
   return out;
 }
 
