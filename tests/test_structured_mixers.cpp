@@ -238,4 +238,7 @@ TEST(StructuredMixers, RejectsBadInput) {
   EXPECT_THROW(mixer_distances(A, {4, -1, 1e-8}), Error);
   EXPECT_THROW(mixer_distances(A, {4, 10, -1.0}), Error);
   EXPECT_NO_THROW(mixer_distances(A, {16, 0, 0.0}));  // N > L and no iterations are fine
+  const MixerDistances one = mixer_distances(at::full({1, 1}, 0.5, at::kDouble), {});
+  EXPECT_EQ(one.toeplitz, 0.0);  // a single entry is in every class
+  EXPECT_LT(one.ssd_skip, 1e-12);
 }

@@ -40,12 +40,6 @@ struct RetNetFit {
   double gamma = 0, c = 0;
 };
 
-// Best c gamma^{i-j}, gamma in [0, 1]. For a fixed gamma the best c is <A, G> / ||G||^2 and the
-// error is ||A||^2 - <A, G>^2 / ||G||^2, so a cheap global search maximizes <A, G>^2 / ||G||^2 from
-// the diagonal sums in O(L) per gamma: gamma = 1 - 2^-u on a grid over u in [0, 40] (gamma = 0 ..
-// 1 - 1e-12). That difference cancels near an exact fit, which would leave gamma off by ~1e-8, so the
-// refinement (golden-section search in u around the best grid point) minimizes the error summed entry
-// by entry instead, and gamma = 0 and 1 are tried as they are.
 // For G_ij = gamma^{i-j}: the best c = <A, G> / ||G||^2 and the square norm it explains, <A, G>^2 / ||G||^2.
 std::pair<double, double> retnet_c(const std::vector<double>& diag_sums, double gamma) {
   const int64_t L = int64_t(diag_sums.size());
@@ -57,12 +51,17 @@ std::pair<double, double> retnet_c(const std::vector<double>& diag_sums, double 
   return {ag / gg, ag * ag / gg};
 }
 
+// Best c gamma^{i-j}, gamma in [0, 1]. For a fixed gamma the best c is <A, G> / ||G||^2 and the
+// error is ||A||^2 - <A, G>^2 / ||G||^2, so a cheap global search maximizes <A, G>^2 / ||G||^2 from
+// the diagonal sums in O(L) per gamma: gamma = 1 - 2^-u on a grid over u in [0, 40] (gamma = 0 ..
+// 1 - 1e-12). That difference cancels near an exact fit, which would leave gamma off by ~1e-8, so the
+// refinement (golden-section search in u around the best grid point) minimizes the error summed entry
+// by entry instead, and gamma = 0 and 1 are tried as they are.
 RetNetFit fit_retnet(const at::Tensor& A, const std::vector<double>& diag_sums) {
   const int64_t L = A.size(0);
   const double* a = A.data_ptr<double>();
-  auto best_c = [&](double gamma) { return retnet_c(diag_sums, gamma); };
   auto error2 = [&](double gamma) {
-    const double c = best_c(gamma).first;
+    const double c = retnet_c(diag_sums, gamma).first;
     double e = 0, p = 1;
     for (int64_t k = 0; k < L; ++k, p *= gamma)
       for (int64_t i = k; i < L; ++i) {
@@ -74,9 +73,9 @@ RetNetFit fit_retnet(const at::Tensor& A, const std::vector<double>& diag_sums) 
   auto gamma_of = [](double u) { return 1.0 - std::exp2(-u); };
 
   constexpr double kStep = 0.05, kMaxU = 40.0;
-  double best_u = 0, best = best_c(0.0).second;
+  double best_u = 0, best = retnet_c(diag_sums, 0.0).second;
   for (double u = kStep; u <= kMaxU + 1e-9; u += kStep) {
-    const double e = best_c(gamma_of(u)).second;
+    const double e = retnet_c(diag_sums, gamma_of(u)).second;
     if (e > best) best = e, best_u = u;
   }
   const double phi = 0.5 * (std::sqrt(5.0) - 1.0);
@@ -91,7 +90,7 @@ RetNetFit fit_retnet(const at::Tensor& A, const std::vector<double>& diag_sums) 
     const double e = error2(gamma);
     if (e < fit_err) fit_err = e, fit.gamma = gamma;
   }
-  fit.c = best_c(fit.gamma).first;
+  fit.c = retnet_c(diag_sums, fit.gamma).first;
   return fit;
 }
 
