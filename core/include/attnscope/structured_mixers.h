@@ -1,0 +1,70 @@
+// How far an attention map is from the structured sequence mixers of paper 003 (MOHAWK, appendix C;
+// SPEC section 5): the relative Frobenius error ||A - P||_F / ||A||_F to the nearest (or best found)
+// member P of each class. Only the causal part of A (j <= i, diagonal included) is read and every P
+// is causal. State size N = MixerFitOptions::state_size.
+//
+//   toeplitz         P_ij = t_{i-j}. Exact projection: each diagonal replaced by its mean (C.5).
+//   causal_low_rank  P = tril(U V^T), U, V [L, N] (C.2). Masked low rank has no closed form: truncated
+//                    SVD of tril(A) as a start, then alternating least squares, one row of U (or of
+//                    V) at a time given the other, up to `iterations` sweeps. Each half-step is an exact
+//                    minimization, so the error never increases from the first half-step on.
+//   retnet           P_ij = c gamma^{i-j}, gamma in [0, 1]: the retention decay mask alone. c is closed
+//                    form for each gamma; gamma by a grid over 1 - gamma in log scale refined by
+//                    golden-section search. Paper 003 (C.4) multiplies this mask by a rank-N A B^T,
+//                    but for gamma > 0 that is exactly the causal low-rank class again
+//                    (gamma^{i-j} = gamma^i gamma^{-j} folds into U and V), so it would only repeat
+//                    causal_low_rank; the decay-only form measures what a fixed scalar decay explains.
+//   ssd              P_ij = (C_i.B_j) prod_{m=j+1..i} a_m, a_m in [0, 1], C, B [L, N] (Mamba-2 SSD,
+//                    C.3). With every a_m > 0 this is again the causal low-rank class (prod a_m folds
+//                    into C_i and B_j), so what SSD adds is a parametrization that reaches strong decays
+//                    and cuts (a_m ~ 0), which tril(U V^T) fits cannot. Fitted from the best of several
+//                    members: the causal_low_rank fit (all a_m = 1) and constant decays a_m = gamma
+//                    with C.B = c(gamma) (the retnet fit and gamma = 1 - 2^-k, decay lengths 2, 4, ..
+//                    up to ~L, each after 3 ALS sweeps). Then up to `iterations` rounds of: ALS for C
+//                    and B given the decays, and a projected gradient step with backtracking on the
+//                    rates x_m = -log a_m (capped at 50). The error never increases, so
+//                    ssd <= min(causal_low_rank, retnet).
+//   ssd_skip         ssd plus a scalar skip D on the diagonal, P + D I (Mamba-2's D, one per head as in
+//                    paper 003's listing). Continues from the ssd fit with D = 0, each round adding the
+//                    closed-form D, so ssd_skip <= ssd.
+//   semiseparable    Paper 003 Algorithm 1 (C.1), one sweep: for k = 1 .. L-1 in order, the block of
+//                    the current matrix below and left of the diagonal entry (k, k), rows k.. and
+//                    columns ..k-1 (0-based), is replaced by its rank-N truncated SVD; the diagonal is
+//                    kept. Blocks with min(rows, columns) <= N are left as they are (already rank
+//                    <= N). A heuristic, as the paper says: a matrix whose blocks all have rank <= N
+//                    (semi-separable of order N, e.g. any tril(U V^T) of rank N or SSD matrix of state
+//                    N) comes back unchanged (distance ~0), but later truncations can raise the rank
+//                    of earlier blocks, so the result is not guaranteed to be semi-separable of order
+//                    N, nor to be the nearest one. The low-rank and SSD fits are members of the class
+//                    too, so the reported value is the smallest of the four (the sweep alone is close
+//                    to or below causal_low_rank on local maps, and can be slightly above it on maps
+//                    without locality).
+//
+// The iterative fits are local searches. Their values are distances to actual members, so upper
+// bounds on the true distances: tight for members of each class with moderate decays (tested),
+// looser for long strong decays, where more iterations keep improving them.
+// `tolerance`: the iterative fits stop early once a round lowers the relative error by less than it.
+// All work is float64 on the CPU; deterministic (the only random numbers come from a fixed seed).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace attnscope {
+
+struct MixerFitOptions {
+  int64_t state_size = 16;   // N: rank / state size of the low-rank, SSD and semi-separable classes
+  int64_t iterations = 50;   // rounds of the iterative fits (causal_low_rank, ssd, ssd_skip)
+  double tolerance = 1e-8;   // early stop on the decrease of the relative error per round
+};
+
+struct MixerDistances {
+  int64_t state_size = 0;
+  double toeplitz = 0, causal_low_rank = 0, retnet = 0, ssd = 0, ssd_skip = 0, semiseparable = 0;
+};
+
+// A: [L, L], causal (the part above the diagonal is ignored). Throws Error when A is not square,
+// its causal part is all zero, state_size < 1, iterations < 0 or tolerance < 0.
+MixerDistances mixer_distances(const at::Tensor& A, const MixerFitOptions& options);
+
+}  // namespace attnscope

@@ -1,0 +1,274 @@
+#include "attnscope/head_metrics.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnscope/error.h"
+
+namespace attnscope {
+namespace {
+
+constexpr char kWhere[] = "compute_head_metrics";
+
+// Where the reference is positive and the map is 0, log(map) would be -inf: read the map at this floor.
+constexpr double kLogFloor = 1e-300;
+
+std::string shape_str(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+void check_map(const char* where, const char* what, const at::Tensor& m) {
+  if (!m.defined() || m.dim() < 2 || m.size(-1) != m.size(-2))
+    fail(where, std::string(what) + " must be [..., L, L], got " + (m.defined() ? shape_str(m) : "nothing"));
+  if (!at::isFloatingType(m.scalar_type())) fail(where, std::string(what) + " must be a floating tensor");
+  if (m.size(-1) < 1) fail(where, std::string(what) + " must have L >= 1, got " + shape_str(m));
+}
+
+// Float64, contiguous, on the CPU: every metric below reads or loops over these.
+at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); }
+
+// `t` must be [..., L, x] with the same leading dimensions and L as the map [..., L, L].
+void check_rows(const at::Tensor& map, const char* what, const at::Tensor& t) {
+  if (!at::isFloatingType(t.scalar_type())) fail(kWhere, std::string(what) + " must be a floating tensor");
+  if (t.dim() != map.dim() || t.sizes().slice(0, t.dim() - 1) != map.sizes().slice(0, map.dim() - 1))
+    fail(kWhere, std::string(what) + " " + shape_str(t) + " must be [..., L, dim] matching the map " + shape_str(map));
+}
+
+// Average ranks (1-based) of x[0..n): tied values share the mean of the positions they occupy.
+void average_ranks(const double* x, int64_t n, std::vector<int64_t>& order, std::vector<double>& rank) {
+  order.resize(n);
+  rank.resize(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [x](int64_t a, int64_t b) { return x[a] < x[b]; });
+  for (int64_t p = 0; p < n;) {
+    int64_t q = p + 1;
+    while (q < n && x[order[q]] == x[order[p]]) ++q;
+    const double r = 0.5 * double(p + 1 + q);  // mean of the ranks p+1 .. q
+    for (int64_t m = p; m < q; ++m) rank[order[m]] = r;
+    p = q;
+  }
+}
+
+// Pairs a < b with w[a] > w[b] strictly, by merge sort; sorts w ascending as a side effect.
+int64_t strict_inversions(std::vector<double>& w, std::vector<double>& tmp, int64_t lo, int64_t hi) {
+  if (hi - lo < 2) return 0;
+  const int64_t mid = (lo + hi) / 2;
+  int64_t count = strict_inversions(w, tmp, lo, mid) + strict_inversions(w, tmp, mid, hi);
+  int64_t a = lo, b = mid, out = lo;
+  while (a < mid && b < hi) {
+    // An equal right element goes after the left ones: ties in weight are not discordant.
+    if (w[b] < w[a]) {
+      count += mid - a;
+      tmp[out++] = w[b++];
+    } else {
+      tmp[out++] = w[a++];
+    }
+  }
+  while (a < mid) tmp[out++] = w[a++];
+  while (b < hi) tmp[out++] = w[b++];
+  std::copy(tmp.begin() + lo, tmp.begin() + hi, w.begin() + lo);
+  return count;
+}
+
+struct RowMonotonicity {
+  bool used = false;  // false: fewer than 3 keys or all scores tied
+  double spearman = 0;
+  int64_t discordant = 0;
+  int64_t pairs = 0;  // pairs with distinct scores
+};
+
+// One row: scores s and weights w over its n keys.
+RowMonotonicity row_monotonicity(const double* s, const double* w, int64_t n, std::vector<int64_t>& order,
+                                 std::vector<double>& rs, std::vector<double>& rw, std::vector<double>& buf,
+                                 std::vector<double>& tmp) {
+  RowMonotonicity out;
+  if (n < 3) return out;
+  average_ranks(s, n, order, rs);
+
+  // Pairs with distinct scores: all pairs less those inside groups of tied scores.
+  int64_t pairs = n * (n - 1) / 2;
+  for (int64_t p = 0; p < n;) {
+    int64_t q = p + 1;
+    while (q < n && s[order[q]] == s[order[p]]) ++q;
+    pairs -= (q - p) * (q - p - 1) / 2;
+    p = q;
+  }
+  if (pairs == 0) return out;  // every score tied: nothing to be monotone in
+  out.used = true;
+  out.pairs = pairs;
+
+  // Discordant pairs: order keys by score, ties in score by weight ascending (so no pair inside a
+  // score tie counts), then count strict inversions of the weights.
+  std::sort(order.begin(), order.end(), [s, w](int64_t a, int64_t b) { return s[a] < s[b] || (s[a] == s[b] && w[a] < w[b]); });
+  buf.resize(n);
+  tmp.resize(n);
+  for (int64_t m = 0; m < n; ++m) buf[m] = w[order[m]];
+  out.discordant = strict_inversions(buf, tmp, 0, n);
+
+  average_ranks(w, n, order, rw);
+  // Ranks are integers or halves and the mean (n+1)/2 is exact, so the sums below are exact; for
+  // identical rank vectors sxy == sxx == syy and sxy / sqrt(sxx * syy) is exactly 1.
+  const double mean = 0.5 * double(n + 1);
+  double sxx = 0, syy = 0, sxy = 0;
+  for (int64_t m = 0; m < n; ++m) {
+    const double a = rs[m] - mean, b = rw[m] - mean;
+    sxx += a * a;
+    syy += b * b;
+    sxy += a * b;
+  }
+  out.spearman = syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;  // weights all tied: no monotonicity
+  return out;
+}
+
+}  // namespace
+
+at::Tensor row_entropy(const at::Tensor& map) {
+  check_map("row_entropy", "map", map);
+  const at::Tensor a = map.to(at::kDouble);
+  if ((a < 0).any().item<bool>()) fail("row_entropy", "map has negative entries");
+  return -at::special_xlogy(a, a).sum(-1);  // xlogy(0, 0) = 0
+}
+
+Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
+  check_map("monotonicity", "map", map);
+  check_map("monotonicity", "scores", scores);
+  if (map.sizes() != scores.sizes())
+    fail("monotonicity", "map " + shape_str(map) + " and scores " + shape_str(scores) + " must have the same shape");
+  const int64_t L = map.size(-1);
+  const at::Tensor a = f64(map), s = f64(scores);
+  const int64_t rows = a.numel() / L;  // all rows of all sequences
+  const double* A = a.data_ptr<double>();
+  const double* S = s.data_ptr<double>();
+
+  // Row r is row i = r mod L of its sequence, with i + 1 keys at offset r * L.
+  std::vector<RowMonotonicity> per_row(rows);
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> order;
+    std::vector<double> rs, rw, buf, tmp;
+    for (int64_t r = begin; r < end; ++r)
+      per_row[r] = row_monotonicity(S + r * L, A + r * L, r % L + 1, order, rs, rw, buf, tmp);
+  });
+
+  // Reduced in row order so the result does not depend on the thread count.
+  Monotonicity out;
+  int64_t used = 0, discordant = 0, pairs = 0;
+  double spearman = 0;
+  for (const RowMonotonicity& r : per_row) {
+    if (!r.used) continue;
+    ++used;
+    spearman += r.spearman;
+    discordant += r.discordant;
+    pairs += r.pairs;
+  }
+  if (used) out.spearman = spearman / double(used);
+  if (pairs) out.discordant_fraction = double(discordant) / double(pairs);
+  return out;
+}
+
+HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
+  check_map(kWhere, "map", in.map);
+  const int64_t L = in.map.size(-1);
+  const at::Tensor a = f64(in.map);
+  if ((a < 0).any().item<bool>()) fail(kWhere, "map has negative entries");
+  HeadMetrics out;
+
+  // Entropy: every row; normalized: rows with i + 1 >= 2 keys, divided by log(i + 1).
+  const at::Tensor h = row_entropy(a).reshape({-1, L});
+  out.entropy = h.mean().item<double>();
+  if (L >= 2) {
+    const at::Tensor log_keys = at::log(at::arange(2, L + 1, h.options()));
+    out.normalized_entropy = (h.narrow(1, 1, L - 1) / log_keys).mean().item<double>();
+  }
+
+  at::Tensor q, k;
+  if (in.q.defined() || in.k.defined()) {
+    if (!in.q.defined() || !in.k.defined()) fail(kWhere, "q and k must be given together");
+    check_rows(in.map, "q", in.q);
+    check_rows(in.map, "k", in.k);
+    if (in.q.sizes() != in.k.sizes()) fail(kWhere, "q " + shape_str(in.q) + " and k " + shape_str(in.k) + " must have the same shape");
+    q = f64(in.q);
+    k = f64(in.k);
+    if (L >= 3) out.monotonicity = monotonicity(a, at::matmul(q, k.transpose(-2, -1)));
+  }
+
+  at::Tensor ref;
+  if (in.reference.defined()) {
+    check_map(kWhere, "reference", in.reference);
+    if (in.reference.sizes() != in.map.sizes())
+      fail(kWhere, "reference " + shape_str(in.reference) + " and map " + shape_str(in.map) + " must have the same shape");
+    ref = f64(in.reference);
+    if ((ref < 0).any().item<bool>()) fail(kWhere, "reference has negative entries");
+    // Per row: sum ref log ref (0 log 0 = 0) and sum ref log max(map, floor); upper-triangle
+    // entries are 0 in ref and add nothing.
+    const at::Tensor ref_log_ref = at::special_xlogy(ref, ref).sum(-1);
+    const at::Tensor ref_log_map = at::special_xlogy(ref, a.clamp_min(kLogFloor)).sum(-1);
+    out.kl = (ref_log_ref - ref_log_map).mean().item<double>();
+    out.cross_entropy = (-ref_log_map).mean().item<double>();
+  }
+
+  if (in.phi_q.defined() || in.phi_k.defined()) {
+    if (!in.phi_q.defined() || !in.phi_k.defined()) fail(kWhere, "phi_q and phi_k must be given together");
+    if (!q.defined()) fail(kWhere, "the kernel error needs q and k besides phi_q and phi_k");
+    check_rows(in.map, "phi_q", in.phi_q);
+    check_rows(in.map, "phi_k", in.phi_k);
+    if (in.phi_q.sizes() != in.phi_k.sizes())
+      fail(kWhere, "phi_q " + shape_str(in.phi_q) + " and phi_k " + shape_str(in.phi_k) + " must have the same shape");
+    if (in.kernel_pairs < 1) fail(kWhere, "kernel_pairs must be >= 1, got " + std::to_string(in.kernel_pairs));
+    const int64_t d = q.size(-1), M = in.phi_q.size(-1);
+    const at::Tensor q2 = q.reshape({-1, d}), k2 = k.reshape({-1, d});
+    const at::Tensor fq = f64(in.phi_q).reshape({-1, M}), fk = f64(in.phi_k).reshape({-1, M});
+    const int64_t T = q2.size(0) / L;
+    const int64_t per_seq = L * (L + 1) / 2, total = T * per_seq;
+
+    // Query and key row of each pair, as indices into the flattened [T * L, .] rows.
+    std::vector<int64_t> qi, kj;
+    const int64_t n = std::min(in.kernel_pairs, total);
+    qi.reserve(n);
+    kj.reserve(n);
+    auto add_pair = [&](int64_t u) {  // u-th causal pair in (sequence, i, j <= i) order
+      const int64_t t = u / per_seq, r = u % per_seq;
+      int64_t i = int64_t((std::sqrt(8.0 * double(r) + 1.0) - 1.0) / 2.0);
+      while ((i + 1) * (i + 2) / 2 <= r) ++i;  // fix the rounding of the square root
+      while (i * (i + 1) / 2 > r) --i;
+      qi.push_back(t * L + i);
+      kj.push_back(t * L + (r - i * (i + 1) / 2));
+    };
+    if (in.kernel_pairs >= total) {
+      for (int64_t u = 0; u < total; ++u) add_pair(u);
+    } else {
+      std::mt19937_64 rng(in.seed);
+      std::uniform_int_distribution<int64_t> pick(0, total - 1);
+      for (int64_t m = 0; m < n; ++m) add_pair(pick(rng));
+    }
+    const at::Tensor iq = at::tensor(qi, at::kLong), ik = at::tensor(kj, at::kLong);
+    const at::Tensor exact = at::exp((q2.index_select(0, iq) * k2.index_select(0, ik)).sum(-1) / std::sqrt(double(d)));
+    const at::Tensor approx = (fq.index_select(0, iq) * fk.index_select(0, ik)).sum(-1);
+    out.kernel_rel_error = ((approx - exact).norm() / exact.norm()).item<double>();
+  }
+
+  if (in.v.defined() && ref.defined()) {
+    check_rows(in.map, "v", in.v);
+    const at::Tensor v = f64(in.v);
+    const at::Tensor y_ref = at::matmul(ref, v);
+    out.output_rel_error = ((at::matmul(a, v) - y_ref).norm() / y_ref.norm()).item<double>();
+  }
+
+  if (in.raw_row_sums.defined()) {
+    const auto lead = in.map.sizes().slice(0, in.map.dim() - 1);
+    if (in.raw_row_sums.sizes() != lead)
+      fail(kWhere, "raw_row_sums " + shape_str(in.raw_row_sums) + " must be [..., L] matching the map " + shape_str(in.map));
+    out.nonpositive_row_sums = (f64(in.raw_row_sums) <= 0).to(at::kDouble).mean().item<double>();
+  }
+  return out;
+}
+
+}  // namespace attnscope

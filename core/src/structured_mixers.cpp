@@ -1,0 +1,337 @@
+#include "attnscope/structured_mixers.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnscope/error.h"
+
+namespace attnscope {
+namespace {
+
+constexpr char kWhere[] = "mixer_distances";
+
+// Decay rates x_m = -log a_m are capped here: a_m >= e^-50 ~ 2e-22 already cuts the matrix in two
+// for any attention-sized entries, and the cap keeps S_i - S_j (below) far from overflow.
+constexpr double kMaxRate = 50.0;
+
+// Ridge added to each row's normal equations, relative to their mean eigenvalue: rows with fewer
+// keys than N have singular Gram matrices, and this picks a small-norm solution there.
+constexpr double kRidge = 1e-12;
+
+// Toeplitz projection of the causal part: every diagonal i - j = k replaced by its mean. Also returns
+// the diagonal sums s_k, which the RetNet fit needs.
+at::Tensor toeplitz_projection(const at::Tensor& A, std::vector<double>& diag_sums) {
+  const int64_t L = A.size(0);
+  const at::Tensor idx = at::arange(L, at::kLong);
+  const at::Tensor offset = (idx.unsqueeze(1) - idx.unsqueeze(0)).clamp_min(0).flatten();  // i - j, 0 above
+  // Entries above the diagonal are 0 in A and add nothing to diagonal 0.
+  const at::Tensor sums = at::zeros({L}, A.options()).index_add_(0, offset, A.flatten());
+  const at::Tensor means = sums / (L - idx).to(at::kDouble);
+  diag_sums.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + L);
+  return means.index_select(0, offset).view({L, L}).tril();
+}
+
+struct RetNetFit {
+  double gamma = 0, c = 0;
+};
+
+// For G_ij = gamma^{i-j}: the best c = <A, G> / ||G||^2 and the square norm it explains, <A, G>^2 / ||G||^2.
+std::pair<double, double> retnet_c(const std::vector<double>& diag_sums, double gamma) {
+  const int64_t L = int64_t(diag_sums.size());
+  double ag = 0, gg = 0, p = 1;  // p = gamma^k, with 0^0 = 1
+  for (int64_t k = 0; k < L && p != 0; ++k, p *= gamma) {
+    ag += diag_sums[k] * p;
+    gg += double(L - k) * p * p;
+  }
+  return {ag / gg, ag * ag / gg};
+}
+
+// Best c gamma^{i-j}, gamma in [0, 1]. For a fixed gamma the best c is <A, G> / ||G||^2 and the
+// error is ||A||^2 - <A, G>^2 / ||G||^2, so a cheap global search maximizes <A, G>^2 / ||G||^2 from
+// the diagonal sums in O(L) per gamma: gamma = 1 - 2^-u on a grid over u in [0, 40] (gamma = 0 ..
+// 1 - 1e-12). That difference cancels near an exact fit, which would leave gamma off by ~1e-8, so the
+// refinement (golden-section search in u around the best grid point) minimizes the error summed entry
+// by entry instead, and gamma = 0 and 1 are tried as they are.
+RetNetFit fit_retnet(const at::Tensor& A, const std::vector<double>& diag_sums) {
+  const int64_t L = A.size(0);
+  const double* a = A.data_ptr<double>();
+  auto error2 = [&](double gamma) {
+    const double c = retnet_c(diag_sums, gamma).first;
+    double e = 0, p = 1;
+    for (int64_t k = 0; k < L; ++k, p *= gamma)
+      for (int64_t i = k; i < L; ++i) {
+        const double r = a[i * L + i - k] - c * p;
+        e += r * r;
+      }
+    return e;
+  };
+  auto gamma_of = [](double u) { return 1.0 - std::exp2(-u); };
+
+  constexpr double kStep = 0.05, kMaxU = 40.0;
+  double best_u = 0, best = retnet_c(diag_sums, 0.0).second;
+  for (double u = kStep; u <= kMaxU + 1e-9; u += kStep) {
+    const double e = retnet_c(diag_sums, gamma_of(u)).second;
+    if (e > best) best = e, best_u = u;
+  }
+  const double phi = 0.5 * (std::sqrt(5.0) - 1.0);
+  double lo = std::max(0.0, best_u - kStep), hi = best_u + kStep;
+  for (int it = 0; it < 80; ++it) {
+    const double u1 = hi - phi * (hi - lo), u2 = lo + phi * (hi - lo);
+    if (error2(gamma_of(u1)) < error2(gamma_of(u2))) hi = u2; else lo = u1;
+  }
+  RetNetFit fit;
+  double fit_err = 1e300;
+  for (double gamma : {gamma_of(0.5 * (lo + hi)), gamma_of(best_u), 0.0, 1.0}) {
+    const double e = error2(gamma);
+    if (e < fit_err) fit_err = e, fit.gamma = gamma;
+  }
+  fit.c = retnet_c(diag_sums, fit.gamma).first;
+  return fit;
+}
+
+// c gamma^{i-j} on and below the diagonal (0^0 = 1).
+at::Tensor retnet_matrix(const RetNetFit& fit, int64_t L) {
+  const at::Tensor idx = at::arange(L, at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor offset = (idx.unsqueeze(1) - idx.unsqueeze(0)).clamp_min(0);
+  return (fit.c * at::pow(fit.gamma, offset)).tril();
+}
+
+// The members tril(G ⊙ C B^T) (+ D I) of the low-rank and SSD classes, G_ij = prod_{m=j+1..i} a_m
+// with a_m = exp(-x_m) (x_0 is unused). All rates 0 (G = the causal mask) is the low-rank class.
+struct Fit {
+  at::Tensor C, B;  // [L, r]
+  at::Tensor x;     // [L] rates
+  double D = 0;     // skip, ssd_skip only
+  double err2 = 0;  // ||A - P||_F^2 on the causal part
+};
+
+// G_ij = exp(-(S_i - S_j)), S = cumsum(x), on and below the diagonal; 0 above.
+at::Tensor decay_matrix(const at::Tensor& x) {
+  const at::Tensor S = x.cumsum(0);
+  return at::exp(S.unsqueeze(0) - S.unsqueeze(1)).tril();  // [i][j] = exp(S_j - S_i)
+}
+
+// ||Y - G ⊙ C B^T||_F^2; Y and G are causal, so the difference is too.
+double residual2(const at::Tensor& Y, const at::Tensor& G, const at::Tensor& C, const at::Tensor& B) {
+  return (Y - G * at::matmul(C, B.t())).pow(2).sum().item<double>();
+}
+
+// The rows of `out` [L, r] that solve, each on its own, (grams_i + ridge) out_i = rhs_i, where
+// grams_i = sum over the keys (or queries) of row i of G_ij^2 w w^T is built by the recurrence
+// grams_i = a_i^2 grams_{i-1} + w_i w_i^T (forward, over the query rows) or
+// grams_j = a_{j+1}^2 grams_{j+1} + w_j w_j^T (backward, over the key columns), in O(L r^2).
+at::Tensor solve_rows(const at::Tensor& W, const at::Tensor& a2, const at::Tensor& rhs, bool forward) {
+  const int64_t L = W.size(0), r = W.size(1);
+  at::Tensor grams = at::empty({L, r, r}, W.options());
+  const double* w = W.data_ptr<double>();
+  const double* a = a2.data_ptr<double>();
+  double* g = grams.data_ptr<double>();
+  for (int64_t step = 0; step < L; ++step) {
+    const int64_t i = forward ? step : L - 1 - step;
+    const int64_t prev = forward ? i - 1 : i + 1;
+    const double decay = step == 0 ? 0.0 : (forward ? a[i] : a[i + 1]);
+    double* gi = g + i * r * r;
+    const double* gp = g + prev * r * r;
+    const double* wi = w + i * r;
+    for (int64_t p = 0; p < r; ++p)
+      for (int64_t q = 0; q < r; ++q) gi[p * r + q] = (step == 0 ? 0.0 : decay * gp[p * r + q]) + wi[p] * wi[q];
+  }
+  const at::Tensor trace = grams.diagonal(0, 1, 2).sum(-1);
+  const at::Tensor ridge = at::where(trace > 0, kRidge * trace / double(r), at::ones_like(trace));
+  grams.diagonal(0, 1, 2).add_(ridge.unsqueeze(-1));
+  return at::linalg_solve(grams, rhs.unsqueeze(-1)).squeeze(-1);
+}
+
+// One sweep of alternating least squares for min ||Y - G ⊙ C B^T||: every row of C given B (query
+// i sees keys j <= i), then every row of B given C (key j is seen by queries i >= j).
+void als_sweep(const at::Tensor& Y, const at::Tensor& G, const at::Tensor& a2, at::Tensor& C, at::Tensor& B) {
+  const at::Tensor GY = G * Y;
+  C = solve_rows(B, a2, at::matmul(GY, B), /*forward=*/true);
+  B = solve_rows(C, a2, at::matmul(GY.t(), C), /*forward=*/false);
+  // C B^T is unchanged by C_r * s, B_r / s; equal column norms keep the ridge even-handed.
+  const at::Tensor s = at::sqrt(B.norm(2, 0) / C.norm(2, 0));
+  const at::Tensor ok = at::isfinite(s) & (s > 0);
+  const at::Tensor scale = at::where(ok, s, at::ones_like(s));
+  C = (C * scale).contiguous();
+  B = (B / scale).contiguous();
+}
+
+// a_m^2 = exp(-2 x_m), the factor the Gram recurrences carry from one row to the next.
+at::Tensor decay_squares(const at::Tensor& x) { return at::exp(-2.0 * x).contiguous(); }
+
+// Projected gradient step on the rates with C, B fixed, backtracking until the error drops.
+// d err2 / d x_m = sum over j < m <= i of 2 R_ij P_ij G_ij (R the residual, P = C B^T), summed by a
+// suffix sum over rows and a prefix sum over columns. `eta` carries the step size between calls.
+void decay_step(const at::Tensor& Y, Fit& fit, double& eta) {
+  const int64_t L = Y.size(0);
+  if (L < 2) return;
+  const at::Tensor P = at::matmul(fit.C, fit.B.t());
+  const at::Tensor G = decay_matrix(fit.x);
+  const at::Tensor H = 2.0 * (Y - G * P) * P * G;
+  const at::Tensor below = H.flip(0).cumsum(0).flip(0).cumsum(1);  // [m, j]: sum_{i >= m, j' <= j}
+  const at::Tensor grad = at::cat({at::zeros({1}, Y.options()), below.diagonal(-1)});
+  const double gmax = grad.abs().max().item<double>();
+  if (!(gmax > 0) || !std::isfinite(gmax)) return;
+  if (eta <= 0) eta = 0.1 / gmax;  // first step moves a rate by at most 0.1
+  for (int tries = 0; tries < 12; ++tries, eta *= 0.25) {
+    at::Tensor x = (fit.x - eta * grad).clamp(0.0, kMaxRate);
+    x[0] = 0.0;
+    const double e = (Y - decay_matrix(x) * P).pow(2).sum().item<double>();
+    if (e < fit.err2) {
+      fit.x = x;
+      fit.err2 = e;
+      eta *= 2.0;
+      return;
+    }
+  }
+}
+
+// Causal low-rank: truncated SVD of tril(A), then ALS sweeps with G = the causal mask.
+Fit fit_low_rank(const at::Tensor& A, int64_t r, const MixerFitOptions& o, double norm2) {
+  const int64_t L = A.size(0);
+  const auto svd = at::linalg_svd(A, /*full_matrices=*/false);
+  const at::Tensor root = at::sqrt(std::get<1>(svd).narrow(0, 0, r));
+  Fit fit;
+  fit.C = (std::get<0>(svd).narrow(1, 0, r) * root).contiguous();
+  fit.B = (std::get<2>(svd).narrow(0, 0, r).t() * root).contiguous();
+  fit.x = at::zeros({L}, A.options());
+  const at::Tensor G = at::ones({L, L}, A.options()).tril();
+  const at::Tensor a2 = at::ones({L}, A.options());
+  fit.err2 = residual2(A, G, fit.C, fit.B);
+  Fit best = fit;
+  for (int64_t it = 0; it < o.iterations; ++it) {
+    als_sweep(A, G, a2, fit.C, fit.B);
+    const double before = fit.err2;
+    fit.err2 = residual2(A, G, fit.C, fit.B);
+    if (fit.err2 < best.err2) best = fit;
+    if (std::sqrt(before / norm2) - std::sqrt(fit.err2 / norm2) <= o.tolerance) break;
+  }
+  return best;
+}
+
+// SSD rounds from `fit`: ALS for C and B, a step on the rates and, with `skip`, the closed-form D
+// (the mean over the diagonal of A_ii - C_i.B_i, since G_ii = 1). Returns the best state seen.
+Fit fit_ssd(const at::Tensor& A, Fit fit, bool skip, const MixerFitOptions& o, double norm2) {
+  const int64_t L = A.size(0);
+  const at::Tensor eye = at::eye(L, A.options());
+  Fit best = fit;
+  double eta = 0;
+  for (int64_t it = 0; it < o.iterations; ++it) {
+    const double before = fit.err2;
+    const at::Tensor Y = skip ? A - fit.D * eye : A;
+    als_sweep(Y, decay_matrix(fit.x), decay_squares(fit.x), fit.C, fit.B);
+    fit.err2 = residual2(Y, decay_matrix(fit.x), fit.C, fit.B);
+    decay_step(Y, fit, eta);
+    if (skip) {
+      fit.D = (A.diagonal() - (fit.C * fit.B).sum(1)).mean().item<double>();
+      fit.err2 = residual2(A - fit.D * eye, decay_matrix(fit.x), fit.C, fit.B);
+    }
+    if (fit.err2 < best.err2) best = fit;
+    if (std::sqrt(before / norm2) - std::sqrt(fit.err2 / norm2) <= o.tolerance) break;
+  }
+  return best;
+}
+
+// The RetNet fit c gamma^{i-j} as an SSD member: a_m = gamma, C.B = c. The other state components
+// start at 0 in C and small fixed-seed noise in B, so C.B stays c exactly and the first ALS step can
+// grow them.
+Fit ssd_from_retnet(const at::Tensor& A, const RetNetFit& rn, int64_t r) {
+  const int64_t L = A.size(0);
+  Fit fit;
+  const double root = std::sqrt(std::abs(rn.c));
+  fit.C = at::zeros({L, r}, A.options());
+  fit.C.select(1, 0).fill_(rn.c < 0 ? -root : root);
+  at::Generator gen = at::detail::createCPUGenerator(0);
+  fit.B = at::randn({L, r}, gen, A.options()) * (1e-2 * root + 1e-30);
+  fit.B.select(1, 0).fill_(root);
+  const double rate = rn.gamma > 0 ? std::min(-std::log(rn.gamma), kMaxRate) : kMaxRate;
+  fit.x = at::full({L}, rate, A.options());
+  fit.x[0] = 0.0;
+  fit.err2 = residual2(A, decay_matrix(fit.x), fit.C, fit.B);
+  return fit;
+}
+
+// Where the SSD fit starts: the best of the low-rank fit (all a_m = 1) and constant decays a_m = gamma
+// with C.B = c(gamma) -- the RetNet fit and gamma = 1 - 2^-k (decay lengths 2, 4, .. up to about L)
+// -- each of the latter after kStartSweeps ALS sweeps, which grow the rest of the state.
+constexpr int kStartSweeps = 3;
+
+Fit ssd_start(const at::Tensor& A, int64_t r, const Fit& low_rank, const RetNetFit& retnet,
+              const std::vector<double>& diag_sums) {
+  const int64_t L = A.size(0);
+  std::vector<RetNetFit> decays = {retnet};
+  for (int64_t k = 1; (int64_t(1) << (k - 1)) < L; ++k) {
+    const double gamma = 1.0 - std::exp2(-double(k));
+    decays.push_back({gamma, retnet_c(diag_sums, gamma).first});
+  }
+  Fit best = low_rank;
+  for (const RetNetFit& decay : decays) {
+    Fit fit = ssd_from_retnet(A, decay, r);
+    const at::Tensor G = decay_matrix(fit.x), a2 = decay_squares(fit.x);
+    for (int s = 0; s < kStartSweeps; ++s) als_sweep(A, G, a2, fit.C, fit.B);
+    fit.err2 = residual2(A, G, fit.C, fit.B);
+    if (fit.err2 < best.err2) best = fit;
+  }
+  return best;
+}
+
+// Paper 003 Algorithm 1, one sweep (see the header).
+at::Tensor semiseparable_sweep(const at::Tensor& A, int64_t n) {
+  const int64_t L = A.size(0);
+  at::Tensor M = A.clone();
+  for (int64_t k = 1; k < L; ++k) {
+    if (std::min(L - k, k) <= n) continue;  // rank <= n already
+    at::Tensor H = M.narrow(0, k, L - k).narrow(1, 0, k);
+    const auto svd = at::linalg_svd(H, /*full_matrices=*/false);
+    H.copy_(at::matmul(std::get<0>(svd).narrow(1, 0, n) * std::get<1>(svd).narrow(0, 0, n),
+                       std::get<2>(svd).narrow(0, 0, n)));
+  }
+  return M;
+}
+
+}  // namespace
+
+MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o) {
+  if (!A_in.defined() || A_in.dim() != 2 || A_in.size(0) != A_in.size(1) || A_in.size(0) < 1)
+    fail(kWhere, "A must be a square [L, L] matrix");
+  if (!at::isFloatingType(A_in.scalar_type())) fail(kWhere, "A must be a floating tensor");
+  if (o.state_size < 1) fail(kWhere, "state_size must be >= 1, got " + std::to_string(o.state_size));
+  if (o.iterations < 0) fail(kWhere, "iterations must be >= 0, got " + std::to_string(o.iterations));
+  if (!(o.tolerance >= 0)) fail(kWhere, "tolerance must be >= 0");
+  const at::Tensor A = A_in.to(at::kCPU, at::kDouble).tril().contiguous();
+  const double norm2 = A.pow(2).sum().item<double>();
+  if (!(norm2 > 0) || !std::isfinite(norm2)) fail(kWhere, "the causal part of A must be finite and not all zero");
+  const int64_t L = A.size(0);
+  const int64_t r = std::min(o.state_size, L);  // rank L already covers every causal matrix
+  auto rel = [&](double err2) { return std::sqrt(std::max(err2, 0.0) / norm2); };
+
+  MixerDistances out;
+  out.state_size = o.state_size;
+
+  std::vector<double> diag_sums;
+  out.toeplitz = rel((A - toeplitz_projection(A, diag_sums)).pow(2).sum().item<double>());
+
+  const RetNetFit retnet = fit_retnet(A, diag_sums);
+  out.retnet = rel((A - retnet_matrix(retnet, L)).pow(2).sum().item<double>());
+
+  const Fit low_rank = fit_low_rank(A, r, o, norm2);
+  out.causal_low_rank = rel(low_rank.err2);
+
+  const Fit ssd = fit_ssd(A, ssd_start(A, r, low_rank, retnet, diag_sums), false, o, norm2);
+  out.ssd = rel(ssd.err2);
+  const Fit ssd_skip = fit_ssd(A, ssd, true, o, norm2);
+  out.ssd_skip = rel(ssd_skip.err2);
+
+  // The fits above are semi-separable of order N too (every block strictly below the diagonal of
+  // tril(G ⊙ C B^T) + D I has rank <= N), so the heuristic's result competes with them.
+  const double sweep = rel((A - semiseparable_sweep(A, o.state_size)).pow(2).sum().item<double>());
+  out.semiseparable = std::min({sweep, out.causal_low_rank, out.ssd, out.ssd_skip});
+  return out;
+}
+
+}  // namespace attnscope
