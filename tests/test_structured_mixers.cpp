@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -216,17 +215,13 @@ TEST(StructuredMixers, LowRankImprovesWithStateSize) {
   EXPECT_EQ(n32.retnet, n4.retnet);
 }
 
-TEST(StructuredMixers, Length256State16Timing) {
+// A realistic size (L = 256, N = 16): every distance in (0, 1] and the class containments hold.
+// Its speed is measured by tests/bench/bench_analysis.cpp, not here.
+TEST(StructuredMixers, Length256State16KeepsTheContainments) {
   const at::Tensor A = attention_map(256, 64, 14, 0.05);
-  const auto start = std::chrono::steady_clock::now();
   const MixerDistances m = mixer_distances(A, {16, 50, 1e-8});
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("mixer_distances L=256 N=16: %.3f s  toeplitz %.4f  low-rank %.4f  retnet %.4f  ssd %.4f  "
-              "ssd+D %.4f  semi-separable %.4f\n",
-              seconds, m.toeplitz, m.causal_low_rank, m.retnet, m.ssd, m.ssd_skip, m.semiseparable);
   expect_all_in_unit_interval(m);
   expect_containments(m);
-  EXPECT_LT(seconds, 30.0);  // a generous bound for a shared machine; about 1 s is expected
 }
 
 TEST(StructuredMixers, RejectsBadInput) {
