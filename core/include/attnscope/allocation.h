@@ -1,0 +1,50 @@
+// Feature dimensions per layer (or head) under a cost budget: Algorithm 1 of paper 000 and the
+// variants of SPEC section 5.
+//
+//   N_s = max_h DoF_{s,h}                      the layer's DoF
+//   fix       M_s = C
+//   dof       M_s = round(C N_s / mean_s N_s)  mean cost C up to rounding
+//   dof-clip  the dof dimensions clamped to at most head_dim, with no redistribution: the mean cost
+//             falls below C (the paper's DoF + Clip)
+//   per-head  M_{s,h} = round(C DoF_{s,h} / mean over all heads of DoF): the same total budget
+//             spread over heads (the paper's stated future work)
+//
+// Every dimension is at least 1; with multiple > 1 every one is rounded to the nearest multiple
+// (at least `multiple`) instead of the nearest integer. An all-zero DoF table is refused rather than
+// silently replaced by `fix`: the exp kernel's Gram has a positive diagonal, so a zero DoF everywhere
+// means the input is broken.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnscope {
+
+enum class AllocStrategy { Fix, Dof, DofClip, PerHead };
+AllocStrategy parse_alloc_strategy(const std::string& name);  // fix|dof|dof-clip|per-head; else Error
+const char* alloc_strategy_name(AllocStrategy s);
+
+struct AllocOptions {
+  AllocStrategy strategy = AllocStrategy::Dof;
+  int64_t budget = 64;    // C, the mean feature dimension of the fixed baseline
+  int64_t head_dim = 64;  // d, the dof-clip cap
+  int64_t multiple = 1;   // round every dimension to a multiple of this (8 suits tensor cores)
+};
+
+struct Allocation {
+  AllocStrategy strategy = AllocStrategy::Dof;
+  int64_t budget = 0;
+  int64_t multiple = 1;
+  std::vector<std::vector<int64_t>> dims;  // [S][H]: every head of a layer the same except per-head
+  std::vector<double> layer_dof;           // N_s (max over heads)
+  double mean_cost = 0;                    // mean over all heads of dims
+
+  std::vector<int64_t> layer_dims() const;  // per layer: dims[s][0], or the layer max for per-head
+};
+
+// head_dof: [S][H], finite and non-negative, every layer with the same H >= 1. Throws Error for bad
+// input (empty, ragged, NaN, negative, all zero with a DoF strategy) or options (budget < 1,
+// multiple < 1, head_dim < 1).
+Allocation allocate(const std::vector<std::vector<double>>& head_dof, const AllocOptions& options);
+
+}  // namespace attnscope

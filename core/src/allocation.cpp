@@ -1,0 +1,97 @@
+// Algorithm 1 of paper 000 and its variants; the definitions are in allocation.h.
+#include "attnscope/allocation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attnscope/error.h"
+
+namespace attnscope {
+namespace {
+
+constexpr const char* kWhere = "allocate";
+
+// The nearest integer (or multiple of m) to t, at least 1 (or m).
+int64_t round_dim(double t, int64_t m) {
+  return std::max<int64_t>(m, m * std::llround(t / double(m)));
+}
+
+}  // namespace
+
+AllocStrategy parse_alloc_strategy(const std::string& name) {
+  if (name == "fix") return AllocStrategy::Fix;
+  if (name == "dof") return AllocStrategy::Dof;
+  if (name == "dof-clip") return AllocStrategy::DofClip;
+  if (name == "per-head") return AllocStrategy::PerHead;
+  fail(kWhere, "unknown strategy '" + name + "' (valid: fix, dof, dof-clip, per-head)");
+}
+
+const char* alloc_strategy_name(AllocStrategy s) {
+  switch (s) {
+    case AllocStrategy::Fix: return "fix";
+    case AllocStrategy::Dof: return "dof";
+    case AllocStrategy::DofClip: return "dof-clip";
+    case AllocStrategy::PerHead: return "per-head";
+  }
+  return "?";
+}
+
+std::vector<int64_t> Allocation::layer_dims() const {
+  std::vector<int64_t> out;
+  for (const auto& row : dims) out.push_back(row.empty() ? 0 : *std::max_element(row.begin(), row.end()));
+  return out;
+}
+
+Allocation allocate(const std::vector<std::vector<double>>& head_dof, const AllocOptions& opt) {
+  if (opt.budget < 1) fail(kWhere, "the budget (cost C) must be at least 1, got " + std::to_string(opt.budget));
+  if (opt.multiple < 1) fail(kWhere, "the rounding multiple must be at least 1, got " + std::to_string(opt.multiple));
+  if (opt.head_dim < 1) fail(kWhere, "the head dimension must be at least 1, got " + std::to_string(opt.head_dim));
+  if (head_dof.empty()) fail(kWhere, "no layers to allocate");
+  const size_t S = head_dof.size(), H = head_dof[0].size();
+  if (H == 0) fail(kWhere, "layer 0 has no heads");
+  double total = 0;
+  for (size_t s = 0; s < S; ++s) {
+    if (head_dof[s].size() != H)
+      fail(kWhere, "layer " + std::to_string(s) + " has " + std::to_string(head_dof[s].size()) + " heads, layer 0 has " + std::to_string(H));
+    for (size_t h = 0; h < H; ++h) {
+      const double v = head_dof[s][h];
+      if (!std::isfinite(v) || v < 0)
+        fail(kWhere, "DoF of layer " + std::to_string(s) + " head " + std::to_string(h) + " is " + std::to_string(v) + " (must be finite and >= 0)");
+      total += v;
+    }
+  }
+
+  Allocation a;
+  a.strategy = opt.strategy;
+  a.budget = opt.budget;
+  a.multiple = opt.multiple;
+  for (const auto& row : head_dof) a.layer_dof.push_back(*std::max_element(row.begin(), row.end()));
+  const double C = double(opt.budget);
+  const int64_t m = opt.multiple;
+  if (opt.strategy != AllocStrategy::Fix && !(total > 0))
+    fail(kWhere, "every head has DoF 0, so there is nothing to allocate in proportion to (use --strategy fix)");
+
+  a.dims.assign(S, std::vector<int64_t>(H, 0));
+  if (opt.strategy == AllocStrategy::PerHead) {
+    const double mean = total / double(S * H);
+    for (size_t s = 0; s < S; ++s)
+      for (size_t h = 0; h < H; ++h) a.dims[s][h] = round_dim(C * head_dof[s][h] / mean, m);
+  } else {
+    double mean = 0;
+    for (double n : a.layer_dof) mean += n / double(S);
+    // The clip cap respects the rounding multiple too (the largest multiple <= d, at least m).
+    const int64_t cap = std::max<int64_t>(m, opt.head_dim / m * m);
+    for (size_t s = 0; s < S; ++s) {
+      int64_t M = opt.strategy == AllocStrategy::Fix ? round_dim(C, m) : round_dim(C * a.layer_dof[s] / mean, m);
+      if (opt.strategy == AllocStrategy::DofClip) M = std::min(M, cap);
+      std::fill(a.dims[s].begin(), a.dims[s].end(), M);
+    }
+  }
+  double cost = 0;
+  for (const auto& row : a.dims)
+    for (int64_t M : row) cost += double(M);
+  a.mean_cost = cost / double(S * H);
+  return a;
+}
+
+}  // namespace attnscope

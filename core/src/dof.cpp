@@ -1,0 +1,334 @@
+// Degrees of freedom per head: sampling, the log-domain Gram, its spectrum and DoF(lambda).
+// The method and the fast-path bounds are derived in dof.h.
+#include "attnscope/dof.h"
+
+#include <ATen/ATen.h>
+#include <lapacke.h>
+
+#include <Eigen/Core>
+#include <Spectra/MatOp/DenseSymMatProd.h>
+#include <Spectra/SymEigsSolver.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+
+#include "attnscope/capture.h"
+#include "attnscope/error.h"
+
+namespace attnscope {
+namespace {
+
+constexpr const char* kWhere = "dof";
+
+void check_lambda(double lambda) {
+  if (!(lambda > 0) || !std::isfinite(lambda))
+    fail(kWhere, "lambda must be positive and finite, got " + std::to_string(lambda));
+}
+
+void check_settings(const DofSettings& s) {
+  if (s.samples < 1) fail(kWhere, "samples (J) must be at least 1, got " + std::to_string(s.samples));
+  if (s.exact_limit < 0) fail(kWhere, "exact_limit must not be negative, got " + std::to_string(s.exact_limit));
+  if (s.top_k < 1) fail(kWhere, "top_k must be at least 1, got " + std::to_string(s.top_k));
+}
+
+// A whole-string strtod: "1e-3" yes, "1e-3x", "", " " no.
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE) return false;
+  *out = v;
+  return true;
+}
+
+// Uniform in [0, n), n >= 1, without the bias of a plain modulo (the low values of r % n would
+// come up more often when 2^64 is not a multiple of n). std::uniform_int_distribution is not used:
+// its algorithm is implementation-defined, so the same seed could draw different samples elsewhere.
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
+  const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
+  for (;;) {
+    const uint64_t r = rng();
+    if (r >= threshold) return r % n;
+  }
+}
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// All eigenvalues of the symmetric [J, J] matrix, descending. dsyevd without eigenvectors reduces
+// to tridiagonal form and runs root-free QR on it: the O(J^3) reduction dominates and is blocked
+// BLAS-3 work, which makes it faster than Eigen's unblocked SelfAdjointEigenSolver here (see
+// docs/PERFORMANCE.md). `a` is overwritten.
+std::vector<double> all_eigenvalues(std::vector<double>& a, int64_t J) {
+  std::vector<double> w(J);
+  const lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'N', 'L', lapack_int(J), a.data(), lapack_int(J), w.data());
+  if (info != 0) fail(kWhere, "LAPACK dsyevd failed (info " + std::to_string(info) + ") on a " + std::to_string(J) + "x" + std::to_string(J) + " Gram matrix");
+  std::reverse(w.begin(), w.end());
+  return w;
+}
+
+// The k largest eigenvalues, descending, by Spectra's implicitly restarted Lanczos (k < J).
+// Spectra starts from a fixed pseudo-random vector, so the result is reproducible. Returns an empty
+// vector when the solver does not converge.
+std::vector<double> top_eigenvalues(const double* a, int64_t J, int64_t k) {
+  Eigen::Map<const Eigen::MatrixXd> A(a, J, J);
+  Spectra::DenseSymMatProd<double> op(A);
+  // The usual Krylov subspace size: twice the wanted count gives quick restarts.
+  const int64_t ncv = std::min(J, std::max(2 * k + 1, k + 20));
+  Spectra::SymEigsSolver<Spectra::DenseSymMatProd<double>> eigs(op, k, ncv);
+  eigs.init();
+  eigs.compute(Spectra::SortRule::LargestAlge, /*maxit=*/1000, /*tol=*/1e-12);
+  if (eigs.info() != Spectra::CompInfo::Successful) return {};
+  const Eigen::VectorXd v = eigs.eigenvalues();  // descending for LargestAlge
+  return std::vector<double>(v.data(), v.data() + v.size());
+}
+
+}  // namespace
+
+DofNormalize parse_dof_normalize(const std::string& name) {
+  if (name == "trace") return DofNormalize::Trace;
+  if (name == "max") return DofNormalize::Max;
+  if (name == "samples") return DofNormalize::Samples;
+  if (name == "none") return DofNormalize::None;
+  fail(kWhere, "unknown normalization '" + name + "' (valid: trace, max, samples, none)");
+}
+
+const char* dof_normalize_name(DofNormalize n) {
+  switch (n) {
+    case DofNormalize::Trace: return "trace";
+    case DofNormalize::Max: return "max";
+    case DofNormalize::Samples: return "samples";
+    case DofNormalize::None: return "none";
+  }
+  return "?";
+}
+
+double parse_lambda(const std::string& text) {
+  const std::string bad = "lambda '" + text + "' ";
+  double v = 0;
+  const auto caret = text.find('^');
+  if (caret != std::string::npos) {
+    double base = 0, exponent = 0;
+    if (!parse_double(text.substr(0, caret), &base) || !parse_double(text.substr(caret + 1), &exponent))
+      fail(kWhere, bad + "is not a number (examples: 2^-8, 0.0625, 1e-3)");
+    v = std::pow(base, exponent);
+  } else if (!parse_double(text, &v)) {
+    fail(kWhere, bad + "is not a number (examples: 2^-8, 0.0625, 1e-3)");
+  }
+  if (!std::isfinite(v)) fail(kWhere, bad + "is not finite");
+  if (!(v > 0)) fail(kWhere, bad + "must be positive");
+  return v;
+}
+
+DofValue dof_at(const HeadSpectrum& sp, double lambda) {
+  check_lambda(lambda);
+  const std::vector<double>& mu = sp.eigenvalues;
+  const size_t n = mu.size();
+  // Four independent sums: without -ffast-math the compiler may not reorder one running sum, and
+  // the single chain of dependent additions would be the bottleneck of the slider.
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += mu[i] / (mu[i] + lambda);
+    a1 += mu[i + 1] / (mu[i + 1] + lambda);
+    a2 += mu[i + 2] / (mu[i + 2] + lambda);
+    a3 += mu[i + 3] / (mu[i + 3] + lambda);
+  }
+  for (; i < n; ++i) a0 += mu[i] / (mu[i] + lambda);
+  const double kept = (a0 + a1) + (a2 + a3);
+
+  const int64_t rest = sp.samples - int64_t(n);
+  if (sp.exact || rest <= 0 || n == 0) return {kept, kept, kept};
+
+  // The tail: rest eigenvalues in [0, m] with sum r (bounds derived in dof.h).
+  const double m = mu.back();
+  const double r = std::clamp(sp.trace - std::accumulate(mu.begin(), mu.end(), 0.0), 0.0, double(rest) * m);
+  auto f = [lambda](double t) { return t / (t + lambda); };
+  double tail_low = 0, tail_high = 0;
+  if (m > 0 && r > 0) {
+    const double full = std::min(std::floor(r / m), double(rest));
+    tail_low = full * f(m) + f(std::max(0.0, r - full * m));
+    tail_high = double(rest) * f(r / double(rest));
+  }
+  const double lower = kept + tail_low, upper = kept + tail_high;
+  return {0.5 * (lower + upper), lower, upper};
+}
+
+std::vector<int64_t> sample_indices(int64_t available, int64_t J, uint64_t seed) {
+  if (available < 0) fail(kWhere, "cannot sample from " + std::to_string(available) + " vectors");
+  if (J < 0) fail(kWhere, "cannot sample " + std::to_string(J) + " vectors");
+  std::vector<int64_t> pool(available);
+  std::iota(pool.begin(), pool.end(), int64_t(0));
+  if (J >= available) return pool;
+  // Partial Fisher-Yates: the first J slots become a uniform J-subset.
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < J; ++i) {
+    const int64_t j = i + int64_t(uniform_below(rng, uint64_t(available - i)));
+    std::swap(pool[i], pool[j]);
+  }
+  pool.resize(J);
+  std::sort(pool.begin(), pool.end());
+  return pool;
+}
+
+uint64_t dof_head_seed(uint64_t seed, int layer, int head) {
+  return splitmix64(splitmix64(seed) ^ (uint64_t(uint32_t(layer)) << 32 | uint32_t(head)));
+}
+
+at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
+  if (!x_in.defined() || x_in.dim() != 2 || x_in.size(0) < 1 || x_in.size(1) < 1)
+    fail(kWhere, "the sampled vectors must be [J, d] with J, d >= 1");
+  if (!at::isFloatingType(x_in.scalar_type())) fail(kWhere, "the sampled vectors must be a floating tensor");
+  const at::Tensor x = x_in.to(at::kDouble).contiguous();
+  if (!at::isfinite(x).all().item<bool>()) fail(kWhere, "the sampled vectors contain NaN or infinity");
+  const double inv_sqrt_d = 1.0 / std::sqrt(double(x.size(1)));
+  // c = max_i |x_i|^2 / sqrt d bounds every exponent (x_i.x_j <= |x_i| |x_j|), so entries are <= 1.
+  const double c = (x * x).sum(1).max().item<double>() * inv_sqrt_d;
+  at::Tensor g = at::matmul(x, x.t());
+  g.mul_(inv_sqrt_d).sub_(c).exp_();
+  if (shift) *shift = c;
+  return g;
+}
+
+HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& settings, double log_scale) {
+  check_settings(settings);
+  if (!gram.defined() || gram.dim() != 2 || gram.size(0) < 1 || gram.size(0) != gram.size(1))
+    fail(kWhere, "the Gram matrix must be square [J, J] with J >= 1");
+  if (gram.scalar_type() != at::kDouble) fail(kWhere, "the Gram matrix must be float64");
+  if (!std::isfinite(log_scale)) fail(kWhere, "the Gram's log scale is not finite");
+  const int64_t J = gram.size(0);
+  const at::Tensor g = gram.contiguous();
+  if (!at::isfinite(g).all().item<bool>()) fail(kWhere, "the Gram matrix contains NaN or infinity");
+  // Only the lower triangle is read below; a matrix that is not symmetric is a caller's mistake.
+  const double big = g.abs().max().item<double>();
+  if ((g - g.t()).abs().max().item<double>() > 1e-10 * big)
+    fail(kWhere, "the Gram matrix is not symmetric");
+  const double diag_trace = g.trace().item<double>();
+  if (!(diag_trace > 0)) fail(kWhere, "the Gram matrix has no positive diagonal (trace " + std::to_string(diag_trace) + ")");
+
+  HeadSpectrum sp;
+  sp.samples = J;
+  const int64_t k = std::min(settings.top_k, J);
+  sp.exact = J <= settings.exact_limit || k >= J;
+  std::vector<double> eig;
+  if (!sp.exact) {
+    eig = top_eigenvalues(g.data_ptr<double>(), J, k);
+    if (eig.empty()) sp.exact = true;  // Lanczos did not converge: pay for the full decomposition
+  }
+  if (sp.exact) {
+    std::vector<double> a(g.data_ptr<double>(), g.data_ptr<double>() + J * J);
+    eig = all_eigenvalues(a, J);
+  }
+  // A positive semi-definite matrix: negative eigenvalues are rounding noise around zero.
+  for (double& e : eig) e = std::max(e, 0.0);
+
+  // Sigma = exp(log_scale) gram / n; `scale` is the factor from the gram's eigenvalues to Sigma's.
+  double log_factor = 0;
+  switch (settings.normalize) {
+    case DofNormalize::Trace: log_factor = -std::log(diag_trace); break;  // exp(log_scale) cancels
+    case DofNormalize::Max:
+      if (!(eig.front() > 0)) fail(kWhere, "the Gram matrix has no positive eigenvalue to normalize by");
+      log_factor = -std::log(eig.front());
+      break;
+    case DofNormalize::Samples: log_factor = log_scale - std::log(double(J)); break;
+    case DofNormalize::None: log_factor = log_scale; break;
+  }
+  const double scale = std::exp(log_factor);
+  // The largest eigenvalue is at most J times the largest entry; check Sigma's scale fits.
+  if (!(scale > 0) || !std::isfinite(scale) || !std::isfinite(scale * std::max(eig.front(), diag_trace)))
+    fail(kWhere, std::string("normalization '") + dof_normalize_name(settings.normalize) +
+                     "' overflows a double: the kernel's scale is exp(" + std::to_string(log_scale) +
+                     ") (max |x|^2 / sqrt(d)); use --normalize trace (or max), which is scale-invariant");
+  for (double& e : eig) e *= scale;
+  sp.trace = sp.exact ? std::accumulate(eig.begin(), eig.end(), 0.0) : diag_trace * scale;
+  sp.eigenvalues = std::move(eig);
+  return sp;
+}
+
+HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSettings& settings, uint64_t head_seed) {
+  check_settings(settings);
+  if (!q.defined() || !k.defined() || q.dim() != 2 || k.dim() != 2 || q.size(1) != k.size(1) || q.size(1) < 1)
+    fail(kWhere, "queries and keys must be [N, d] with the same d >= 1");
+  const int64_t nq = q.size(0), available = nq + k.size(0);
+  if (available < 1) fail(kWhere, "the head has no query or key vectors");
+  const std::vector<int64_t> idx = sample_indices(available, settings.samples, head_seed);
+  // idx is sorted, so the queries come first: the pooled order [q; k] is kept.
+  std::vector<int64_t> qi, ki;
+  for (int64_t i : idx) (i < nq ? qi : ki).push_back(i < nq ? i : i - nq);
+  const at::Tensor x = at::cat({q.index_select(0, at::tensor(qi, at::kLong)).to(at::kDouble),
+                                k.index_select(0, at::tensor(ki, at::kLong)).to(at::kDouble)});
+  double c = 0;
+  const at::Tensor g = shifted_gram(x, &c);
+  return spectrum_of_gram(g, settings, c);
+}
+
+const HeadSpectrum& DofSpectra::head(int s, int h) const {
+  if (s < 0 || s >= num_layers || h < 0 || h >= num_heads ||
+      heads.size() != size_t(num_layers) * size_t(num_heads))
+    fail(kWhere, "no head (" + std::to_string(s) + ", " + std::to_string(h) + ") in spectra of " +
+                     std::to_string(num_layers) + " layers x " + std::to_string(num_heads) + " heads");
+  return heads[size_t(s) * num_heads + h];
+}
+
+DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& settings, const ProgressFn& progress) {
+  check_settings(settings);
+  DofSpectra out;
+  out.settings = settings;
+  out.capture_dir = store.dir();
+  out.num_layers = store.num_layers();
+  out.num_heads = store.num_heads();
+  out.head_dim = store.head_dim();
+  const nlohmann::json man = nlohmann::json::parse(store.manifest_json(), nullptr, false);
+  if (man.is_object() && man.contains("model") && man["model"].is_object())
+    out.model = man["model"].value("path", std::string());
+
+  const int S = out.num_layers, H = out.num_heads;
+  const int64_t d = out.head_dim;
+  out.heads.reserve(size_t(S) * H);
+  for (int s = 0; s < S; ++s) {
+    const at::Tensor q = store.layer_tensor(s, "q"), k = store.layer_tensor(s, "k");  // [T, H, L, d]
+    for (int h = 0; h < H; ++h) {
+      if (progress)
+        progress(double(s * H + h) / (S * H),
+                 "layer " + std::to_string(s + 1) + "/" + std::to_string(S) + " head " + std::to_string(h + 1) + "/" + std::to_string(H));
+      out.heads.push_back(head_spectrum(q.select(1, h).reshape({-1, d}), k.select(1, h).reshape({-1, d}), settings,
+                                        dof_head_seed(settings.seed, s, h)));
+    }
+  }
+  if (progress) progress(1.0, "done");
+  return out;
+}
+
+std::vector<std::vector<DofValue>> head_dofs(const DofSpectra& spectra, double lambda) {
+  check_lambda(lambda);
+  std::vector<std::vector<DofValue>> out(spectra.num_layers);
+  for (int s = 0; s < spectra.num_layers; ++s)
+    for (int h = 0; h < spectra.num_heads; ++h) out[s].push_back(dof_at(spectra.head(s, h), lambda));
+  return out;
+}
+
+std::vector<DofValue> layer_dofs(const DofSpectra& spectra, double lambda) {
+  std::vector<DofValue> out;
+  for (const auto& row : head_dofs(spectra, lambda)) {
+    DofValue m;
+    for (const DofValue& v : row) {
+      m.value = std::max(m.value, v.value);
+      m.lower = std::max(m.lower, v.lower);
+      m.upper = std::max(m.upper, v.upper);
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace attnscope

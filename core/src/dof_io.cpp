@@ -1,0 +1,127 @@
+// DoF spectra on disk: one safetensors file, so any safetensors tool can read the eigenvalues.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/dof.h"
+#include "attnscope/error.h"
+#include "attnscope/safetensors.h"
+
+namespace attnscope {
+namespace {
+
+constexpr const char* kFormat = "attnscope.dof_spectra";
+constexpr const char* kVersion = "1";
+
+std::string eig_name(int s, int h) {
+  return "layer_" + std::to_string(s) + ".head_" + std::to_string(h) + ".eigenvalues";
+}
+
+// A tensor that must exist with this dtype and shape.
+at::Tensor expect(const SafetensorsFile& f, const std::string& name, at::ScalarType type,
+                  const std::vector<int64_t>& shape) {
+  if (!f.contains(name)) fail(f.path(), "not a complete DoF spectra file: no tensor '" + name + "'");
+  at::Tensor t = f.tensor(name);
+  if (t.scalar_type() != type) fail(f.path(), "tensor '" + name + "' has the wrong dtype");
+  if (!shape.empty() && t.sizes().vec() != shape) fail(f.path(), "tensor '" + name + "' has the wrong shape");
+  return t;
+}
+
+}  // namespace
+
+void save_spectra(const std::string& path, const DofSpectra& sp) {
+  const int S = sp.num_layers, H = sp.num_heads;
+  if (S < 1 || H < 1 || sp.heads.size() != size_t(S) * size_t(H))
+    fail(path, "cannot save DoF spectra: " + std::to_string(sp.heads.size()) + " heads for " +
+                   std::to_string(S) + " layers x " + std::to_string(H) + " heads");
+  NamedTensors tensors;
+  at::Tensor trace = at::empty({S, H}, at::kDouble), samples = at::empty({S, H}, at::kLong),
+             exact = at::empty({S, H}, at::kBool);
+  for (int s = 0; s < S; ++s)
+    for (int h = 0; h < H; ++h) {
+      const HeadSpectrum& hs = sp.head(s, h);
+      tensors.emplace_back(eig_name(s, h), at::tensor(hs.eigenvalues, at::kDouble));
+      trace[s][h] = hs.trace;
+      samples[s][h] = hs.samples;
+      exact[s][h] = hs.exact;
+    }
+  tensors.emplace_back("trace", trace);
+  tensors.emplace_back("samples", samples);
+  tensors.emplace_back("exact", exact);
+
+  const nlohmann::json settings = {{"samples", sp.settings.samples},
+                                   {"normalize", dof_normalize_name(sp.settings.normalize)},
+                                   {"seed", sp.settings.seed},
+                                   {"exact_limit", sp.settings.exact_limit},
+                                   {"top_k", sp.settings.top_k}};
+  write_safetensors(path, tensors,
+                    {{"format", kFormat},
+                     {"version", kVersion},
+                     {"settings", settings.dump()},
+                     {"capture_dir", sp.capture_dir},
+                     {"model", sp.model},
+                     {"num_layers", std::to_string(S)},
+                     {"num_heads", std::to_string(H)},
+                     {"head_dim", std::to_string(sp.head_dim)}});
+}
+
+DofSpectra load_spectra(const std::string& path) {
+  const SafetensorsFile f(path);  // missing, truncated or malformed files fail here, naming the path
+  const auto& meta = f.metadata();
+  auto get = [&](const char* key) -> const std::string& {
+    const auto it = meta.find(key);
+    if (it == meta.end()) fail(path, std::string("not a DoF spectra file (no '") + key + "' in its metadata)");
+    return it->second;
+  };
+  if (get("format") != kFormat) fail(path, "not a DoF spectra file (format '" + get("format") + "')");
+  if (get("version") != kVersion) fail(path, "DoF spectra version '" + get("version") + "' is not supported");
+
+  DofSpectra sp;
+  try {
+    sp.num_layers = std::stoi(get("num_layers"));
+    sp.num_heads = std::stoi(get("num_heads"));
+    sp.head_dim = std::stoll(get("head_dim"));
+    const nlohmann::json j = nlohmann::json::parse(get("settings"));
+    sp.settings.samples = j.at("samples").get<int64_t>();
+    sp.settings.normalize = parse_dof_normalize(j.at("normalize").get<std::string>());
+    sp.settings.seed = j.at("seed").get<uint64_t>();
+    sp.settings.exact_limit = j.at("exact_limit").get<int64_t>();
+    sp.settings.top_k = j.at("top_k").get<int64_t>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(path, std::string("malformed DoF spectra metadata: ") + e.what());
+  }
+  sp.capture_dir = get("capture_dir");
+  sp.model = get("model");
+  const int S = sp.num_layers, H = sp.num_heads;
+  if (S < 1 || H < 1 || sp.head_dim < 1) fail(path, "DoF spectra metadata has a non-positive shape");
+
+  const at::Tensor trace = expect(f, "trace", at::kDouble, {S, H});
+  const at::Tensor samples = expect(f, "samples", at::kLong, {S, H});
+  const at::Tensor exact = expect(f, "exact", at::kBool, {S, H});
+  sp.heads.reserve(size_t(S) * H);
+  for (int s = 0; s < S; ++s)
+    for (int h = 0; h < H; ++h) {
+      const std::string name = eig_name(s, h);
+      const at::Tensor e = expect(f, name, at::kDouble, {}).contiguous();
+      HeadSpectrum hs;
+      hs.eigenvalues.assign(e.data_ptr<double>(), e.data_ptr<double>() + e.numel());
+      hs.trace = trace[s][h].item<double>();
+      hs.samples = samples[s][h].item<int64_t>();
+      hs.exact = exact[s][h].item<bool>();
+      // What dof_at relies on: a descending, non-negative, finite spectrum that fits its sample count.
+      const int64_t n = int64_t(hs.eigenvalues.size());
+      if (e.dim() != 1 || n < 1 || n > hs.samples || (hs.exact && n != hs.samples))
+        fail(path, "tensor '" + name + "' does not match the head's sample count");
+      if (!std::isfinite(hs.trace) || hs.trace < 0) fail(path, "head (" + std::to_string(s) + ", " + std::to_string(h) + ") has a bad trace");
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(hs.eigenvalues[i]) || hs.eigenvalues[i] < 0 || (i > 0 && hs.eigenvalues[i] > hs.eigenvalues[i - 1]))
+          fail(path, "tensor '" + name + "' is not a descending list of non-negative eigenvalues");
+      sp.heads.push_back(std::move(hs));
+    }
+  return sp;
+}
+
+}  // namespace attnscope

@@ -1,0 +1,183 @@
+// DoF spectra: what the eigendecomposition of one head's Gram costs (exact path vs plain LAPACK
+// vs Eigen vs Spectra's top-k), and what the lambda slider costs (DoF of 1000 heads at a new lambda).
+//
+// The Gram comes from random queries/keys shaped like a real model's (d = 64, a shared mean
+// direction plus a decaying spread, |x|^2 / sqrt d around 8), or from a capture:
+//   ATTNSCOPE_BENCH_CAPTURE=DIR  (layer 0, head 0; ATTNSCOPE_BENCH_LAYER / _HEAD pick another)
+// Results for this machine are in docs/PERFORMANCE.md.
+#include <benchmark/benchmark.h>
+
+#include <ATen/ATen.h>
+#include <lapacke.h>
+
+#include <Eigen/Eigenvalues>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "attnscope/capture.h"
+#include "attnscope/dof.h"
+
+using namespace attnscope;
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// J vectors [J, 64]: half "queries", half "keys", each around its own mean, with per-direction
+// spread 2 * 0.93^i so a few directions dominate, as in trained attention heads.
+at::Tensor synthetic_vectors(int64_t J) {
+  const int64_t d = 64;
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  at::Tensor spread = at::pow(at::full({d}, 0.93, at::kDouble), at::arange(d, at::kDouble)) * 2.0;
+  at::Tensor x = at::normal(0.0, 1.0, {J, d}, gen).to(at::kDouble) * spread;
+  at::Tensor mq = at::normal(0.0, 1.0, {d}, gen).to(at::kDouble), mk = at::normal(0.0, 1.0, {d}, gen).to(at::kDouble);
+  x.narrow(0, 0, J / 2) += mq * (6.0 / mq.norm().item<double>());
+  x.narrow(0, J / 2, J - J / 2) += mk * (6.0 / mk.norm().item<double>());
+  return x;
+}
+
+at::Tensor capture_vectors(const std::string& dir, int64_t J) {
+  const CaptureStore st(dir);
+  const int s = env_int("ATTNSCOPE_BENCH_LAYER", 0), h = env_int("ATTNSCOPE_BENCH_HEAD", 0);
+  const int64_t d = st.head_dim();
+  const at::Tensor x = at::cat({st.layer_tensor(s, "q").select(1, h).reshape({-1, d}),
+                                st.layer_tensor(s, "k").select(1, h).reshape({-1, d})});
+  const std::vector<int64_t> idx = sample_indices(x.size(0), J, 1);
+  return x.index_select(0, at::tensor(idx, at::kLong)).to(at::kDouble);
+}
+
+// The shifted Gram for J, made once per J.
+const at::Tensor& gram(int64_t J) {
+  static std::map<int64_t, at::Tensor> cache;
+  auto it = cache.find(J);
+  if (it == cache.end()) {
+    const char* cap = std::getenv("ATTNSCOPE_BENCH_CAPTURE");
+    it = cache.emplace(J, shifted_gram(cap ? capture_vectors(cap, J) : synthetic_vectors(J))).first;
+  }
+  return it->second;
+}
+
+std::vector<double> copy_of(const at::Tensor& g) {
+  return std::vector<double>(g.data_ptr<double>(), g.data_ptr<double>() + g.numel());
+}
+
+void BM_ShiftedGram(benchmark::State& state) {
+  const int64_t J = state.range(0);
+  const at::Tensor x = synthetic_vectors(J);
+  for (auto _ : state) benchmark::DoNotOptimize(shifted_gram(x));
+}
+
+// attnscope's exact path: checks, copy, dsyevd without eigenvectors, normalization.
+void BM_ExactPath(benchmark::State& state) {
+  const at::Tensor& g = gram(state.range(0));
+  DofSettings s;
+  s.exact_limit = g.size(0);
+  HeadSpectrum sp;
+  for (auto _ : state) sp = spectrum_of_gram(g, s);
+  state.counters["dof_2^-8"] = dof_at(sp, std::pow(2.0, -8)).value;
+}
+
+// Plain LAPACKE_dsyevd, as one would call it for the eigenpairs ('V').
+void BM_DsyevdVectors(benchmark::State& state) {
+  const at::Tensor& g = gram(state.range(0));
+  const int J = int(g.size(0));
+  std::vector<double> w(J);
+  for (auto _ : state) {
+    std::vector<double> a = copy_of(g);
+    benchmark::DoNotOptimize(LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', J, a.data(), J, w.data()));
+  }
+}
+
+// Plain LAPACKE_dsyevd for eigenvalues only ('N'): the core of the exact path.
+void BM_DsyevdValues(benchmark::State& state) {
+  const at::Tensor& g = gram(state.range(0));
+  const int J = int(g.size(0));
+  std::vector<double> w(J);
+  for (auto _ : state) {
+    std::vector<double> a = copy_of(g);
+    benchmark::DoNotOptimize(LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'N', 'L', J, a.data(), J, w.data()));
+  }
+}
+
+// Eigen's SelfAdjointEigenSolver, eigenvalues only: the alternative to dsyevd.
+void BM_EigenSolver(benchmark::State& state) {
+  const at::Tensor& g = gram(state.range(0));
+  const int J = int(g.size(0));
+  const Eigen::Map<const Eigen::MatrixXd> A(g.data_ptr<double>(), J, J);
+  for (auto _ : state) {
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(A, Eigen::EigenvaluesOnly);
+    benchmark::DoNotOptimize(es.eigenvalues().data());
+  }
+}
+
+// The fast path: Spectra's Lanczos for the top 256 eigenvalues plus the trace.
+void BM_FastPath(benchmark::State& state) {
+  const at::Tensor& g = gram(state.range(0));
+  DofSettings s;
+  s.exact_limit = 0;
+  s.top_k = 256;
+  HeadSpectrum sp;
+  for (auto _ : state) sp = spectrum_of_gram(g, s);
+  const DofValue v = dof_at(sp, std::pow(2.0, -8));
+  state.counters["exact"] = sp.exact;
+  state.counters["dof_lo_2^-8"] = v.lower;
+  state.counters["dof_hi_2^-8"] = v.upper;
+}
+
+// The lambda slider: DoF of 1000 heads at a new lambda, from kept spectra. Each head has its own
+// eigenvalues (32 MB for exact J = 4096 spectra, more than any cache), a Gram-like decay.
+void dof_at_many(benchmark::State& state, bool exact) {
+  const int64_t heads = 1000, J = 4096, kept = exact ? J : 256;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.5, 1.5);
+  std::vector<HeadSpectrum> spectra(heads);
+  for (auto& sp : spectra) {
+    const double rate = u(rng) * 0.01;
+    double total = 0;
+    for (int64_t i = 0; i < J; ++i) {
+      const double e = std::exp(-rate * double(i)) * u(rng);
+      total += e;
+      if (i < kept) sp.eigenvalues.push_back(e);
+    }
+    std::sort(sp.eigenvalues.rbegin(), sp.eigenvalues.rend());
+    for (double& e : sp.eigenvalues) e /= total;
+    sp.trace = 1.0;
+    sp.samples = J;
+    sp.exact = exact;
+  }
+  double lambda = 1e-4, sum = 0;
+  for (auto _ : state) {
+    lambda *= 1.01;  // a new lambda every time, as the slider moves
+    for (const auto& sp : spectra) sum += dof_at(sp, lambda).value;
+  }
+  benchmark::DoNotOptimize(sum);
+  state.counters["per_head_us"] = benchmark::Counter(double(heads) * 1e-6,
+                                                     benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+void BM_DofAt1000HeadsExact(benchmark::State& state) { dof_at_many(state, true); }
+void BM_DofAt1000HeadsTop256(benchmark::State& state) { dof_at_many(state, false); }
+
+}  // namespace
+
+BENCHMARK(BM_ShiftedGram)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExactPath)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExactPath)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DsyevdValues)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DsyevdValues)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DsyevdVectors)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DsyevdVectors)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenSolver)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenSolver)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FastPath)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FastPath)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DofAt1000HeadsExact)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DofAt1000HeadsTop256)->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
