@@ -21,6 +21,11 @@ int main(int argc, char** argv) {
   cli::register_eval(app);
   cli::register_capture(app);
   cli::register_pretrain(app);
+  cli::register_dof(app);
+  cli::register_allocate(app);
+  cli::register_metrics(app);
+  cli::register_maps(app);
+  cli::register_report(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif

@@ -65,7 +65,7 @@ cmake --build "$build" -j "$jobs"
 case "$mode" in
   build) ;;
   run)
-    exec "$root/packaging/main_job.sh" "$build/app/attnscope" "$root/resources" ;;
+    exec "$root/packaging/main_job.sh" "$build/app/attnscope" ;;
   test)
     # Tests run two at a time on one thread each: OpenMP threads fighting over 2 cores are slower.
     cd "$build" && OMP_NUM_THREADS=1 ctest --output-on-failure -j "$jobs" ;;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <qcustomplot.h>
 
 #include "attnscope/error.h"
@@ -80,6 +82,15 @@ bool ensure_qt(std::string* why) {
   const char* wayland = std::getenv("WAYLAND_DISPLAY");
   if (!std::getenv("QT_QPA_PLATFORM") && !(display && *display) && !(wayland && *wayland))
     setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  // Qt wants a private runtime directory and warns on every run without one (headless machines,
+  // CI); give it one under the temp dir, as it would pick itself, but silently.
+  if (!std::getenv("XDG_RUNTIME_DIR")) {
+    const std::string dir = "/tmp/runtime-" + std::to_string(getuid());
+    mkdir(dir.c_str(), 0700);
+    struct stat st{};
+    if (stat(dir.c_str(), &st) == 0 && st.st_uid == getuid() && (st.st_mode & 0077) == 0)
+      setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+  }
   static int argc = 1;
   static char name[] = "attnscope";
   static char* argv[] = {name, nullptr};

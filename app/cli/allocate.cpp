@@ -1,0 +1,84 @@
+// `attnscope allocate`: feature dimensions per layer (or head) under a budget, Algorithm 1.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "attnscope/allocation.h"
+#include "attnscope/allocation_tables.h"
+#include "attnscope/dof.h"
+#include "attnscope/error.h"
+#include "common.h"
+
+namespace attnscope::cli {
+
+void register_allocate(CLI::App& app) {
+  auto* cmd = app.add_subcommand("allocate", "Feature dimensions under a budget (Algorithm 1: fix, dof, dof-clip, per-head)");
+  auto args = std::make_shared<DofArgs>();
+  auto spectra = std::make_shared<std::string>();
+  auto capture = std::make_shared<std::string>();
+  auto budget = std::make_shared<double>(0);
+  auto strategy = std::make_shared<std::string>("dof");
+  auto multiple = std::make_shared<int>(1);
+  auto format = std::make_shared<std::string>("text");
+  auto* sp = cmd->add_option("--spectra", *spectra, "spectra saved by `attnscope dof --out`");
+  auto* cp = cmd->add_option("-c,--capture", *capture, "capture directory (computes the spectra)");
+  sp->excludes(cp);
+  args->add_to(cmd);
+  cmd->add_option("-C,--budget", *budget, "cost C: the mean feature dimension (e.g. the head dimension)")->required();
+  cmd->add_option("--strategy", *strategy, "fix | dof | dof-clip | per-head")
+      ->check(CLI::IsMember({"fix", "dof", "dof-clip", "per-head"}))->capture_default_str();
+  cmd->add_option("--multiple-of", *multiple, "round every dimension to a multiple of this")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  auto* g = cmd->add_option_group("format");
+  g->add_flag_callback("--json", [format] { *format = "json"; }, "JSON");
+  g->add_flag_callback("--markdown", [format] { *format = "markdown"; }, "Markdown tables (paper Tables 1 and 2)");
+  g->add_flag_callback("--latex", [format] { *format = "latex"; }, "LaTeX tables");
+  g->add_flag_callback("--csv", [format] { *format = "csv"; }, "CSV: layer, head, dof, dim");
+  g->require_option(0, 1);
+  cmd->callback([=] {
+    const double lambda = parse_lambda(args->lambda);
+    if (spectra->empty() && capture->empty()) fail("allocate", "give --spectra FILE or --capture DIR");
+    const DofSpectra s = spectra->empty() ? args->compute(*capture) : load_spectra(*spectra);
+    const auto hd = head_dofs(s, lambda);
+    std::vector<std::vector<double>> values(hd.size());
+    for (size_t l = 0; l < hd.size(); ++l)
+      for (const auto& v : hd[l]) values[l].push_back(v.value);
+    AllocOptions o;
+    o.strategy = parse_alloc_strategy(*strategy);
+    o.budget = *budget;
+    o.head_dim = s.head_dim;
+    o.multiple = *multiple;
+    const Allocation a = allocate(values, o);
+    const std::string model = std::filesystem::path(s.model.empty() ? s.capture_dir : s.model).filename().string();
+
+    if (*format == "json") {
+      nlohmann::ordered_json j;
+      j["lambda"] = lambda;
+      j["budget"] = *budget;
+      j["strategy"] = *strategy;
+      j["multiple_of"] = *multiple;
+      j["layer_dof"] = a.layer_dof;
+      if (o.strategy == AllocStrategy::PerHead) j["dims"] = a.dims;
+      else j["dims"] = a.layer_dims();
+      j["mean_cost"] = a.mean_cost;
+      j["head_dof"] = values;
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    if (*format == "csv") {
+      Table t;
+      t.header = {"layer", "head", "dof", "dim"};
+      for (size_t l = 0; l < values.size(); ++l)
+        for (size_t h = 0; h < values[l].size(); ++h)
+          t.add_row({std::to_string(l), std::to_string(h), fmt_number(values[l][h], 6), std::to_string(a.dims[l][h])});
+      std::cout << to_csv(t);
+      return;
+    }
+    std::vector<Table> tables = {allocation_table(model, {a}), dof_grid_table(hd, lambda)};
+    if (o.strategy == AllocStrategy::PerHead) tables.push_back(head_dims_table(a));
+    for (const Table& t : tables) std::cout << (*format == "latex" ? to_latex(t) : to_markdown(t)) << "\n";
+  });
+}
+
+}  // namespace attnscope::cli
