@@ -61,7 +61,7 @@ void BM_LinearAttentionWithFeatures(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_SoftmaxAttention)->RangeMultiplier(2)->Range(256, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_LinearAttention)->RangeMultiplier(2)->Range(256, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_LinearAttentionWithFeatures)->RangeMultiplier(2)->Range(256, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_SoftmaxAttention)->RangeMultiplier(2)->Range(32, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_LinearAttention)->RangeMultiplier(2)->Range(32, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_LinearAttentionWithFeatures)->RangeMultiplier(2)->Range(32, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_MAIN();
