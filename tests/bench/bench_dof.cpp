@@ -158,8 +158,6 @@ void dof_at_many(benchmark::State& state, bool exact) {
     for (const auto& sp : spectra) sum += dof_at(sp, lambda).value;
   }
   benchmark::DoNotOptimize(sum);
-  state.counters["per_head_us"] = benchmark::Counter(double(heads) * 1e-6,
-                                                     benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 void BM_DofAt1000HeadsExact(benchmark::State& state) { dof_at_many(state, true); }
 void BM_DofAt1000HeadsTop256(benchmark::State& state) { dof_at_many(state, false); }

@@ -24,7 +24,8 @@
 //   largest when it is spread evenly:
 //       (J - k) f(r / (J - k)),
 // which gives DofValue's certified lower and upper bounds (up to the eigensolver's tolerance);
-// its value is their midpoint, off the true DoF by at most half their gap.
+// its value is their midpoint, off the true DoF by at most half their gap. Should Lanczos not
+// converge, the head falls back to the exact path (exact = true). Timings: docs/PERFORMANCE.md.
 #pragma once
 #include <ATen/core/Tensor.h>
 
