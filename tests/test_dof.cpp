@@ -526,13 +526,12 @@ TEST(Dof, ComputeSpectraOnTinyCaptureMatchesLoops) {
   EXPECT_NE(compute_spectra(st, other).head(1, 1).eigenvalues, a.head(1, 1).eigenvalues);
 }
 
-TEST(Dof, Stories260KSpectraMatchLoops) {
-  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
-  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
-  LoadedModel m = load_model(bin);
-  const std::string dir = test::temp_dir("dof_st") + "/store";
+// A real capture: every head's trace-normalized DoF (all 2 x T x L vectors) against the loops.
+void expect_real_capture_matches_loops(const std::string& model, int seq_len) {
+  LoadedModel m = load_model(model);
+  const std::string dir = test::temp_dir("dof_real") + "/store";
   CaptureOptions o;
-  o.seq_len = 32, o.num_seqs = 3, o.seed = 2, o.batch = 3;
+  o.seq_len = seq_len, o.num_seqs = 3, o.seed = 2, o.batch = 3;
   capture_to_dir(m, sample_docs(), o, dir);
   const CaptureStore st(dir);
   const DofSpectra sp = compute_spectra(st, settings_for(DofNormalize::Trace, 1024));
@@ -542,9 +541,19 @@ TEST(Dof, Stories260KSpectraMatchLoops) {
   for (int l = 0; l < st.num_layers(); ++l)
     for (int h = 0; h < st.num_heads(); ++h) {
       const double ref = reference_dof(mu[l][h], lambda);
-      EXPECT_EQ(sp.head(l, h).samples, 192);
+      EXPECT_EQ(sp.head(l, h).samples, 2 * 3 * seq_len);
       EXPECT_NEAR(got[l][h].value, ref, tolerance(mu[l][h], lambda, ref)) << "layer " << l << " head " << h;
       EXPECT_LT(tolerance(mu[l][h], lambda, ref), 1e-8 * ref);
     }
+}
+
+TEST(Dof, Stories260KSpectraMatchLoops) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  expect_real_capture_matches_loops(bin, 32);
+}
+
+TEST(Dof, BundledModelSpectraMatchLoops) {
+  expect_real_capture_matches_loops(test::source_dir() + "/resources/models/brown-gpt2-mini", 32);
 }
 

@@ -162,6 +162,36 @@ void dof_at_many(benchmark::State& state, bool exact) {
 void BM_DofAt1000HeadsExact(benchmark::State& state) { dof_at_many(state, true); }
 void BM_DofAt1000HeadsTop256(benchmark::State& state) { dof_at_many(state, false); }
 
+// Every head of a capture (ATTNSCOPE_BENCH_CAPTURE): attnscope's compute_spectra (sampling, Gram,
+// exact eigenvalues, normalization) against the plain baseline on the same sampled vectors: the
+// shifted Gram and a full LAPACK eigendecomposition (dsyevd with eigenvectors) per head.
+void BM_CaptureAllHeads(benchmark::State& state, const std::string& dir) {
+  const CaptureStore st(dir);
+  DofSettings s;
+  s.samples = state.range(0);
+  s.exact_limit = s.samples;
+  for (auto _ : state) benchmark::DoNotOptimize(compute_spectra(st, s));
+  state.counters["heads"] = st.num_layers() * st.num_heads();
+}
+
+void BM_CaptureAllHeadsDsyevdBaseline(benchmark::State& state, const std::string& dir) {
+  const CaptureStore st(dir);
+  const int64_t J = state.range(0), d = st.head_dim();
+  for (auto _ : state) {
+    for (int l = 0; l < st.num_layers(); ++l) {
+      const at::Tensor Q = st.layer_tensor(l, "q"), K = st.layer_tensor(l, "k");
+      for (int h = 0; h < st.num_heads(); ++h) {
+        const at::Tensor x = at::cat({Q.select(1, h).reshape({-1, d}), K.select(1, h).reshape({-1, d})});
+        const auto idx = sample_indices(x.size(0), J, dof_head_seed(0, l, h));
+        std::vector<double> a = copy_of(shifted_gram(x.index_select(0, at::tensor(idx, at::kLong)).to(at::kDouble)));
+        const int n = int(idx.size());
+        std::vector<double> w(n);
+        benchmark::DoNotOptimize(LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', n, a.data(), n, w.data()));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_ShiftedGram)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
@@ -178,4 +208,19 @@ BENCHMARK(BM_FastPath)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DofAt1000HeadsExact)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DofAt1000HeadsTop256)->Unit(benchmark::kMillisecond);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // With a capture, also time every head of it at J = 1024 and 4096 (one iteration each).
+  if (const char* cap = std::getenv("ATTNSCOPE_BENCH_CAPTURE")) {
+    for (int64_t J : {1024, 4096}) {
+      benchmark::RegisterBenchmark("BM_CaptureAllHeads", BM_CaptureAllHeads, std::string(cap))
+          ->Arg(J)->Iterations(1)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark("BM_CaptureAllHeadsDsyevdBaseline", BM_CaptureAllHeadsDsyevdBaseline, std::string(cap))
+          ->Arg(J)->Iterations(1)->Unit(benchmark::kMillisecond);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
