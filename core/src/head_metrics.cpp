@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnscope/error.h"
+#include "shape_str.h"
 
 namespace attnscope {
 namespace {
@@ -20,17 +21,11 @@ constexpr char kWhere[] = "compute_head_metrics";
 // Where the reference is positive and the map is 0, log(map) would be -inf: read the map at this floor.
 constexpr double kLogFloor = 1e-300;
 
-std::string shape_str(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 void check_map(const char* where, const char* what, const at::Tensor& m) {
   if (!m.defined() || m.dim() < 2 || m.size(-1) != m.size(-2))
-    fail(where, std::string(what) + " must be [..., L, L], got " + (m.defined() ? shape_str(m) : "nothing"));
+    fail(where, std::string(what) + " must be [..., L, L], got " + (m.defined() ? shape_str(m.sizes()) : "nothing"));
   if (!at::isFloatingType(m.scalar_type())) fail(where, std::string(what) + " must be a floating tensor");
-  if (m.size(-1) < 1) fail(where, std::string(what) + " must have L >= 1, got " + shape_str(m));
+  if (m.size(-1) < 1) fail(where, std::string(what) + " must have L >= 1, got " + shape_str(m.sizes()));
 }
 
 // Float64, contiguous, on the CPU: every metric below reads or loops over these.
@@ -40,7 +35,7 @@ at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contigu
 void check_rows(const at::Tensor& map, const char* what, const at::Tensor& t) {
   if (!at::isFloatingType(t.scalar_type())) fail(kWhere, std::string(what) + " must be a floating tensor");
   if (t.dim() != map.dim() || t.sizes().slice(0, t.dim() - 1) != map.sizes().slice(0, map.dim() - 1))
-    fail(kWhere, std::string(what) + " " + shape_str(t) + " must be [..., L, dim] matching the map " + shape_str(map));
+    fail(kWhere, std::string(what) + " " + shape_str(t.sizes()) + " must be [..., L, dim] matching the map " + shape_str(map.sizes()));
 }
 
 // Average ranks (1-based) of x[0..n): tied values share the mean of the positions they occupy.
@@ -142,7 +137,7 @@ Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
   check_map("monotonicity", "map", map);
   check_map("monotonicity", "scores", scores);
   if (map.sizes() != scores.sizes())
-    fail("monotonicity", "map " + shape_str(map) + " and scores " + shape_str(scores) + " must have the same shape");
+    fail("monotonicity", "map " + shape_str(map.sizes()) + " and scores " + shape_str(scores.sizes()) + " must have the same shape");
   const int64_t L = map.size(-1);
   const at::Tensor a = f64(map), s = f64(scores);
   const int64_t rows = a.numel() / L;  // all rows of all sequences
@@ -194,7 +189,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     if (!in.q.defined() || !in.k.defined()) fail(kWhere, "q and k must be given together");
     check_rows(in.map, "q", in.q);
     check_rows(in.map, "k", in.k);
-    if (in.q.sizes() != in.k.sizes()) fail(kWhere, "q " + shape_str(in.q) + " and k " + shape_str(in.k) + " must have the same shape");
+    if (in.q.sizes() != in.k.sizes()) fail(kWhere, "q " + shape_str(in.q.sizes()) + " and k " + shape_str(in.k.sizes()) + " must have the same shape");
     q = f64(in.q);
     k = f64(in.k);
     if (L >= 3) out.monotonicity = monotonicity(a, at::matmul(q, k.transpose(-2, -1)));
@@ -204,7 +199,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   if (in.reference.defined()) {
     check_map(kWhere, "reference", in.reference);
     if (in.reference.sizes() != in.map.sizes())
-      fail(kWhere, "reference " + shape_str(in.reference) + " and map " + shape_str(in.map) + " must have the same shape");
+      fail(kWhere, "reference " + shape_str(in.reference.sizes()) + " and map " + shape_str(in.map.sizes()) + " must have the same shape");
     ref = f64(in.reference);
     if ((ref < 0).any().item<bool>()) fail(kWhere, "reference has negative entries");
     // Per row: sum ref log ref (0 log 0 = 0) and sum ref log max(map, floor); upper-triangle
@@ -221,7 +216,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     check_rows(in.map, "phi_q", in.phi_q);
     check_rows(in.map, "phi_k", in.phi_k);
     if (in.phi_q.sizes() != in.phi_k.sizes())
-      fail(kWhere, "phi_q " + shape_str(in.phi_q) + " and phi_k " + shape_str(in.phi_k) + " must have the same shape");
+      fail(kWhere, "phi_q " + shape_str(in.phi_q.sizes()) + " and phi_k " + shape_str(in.phi_k.sizes()) + " must have the same shape");
     if (in.kernel_pairs < 1) fail(kWhere, "kernel_pairs must be >= 1, got " + std::to_string(in.kernel_pairs));
     const int64_t d = q.size(-1), M = in.phi_q.size(-1);
     const at::Tensor q2 = q.reshape({-1, d}), k2 = k.reshape({-1, d});
@@ -265,7 +260,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   if (in.raw_row_sums.defined()) {
     const auto lead = in.map.sizes().slice(0, in.map.dim() - 1);
     if (in.raw_row_sums.sizes() != lead)
-      fail(kWhere, "raw_row_sums " + shape_str(in.raw_row_sums) + " must be [..., L] matching the map " + shape_str(in.map));
+      fail(kWhere, "raw_row_sums " + shape_str(in.raw_row_sums.sizes()) + " must be [..., L] matching the map " + shape_str(in.map.sizes()));
     out.nonpositive_row_sums = (f64(in.raw_row_sums) <= 0).to(at::kDouble).mean().item<double>();
   }
   return out;

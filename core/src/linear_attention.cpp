@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnscope/error.h"
+#include "shape_str.h"
 
 namespace attnscope {
 namespace {
@@ -17,23 +18,17 @@ namespace {
 // that the C x C block inside a chunk stays cheap next to the O(L M d_v) running sums.
 constexpr int64_t kChunk = 64;
 
-std::string shape_str(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 void check_sequence(const char* where, const char* what, const at::Tensor& t) {
-  if (!t.defined() || t.dim() < 2) fail(where, std::string(what) + " must be [..., L, dim], got " + (t.defined() ? shape_str(t) : "nothing"));
+  if (!t.defined() || t.dim() < 2) fail(where, std::string(what) + " must be [..., L, dim], got " + (t.defined() ? shape_str(t.sizes()) : "nothing"));
   if (!at::isFloatingType(t.scalar_type())) fail(where, std::string(what) + " must be a floating tensor");
-  if (t.size(-2) < 1) fail(where, std::string(what) + " must hold at least one token, got " + shape_str(t));
+  if (t.size(-2) < 1) fail(where, std::string(what) + " must hold at least one token, got " + shape_str(t.sizes()));
 }
 
 // The two operands must agree in everything but (possibly) the last dimension.
 void check_same_rows(const char* where, const char* a_name, const at::Tensor& a, const char* b_name,
                      const at::Tensor& b) {
   if (a.dim() != b.dim() || a.sizes().slice(0, a.dim() - 1) != b.sizes().slice(0, b.dim() - 1))
-    fail(where, std::string(a_name) + " " + shape_str(a) + " and " + b_name + " " + shape_str(b) +
+    fail(where, std::string(a_name) + " " + shape_str(a.sizes()) + " and " + b_name + " " + shape_str(b.sizes()) +
                     " must have the same leading dimensions and L");
 }
 
@@ -47,7 +42,7 @@ at::Tensor causal_mask(int64_t L, const at::Device& device) {
 at::Tensor softmax_map(const at::Tensor& q, const at::Tensor& k) {
   check_sequence("softmax_map", "q", q);
   check_sequence("softmax_map", "k", k);
-  if (q.sizes() != k.sizes()) fail("softmax_map", "q " + shape_str(q) + " and k " + shape_str(k) + " must have the same shape");
+  if (q.sizes() != k.sizes()) fail("softmax_map", "q " + shape_str(q.sizes()) + " and k " + shape_str(k.sizes()) + " must have the same shape");
   const at::Tensor kk = k.to(q.scalar_type());
   const at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
   const at::Tensor masked = scores.masked_fill(causal_mask(q.size(-2), q.device()).logical_not(),
@@ -66,7 +61,7 @@ LinearMap linear_map(const at::Tensor& phi_q, const at::Tensor& phi_k) {
   check_sequence("linear_map", "phi_q", phi_q);
   check_sequence("linear_map", "phi_k", phi_k);
   if (phi_q.sizes() != phi_k.sizes())
-    fail("linear_map", "phi_q " + shape_str(phi_q) + " and phi_k " + shape_str(phi_k) + " must have the same shape");
+    fail("linear_map", "phi_q " + shape_str(phi_q.sizes()) + " and phi_k " + shape_str(phi_k.sizes()) + " must have the same shape");
   const int64_t L = phi_q.size(-2);
   const at::Tensor mask = causal_mask(L, phi_q.device());
   const at::Tensor raw = at::matmul(phi_q, phi_k.to(phi_q.scalar_type()).transpose(-2, -1)).masked_fill(mask.logical_not(), 0);
@@ -92,7 +87,7 @@ at::Tensor linear_attention_output(const at::Tensor& phi_q, const at::Tensor& ph
   check_sequence(where, "phi_k", phi_k);
   check_sequence(where, "v", v);
   if (phi_q.sizes() != phi_k.sizes())
-    fail(where, "phi_q " + shape_str(phi_q) + " and phi_k " + shape_str(phi_k) + " must have the same shape");
+    fail(where, "phi_q " + shape_str(phi_q.sizes()) + " and phi_k " + shape_str(phi_k.sizes()) + " must have the same shape");
   check_same_rows(where, "phi_q", phi_q, "v", v);
 
   const auto dtype = phi_q.scalar_type();

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "attnscope/error.h"
+#include "shape_str.h"
 
 // safetensors data is little-endian and is handed to torch without byte swapping.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "attnscope reads safetensors natively");
@@ -57,14 +58,6 @@ bool dtype_of(at::ScalarType t, DType* out) {
     case at::kBool: *out = DType::BOOL; return true;
     default: return false;
   }
-}
-
-std::string shape_str(at::IntArrayRef shape) {
-  std::ostringstream s;
-  s << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
 }
 
 // Extensions of pickle-based checkpoints (torch.save and friends).
