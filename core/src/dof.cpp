@@ -3,11 +3,13 @@
 #include "attnscope/dof.h"
 
 #include <ATen/ATen.h>
+#ifdef ATTNSCOPE_HAVE_SPECTRA
 #include <cblas.h>
 #include <lapacke.h>
 
 #include <Eigen/Core>
 #include <Spectra/SymEigsSolver.h>
+#endif
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -65,6 +67,7 @@ uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+#ifdef ATTNSCOPE_HAVE_SPECTRA
 // All eigenvalues of the symmetric [J, J] matrix, descending. dsyevd without eigenvectors reduces
 // to tridiagonal form (dsytrd, half of its O(J^3) work in blocked BLAS-3 updates) and runs
 // root-free QR on the result; with OpenBLAS that is 2-4x faster than Eigen's SelfAdjointEigenSolver
@@ -105,6 +108,17 @@ std::vector<double> top_eigenvalues(const double* a, int64_t J, int64_t k) {
   const Eigen::VectorXd v = eigs.eigenvalues();  // descending for LargestAlge
   return std::vector<double>(v.data(), v.data() + v.size());
 }
+
+#else
+// Without LAPACKE/Spectra (e.g. a pip LibTorch build): LibTorch's own LAPACK, same eigenvalues.
+std::vector<double> all_eigenvalues(std::vector<double>& a, int64_t J) {
+  const at::Tensor w = at::linalg_eigvalsh(at::from_blob(a.data(), {J, J}, at::kDouble), "L").flip(0).contiguous();
+  return std::vector<double>(w.data_ptr<double>(), w.data_ptr<double>() + J);
+}
+
+// No Lanczos here: an empty result sends the caller to the exact path.
+std::vector<double> top_eigenvalues(const double*, int64_t, int64_t) { return {}; }
+#endif
 
 }  // namespace
 
