@@ -247,6 +247,8 @@ TEST(CliAnalysis, MetricsJsonAgreesWithPlainLoopsOnTheCapture) {
   EXPECT_TRUE(contains(out.substr(0, out.find('\n')), "toeplitz")) << out;
   EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map nonsense", &out), 1);
   EXPECT_TRUE(contains(out, "hedgehog")) << "lists the valid names: " << out;
+  EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map prf", &out), 1);
+  EXPECT_TRUE(contains(out, "--features")) << "says which option is missing: " << out;
 }
 
 TEST(CliAnalysis, MapsWriteSoftmaxLinearAndDifferenceWithTokenLabels) {

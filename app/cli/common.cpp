@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,13 +32,19 @@ void ModelArgs::add_to(CLI::App* cmd) {
 
 LoadedModel ModelArgs::load() const { return load_model(model, tokenizer); }
 
-void check_feature_map_name(const std::string& name) {
+void check_feature_map(const std::string& name, int64_t features) {
+  if (name.empty()) return;  // softmax only
   std::string all;
+  bool known = false;
   for (const auto& n : feature_map_names()) {
-    if (n == name) return;
+    known |= n == name;
     all += (all.empty() ? "" : ", ") + n;
   }
-  fail("--feature-map", "unknown feature map \"" + name + "\"; choose one of " + all);
+  if (!known) fail("--feature-map", "unknown feature map \"" + name + "\"; choose one of " + all);
+  // These have a size of their own (d, 2d, 1 + d + d^2); every other map needs M from the user.
+  static const std::vector<std::string> fixed = {"elu", "relu", "exp", "taylor2", "cosformer"};
+  if (features == 0 && std::find(fixed.begin(), fixed.end(), name) == fixed.end())
+    fail("--features", "feature map " + name + " needs a feature dimension: give --features M (e.g. 64)");
 }
 
 ProgressFn terminal_progress(const std::string& label) {

@@ -47,8 +47,9 @@ std::vector<std::string> token_labels(const CaptureStore& store, const std::vect
 std::vector<std::string> write_head_maps(const CaptureStore& store, int layer, int head, int seq,
                                          const AnalysisOptions& opt, const std::string& prefix);
 
-// Throws Error listing the valid names when `name` is not a feature map.
-void check_feature_map_name(const std::string& name);
+// Throws Error when `name` is not a feature map (listing the valid names), or when it needs a
+// feature dimension M and none was given. An empty name (softmax only) passes.
+void check_feature_map(const std::string& name, int64_t features);
 
 // A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
 ProgressFn terminal_progress(const std::string& label);

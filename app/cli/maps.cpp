@@ -90,7 +90,7 @@ std::vector<std::string> write_head_maps(const CaptureStore& store, int layer, i
   };
   emit("softmax", m.softmax, "softmax", false);
   if (m.linear.defined()) {
-    emit("linear", m.linear, opt.feature_map + " M=" + std::to_string(opt.features), false);
+    emit("linear", m.linear, opt.feature_map + (opt.features > 0 ? " M=" + std::to_string(opt.features) : ""), false);
     emit("diff", m.linear - m.softmax, "difference", true);
   }
   return written;
@@ -109,7 +109,7 @@ void register_maps(CLI::App& app) {
   args->add_to(cmd);
   cmd->add_option("-o,--out", *out, "output prefix: PREFIX_softmax.csv/.png, PREFIX_linear.*, PREFIX_diff.*")->required();
   cmd->callback([=] {
-    if (!args->opt.feature_map.empty()) check_feature_map_name(args->opt.feature_map);
+    check_feature_map(args->opt.feature_map, args->opt.features);
     const std::filesystem::path parent = std::filesystem::absolute(*out).parent_path();
     if (!std::filesystem::is_directory(parent)) fail(*out, "the output directory does not exist");
     CaptureStore store(*capture);

@@ -101,7 +101,7 @@ void register_metrics(CLI::App& app) {
   g->add_flag_callback("--csv", [format] { *format = "csv"; }, "CSV");
   g->require_option(0, 1);
   cmd->callback([=] {
-    if (!args->opt.feature_map.empty()) check_feature_map_name(args->opt.feature_map);
+    check_feature_map(args->opt.feature_map, args->opt.features);
     CaptureStore store(*capture);
     const auto heads = analyze_capture(store, args->opt, terminal_progress("metrics"));
     if (*format == "json") {

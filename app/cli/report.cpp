@@ -139,7 +139,7 @@ std::string link_list(const std::vector<std::string>& files) {
 void run_report(ReportArgs& a) {
   const double lambda = parse_lambda(a.dof.lambda);
   a.dof.settings.normalize = parse_dof_normalize(a.dof.normalize);
-  if (!a.analysis.opt.feature_map.empty()) check_feature_map_name(a.analysis.opt.feature_map);
+  check_feature_map(a.analysis.opt.feature_map, a.analysis.opt.features);
   if (a.budget < 1) fail("--budget", "must be at least 1");
   const fs::path final_dir = fs::absolute(a.out);
   if (!fs::is_directory(final_dir.parent_path())) fail(a.out, "the parent directory does not exist");
