@@ -14,7 +14,8 @@
 // and max normalizers cancel exp(c); samples (n = J) and none (n = 1) put it back, in log space,
 // and fail when the result itself does not fit in a double.
 //
-// Exact path (J <= exact_limit): every eigenvalue, from LAPACK's dsyevd. Fast path (J >
+// Exact path (J <= exact_limit): every eigenvalue, from LAPACK's dsyevd (LibTorch's eigvalsh in
+// builds without LAPACKE/Spectra, which also have no fast path). Fast path (J >
 // exact_limit): the top_k largest eigenvalues from Spectra's Lanczos solver plus tr(Sigma) (the
 // sum of all eigenvalues, free from the diagonal). The unknown tail t_{k+1..J} is then only known
 // to lie in [0, mu_k] with sum r = tr - sum(kept). As f(t) = t / (t + lambda) is concave and
