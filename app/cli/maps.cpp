@@ -3,12 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "attnscope/error.h"
 #include "attnscope/head_analysis.h"
 #include "attnscope/table.h"
+#include "attnscope/text_file.h"
 #include "common.h"
 #ifdef ATTNSCOPE_HAVE_GUI
 #include "figure_export.h"
@@ -40,21 +40,15 @@ void write_matrix_csv(const std::string& path, const at::Tensor& m, const std::v
   t.header = {"query\\key"};
   for (const auto& l : labels) t.header.push_back(l);
   const at::Tensor c = m.to(at::kDouble).contiguous();
-  for (int64_t i = 0; i < c.size(0); ++i) {
+  const double* p = c.data_ptr<double>();
+  const int64_t rows = c.size(0), cols = c.size(1);
+  for (int64_t i = 0; i < rows; ++i) {
     std::vector<std::string> row = {labels[i]};
-    for (int64_t j = 0; j < c.size(1); ++j) row.push_back(fmt_number(c[i][j].item<double>(), 8));
+    for (int64_t j = 0; j < cols; ++j) row.push_back(fmt_number(p[i * cols + j], 8));
     t.add_row(row);
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << to_csv(t);
-    if (!f) fail(path, "cannot write");
-  }
-  std::filesystem::rename(tmp, path);
+  write_text_file(path, to_csv(t));
 }
-
-}  // namespace
 
 #ifdef ATTNSCOPE_HAVE_GUI
 void save_map_figure(const std::string& path, const std::string& title, const at::Tensor& m,
@@ -71,6 +65,8 @@ void save_map_figure(const std::string& path, const std::string& title, const at
   views::save_heatmap(f, path);
 }
 #endif
+
+}  // namespace
 
 std::vector<std::string> write_head_maps(const CaptureStore& store, int layer, int head, int seq,
                                          const AnalysisOptions& opt, const std::string& prefix) {

@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "attnscope/allocation.h"
@@ -29,6 +28,7 @@
 #include "attnscope/error.h"
 #include "attnscope/head_analysis.h"
 #include "attnscope/table.h"
+#include "attnscope/text_file.h"
 #include "common.h"
 #ifdef ATTNSCOPE_HAVE_GUI
 #include "figure_export.h"
@@ -51,18 +51,11 @@ struct ReportArgs {
   std::string out;
 };
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) fail(path.string(), "cannot write");
-}
-
 // The three renderings of a table side by side: NAME.md, NAME.tex, NAME.csv.
 void write_table(const fs::path& dir, const std::string& name, const Table& t) {
-  write_text(dir / (name + ".md"), to_markdown(t));
-  write_text(dir / (name + ".tex"), to_latex(t));
-  write_text(dir / (name + ".csv"), to_csv(t));
+  write_text_file((dir / (name + ".md")).string(), to_markdown(t));
+  write_text_file((dir / (name + ".tex")).string(), to_latex(t));
+  write_text_file((dir / (name + ".csv")).string(), to_csv(t));
 }
 
 std::vector<std::string> default_texts() {
@@ -105,10 +98,10 @@ std::vector<std::string> write_figures(const fs::path& dir, const DofSpectra& sp
   curve.log_x = true;
   std::vector<double> lambdas;
   for (int e = -16; e <= 0; ++e) lambdas.push_back(std::ldexp(1.0, e));
-  for (int s = 0; s < sp.num_layers; ++s) {
-    views::Series c{"layer " + std::to_string(s), lambdas, {}};
-    for (double l : lambdas) c.y.push_back(layer_dofs(sp, l)[s].value);
-    curve.series.push_back(c);
+  for (int s = 0; s < sp.num_layers; ++s) curve.series.push_back({"layer " + std::to_string(s), lambdas, {}});
+  for (double l : lambdas) {
+    const auto layers = layer_dofs(sp, l);
+    for (int s = 0; s < sp.num_layers; ++s) curve.series[s].y.push_back(layers[s].value);
   }
   views::save_line_figure(curve, (dir / "dof_vs_lambda.png").string());
   written.push_back("figures/dof_vs_lambda.png");
@@ -167,7 +160,7 @@ void run_report(ReportArgs& a) {
     DofSpectra sp = a.dof.compute(store.dir());
     sp.model = model_name;
     save_spectra((dir / "spectra.safetensors").string(), sp);
-    write_text(dir / "dof.json", dof_json(sp, lambda).dump(2) + "\n");
+    write_text_file((dir / "dof.json").string(), dof_json(sp, lambda).dump(2) + "\n");
     const auto hd = head_dofs(sp, lambda);
     std::vector<std::vector<double>> hv(hd.size());
     for (size_t s = 0; s < hd.size(); ++s)
@@ -195,7 +188,7 @@ void run_report(ReportArgs& a) {
           {"dims", st == AllocStrategy::PerHead ? nlohmann::ordered_json(al.dims) : nlohmann::ordered_json(al.layer_dims())},
           {"mean_cost", al.mean_cost}};
     }
-    write_text(dir / "allocation.json", aj.dump(2) + "\n");
+    write_text_file((dir / "allocation.json").string(), aj.dump(2) + "\n");
     const Table t1 = allocation_table(model_name, allocs);
     const Table t2 = dof_grid_table(hd, lambda);
     const Table t3 = head_dims_table(allocs.back());
@@ -211,7 +204,7 @@ void run_report(ReportArgs& a) {
     if (!a.analysis.opt.feature_map.empty())
       mj["feature_map"] = {{"name", a.analysis.opt.feature_map}, {"features", a.analysis.opt.features}};
     mj["heads"] = analysis_json(heads);
-    write_text(dir / "metrics.json", mj.dump(2) + "\n");
+    write_text_file((dir / "metrics.json").string(), mj.dump(2) + "\n");
     write_table(dir, "metrics", analysis_table(heads));
 
     // 5. Maps of the most and the least complex head (by DoF at lambda), first window.
@@ -267,7 +260,7 @@ void run_report(ReportArgs& a) {
     } else {
       idx += "\n(Figures need the Qt build, ATTNSCOPE_GUI=ON; the tables hold the same numbers.)\n";
     }
-    write_text(dir / "index.md", idx);
+    write_text_file((dir / "index.md").string(), idx);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(dir, ec);

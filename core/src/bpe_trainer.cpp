@@ -7,13 +7,12 @@
 // megabytes of text take seconds rather than a full recount per merge.
 #include <algorithm>
 #include <array>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <unordered_map>
 
 #include "attnscope/error.h"
+#include "attnscope/text_file.h"
 #include "attnscope/tokenizer.h"
 #include "byte_level.h"
 #include "regex_splitter.h"
@@ -232,22 +231,7 @@ void train_bytelevel_bpe(std::string_view text, int64_t vocab_size, const std::s
   trainer.run(static_cast<std::size_t>(vocab_size - kSpecialTokens));
   const std::string json_text = trainer.to_json().dump(2) + "\n";
 
-  // Write beside the target and rename, so a reader never sees a half-written file.
-  const std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, "cannot create file for the trained tokenizer");
-    out.write(json_text.data(), static_cast<std::streamsize>(json_text.size()));
-    out.close();
-    if (!out) fail(tmp, "write error while saving the trained tokenizer");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, out_path, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(tmp, ec);
-    fail(out_path, "cannot move the trained tokenizer into place: " + why);
-  }
+  write_text_file(out_path, json_text);
 }
 
 }  // namespace attnscope

@@ -2,10 +2,10 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "attnscope/error.h"
+#include "attnscope/text_file.h"
 #include "attnscope/model.h"
 #include "attnscope/safetensors.h"
 
@@ -171,13 +171,7 @@ void save_gpt2_model(const Model& m, const std::string& dir) {
 
   std::filesystem::create_directories(dir);
   write_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
-  const std::string cfg = dir + "/config.json", tmp = cfg + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << to_hf_config(c).dump(2) << "\n";
-    if (!f) fail(tmp, "cannot write config.json");
-  }
-  std::filesystem::rename(tmp, cfg);
+  write_text_file(dir + "/config.json", to_hf_config(c).dump(2) + "\n");
 }
 
 }  // namespace attnscope
