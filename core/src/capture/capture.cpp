@@ -10,7 +10,7 @@
 
 #include "attnscope/error.h"
 #include "attnscope/safetensors.h"
-#include "safetensors_stream_writer.h"
+#include "io/safetensors_stream_writer.h"
 
 namespace fs = std::filesystem;
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attnscope/error.h"
-#include "shape_str.h"
+#include "base/shape_str.h"
 
 namespace attnscope {
 namespace {
