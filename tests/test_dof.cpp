@@ -16,6 +16,7 @@
 
 #include "attnscope/capture.h"
 #include "attnscope/dof.h"
+#include "attnscope/random.h"
 #include "attnscope/error.h"
 #include "attnscope/model.h"
 #include "attnscope/safetensors.h"
@@ -280,7 +281,7 @@ TEST(Dof, LogDomainHandlesNormsWhoseKernelOverflows) {
 }
 
 TEST(Dof, SampleIndicesReproducibleDistinctAndComplete) {
-  const auto a = sample_indices(1000, 100, 42), b = sample_indices(1000, 100, 42), c = sample_indices(1000, 100, 43);
+  const auto a = sample_without_replacement(1000, 100, 42), b = sample_without_replacement(1000, 100, 42), c = sample_without_replacement(1000, 100, 43);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   for (const auto& s : {a, c}) {
@@ -295,14 +296,14 @@ TEST(Dof, SampleIndicesReproducibleDistinctAndComplete) {
   for (int64_t i : a) mean += double(i) / 100;
   EXPECT_NEAR(mean, 500, 120);
   for (int64_t J : {50, 51, 500}) {
-    const auto all = sample_indices(50, J, 1);
+    const auto all = sample_without_replacement(50, J, 1);
     ASSERT_EQ(all.size(), 50u);
     for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(all[i], i);
   }
-  EXPECT_TRUE(sample_indices(0, 10, 1).empty());
-  EXPECT_NE(dof_head_seed(0, 0, 1), dof_head_seed(0, 1, 0));
-  EXPECT_NE(dof_head_seed(0, 0, 0), dof_head_seed(1, 0, 0));
-  EXPECT_EQ(dof_head_seed(9, 3, 4), dof_head_seed(9, 3, 4));
+  EXPECT_TRUE(sample_without_replacement(0, 10, 1).empty());
+  EXPECT_NE(derive_seed(0, 0, 1), derive_seed(0, 1, 0));
+  EXPECT_NE(derive_seed(0, 0, 0), derive_seed(1, 0, 0));
+  EXPECT_EQ(derive_seed(9, 3, 4), derive_seed(9, 3, 4));
 }
 
 TEST(Dof, FastPathBoundsBracketTheExactDofAndTightenWithTopK) {

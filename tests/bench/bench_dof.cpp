@@ -20,6 +20,7 @@
 
 #include "attnscope/capture.h"
 #include "attnscope/dof.h"
+#include "attnscope/random.h"
 
 using namespace attnscope;
 
@@ -49,7 +50,7 @@ at::Tensor capture_vectors(const std::string& dir, int64_t J) {
   const int64_t d = st.head_dim();
   const at::Tensor x = at::cat({st.layer_tensor(s, "q").select(1, h).reshape({-1, d}),
                                 st.layer_tensor(s, "k").select(1, h).reshape({-1, d})});
-  const std::vector<int64_t> idx = sample_indices(x.size(0), J, 1);
+  const std::vector<int64_t> idx = sample_without_replacement(x.size(0), J, 1);
   return x.index_select(0, at::tensor(idx, at::kLong)).to(at::kDouble);
 }
 
@@ -182,7 +183,7 @@ void BM_CaptureAllHeadsDsyevdBaseline(benchmark::State& state, const std::string
       const at::Tensor Q = st.layer_tensor(l, "q"), K = st.layer_tensor(l, "k");
       for (int h = 0; h < st.num_heads(); ++h) {
         const at::Tensor x = at::cat({Q.select(1, h).reshape({-1, d}), K.select(1, h).reshape({-1, d})});
-        const auto idx = sample_indices(x.size(0), J, dof_head_seed(0, l, h));
+        const auto idx = sample_without_replacement(x.size(0), J, derive_seed(0, l, h));
         std::vector<double> a = copy_of(shifted_gram(x.index_select(0, at::tensor(idx, at::kLong)).to(at::kDouble)));
         const int n = int(idx.size());
         std::vector<double> w(n);

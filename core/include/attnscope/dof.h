@@ -72,15 +72,6 @@ struct DofValue {
 // O(#eigenvalues). lambda must be > 0.
 DofValue dof_at(const HeadSpectrum& spectrum, double lambda);
 
-// J distinct indices in [0, available), sorted, drawn by a seeded partial Fisher-Yates shuffle
-// over std::mt19937_64 (whose output the standard fixes, so every platform draws the same ones).
-// J >= available returns all of them.
-std::vector<int64_t> sample_indices(int64_t available, int64_t J, uint64_t seed);
-
-// The seed of head (layer, head) derived from settings.seed (a SplitMix64 mix, so neighbouring
-// heads draw unrelated samples).
-uint64_t dof_head_seed(uint64_t seed, int layer, int head);
-
 // x: [J, d], any floating dtype. Returns the float64 Gram exp(x_i.x_j / sqrt d - c) with
 // c = max_i |x_i|^2 / sqrt d, and c through `shift` when given.
 at::Tensor shifted_gram(const at::Tensor& x, double* shift = nullptr);
@@ -91,7 +82,7 @@ at::Tensor shifted_gram(const at::Tensor& x, double* shift = nullptr);
 HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& settings, double log_scale = 0);
 
 // q, k: [N, d] each, all query and key vectors of one head. Samples J of the 2N pooled vectors with
-// sample_indices(2N, J, head_seed) (index i < N is query i, else key i - N).
+// sample_without_replacement(2N, J, head_seed) (random.h) (index i < N is query i, else key i - N).
 HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSettings& settings,
                            uint64_t head_seed);
 
@@ -106,7 +97,7 @@ struct DofSpectra {
 };
 
 // Every head of every layer, one layer in memory at a time; head (s, h) samples with
-// dof_head_seed(settings.seed, s, h).
+// derive_seed(settings.seed, s, h).
 DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& settings,
                            const ProgressFn& progress = nullptr);
 

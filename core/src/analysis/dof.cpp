@@ -17,10 +17,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
-#include <random>
 
 #include "attnscope/capture.h"
 #include "attnscope/error.h"
+#include "attnscope/random.h"
 
 namespace attnscope {
 namespace {
@@ -47,24 +47,6 @@ bool parse_double(const std::string& s, double* out) {
   if (end != s.c_str() + s.size() || errno == ERANGE) return false;
   *out = v;
   return true;
-}
-
-// Uniform in [0, n), n >= 1, without the bias of a plain modulo (the low values of r % n would
-// come up more often when 2^64 is not a multiple of n). std::uniform_int_distribution is not used:
-// its algorithm is implementation-defined, so the same seed could draw different samples elsewhere.
-uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
-  const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
-  for (;;) {
-    const uint64_t r = rng();
-    if (r >= threshold) return r % n;
-  }
-}
-
-uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 #ifdef ATTNSCOPE_HAVE_SPECTRA
@@ -191,27 +173,6 @@ DofValue dof_at(const HeadSpectrum& sp, double lambda) {
   return {0.5 * (lower + upper), lower, upper};
 }
 
-std::vector<int64_t> sample_indices(int64_t available, int64_t J, uint64_t seed) {
-  if (available < 0) fail(kWhere, "cannot sample from " + std::to_string(available) + " vectors");
-  if (J < 0) fail(kWhere, "cannot sample " + std::to_string(J) + " vectors");
-  std::vector<int64_t> pool(available);
-  std::iota(pool.begin(), pool.end(), int64_t(0));
-  if (J >= available) return pool;
-  // Partial Fisher-Yates: the first J slots become a uniform J-subset.
-  std::mt19937_64 rng(seed);
-  for (int64_t i = 0; i < J; ++i) {
-    const int64_t j = i + int64_t(uniform_below(rng, uint64_t(available - i)));
-    std::swap(pool[i], pool[j]);
-  }
-  pool.resize(J);
-  std::sort(pool.begin(), pool.end());
-  return pool;
-}
-
-uint64_t dof_head_seed(uint64_t seed, int layer, int head) {
-  return splitmix64(splitmix64(seed) ^ (uint64_t(uint32_t(layer)) << 32 | uint32_t(head)));
-}
-
 at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
   if (!x_in.defined() || x_in.dim() != 2 || x_in.size(0) < 1 || x_in.size(1) < 1)
     fail(kWhere, "the sampled vectors must be [J, d] with J, d >= 1");
@@ -298,7 +259,7 @@ HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSe
     fail(kWhere, "queries and keys must be floating tensors");
   const int64_t nq = q.size(0), available = nq + k.size(0);
   if (available < 1) fail(kWhere, "the head has no query or key vectors");
-  const std::vector<int64_t> idx = sample_indices(available, settings.samples, head_seed);
+  const std::vector<int64_t> idx = sample_without_replacement(available, settings.samples, head_seed);
   // idx is sorted, so the queries come first: the pooled order [q; k] is kept.
   std::vector<int64_t> qi, ki;
   for (int64_t i : idx) (i < nq ? qi : ki).push_back(i < nq ? i : i - nq);
@@ -339,7 +300,7 @@ DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& setting
         progress(double(s * H + h) / (S * H),
                  "layer " + std::to_string(s + 1) + "/" + std::to_string(S) + " head " + std::to_string(h + 1) + "/" + std::to_string(H));
       out.heads.push_back(head_spectrum(q.select(1, h).reshape({-1, d}), k.select(1, h).reshape({-1, d}), settings,
-                                        dof_head_seed(settings.seed, s, h)));
+                                        derive_seed(settings.seed, s, h)));
     }
   }
   if (progress) progress(1.0, "done");

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <unistd.h>
 
 #include "attnscope/error.h"
+#include "attnscope/random.h"
 #include "attnscope/safetensors.h"
 #include "io/safetensors_stream_writer.h"
 
@@ -68,12 +68,8 @@ std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
          "the text has " + std::to_string(stream.size()) + " tokens: " + std::to_string(available) +
              " windows of " + std::to_string(opt.seq_len) + ", fewer than the " + std::to_string(opt.num_seqs) +
              " asked for (--num-seqs)");
-  // Seeded Fisher-Yates over window indices; mt19937_64's output is fixed by the standard, so the
-  // same seed draws the same windows on every platform.
-  std::vector<int64_t> idx(available);
-  for (int64_t i = 0; i < available; ++i) idx[i] = i;
-  std::mt19937_64 rng(opt.seed);
-  for (int64_t i = available - 1; i > 0; --i) std::swap(idx[i], idx[rng() % uint64_t(i + 1)]);
+  // The first T of a seeded shuffle of the window indices (random.h: the same windows everywhere).
+  std::vector<int64_t> idx = shuffle_indices(available, opt.seed);
   idx.resize(opt.num_seqs);
   std::sort(idx.begin(), idx.end());
   std::vector<std::vector<int64_t>> windows;
