@@ -4,10 +4,27 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <map>
+#include <string>
 
 #include "attnscope/error.h"
 #include "attnscope/runtime.h"
 #include "cli/common.h"
+
+namespace {
+
+// Core names the quantity a bad value was given for (error.h); the CLI adds the option that sets
+// it, so the message speaks both the user's terms and the command line's.
+std::string with_option(const attnscope::Error& e) {
+  static const std::map<std::string, std::string> option = {
+      {"sequence length", "--seq-len"}, {"number of windows", "--num-seqs"}, {"capture dtype", "--dtype"},
+      {"budget", "--budget"},           {"lambda", "--lambda"},              {"multiple", "--multiple-of"},
+      {"sample texts", "--text"},       {"model", "--model"}};
+  const auto it = option.find(e.quantity());
+  return it == option.end() ? e.what() : std::string(e.what()) + " (" + it->second + ")";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace cli = attnscope::cli;
@@ -35,7 +52,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   } catch (const attnscope::Error& e) {
-    std::cerr << "attnscope: " << e.what() << "\n";
+    std::cerr << "attnscope: " << with_option(e) << "\n";
     return 1;
   } catch (const std::exception& e) {  // filesystem, c10 and other library errors
     std::cerr << "attnscope: " << e.what() << "\n";

@@ -1,6 +1,6 @@
 // Distances of attention maps to the structured mixers of paper 003: members of each class come back
 // at ~0, the exact projections (Toeplitz, RetNet decay) agree with plain loops, and the fitted classes
-// keep their containments (ssd <= low rank and retnet, ssd_skip <= ssd).
+// keep their containments (ssd <= low rank and retnet, ssd_d <= ssd).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -46,7 +46,7 @@ std::vector<std::vector<double>> to_rows(const at::Tensor& a) {
 }
 
 void expect_all_in_unit_interval(const MixerDistances& m) {
-  for (double v : {m.toeplitz, m.causal_low_rank, m.retnet, m.ssd, m.ssd_skip, m.semiseparable}) {
+  for (double v : {m.toeplitz, m.causal_low_rank, m.retnet, m.ssd, m.ssd_d, m.semiseparable}) {
     EXPECT_TRUE(std::isfinite(v));
     EXPECT_GT(v, 0.0);
     EXPECT_LE(v, 1.0);
@@ -56,8 +56,8 @@ void expect_all_in_unit_interval(const MixerDistances& m) {
 void expect_containments(const MixerDistances& m) {
   EXPECT_LE(m.ssd, m.causal_low_rank + 1e-12);
   EXPECT_LE(m.ssd, m.retnet + 1e-12);
-  EXPECT_LE(m.ssd_skip, m.ssd + 1e-9);
-  EXPECT_LE(m.semiseparable, m.ssd_skip);
+  EXPECT_LE(m.ssd_d, m.ssd + 1e-9);
+  EXPECT_LE(m.semiseparable, m.ssd_d);
 }
 
 }  // namespace
@@ -73,7 +73,7 @@ TEST(StructuredMixers, ToeplitzMatrixIsToeplitz) {
   EXPECT_EQ(m.state_size, 8);
   EXPECT_LT(m.toeplitz, 1e-12);
   EXPECT_GT(m.retnet, 0.05);  // random diagonals are no geometric decay
-  for (double v : {m.causal_low_rank, m.ssd, m.ssd_skip, m.semiseparable}) EXPECT_GE(v, 0.0);
+  for (double v : {m.causal_low_rank, m.ssd, m.ssd_d, m.semiseparable}) EXPECT_GE(v, 0.0);
   expect_containments(m);
 }
 
@@ -174,7 +174,7 @@ TEST(StructuredMixers, SsdMatrixIsSsd) {
   const at::Tensor A = ssd_matrix(randn_t({L, N}, 6), randn_t({L, N}, 7), to_rows(rand_t({1, L}, 8, 0.9, 1.0))[0]);
   const MixerDistances m = mixer_distances(A, {N, 50, 1e-10});
   EXPECT_LT(m.ssd, 1e-4);
-  EXPECT_LT(m.ssd_skip, 1e-4);
+  EXPECT_LT(m.ssd_d, 1e-4);
   EXPECT_LT(m.semiseparable, 1e-10);  // SSD matrices are semi-separable of order N
   EXPECT_GT(m.toeplitz, 0.3);
   EXPECT_GT(m.retnet, 0.3);
@@ -235,5 +235,5 @@ TEST(StructuredMixers, RejectsBadInput) {
   EXPECT_NO_THROW(mixer_distances(A, {16, 0, 0.0}));  // N > L and no iterations are fine
   const MixerDistances one = mixer_distances(at::full({1, 1}, 0.5, at::kDouble), {});
   EXPECT_EQ(one.toeplitz, 0.0);  // a single entry is in every class
-  EXPECT_LT(one.ssd_skip, 1e-12);
+  EXPECT_LT(one.ssd_d, 1e-12);
 }

@@ -32,19 +32,35 @@ void ModelArgs::add_to(CLI::App* cmd) {
 
 LoadedModel ModelArgs::load() const { return load_model(model, tokenizer); }
 
-void check_feature_map(const std::string& name, int64_t features) {
-  if (name.empty()) return;  // softmax only
-  std::string all;
-  bool known = false;
-  for (const auto& n : feature_map_names()) {
-    known |= n == name;
-    all += (all.empty() ? "" : ", ") + n;
-  }
-  if (!known) fail("--feature-map", "unknown feature map \"" + name + "\"; choose one of " + all);
-  // These have a size of their own (d, 2d, 1 + d + d^2); every other map needs M from the user.
-  static const std::vector<std::string> fixed = {"elu", "relu", "exp", "taylor2", "cosformer"};
-  if (features == 0 && std::find(fixed.begin(), fixed.end(), name) == fixed.end())
-    fail("--features", "feature map " + name + " needs a feature dimension: give --features M (e.g. 64)");
+CLI::Validator feature_map_validator() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        if (name.empty()) return {};  // softmax only
+        std::string all;
+        for (const auto& n : feature_map_names()) {
+          if (n == name) return {};
+          all += (all.empty() ? "" : ", ") + n;
+        }
+        return "unknown feature map \"" + name + "\"; choose one of " + all;
+      },
+      "NAME");
+}
+
+void AnalysisArgs::add_to(CLI::App* cmd, bool mixers) {
+  cmd->add_option("--feature-map", opt.feature_map, "also measure this feature map's linear attention (e.g. prf, hedgehog, elu)")
+      ->check(feature_map_validator())->capture_default_str();
+  cmd->add_option("-M,--features", opt.features, "feature dimension M of the feature map")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", opt.seed, "seed for the feature map and sampled pairs")->capture_default_str();
+  cmd->add_option("--max-seqs", opt.max_seqs, "use the first N windows only (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  if (mixers)
+    cmd->add_option("--mixer-state", opt.mixer_state, "state size N for structured-mixer distances (0 = skip)")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+void AnalysisArgs::check() const {
+  if (!opt.feature_map.empty() && opt.features == 0 && !feature_map_has_fixed_size(opt.feature_map))
+    throw CLI::ValidationError("--features", "feature map " + opt.feature_map + " needs a feature dimension: give --features M (e.g. 64)");
 }
 
 ProgressFn terminal_progress(const std::string& label) {

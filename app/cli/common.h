@@ -7,7 +7,6 @@
 
 #include "attnscope/dof.h"
 #include "attnscope/head_analysis.h"
-#include "attnscope/table.h"
 #include "attnscope/model.h"
 #include "attnscope/progress.h"
 
@@ -32,24 +31,18 @@ struct DofArgs {
   void add_to(CLI::App* cmd);
   DofSpectra compute(const std::string& capture_dir);  // with a progress bar
 };
-nlohmann::ordered_json dof_json(const DofSpectra& spectra, double lambda);
 
-// The head-analysis options shared by `metrics`, `maps` and `report`.
+// The head-analysis options shared by `metrics`, `maps` and `report`. The feature-map name is
+// checked while parsing (an unknown name is a usage error, exit 2); call check() in the callback
+// for the rules between options.
 struct AnalysisArgs {
   AnalysisOptions opt;
-  void add_to(CLI::App* cmd);
+  void add_to(CLI::App* cmd, bool mixers = true);
+  void check() const;  // a map that needs M without --features: a usage error
 };
-nlohmann::ordered_json analysis_json(const std::vector<HeadAnalysis>& heads);
-Table analysis_table(const std::vector<HeadAnalysis>& heads);
-// Token labels of a capture's ids (ids themselves when its tokenizer has moved).
-std::vector<std::string> token_labels(const CaptureStore& store, const std::vector<int64_t>& ids);
-// Writes PREFIX_{softmax,linear,diff}.csv (+ .png with the GUI build); returns the files written.
-std::vector<std::string> write_head_maps(const CaptureStore& store, int layer, int head, int seq,
-                                         const AnalysisOptions& opt, const std::string& prefix);
 
-// Throws Error when `name` is not a feature map (listing the valid names), or when it needs a
-// feature dimension M and none was given. An empty name (softmax only) passes.
-void check_feature_map(const std::string& name, int64_t features);
+// A CLI11 validator accepting "" (softmax only) or any name core's feature_map_names() lists.
+CLI::Validator feature_map_validator();
 
 // A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
 ProgressFn terminal_progress(const std::string& label);

@@ -6,6 +6,7 @@
 
 #include "attnscope/capture.h"
 #include "attnscope/dof.h"
+#include "attnscope/dof_json.h"
 #include "attnscope/error.h"
 #include "common.h"
 
@@ -29,38 +30,6 @@ DofSpectra DofArgs::compute(const std::string& capture_dir) {
   return compute_spectra(store, settings, terminal_progress("dof"));
 }
 
-nlohmann::ordered_json dof_json(const DofSpectra& sp, double lambda) {
-  nlohmann::ordered_json j;
-  j["lambda"] = lambda;
-  j["samples"] = sp.settings.samples;
-  j["normalize"] = dof_normalize_name(sp.settings.normalize);
-  j["seed"] = sp.settings.seed;
-  j["capture"] = sp.capture_dir;
-  j["model"] = sp.model;
-  const auto heads = head_dofs(sp, lambda);
-  const auto layers = layer_dofs(sp, lambda);
-  j["layers"] = nlohmann::ordered_json::array();
-  for (int s = 0; s < sp.num_layers; ++s) {
-    nlohmann::ordered_json l;
-    l["layer"] = s;
-    l["dof"] = layers[s].value;
-    l["lower"] = layers[s].lower;
-    l["upper"] = layers[s].upper;
-    l["heads"] = nlohmann::ordered_json::array();
-    for (int h = 0; h < sp.num_heads; ++h) {
-      const HeadSpectrum& hs = sp.head(s, h);
-      l["heads"].push_back({{"head", h},
-                            {"dof", heads[s][h].value},
-                            {"lower", heads[s][h].lower},
-                            {"upper", heads[s][h].upper},
-                            {"samples", hs.samples},
-                            {"exact", hs.exact}});
-    }
-    j["layers"].push_back(l);
-  }
-  return j;
-}
-
 void register_dof(CLI::App& app) {
   auto* cmd = app.add_subcommand("dof", "Degrees of freedom of every head at a tolerance lambda");
   auto args = std::make_shared<DofArgs>();
@@ -79,7 +48,7 @@ void register_dof(CLI::App& app) {
     if (capture->empty() && spectra_in->empty()) fail("dof", "give --capture DIR or --spectra FILE");
     const DofSpectra sp = spectra_in->empty() ? args->compute(*capture) : load_spectra(*spectra_in);
     if (!out->empty()) save_spectra(*out, sp);
-    const auto j = dof_json(sp, lambda);
+    const auto j = dof_to_json(sp, lambda);
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;

@@ -35,9 +35,11 @@ std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
                                                const std::vector<TextDocument>& docs,
                                                const CaptureOptions& opt);
 
-// Runs the model over the windows and writes the store to `out_dir` through a temporary directory
-// renamed at the end; an existing `out_dir` is replaced only when the capture succeeded.
-void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs,
+class CaptureStore;
+
+// Runs the model over the windows and writes the store to `out_dir` (OutputDir: an existing
+// `out_dir` is replaced only when the capture succeeded); returns it opened for reading.
+CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs,
                     const CaptureOptions& opt, const std::string& out_dir,
                     const ProgressFn& progress = nullptr);
 
@@ -54,15 +56,17 @@ class CaptureStore {
   int seq_len() const { return seq_len_; }
   int num_seqs() const { return num_seqs_; }
   const std::string& manifest_json() const { return manifest_text_; }
+  const std::string& model_path() const { return model_path_; }  // as recorded at capture time
 
   at::Tensor ids() const;  // int64 [T, L]
   // The tokenizer the capture was made with (for token labels); throws Error when it has moved.
   std::unique_ptr<Tokenizer> load_tokenizer() const;
-  // "q", "k" or "v" of layer s as float32 [T, H, L, d].
+  // "q", "k" or "v" of layer s as float32 [T, H, L, d]. Throws Error naming the file, layer and
+  // head when any value is NaN or infinite.
   at::Tensor layer_tensor(int layer, const std::string& which) const;
 
  private:
-  std::string dir_, manifest_text_, tokenizer_kind_, tokenizer_path_;
+  std::string dir_, manifest_text_, model_path_, tokenizer_kind_, tokenizer_path_;
   int vocab_size_ = 0;
   int n_layer_ = 0, n_head_ = 0, n_kv_head_ = 0, head_dim_ = 0, seq_len_ = 0, num_seqs_ = 0;
 };

@@ -90,6 +90,10 @@ std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec);
 // Every name make_feature_map accepts, in the order of the table above.
 std::vector<std::string> feature_map_names();
 
+// True for the maps whose feature dimension follows from d (elu, relu, exp, taylor2, cosformer);
+// every other map needs M from the user. False for unknown names.
+bool feature_map_has_fixed_size(const std::string& name);
+
 // A learned-prf map with the given parameters (z [M, d], alpha [M]); e.g. from leverage_init() or
 // read back from a converted model. The tensors are used as they are (not copied).
 std::unique_ptr<FeatureMap> make_learned_prf(at::Tensor z, at::Tensor alpha);

@@ -24,9 +24,9 @@
 //                    and B given the decays, and a projected gradient step with backtracking on the
 //                    rates x_m = -log a_m (capped at 50). The error never increases, so
 //                    ssd <= min(causal_low_rank, retnet).
-//   ssd_skip         ssd plus a scalar skip D on the diagonal, P + D I (Mamba-2's D, one per head as in
+//   ssd_d         ssd plus a scalar skip D on the diagonal, P + D I (Mamba-2's D, one per head as in
 //                    paper 003's listing). Continues from the ssd fit with D = 0, each round adding the
-//                    closed-form D, so ssd_skip <= ssd.
+//                    closed-form D, so ssd_d <= ssd.
 //   semiseparable    Paper 003 Algorithm 1 (C.1), one sweep: for k = 1 .. L-1 in order, the block of
 //                    the current matrix below and left of the diagonal entry (k, k), rows k.. and
 //                    columns ..k-1 (0-based), is replaced by its rank-N truncated SVD; the diagonal is
@@ -54,13 +54,13 @@ namespace attnscope {
 
 struct MixerFitOptions {
   int64_t state_size = 16;   // N: rank / state size of the low-rank, SSD and semi-separable classes
-  int64_t iterations = 50;   // rounds of the iterative fits (causal_low_rank, ssd, ssd_skip)
+  int64_t iterations = 50;   // rounds of the iterative fits (causal_low_rank, ssd, ssd_d)
   double tolerance = 1e-8;   // early stop on the decrease of the relative error per round
 };
 
 struct MixerDistances {
   int64_t state_size = 0;
-  double toeplitz = 0, causal_low_rank = 0, retnet = 0, ssd = 0, ssd_skip = 0, semiseparable = 0;
+  double toeplitz = 0, causal_low_rank = 0, retnet = 0, ssd = 0, ssd_d = 0, semiseparable = 0;
 };
 
 // A: [L, L], causal (the part above the diagonal is ignored). Throws Error when A is not square,

@@ -106,7 +106,7 @@ at::Tensor retnet_matrix(const RetNetFit& fit, int64_t L) {
 struct Fit {
   at::Tensor C, B;  // [L, r]
   at::Tensor x;     // [L] rates
-  double D = 0;     // skip, ssd_skip only
+  double D = 0;     // skip, ssd_d only
   double err2 = 0;  // ||A - P||_F^2 on the causal part
 };
 
@@ -324,13 +324,13 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
 
   const Fit ssd = fit_ssd(A, ssd_start(A, r, low_rank, retnet, diag_sums), false, o, norm2);
   out.ssd = rel(ssd.err2);
-  const Fit ssd_skip = fit_ssd(A, ssd, true, o, norm2);
-  out.ssd_skip = rel(ssd_skip.err2);
+  const Fit ssd_d = fit_ssd(A, ssd, true, o, norm2);
+  out.ssd_d = rel(ssd_d.err2);
 
   // The fits above are semi-separable of order N too (every block strictly below the diagonal of
   // tril(G ⊙ C B^T) + D I has rank <= N), so the heuristic's result competes with them.
   const double sweep = rel((A - semiseparable_sweep(A, o.state_size)).pow(2).sum().item<double>());
-  out.semiseparable = std::min({sweep, out.causal_low_rank, out.ssd, out.ssd_skip});
+  out.semiseparable = std::min({sweep, out.causal_low_rank, out.ssd, out.ssd_d});
   return out;
 }
 

@@ -27,6 +27,12 @@ std::vector<std::string> feature_map_names() {
           "cosformer", "flex-stationary", "flex-nonstationary"};
 }
 
+bool feature_map_has_fixed_size(const std::string& name) {
+  for (const char* n : {"elu", "relu", "exp", "taylor2", "cosformer"})
+    if (name == n) return true;
+  return false;
+}
+
 std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec) {
   const std::string& n = spec.name;
   auto is = [&](std::initializer_list<const char*> names) {

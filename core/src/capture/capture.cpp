@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "attnscope/error.h"
+#include "attnscope/output_dir.h"
 #include "attnscope/random.h"
 #include "attnscope/safetensors.h"
 #include "io/safetensors_stream_writer.h"
@@ -23,37 +23,15 @@ constexpr int kFormatVersion = 1;
 
 std::string layer_file(int s) { return "layer_" + std::to_string(s) + ".safetensors"; }
 
-// Replaces `dst` by `src` so that at every moment one complete version exists on disk.
-void replace_dir(const fs::path& src, const fs::path& dst) {
-  if (!fs::exists(dst)) {
-    fs::rename(src, dst);
-    return;
-  }
-  const fs::path old = dst.string() + ".old-" + std::to_string(::getpid());
-  fs::rename(dst, old);
-  fs::rename(src, dst);
-  fs::remove_all(old);
-}
-
-// Removes a temporary directory unless released: a failed capture leaves nothing behind.
-struct TempDir {
-  fs::path path;
-  bool keep = false;
-  ~TempDir() {
-    std::error_code ec;
-    if (!keep) fs::remove_all(path, ec);
-  }
-};
-
 }  // namespace
 
 std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
                                                const std::vector<TextDocument>& docs,
                                                const CaptureOptions& opt) {
-  if (opt.seq_len < 2) fail("--seq-len", "must be at least 2");
-  if (opt.num_seqs < 1) fail("--num-seqs", "must be at least 1");
+  if (opt.seq_len < 2) fail_value("sequence length", std::to_string(opt.seq_len) + " is too short: a window needs at least 2 tokens");
+  if (opt.num_seqs < 1) fail_value("number of windows", "must be at least 1, got " + std::to_string(opt.num_seqs));
   if (opt.seq_len > n_ctx)
-    fail("--seq-len", std::to_string(opt.seq_len) + " exceeds the model's context length " + std::to_string(n_ctx));
+    fail_value("sequence length", std::to_string(opt.seq_len) + " exceeds the model's context length " + std::to_string(n_ctx));
   std::vector<int64_t> stream;
   for (const auto& d : docs) {
     auto ids = tok.encode(d.text);
@@ -67,7 +45,7 @@ std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
     fail(docs.empty() ? "text" : docs.front().source,
          "the text has " + std::to_string(stream.size()) + " tokens: " + std::to_string(available) +
              " windows of " + std::to_string(opt.seq_len) + ", fewer than the " + std::to_string(opt.num_seqs) +
-             " asked for (--num-seqs)");
+             " asked for");
   // The first T of a seeded shuffle of the window indices (random.h: the same windows everywhere).
   std::vector<int64_t> idx = shuffle_indices(available, opt.seed);
   idx.resize(opt.num_seqs);
@@ -82,20 +60,15 @@ std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
   return windows;
 }
 
-void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs, const CaptureOptions& opt,
-                    const std::string& out_dir, const ProgressFn& progress) {
-  if (opt.dtype != DType::F32 && opt.dtype != DType::F16) fail("--dtype", "must be f32 or f16");
+CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs, const CaptureOptions& opt,
+                            const std::string& out_dir, const ProgressFn& progress) {
+  if (opt.dtype != DType::F32 && opt.dtype != DType::F16) fail_value("capture dtype", "must be f32 or f16");
   const ModelConfig& c = m.model->config();
   const auto windows = draw_windows(*m.tokenizer, c.n_ctx, docs, opt);
   const int64_t T = opt.num_seqs, L = opt.seq_len, H = c.n_head, d = c.head_dim;
 
-  fs::path out = fs::absolute(out_dir);
-  if (out.filename().empty()) out = out.parent_path();
-  if (fs::exists(out) && !fs::is_directory(out)) fail(out_dir, "exists and is not a directory");
-  if (!fs::exists(out.parent_path())) fail(out_dir, "parent directory does not exist");
-  TempDir tmp{out.string() + ".tmp-" + std::to_string(::getpid())};
-  fs::remove_all(tmp.path);
-  fs::create_directory(tmp.path);
+  OutputDir out(out_dir);
+  const fs::path tmp = out.path();
 
   const at::ScalarType st = opt.dtype == DType::F16 ? at::kHalf : at::kFloat;
   const uint64_t elt = dtype_size(opt.dtype);
@@ -104,7 +77,7 @@ void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs,
   for (int s = 0; s < c.n_layer; ++s) {
     std::vector<TensorEntry> layout;
     for (const char* name : {"q", "k", "v"}) layout.push_back({name, opt.dtype, {T, H, L, d}, 0, 0});
-    writers.push_back(std::make_unique<SafetensorsStreamWriter>((tmp.path / layer_file(s)).string(), layout, meta));
+    writers.push_back(std::make_unique<SafetensorsStreamWriter>((tmp / layer_file(s)).string(), layout, meta));
   }
 
   at::InferenceMode no_autograd;
@@ -127,26 +100,27 @@ void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs,
       put("v", a.v);
     };
     m.model->forward(ids, &hook);
-    if (progress) progress(double(t0 + nb) / T, "windows " + std::to_string(t0 + nb) + "/" + std::to_string(T));
+    report_progress(progress, double(t0 + nb) / T, "windows " + std::to_string(t0 + nb) + "/" + std::to_string(T));
   }
   for (auto& w : writers) w->finish();
 
   std::vector<int64_t> flat;
   for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
-  write_safetensors((tmp.path / "ids.safetensors").string(), {{"ids", at::tensor(flat).view({T, L})}},
+  write_safetensors((tmp / "ids.safetensors").string(), {{"ids", at::tensor(flat).view({T, L})}},
                     {{"format", kFormat}});
 
   nlohmann::ordered_json j;
   j["format"] = kFormat;
   j["version"] = kFormatVersion;
+  // The same names as everywhere a person reads them (info --json, tables, the GUI).
   j["model"] = {{"path", fs::absolute(m.path).string()},
                 {"architecture", c.arch_name},
-                {"n_layer", c.n_layer},
-                {"n_head", c.n_head},
-                {"n_kv_head", c.n_kv_head},
+                {"layers", c.n_layer},
+                {"heads", c.n_head},
+                {"kv_heads", c.n_kv_head},
                 {"head_dim", c.head_dim},
                 {"d_model", c.d_model},
-                {"n_ctx", c.n_ctx},
+                {"context_length", c.n_ctx},
                 {"vocab_size", c.vocab_size}};
   std::vector<std::string> sources;
   for (const auto& dd : docs) sources.push_back(dd.source);
@@ -160,16 +134,15 @@ void capture_to_dir(const LoadedModel& m, const std::vector<TextDocument>& docs,
   j["seed"] = opt.seed;
   j["dtype"] = dtype_name(opt.dtype);
   j["rope"] = opt.pre_rope ? "pre" : "post";
-  j["layers"] = c.n_layer;
   j["tensors"] = {{"q", {T, H, L, d}}, {"k", {T, H, L, d}}, {"v", {T, H, L, d}}};
   j["kv_heads_expanded"] = c.n_kv_head != c.n_head;
   {
-    std::ofstream f(tmp.path / "manifest.json");
+    std::ofstream f(tmp / "manifest.json");
     f << j.dump(2) << "\n";
-    if (!f) fail((tmp.path / "manifest.json").string(), "cannot write");
+    if (!f) fail((tmp / "manifest.json").string(), "cannot write");
   }
-  replace_dir(tmp.path, out);
-  tmp.keep = true;
+  out.commit();
+  return CaptureStore(out.final_path());
 }
 
 CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
@@ -181,9 +154,15 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
   if (j.is_discarded() || !j.is_object()) fail(mpath.string(), "not valid JSON");
   if (j.value("format", "") != kFormat) fail(mpath.string(), "not an attnscope capture manifest");
   try {
-    n_layer_ = j.at("layers").get<int>();
-    n_head_ = j.at("model").at("n_head").get<int>();
-    n_kv_head_ = j.at("model").at("n_kv_head").get<int>();
+    // Version-1 manifests written before the names were unified said n_layer, n_head, n_kv_head.
+    const auto& model = j.at("model");
+    auto field = [&](const char* name, const char* old_name) {
+      return model.contains(name) ? model.at(name).get<int>() : model.at(old_name).get<int>();
+    };
+    n_layer_ = field("layers", "n_layer");
+    n_head_ = field("heads", "n_head");
+    n_kv_head_ = field("kv_heads", "n_kv_head");
+    model_path_ = model.value("path", std::string());
     head_dim_ = j.at("model").at("head_dim").get<int>();
     seq_len_ = j.at("seq_len").get<int>();
     num_seqs_ = j.at("num_seqs").get<int>();
@@ -217,7 +196,16 @@ at::Tensor CaptureStore::layer_tensor(int layer, const std::string& which) const
   at::Tensor t = f.tensor(which);
   const std::vector<int64_t> want = {num_seqs_, n_head_, seq_len_, head_dim_};
   if (t.sizes().vec() != want) fail(f.path(), "tensor '" + which + "' has an unexpected shape");
-  return t.to(at::kFloat);
+  at::Tensor out = t.to(at::kFloat);
+  // Every analysis downstream would turn a NaN or inf into a plausible-looking number (a uniform
+  // row, a finite entropy): refuse it here, naming the head.
+  const at::Tensor finite_per_head = at::isfinite(out).reshape({num_seqs_, n_head_, -1}).all(2).all(0);
+  if (!finite_per_head.all().item<bool>()) {
+    const int64_t head = (~finite_per_head).nonzero().min().item<int64_t>();
+    fail(f.path(), "'" + which + "' of layer " + std::to_string(layer) + ", head " + std::to_string(head) +
+                       " contains NaN or infinity");
+  }
+  return out;
 }
 
 }  // namespace attnscope

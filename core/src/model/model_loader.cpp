@@ -73,7 +73,7 @@ std::string find_llama2c_tokenizer(const fs::path& bin) {
 }  // namespace
 
 std::string resolve_model_path(const std::string& spec) {
-  if (spec.empty()) fail("--model", "empty model path");
+  if (spec.empty()) fail_value("model", "is empty: give a model directory, ORG/NAME or a llama2.c .bin");
   const fs::path p(spec);
   if (fs::is_regular_file(p)) {
     if (is_pickle_name(p) || has_pickle_magic(p)) fail(spec, kPickleRefusal);

@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>  // before clip_grad.h, which needs torch::Tensor declared
 #include <torch/nn/utils/clip_grad.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -13,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/error.h"
+#include "attnscope/output_dir.h"
+#include "attnscope/text_file.h"
 #include "attnscope/model.h"
 #include "attnscope/tokenizer.h"
 
@@ -89,19 +90,8 @@ PretrainReport pretrain_gpt2(const std::string& corpus, const PretrainOptions& o
   if (opt.vocab_size < 300) fail("pretrain", "vocab size must be at least 300 (256 bytes + merges + <|endoftext|>)");
   if (opt.steps < 1 || opt.batch < 1 || opt.n_ctx < 8) fail("pretrain", "steps, batch must be >= 1 and n_ctx >= 8");
   const auto t_start = std::chrono::steady_clock::now();
-  fs::path out = fs::absolute(out_dir);
-  if (out.filename().empty()) out = out.parent_path();
-  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  struct Cleanup {
-    fs::path p;
-    bool keep = false;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!keep) fs::remove_all(p, ec);
-    }
-  } cleanup{tmp};
+  OutputDir out(out_dir);
+  const fs::path tmp = out.path();
 
   // 1. Tokenizer, then the token stream; the tail is held out.
   if (log) log("training a byte-level BPE tokenizer with " + std::to_string(opt.vocab_size) + " tokens");
@@ -186,8 +176,8 @@ PretrainReport pretrain_gpt2(const std::string& corpus, const PretrainOptions& o
   for (auto& t : params) t.set_requires_grad(false);
   save_gpt2_model(model, tmp.string());
   nlohmann::ordered_json j;
-  j["options"] = {{"vocab_size", opt.vocab_size}, {"n_layer", opt.n_layer}, {"n_head", opt.n_head},
-                  {"d_model", opt.d_model}, {"n_ctx", opt.n_ctx}, {"steps", opt.steps}, {"batch", opt.batch},
+  j["options"] = {{"vocab_size", opt.vocab_size}, {"layers", opt.n_layer}, {"heads", opt.n_head},
+                  {"d_model", opt.d_model}, {"context_length", opt.n_ctx}, {"steps", opt.steps}, {"batch", opt.batch},
                   {"lr", opt.lr}, {"warmup", opt.warmup}, {"weight_decay", opt.weight_decay},
                   {"heldout_fraction", opt.heldout_fraction}, {"seed", opt.seed}};
   j["train_tokens"] = rep.train_tokens;
@@ -197,19 +187,8 @@ PretrainReport pretrain_gpt2(const std::string& corpus, const PretrainOptions& o
   j["seconds"] = rep.seconds;
   for (const auto& p : rep.curve)
     j["curve"].push_back({{"step", p.step}, {"train_loss", p.train_loss}, {"heldout_loss", p.heldout_loss}, {"lr", p.lr}});
-  {
-    std::ofstream f(tmp / "training.json");
-    f << j.dump(2) << "\n";
-  }
-  if (fs::exists(out)) {
-    const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
-    fs::rename(out, old);
-    fs::rename(tmp, out);
-    fs::remove_all(old);
-  } else {
-    fs::rename(tmp, out);
-  }
-  cleanup.keep = true;
+  write_text_file((tmp / "training.json").string(), j.dump(2) + "\n");
+  out.commit();
   return rep;
 }
 

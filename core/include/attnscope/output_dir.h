@@ -1,0 +1,29 @@
+// A directory that appears whole or not at all. Everything is written into a temporary sibling
+// (DIR.partial-PID); commit() moves it over DIR in two renames (the old DIR aside, the new one in,
+// the old one removed), so at every moment one complete version exists. Destroyed without
+// commit() (an error, a cancellation), it removes the sibling and leaves any earlier DIR untouched.
+// Captures, pretrained models, reports, and later jobs and converted models all write this way.
+#pragma once
+#include <string>
+
+namespace attnscope {
+
+class OutputDir {
+ public:
+  // Throws Error naming `final_dir` when its parent does not exist or it exists as a file.
+  explicit OutputDir(const std::string& final_dir);
+  ~OutputDir();
+  OutputDir(const OutputDir&) = delete;
+  OutputDir& operator=(const OutputDir&) = delete;
+
+  const std::string& path() const { return tmp_; }         // write here until commit()
+  std::string file(const std::string& relative) const;      // path() + "/" + relative
+  const std::string& final_path() const { return final_; }  // absolute
+  void commit();
+
+ private:
+  std::string final_, tmp_;
+  bool committed_ = false;
+};
+
+}  // namespace attnscope

@@ -1,0 +1,83 @@
+#include "attnscope/head_analysis_table.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace attnscope {
+namespace {
+
+nlohmann::ordered_json number(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+nlohmann::ordered_json metrics_json(const HeadMetrics& m) {
+  nlohmann::ordered_json j;
+  j["entropy"] = number(m.entropy);
+  j["normalized_entropy"] = number(m.normalized_entropy);
+  if (m.monotonicity) {
+    j["monotonicity"] = number(m.monotonicity->spearman);
+    j["discordant_fraction"] = number(m.monotonicity->discordant_fraction);
+  }
+  if (m.kl) j["kl"] = number(*m.kl);
+  if (m.cross_entropy) j["cross_entropy"] = number(*m.cross_entropy);
+  if (m.kernel_rel_error) j["kernel_rel_error"] = number(*m.kernel_rel_error);
+  if (m.output_rel_error) j["output_rel_error"] = number(*m.output_rel_error);
+  if (m.nonpositive_row_sums) j["nonpositive_row_fraction"] = number(*m.nonpositive_row_sums);
+  return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json head_analysis_json(const std::vector<HeadAnalysis>& heads) {
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const HeadAnalysis& a : heads) {
+    nlohmann::ordered_json j;
+    j["layer"] = a.layer;
+    j["head"] = a.head;
+    j["softmax"] = metrics_json(a.softmax);
+    if (a.linear) j["linear"] = metrics_json(*a.linear);
+    if (a.mixers)
+      j["mixers"] = {{"state_size", a.mixers->state_size},   {"toeplitz", number(a.mixers->toeplitz)},
+                     {"causal_low_rank", number(a.mixers->causal_low_rank)}, {"retnet", number(a.mixers->retnet)},
+                     {"ssd", number(a.mixers->ssd)},           {"ssd_d", number(a.mixers->ssd_d)},
+                     {"semiseparable", number(a.mixers->semiseparable)}};
+    arr.push_back(j);
+  }
+  return arr;
+}
+
+Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
+  Table t;
+  t.header = {"layer", "head", "entropy", "normalized_entropy", "monotonicity", "discordant_fraction"};
+  const bool lin = !heads.empty() && heads.front().linear.has_value();
+  const bool mix = !heads.empty() && heads.front().mixers.has_value();
+  // The linear-map columns carry the JSON names with a "linear_" prefix where softmax has the same.
+  if (lin)
+    for (const char* c : {"linear_entropy", "linear_monotonicity", "kl", "cross_entropy", "kernel_rel_error",
+                          "output_rel_error", "nonpositive_row_fraction"})
+      t.header.push_back(c);
+  if (mix)
+    for (const char* c : {"toeplitz", "causal_low_rank", "retnet", "ssd", "ssd_d", "semiseparable"}) t.header.push_back(c);
+  auto f = [](double v) { return fmt_number(v, 6); };
+  for (const HeadAnalysis& a : heads) {
+    const HeadMetrics& m = a.softmax;
+    std::vector<std::string> row = {std::to_string(a.layer), std::to_string(a.head), f(m.entropy),
+                                    f(m.normalized_entropy), f(m.monotonicity ? m.monotonicity->spearman : NAN),
+                                    f(m.monotonicity ? m.monotonicity->discordant_fraction : NAN)};
+    if (lin) {
+      const HeadMetrics& l = *a.linear;
+      for (double v : {l.entropy, l.monotonicity ? l.monotonicity->spearman : NAN, l.kl.value_or(NAN),
+                       l.cross_entropy.value_or(NAN), l.kernel_rel_error.value_or(NAN),
+                       l.output_rel_error.value_or(NAN), l.nonpositive_row_sums.value_or(NAN)})
+        row.push_back(f(v));
+    }
+    if (mix) {
+      const MixerDistances& x = *a.mixers;
+      for (double v : {x.toeplitz, x.causal_low_rank, x.retnet, x.ssd, x.ssd_d, x.semiseparable}) row.push_back(f(v));
+    }
+    t.add_row(row);
+  }
+  return t;
+}
+
+}  // namespace attnscope

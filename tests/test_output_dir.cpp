@@ -1,0 +1,78 @@
+// OutputDir: a directory appears whole or not at all, and a failed writer never touches the
+// previous version.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "attnscope/error.h"
+#include "attnscope/output_dir.h"
+#include "attnscope/text_file.h"
+#include "test_support.h"
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+size_t entries(const fs::path& dir) { return size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator())); }
+
+}  // namespace
+
+TEST(OutputDir, CommitReplacesTheEarlierVersionWhole) {
+  const fs::path root = test::temp_dir("outdir");
+  const fs::path final_dir = root / "result";
+  {
+    OutputDir d(final_dir.string());
+    EXPECT_FALSE(fs::exists(final_dir)) << "nothing at the final path before commit";
+    write_text_file(d.file("a.txt"), "one");
+    write_text_file(d.file("b.txt"), "one");
+    d.commit();
+  }
+  EXPECT_EQ(read(final_dir / "a.txt"), "one");
+  {
+    OutputDir d(final_dir.string());
+    write_text_file(d.file("a.txt"), "two");
+    EXPECT_EQ(read(final_dir / "a.txt"), "one") << "the old version stays readable while the new one is written";
+    d.commit();
+  }
+  EXPECT_EQ(read(final_dir / "a.txt"), "two");
+  EXPECT_FALSE(fs::exists(final_dir / "b.txt")) << "the new version replaces the old, it is not merged into it";
+  EXPECT_EQ(entries(root), 1u) << "no temporary or old directory is left beside it";
+}
+
+TEST(OutputDir, AFailedWriterLeavesTheEarlierVersionAndNoDebris) {
+  const fs::path root = test::temp_dir("outdir");
+  const fs::path final_dir = root / "result";
+  {
+    OutputDir d(final_dir.string());
+    write_text_file(d.file("a.txt"), "good");
+    d.commit();
+  }
+  try {
+    OutputDir d(final_dir.string());
+    write_text_file(d.file("a.txt"), "half");
+    throw std::runtime_error("the writer failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(read(final_dir / "a.txt"), "good");
+  EXPECT_EQ(entries(root), 1u);
+}
+
+TEST(OutputDir, RefusesAMissingParentOrAFileInTheWay) {
+  const fs::path root = test::temp_dir("outdir");
+  EXPECT_THROW(OutputDir((root / "no" / "such" / "dir").string()), Error);
+  write_text_file((root / "file").string(), "x");
+  try {
+    OutputDir d((root / "file").string());
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a directory"), std::string::npos) << e.what();
+  }
+}
