@@ -77,7 +77,7 @@ TEST(Capture, LayoutManifestAndReproducibleWindows) {
   EXPECT_EQ(man["num_seqs"], 3);
   EXPECT_EQ(man["seq_len"], 32);
   EXPECT_EQ(man["dtype"], "F32");
-  EXPECT_EQ(man["model"]["n_kv_head"], 4);
+  EXPECT_EQ(man["model"]["kv_heads"], 4);  // the name `info` and the tables use
   EXPECT_EQ(man["texts"].size(), 5u);
 
   // Same seed, same windows; another seed, other windows.

@@ -245,9 +245,10 @@ TEST(CliAnalysis, MetricsJsonAgreesWithPlainLoopsOnTheCapture) {
 
   ASSERT_EQ(run_stdout("metrics --capture " + tiny_capture() + " --csv --mixer-state 2", &out), 0);
   EXPECT_TRUE(contains(out.substr(0, out.find('\n')), "toeplitz")) << out;
-  EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map nonsense", &out), 1);
+  // Both are usage errors (exit 2): the option's value or a missing companion option.
+  EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map nonsense", &out), 2);
   EXPECT_TRUE(contains(out, "hedgehog")) << "lists the valid names: " << out;
-  EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map prf", &out), 1);
+  EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map prf", &out), 2);
   EXPECT_TRUE(contains(out, "--features")) << "says which option is missing: " << out;
 }
 
@@ -302,12 +303,14 @@ TEST(CliAnalysis, ReportWritesEveryTableAndFigureOrNothing) {
   const std::string index = read_file(dir + "/index.md");
   EXPECT_TRUE(contains(index, "Table 1")) << index;
   EXPECT_TRUE(contains(index, "most_complex")) << index;
-  EXPECT_FALSE(fs::exists(dir + ".partial"));
+  // Nothing but the report itself in its parent: no temporary or old directory left beside it.
+  auto siblings = [&] { return std::distance(fs::directory_iterator(fs::path(dir).parent_path()), fs::directory_iterator()); };
+  EXPECT_EQ(siblings(), 1);
 
-  // A bad argument part-way (a feature map that does not exist) fails before anything is replaced.
-  EXPECT_EQ(run("report" + common + " --feature-map nonsense --out " + dir, &out), 1);
+  // A bad argument (a feature map that does not exist) is a usage error before anything is replaced.
+  EXPECT_EQ(run("report" + common + " --feature-map nonsense --out " + dir, &out), 2);
   EXPECT_TRUE(fs::exists(dir + "/index.md")) << "the earlier report is intact";
-  EXPECT_FALSE(fs::exists(dir + ".partial"));
+  EXPECT_EQ(siblings(), 1);
   // T x L above the corpus: the capture fails and no report directory appears.
   const std::string none = test::temp_dir("cli_report") + "/none";
   EXPECT_EQ(run("report --model " + test::tiny_gpt2_dir() + " --text " + test::source_dir() +
@@ -315,5 +318,6 @@ TEST(CliAnalysis, ReportWritesEveryTableAndFigureOrNothing) {
                 &out),
             1);
   EXPECT_FALSE(fs::exists(none));
-  EXPECT_FALSE(fs::exists(none + ".partial"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(none).parent_path()), fs::directory_iterator()), 0)
+      << "no temporary directory left";
 }
