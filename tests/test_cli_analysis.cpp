@@ -27,12 +27,7 @@ int run_stdout(const std::string& args, std::string* out) {
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using attnscope::test::read_file;
 
 // One capture of the tiny model, made once: 3 windows x 24 tokens, 2 layers x 2 heads, d = 8.
 const std::string& tiny_capture() {

@@ -16,10 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 size_t entries(const fs::path& dir) { return size_t(std::distance(fs::directory_iterator(dir), fs::directory_iterator())); }
 
@@ -35,14 +31,14 @@ TEST(OutputDir, CommitReplacesTheEarlierVersionWhole) {
     write_text_file(d.file("b.txt"), "one");
     d.commit();
   }
-  EXPECT_EQ(read(final_dir / "a.txt"), "one");
+  EXPECT_EQ(test::read_file(final_dir / "a.txt"), "one");
   {
     OutputDir d(final_dir.string());
     write_text_file(d.file("a.txt"), "two");
-    EXPECT_EQ(read(final_dir / "a.txt"), "one") << "the old version stays readable while the new one is written";
+    EXPECT_EQ(test::read_file(final_dir / "a.txt"), "one") << "the old version stays readable while the new one is written";
     d.commit();
   }
-  EXPECT_EQ(read(final_dir / "a.txt"), "two");
+  EXPECT_EQ(test::read_file(final_dir / "a.txt"), "two");
   EXPECT_FALSE(fs::exists(final_dir / "b.txt")) << "the new version replaces the old, it is not merged into it";
   EXPECT_EQ(entries(root), 1u) << "no temporary or old directory is left beside it";
 }
@@ -61,7 +57,7 @@ TEST(OutputDir, AFailedWriterLeavesTheEarlierVersionAndNoDebris) {
     throw std::runtime_error("the writer failed");
   } catch (const std::runtime_error&) {
   }
-  EXPECT_EQ(read(final_dir / "a.txt"), "good");
+  EXPECT_EQ(test::read_file(final_dir / "a.txt"), "good");
   EXPECT_EQ(entries(root), 1u);
 }
 

@@ -22,10 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 ReportOptions small_report() {
   ReportOptions o;
@@ -53,8 +49,8 @@ TEST(Report, ReturnsWhatItWroteAndReportsProgressInOrder) {
   // The saved spectra re-evaluate to the same Table 2 the report returned and wrote.
   const DofSpectra saved = load_spectra((out / "spectra.safetensors").string());
   EXPECT_EQ(to_markdown(dof_grid_table(head_dofs(saved, 1.0 / 256), 1.0 / 256)), to_markdown(r.table2));
-  EXPECT_EQ(read(out / "table2_dof.md"), to_markdown(r.table2));
-  EXPECT_EQ(read(out / "table1_allocation.md"), to_markdown(r.table1));
+  EXPECT_EQ(test::read_file(out / "table2_dof.md"), to_markdown(r.table2));
+  EXPECT_EQ(test::read_file(out / "table1_allocation.md"), to_markdown(r.table1));
   ASSERT_EQ(r.allocations.size(), 4u);
   EXPECT_EQ(r.heads.size(), size_t(saved.num_layers * saved.num_heads));
   // The most complex head has the largest DoF of the grid.
@@ -69,7 +65,7 @@ TEST(Report, CancelledLeavesTheEarlierReportIntactAndNoDebris) {
   const fs::path root = test::temp_dir("report");
   const fs::path out = root / "r";
   write_report(small_report(), out.string(), nullptr);
-  const std::string before = read(out / "index.md");
+  const std::string before = test::read_file(out / "index.md");
   ASSERT_FALSE(before.empty());
   // Cancel once the DoF stage has begun (the capture is already on disk in the temporary dir).
   EXPECT_THROW(write_report(small_report(), out.string(), nullptr,
@@ -77,7 +73,7 @@ TEST(Report, CancelledLeavesTheEarlierReportIntactAndNoDebris) {
                               if (f > 0.35) throw Cancelled();
                             }),
                Cancelled);
-  EXPECT_EQ(read(out / "index.md"), before);
+  EXPECT_EQ(test::read_file(out / "index.md"), before);
   EXPECT_EQ(size_t(std::distance(fs::directory_iterator(root), fs::directory_iterator())), 1u);
 }
 
@@ -98,7 +94,7 @@ TEST(Report, BadOptionsNameTheQuantity) {
 
 TEST(Capture, NonFiniteValuesAreRefusedNamingFileLayerAndHead) {
   LoadedModel m = load_model(test::tiny_gpt2_dir());
-  std::vector<TextDocument> docs = {{"t", read(test::source_dir() + "/resources/texts/brown_news_ca44.txt")}};
+  std::vector<TextDocument> docs = {{"t", test::read_file(test::source_dir() + "/resources/texts/brown_news_ca44.txt")}};
   CaptureOptions co;
   co.seq_len = 16;
   co.num_seqs = 2;

@@ -12,12 +12,7 @@ using namespace attnscope;
 
 namespace {
 
-std::string read_file(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using attnscope::test::read_file;
 
 std::string rstrip(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();

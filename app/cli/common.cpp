@@ -5,6 +5,11 @@
 
 #include <unistd.h>
 
+#include <iostream>
+#ifdef ATTNSCOPE_HAVE_GUI
+#include "figure_export.h"
+#endif
+
 #include <algorithm>
 
 #include <chrono>
@@ -61,6 +66,18 @@ void AnalysisArgs::add_to(CLI::App* cmd, bool mixers) {
 void AnalysisArgs::check() const {
   if (!opt.feature_map.empty() && opt.features == 0 && !feature_map_has_fixed_size(opt.feature_map))
     throw CLI::ValidationError("--features", "feature map " + opt.feature_map + " needs a feature dimension: give --features M (e.g. 64)");
+}
+
+const FigureWriter* figure_writer(const std::string& command) {
+#ifdef ATTNSCOPE_HAVE_GUI
+  static const views::QtFigureWriter qt;
+  std::string why;
+  if (views::ensure_qt(&why)) return &qt;
+  std::cerr << command << ": no figures (" << why << "); the CSV files hold the same numbers\n";
+#else
+  std::cerr << command << ": figures need the Qt build (ATTNSCOPE_GUI=ON); the CSV files hold the same numbers\n";
+#endif
+  return nullptr;
 }
 
 ProgressFn terminal_progress(const std::string& label) {

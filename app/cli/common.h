@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnscope/dof.h"
+#include "attnscope/figure.h"
 #include "attnscope/head_analysis.h"
 #include "attnscope/model.h"
 #include "attnscope/progress.h"
@@ -43,6 +44,10 @@ struct AnalysisArgs {
 
 // A CLI11 validator accepting "" (softmax only) or any name core's feature_map_names() lists.
 CLI::Validator feature_map_validator();
+
+// The figure writer of this build: Qt's in the GUI build when Qt can start (offscreen without a
+// display), else null with a note on stderr saying that only CSV/tables are written.
+const FigureWriter* figure_writer(const std::string& command);
 
 // A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
 ProgressFn terminal_progress(const std::string& label);

@@ -7,9 +7,6 @@
 #include "attnscope/error.h"
 #include "attnscope/map_export.h"
 #include "common.h"
-#ifdef ATTNSCOPE_HAVE_GUI
-#include "figure_export.h"
-#endif
 
 namespace attnscope::cli {
 
@@ -30,16 +27,7 @@ void register_maps(CLI::App& app) {
     const std::filesystem::path parent = std::filesystem::absolute(*out).parent_path();
     if (!std::filesystem::is_directory(parent)) fail(*out, "the output directory does not exist");
     CaptureStore store(*capture);
-    const FigureWriter* figures = nullptr;
-#ifdef ATTNSCOPE_HAVE_GUI
-    views::QtFigureWriter qt;
-    std::string why;
-    if (views::ensure_qt(&why)) figures = &qt;
-    else std::cerr << "maps: no PNG heatmaps (" << why << "); CSV written\n";
-#else
-    std::cerr << "note: PNG heatmaps need the Qt build (ATTNSCOPE_GUI=ON); CSV written\n";
-#endif
-    for (const auto& f : write_head_maps(store, *layer, *head, *seq, args->opt, *out, figures))
+    for (const auto& f : write_head_maps(store, *layer, *head, *seq, args->opt, *out, figure_writer("maps")))
       std::cerr << "wrote " << f << "\n";
   });
 }

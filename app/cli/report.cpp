@@ -7,9 +7,6 @@
 #include "attnscope/error.h"
 #include "attnscope/report.h"
 #include "common.h"
-#ifdef ATTNSCOPE_HAVE_GUI
-#include "figure_export.h"
-#endif
 
 namespace fs = std::filesystem;
 
@@ -46,14 +43,7 @@ void run_report(ReportArgs& a) {
   o.dof = a.dof.settings;
   o.dof.normalize = parse_dof_normalize(a.dof.normalize);
   o.analysis = a.analysis.opt;
-  const FigureWriter* figures = nullptr;
-#ifdef ATTNSCOPE_HAVE_GUI
-  views::QtFigureWriter qt;
-  std::string why;
-  if (views::ensure_qt(&why)) figures = &qt;
-  else std::cerr << "report: no figures (" << why << "); the tables hold the same numbers\n";
-#endif
-  const ReportResult r = write_report(o, a.out, figures, terminal_progress("report"));
+  const ReportResult r = write_report(o, a.out, figure_writer("report"), terminal_progress("report"));
   std::cout << "report written to " << r.dir << "/index.md\n";
 }
 

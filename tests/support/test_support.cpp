@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,11 @@ TempDirs& temp_dirs() {
   return t;
 }
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 std::string temp_dir(const std::string& tag) {
   std::random_device rd;

@@ -12,6 +12,9 @@ std::string temp_dir(const std::string& tag);
 // Path to a shared model file, or "" (and a GTEST_SKIP message is the caller's job) when missing.
 std::string shared_model_file(const std::string& relative);
 
+// The whole file as bytes ("" when it cannot be read).
+std::string read_file(const std::string& path);
+
 // Runs a command through the shell; returns its exit code and captures stdout+stderr.
 int run_command(const std::string& cmd, std::string* output);
 
