@@ -24,7 +24,7 @@ nlohmann::ordered_json metrics_json(const HeadMetrics& m) {
   if (m.cross_entropy) j["cross_entropy"] = num(*m.cross_entropy);
   if (m.kernel_rel_error) j["kernel_rel_error"] = num(*m.kernel_rel_error);
   if (m.output_rel_error) j["output_rel_error"] = num(*m.output_rel_error);
-  if (m.nonpositive_row_sums) j["nonpositive_row_fraction"] = num(*m.nonpositive_row_sums);
+  if (m.nonpositive_row_fraction) j["nonpositive_row_fraction"] = num(*m.nonpositive_row_fraction);
   return j;
 }
 
@@ -63,7 +63,7 @@ Table analysis_table(const std::vector<HeadAnalysis>& heads) {
   const bool mix = !heads.empty() && heads.front().mixers.has_value();
   if (lin)
     for (const char* c : {"lin_entropy", "lin_monotonicity", "kl", "cross_entropy", "kernel_rel_error",
-                          "output_rel_error", "nonpositive_rows"})
+                          "output_rel_error", "nonpositive_row_fraction"})
       t.header.push_back(c);
   if (mix)
     for (const char* c : {"toeplitz", "low_rank", "retnet", "ssd", "ssd_d", "semiseparable"}) t.header.push_back(c);
@@ -77,7 +77,7 @@ Table analysis_table(const std::vector<HeadAnalysis>& heads) {
       const auto& l = *a.linear;
       for (double v : {l.entropy, l.monotonicity ? l.monotonicity->spearman : NAN, l.kl.value_or(NAN),
                        l.cross_entropy.value_or(NAN), l.kernel_rel_error.value_or(NAN),
-                       l.output_rel_error.value_or(NAN), l.nonpositive_row_sums.value_or(NAN)})
+                       l.output_rel_error.value_or(NAN), l.nonpositive_row_fraction.value_or(NAN)})
         row.push_back(f(v));
     }
     if (mix) {
