@@ -10,6 +10,7 @@
 
 #include "attnscope/error.h"
 #include "attnscope/feature_map.h"
+#include "attnscope/random.h"
 
 using namespace attnscope;
 
@@ -125,16 +126,30 @@ TEST(FeatureMapPrf, ErrorShrinksAsOneOverSqrtM) {
 }
 
 // Orthogonal blocks have lower variance than i.i.d. draws on average (Performer's ORF).
+// The estimates are heavy-tailed (exp of Gaussians, squared): with the expected ratio near 0.81,
+// 800 draws per map put it above 0.9 for about 6 in 16 seed families, so this takes 8000 draws
+// (ratio 0.81 to 0.82 for the three families tried), each map evaluated on all six pairs at once.
 TEST(FeatureMapPrf, OrthogonalHasLowerVarianceThanPlain) {
-  const int64_t d = 8, M = 8;
-  double plain = 0, orth = 0;
-  for (uint64_t pair = 0; pair < 6; ++pair) {
-    const at::Tensor q = randn64({d}, 50 + pair, 0.5), k = randn64({d}, 60 + pair, 0.5);
-    const double truth = exact_kernel(q, k);
-    plain += over_seeds("prf", M, 800, q, k, truth).mse / (truth * truth);
-    orth += over_seeds("prf-orthogonal", M, 800, q, k, truth).mse / (truth * truth);
+  const int64_t d = 8, M = 8, pairs = 6;
+  const int seeds = 8000;
+  std::vector<at::Tensor> qs, ks;
+  for (uint64_t pair = 0; pair < pairs; ++pair) {
+    qs.push_back(randn64({d}, 50 + pair, 0.5));
+    ks.push_back(randn64({d}, 60 + pair, 0.5));
   }
-  std::printf("relative MSE at M = d = 8: plain %.5f, orthogonal %.5f\n", plain / 6, orth / 6);
+  const at::Tensor q = at::stack(qs), k = at::stack(ks);
+  const at::Tensor truth = at::exp((q * k).sum(-1) / std::sqrt(double(d)));
+  // Mean over pairs of the relative MSE, (estimate - truth)^2 / truth^2 averaged over the seeds.
+  auto relative_mse = [&](const std::string& name) {
+    at::Tensor sq_err = at::zeros({pairs}, at::kDouble);
+    for (int s = 0; s < seeds; ++s) {
+      auto fm = make(name, d, M, 1000 + s);
+      sq_err += ((fm->query_features(q) * fm->key_features(k)).sum(-1) - truth).pow(2);
+    }
+    return (sq_err / seeds / truth.pow(2)).mean().item<double>();
+  };
+  const double plain = relative_mse("prf"), orth = relative_mse("prf-orthogonal");
+  std::printf("relative MSE at M = d = 8: plain %.5f, orthogonal %.5f\n", plain, orth);
   EXPECT_LT(orth, 0.9 * plain);
 }
 
@@ -251,14 +266,46 @@ TEST(FeatureMapHedgehog, IdentityInitGivesTheNegationMap) {
   const at::Tensor x = randn64({4, 3, d}, 400);
   expect_close(fm->query_features(x), at::cat({at::exp(x), at::exp(-x)}, -1), 1e-12, "query");
   expect_close(fm->key_features(x), at::cat({at::exp(x), at::exp(-x)}, -1), 1e-12, "key");
-  FeatureMapSpec s;
-  s.name = "hedgehog";
-  s.d = d;
-  s.features = 2 * d;
-  s.activation = "softmax";
-  const at::Tensor f = make_feature_map(s)->query_features(x);
-  expect_close(f, at::softmax(at::cat({x, -x}, -1), -1), 1e-12, "softmax");
-  expect_close(f.sum(-1), at::ones({4, 3}, at::kDouble), 1e-12, "softmax rows");
+}
+
+// The three Hedgehog activations (SPEC 5) against numbers worked out by hand, for d = d' = 2 with
+//   W = [[1, 2], [-1, 0.5]] (u = x W + b), b = [0.5, -1]   (all exact in float32)
+//   x = [1, 2]:  u = [1 - 2 + 0.5, 2 + 1 - 1] = [-0.5, 2]
+//   x = [0, 0]:  u = b = [0.5, -1]
+// exp:            [e^u1, e^u2, e^-u1, e^-u2]
+//                 x1: [e^-0.5, e^2, e^0.5, e^-2] = [0.60653066, 7.3890561, 1.6487213, 0.13533528]
+// softmax:        [softmax(u), softmax(-u)], each half sums to 1; u2 - u1 = 2.5 (x1), -1.5 (x2):
+//                 x1: [1, e^2.5] / (1 + e^2.5) = [0.075858180, 0.92414182], mirrored for -u
+//                 x2: [e^1.5, 1] / (1 + e^1.5) = [0.81757448, 0.18242552], mirrored for -u
+// softmax-joint:  softmax([u, -u]) over all four, x1: [e^-0.5, e^2, e^0.5, e^-2] / 9.7796432
+// (values printed by python3 -c 'import math; ...' from these formulas, to 17 digits).
+TEST(FeatureMapHedgehog, ActivationsMatchHandComputedValues) {
+  const at::Tensor x = at::tensor({1.0, 2.0, 0.0, 0.0}, at::kDouble).reshape({2, 2});
+  const std::vector<std::pair<std::string, std::vector<double>>> cases = {
+      {"exp", {0.6065306597126334, 7.38905609893065, 1.6487212707001282, 0.1353352832366127,  //
+               1.6487212707001282, 0.36787944117144233, 0.6065306597126334, 2.718281828459045}},
+      {"softmax", {0.07585818002124355, 0.9241418199787564, 0.9241418199787564, 0.07585818002124355,  //
+                   0.8175744761936437, 0.18242552380635635, 0.18242552380635635, 0.8175744761936437}},
+      {"softmax-joint", {0.062019711795871325, 0.7555547643977724, 0.1685870555809841, 0.013838468225372233,  //
+                         0.3086676145344417, 0.06887305426370378, 0.11355246954265258, 0.508906861659202}},
+  };
+  for (const auto& [activation, want] : cases) {
+    FeatureMapSpec s;
+    s.name = "hedgehog";
+    s.d = 2;
+    s.features = 4;
+    s.activation = activation;
+    auto fm = make_feature_map(s);
+    auto p = fm->named_parameters();
+    p.at(0).second.copy_(at::tensor({1.0f, 2.0f, -1.0f, 0.5f}).reshape({2, 2}));  // W
+    p.at(1).second.copy_(at::tensor({0.5f, -1.0f}));                           // b
+    for (const at::Tensor& got : {fm->query_features(x), fm->key_features(x)}) {
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{2, 4})) << activation;
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t m = 0; m < 4; ++m)
+          EXPECT_NEAR(got[i][m].item<double>(), want[4 * i + m], 1e-14 * want[4 * i + m]) << activation << " " << i << "," << m;
+    }
+  }
 }
 
 TEST(FeatureMapHedgehog, TiedSharesOneLayerUntiedHasTwo) {
@@ -484,4 +531,167 @@ TEST(FeatureMapErrors, BadInputGivesClearErrors) {
   EXPECT_THROW(make("hedgehog", 8, 16)->key_features(randn64({9}, 2)), Error);
   EXPECT_THROW(fm->query_features(at::ones({3, 8}, at::kLong)), Error);
   EXPECT_THROW(make_learned_prf(randn64({4, 3}, 3), randn64({5}, 4)), Error);
+}
+
+// scaled_query_features / scaled_key_features are phi itself, written as exp(log_scale) * values,
+// for every map: compared with query_features / key_features where phi is comfortably in range.
+TEST(FeatureMapScaled, ScaledFeaturesArePhiAtModerateNorms) {
+  const at::Tensor x = randn64({2, 5, 4}, 950);
+  for (const auto& n : feature_map_names()) {
+    for (bool tied : {true, false}) {
+      FeatureMapSpec s;
+      s.name = n;
+      s.d = 4;
+      s.seed = 11;
+      s.tied = tied;
+      const bool fixed = n == "elu" || n == "relu" || n == "exp" || n == "taylor2" || n == "cosformer";
+      s.features = fixed ? 0 : 8;
+      auto fm = make_feature_map(s);
+      if (!tied) {  // key layer different from the query layer
+        for (auto& [name, p] : fm->named_parameters())
+          if (name.rfind("k.", 0) == 0) p.add_(0.25);
+      }
+      const Features fq = fm->scaled_query_features(x), fk = fm->scaled_key_features(x);
+      ASSERT_EQ(fq.log_scale.sizes(), (std::vector<int64_t>{2, 5, 1})) << n;
+      ASSERT_EQ(fk.log_scale.sizes(), (std::vector<int64_t>{2, 5, 1})) << n;
+      expect_close(fq.values * at::exp(fq.log_scale), fm->query_features(x), 1e-12, n + " query");
+      expect_close(fk.values * at::exp(fk.log_scale), fm->key_features(x), 1e-12, n + " key");
+    }
+  }
+}
+
+namespace {
+
+// x [rows, d] with row norms spread over [lo, hi] (random directions).
+at::Tensor with_norms(int64_t rows, int64_t d, double lo, double hi, uint64_t seed) {
+  const at::Tensor u = randn64({rows, d}, seed);
+  const at::Tensor norms = at::linspace(lo, hi, rows, at::kDouble).unsqueeze(1);
+  return u / u.norm(2, {1}, true) * norms;
+}
+
+// log phi(x) as the map computes it: log(values) + log_scale, in long double.
+long double log_feature(const Features& f, int64_t i, int64_t m) {
+  return std::log((long double)f.values[i][m].item<double>()) + (long double)f.log_scale[i][0].item<double>();
+}
+
+}  // namespace
+
+// At |x| up to 100 with d = 16, phi = exp(w.x/2 - |x|^2/8 ...) is 0 in float64 (|x|^2/8 = 1250);
+// the scaled features stay exact: log(values) + log_scale against log phi written out in long
+// double from each map's definition and its parameters.
+TEST(FeatureMapScaled, LogFeaturesAreRightAtLargeNorms) {
+  const int64_t d = 16, M = 32, rows = 6;
+  const at::Tensor x = with_norms(rows, d, 30.0, 100.0, 960);
+  const long double rd = std::sqrt((long double)d), r4 = std::sqrt(rd);  // sqrt(d), d^(1/4)
+  auto sq = [&](int64_t i) {
+    long double s = 0;
+    for (int64_t c = 0; c < d; ++c) s += (long double)x[i][c].item<double>() * x[i][c].item<double>();
+    return s;
+  };
+  auto dot_row = [&](const at::Tensor& w, int64_t m, int64_t i) {
+    long double s = 0;
+    for (int64_t c = 0; c < d; ++c) s += (long double)w[m][c].item<double>() * x[i][c].item<double>();
+    return s;
+  };
+  // Tolerance on log phi (magnitude up to ~1300): float64 rounding of the exponents.
+  const long double tol = 1e-9;
+
+  {  // learned-prf: log phi_m = z_m.x / d^(1/4) - |x|^2 / (2 sqrt d) + alpha_m / 2 - log(M) / 2
+    const at::Tensor z = randn64({M, d}, 961), alpha = randn64({M}, 962);
+    auto fm = make_learned_prf(z, alpha);
+    const Features f = fm->scaled_query_features(x);
+    EXPECT_EQ(fm->query_features(x)[rows - 1].abs().max().item<double>(), 0.0) << "phi itself underflows at |x| = 100";
+    for (int64_t i = 0; i < rows; ++i) {
+      EXPECT_EQ(f.values[i].max().item<double>(), 1.0);
+      for (int64_t m = 0; m < M; ++m) {
+        const long double want = dot_row(z, m, i) / r4 - sq(i) / (2 * rd) + alpha[m].item<double>() / 2.0L - std::log((long double)M) / 2;
+        EXPECT_NEAR((double)log_feature(f, i, m), (double)want, (double)tol) << "learned-prf " << i << "," << m;
+      }
+    }
+    // prf draws the same z as learned-prf's gaussian init (alpha = 0): same scaled features.
+    FeatureMapSpec s;
+    s.name = "learned-prf";
+    s.d = d;
+    s.features = M;
+    s.seed = 5;
+    const Features a = make_feature_map(s)->scaled_query_features(x);
+    s.name = "prf";
+    const Features b = make_feature_map(s)->scaled_key_features(x);
+    expect_close(b.values, a.values, 1e-15, "prf values");
+    expect_close(b.log_scale, a.log_scale, 1e-15, "prf log_scale");
+  }
+  {  // prf-hyperbolic: phi_m phi_{m + M/2} = exp(-|x|^2 / sqrt d) / M whatever w is
+    const Features f = make("prf-hyperbolic", d, M, 7)->scaled_query_features(x);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t m = 0; m < M / 2; ++m) {
+        const long double want = -sq(i) / rd - std::log((long double)M);
+        EXPECT_NEAR((double)(log_feature(f, i, m) + log_feature(f, i, m + M / 2)), (double)want, (double)tol);
+      }
+  }
+  {  // hedgehog at identity init, exp activation: log phi = [x, -x]
+    const Features f = make("hedgehog", d, 2 * d)->scaled_query_features(x);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < d; ++c) {
+        EXPECT_NEAR((double)log_feature(f, i, c), x[i][c].item<double>(), 1e-12);
+        EXPECT_NEAR((double)log_feature(f, i, d + c), -x[i][c].item<double>(), 1e-12);
+      }
+  }
+  {  // exp(t x), t = 20: phi overflows at x > 35.5; log phi = t x. A feature more than ~745 below
+     // its vector's largest is 0 in values (feature_map.h); every other one is exact.
+    FeatureMapSpec s;
+    s.name = "exp";
+    s.d = d;
+    s.temperature = 20.0;
+    const Features f = make_feature_map(s)->scaled_query_features(x);
+    int64_t checked = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const double top = 20.0 * x[i].max().item<double>();
+      EXPECT_NEAR(f.log_scale[i][0].item<double>(), top, 1e-12 * top);
+      for (int64_t c = 0; c < d; ++c) {
+        const double want = 20.0 * x[i][c].item<double>();
+        if (want - top < -700) continue;
+        EXPECT_NEAR((double)log_feature(f, i, c), want, 1e-9);
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, rows * d / 2);
+    EXPECT_GT(20.0 * x.max().item<double>(), 710.0) << "phi itself overflows somewhere";
+  }
+  for (const std::string name : {"flex-stationary", "flex-nonstationary"}) {
+    // phi = exp(|x|^2 / e^tau) / sqrt(n) [cos(a_m), sin(a_m)] (times cos(b_m) for nonstationary):
+    // exp(|x|^2 / e^tau) overflows (|x|^2 / e^tau = 10^4 / 8 at |x| = 100). Signed values: compare
+    // log_scale and the values themselves.
+    auto fm = make(name, d, M, 8);
+    const auto p = fm->named_parameters();
+    const at::Tensor w1 = p[0].second.to(at::kDouble);
+    const at::Tensor w2 = name == "flex-stationary" ? w1 : p[1].second.to(at::kDouble);
+    const long double tau = p.back().second.item<double>();
+    const int64_t n = M / 2;
+    const Features f = fm->scaled_query_features(x);
+    EXPECT_FALSE(at::isfinite(fm->query_features(x)).all().item<bool>()) << name << ": phi itself overflows here";
+    for (int64_t i = 0; i < rows; ++i) {
+      const long double want_scale = sq(i) * std::exp(-tau) - std::log((long double)n) / 2;
+      EXPECT_NEAR(f.log_scale[i][0].item<double>(), (double)want_scale, (double)(1e-12L * want_scale)) << name;
+      for (int64_t m = 0; m < n; ++m) {
+        const long double a = (dot_row(w1, m, i) + dot_row(w2, m, i)) / 2, b = (dot_row(w1, m, i) - dot_row(w2, m, i)) / 2;
+        EXPECT_NEAR(f.values[i][m].item<double>(), (double)(std::cos(a) * std::cos(b)), 1e-9) << name;
+        EXPECT_NEAR(f.values[i][n + m].item<double>(), (double)(std::sin(a) * std::cos(b)), 1e-9) << name;
+      }
+    }
+  }
+}
+
+// Feature-map draws use LibTorch generators seeded with derive_seed(seed, stream) (random.h): a
+// Gaussian init is at::randn from exactly that generator (stream 0 for the first draw).
+TEST(FeatureMap, DrawsComeFromDerivedSeeds) {
+  for (uint64_t seed : {0ull, 1ull, 12345ull}) {
+    FeatureMapSpec s;
+    s.name = "learned-prf";
+    s.d = 5;
+    s.features = 7;
+    s.seed = seed;
+    const at::Tensor z = make_feature_map(s)->named_parameters().at(0).second;
+    at::Generator gen = at::detail::createCPUGenerator(derive_seed(seed, uint64_t(0)));
+    EXPECT_TRUE(at::equal(z, at::randn({7, 5}, gen, at::TensorOptions().dtype(at::kFloat)))) << seed;
+  }
 }

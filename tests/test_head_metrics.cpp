@@ -5,13 +5,16 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "attnscope/error.h"
 #include "attnscope/feature_map.h"
 #include "attnscope/head_metrics.h"
 #include "attnscope/linear_attention.h"
+#include "attnscope/random.h"
 
 using namespace attnscope;
 
@@ -67,8 +70,8 @@ struct MonoLoop {
   double spearman = 0, discordant = 0;
 };
 
-// Spearman per row (rows with >= 3 keys; all-tied scores skipped, all-tied weights count 0), mean
-// over rows; discordant pairs pooled over the same rows.
+// Spearman per row (rows with >= 3 keys; all-tied scores skipped, all-tied weights count 0,
+// undefined (NaN) rows skipped), mean over rows; discordant pairs pooled over the same rows.
 MonoLoop monotonicity_loop(const at::Tensor& map, const at::Tensor& scores) {
   double sum = 0, used = 0, disc = 0, pairs = 0;
   for (int64_t t = 0; t < map.size(0); ++t) {
@@ -76,6 +79,7 @@ MonoLoop monotonicity_loop(const at::Tensor& map, const at::Tensor& scores) {
     const int64_t L = map.size(1);
     for (int64_t i = 2; i < L; ++i) {
       const int64_t n = i + 1;
+      if (std::isnan(A[i][0])) continue;
       double row_pairs = 0, row_disc = 0;
       for (int64_t j = 0; j < n; ++j)
         for (int64_t m = j + 1; m < n; ++m) {
@@ -198,8 +202,8 @@ TEST(HeadMetrics, LinearMapMonotonicityMatchesLoop) {
 TEST(HeadMetrics, MonotonicityTiesFollowTheConventions) {
   const int64_t T = 2, L = 40, d = 4;
   const at::Tensor q = randn_t({T, L, d}, 9), k = randn_t({T, L, d}, 10);
-  // Scores rounded to a coarse grid tie often; ReLU features give exact-zero weights (ties) and rows
-  // whose raw sum is 0 become uniform (all weights tied).
+  // Scores rounded to a coarse grid tie often; ReLU features give exact-zero weights (ties) and
+  // rows whose raw sum is 0 are undefined (NaN), which monotonicity skips.
   at::Tensor scores = at::round(scores_of(q, k));
   scores.select(1, 5).zero_();  // a row of all-tied scores: skipped
   auto relu = make_feature_map(spec("relu", d));
@@ -209,6 +213,7 @@ TEST(HeadMetrics, MonotonicityTiesFollowTheConventions) {
   EXPECT_NEAR(m.spearman, want.spearman, 1e-12);
   EXPECT_NEAR(m.discordant_fraction, want.discordant, 1e-12);
   EXPECT_GT(m.spearman, 0.0);
+  EXPECT_TRUE(at::isnan(map).any().item<bool>()) << "the case of undefined rows is exercised";
 }
 
 TEST(HeadMetrics, KlAndCrossEntropyMatchLoops) {
@@ -268,7 +273,7 @@ TEST(HeadMetrics, KernelErrorMatchesLoopOnAllPairs) {
 
   double num = 0, den = 0;
   for (int64_t t = 0; t < T; ++t) {
-    const auto Q = rows_of(q, t), K = rows_of(k, t), FQ = rows_of(in.phi_q, t), FK = rows_of(in.phi_k, t);
+    const auto Q = rows_of(q, t), K = rows_of(k, t), FQ = rows_of(in.phi_q.values, t), FK = rows_of(in.phi_k.values, t);
     for (int64_t i = 0; i < L; ++i)
       for (int64_t j = 0; j <= i; ++j) {
         double s = 0, f = 0;
@@ -306,7 +311,7 @@ TEST(HeadMetrics, OutputErrorAndNonpositiveRowsMatchLoops) {
   in.v = v;
   in.raw_row_sums = at::tensor({1.0, 0.0, -2.0, 3.0, 5.0, -1e-9, 2.0, 1.0}, at::kDouble).repeat({5}).narrow(0, 0, T * L).reshape({T, L});
   const HeadMetrics m = compute_head_metrics(in);
-  ASSERT_TRUE(m.output_rel_error && m.nonpositive_row_sums);
+  ASSERT_TRUE(m.output_rel_error && m.nonpositive_row_fraction);
 
   double num = 0, den = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -322,7 +327,7 @@ TEST(HeadMetrics, OutputErrorAndNonpositiveRowsMatchLoops) {
   EXPECT_NEAR(*m.output_rel_error, std::sqrt(num / den), 1e-12);
   EXPECT_GT(*m.output_rel_error, 0.01);
   // 40 sums from the period-8 pattern {+, 0, -, +, +, -, +, +}: 3 of every 8 are <= 0.
-  EXPECT_DOUBLE_EQ(*m.nonpositive_row_sums, 15.0 / 40.0);
+  EXPECT_DOUBLE_EQ(*m.nonpositive_row_fraction, 15.0 / 40.0);
 }
 
 TEST(HeadMetrics, RejectsBadInputs) {
@@ -341,4 +346,204 @@ TEST(HeadMetrics, RejectsBadInputs) {
   EXPECT_THROW(compute_head_metrics(in), Error);  // negative weights
   EXPECT_THROW(row_entropy(randn_t({3, 4}, 21)), Error);
   EXPECT_THROW(monotonicity(softmax_map(q, k), scores_of(q, k)[0]), Error);
+}
+
+// Kernel pairs are drawn with Rng::below (random.h), whose draws the standard fixes, not with
+// std::uniform_int_distribution (implementation-defined): the pairs are reproduced here from
+// Rng::below over the causal pairs enumerated in (sequence, i, j) order.
+TEST(HeadMetrics, KernelPairsAreRngBelowDraws) {
+  const int64_t T = 2, L = 15, d = 4, n = 50;
+  const at::Tensor q = randn_t({T, L, d}, 30, 0.5), k = randn_t({T, L, d}, 31, 0.5);
+  auto phi = make_feature_map(spec("prf", d, 8, 3));
+  HeadMetricsInput in;
+  in.map = softmax_map(q, k);
+  in.q = q;
+  in.k = k;
+  in.phi_q = phi->query_features(q);
+  in.phi_k = phi->key_features(k);
+  in.kernel_pairs = n;
+  in.seed = 77;
+  std::vector<std::array<int64_t, 3>> all;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j <= i; ++j) all.push_back({t, i, j});
+  Rng rng(77);
+  double num = 0, den = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    const auto [t, i, j] = all[rng.below(all.size())];
+    double s = 0, f = 0;
+    for (int64_t c = 0; c < d; ++c) s += q[t][i][c].item<double>() * k[t][j][c].item<double>();
+    for (int64_t m = 0; m < 8; ++m) f += in.phi_q.values[t][i][m].item<double>() * in.phi_k.values[t][j][m].item<double>();
+    const double e = std::exp(s / 2.0);  // sqrt(4)
+    num += (f - e) * (f - e);
+    den += e * e;
+  }
+  EXPECT_NEAR(*compute_head_metrics(in).kernel_rel_error, std::sqrt(num / den), 1e-12);
+}
+
+// q.k / sqrt(d) from about 500 to 1000: exp overflows float64 past 709.8, and the old
+// ||K^ - K|| / ||K|| became inf / inf. Features given scaled, phi(x) = exp(|x|^2 / (2 sqrt d)) v(x)
+// with signed random v, so that K^ / K = exp(|q - k|^2 / (2 sqrt d)) v(q).v(k) is moderate; the
+// reference evaluates the definition directly in long double (range e^11356).
+TEST(HeadMetrics, KernelErrorAtHugeScoresMatchesALongDoubleReference) {
+  const int64_t L = 12, d = 16, M = 3;
+  for (double s_base : {500.0, 750.0, 1000.0}) {
+    // Vectors near one base b with b.b / sqrt(d) = s_base; noise of norm ~1.5 moves the scores by
+    // tens and keeps |q - k|^2 / (2 sqrt d) of order 1.
+    const at::Tensor b = randn_t({d}, 40);
+    const at::Tensor base = b / b.norm() * std::sqrt(s_base * std::sqrt(double(d)));
+    const at::Tensor q = (base + randn_t({1, L, d}, 41, 0.4)), k = (base + randn_t({1, L, d}, 42, 0.4));
+    const at::Tensor vq = randn_t({1, L, M}, 43), vk = randn_t({1, L, M}, 44);
+    HeadMetricsInput in;
+    in.map = softmax_map(q, k);
+    in.q = q;
+    in.k = k;
+    in.phi_q = Features(vq, (q * q).sum(-1, true) / (2 * std::sqrt(double(d))));
+    in.phi_k = Features(vk, (k * k).sum(-1, true) / (2 * std::sqrt(double(d))));
+    in.kernel_pairs = L * (L + 1) / 2;
+    const HeadMetrics m = compute_head_metrics(in);
+    ASSERT_TRUE(m.kernel_rel_error.has_value());
+
+    long double num = 0, den = 0, s_min = 1e300L, s_max = -1e300L;
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        long double s = 0, qq = 0, kk = 0, dot = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          const long double a = q[0][i][c].item<double>(), e = k[0][j][c].item<double>();
+          s += a * e, qq += a * a, kk += e * e;
+        }
+        for (int64_t c = 0; c < M; ++c) dot += (long double)vq[0][i][c].item<double>() * vk[0][j][c].item<double>();
+        s /= std::sqrt((long double)d);
+        s_min = std::min(s_min, s), s_max = std::max(s_max, s);
+        const long double exact = std::exp(s), approx = std::exp((qq + kk) / (2 * std::sqrt((long double)d))) * dot;
+        num += (approx - exact) * (approx - exact);
+        den += exact * exact;
+      }
+    const double want = double(std::sqrt(num / den));
+    EXPECT_GT(double(s_min), s_base - 100) << "scores are where the test means them to be";
+    EXPECT_LT(double(s_max), s_base + 100);
+    EXPECT_GT(want, 0.01);
+    EXPECT_LT(want, 100.0);
+    EXPECT_NEAR(*m.kernel_rel_error, want, 1e-9 * want) << "q.k / sqrt d around " << s_base;
+  }
+}
+
+// Undefined rows (all NaN on j <= i, linear_map's mark for rows without weight) are accepted,
+// counted and left out of every row mean; the means over the remaining rows match loops.
+TEST(HeadMetrics, UndefinedRowsAreCountedAndExcluded) {
+  const int64_t T = 2, L = 12, d = 4, dv = 3;
+  const at::Tensor q = randn_t({T, L, d}, 50), k = randn_t({T, L, d}, 51), v = randn_t({T, L, dv}, 52);
+  at::Tensor map = elu_map(q, k);
+  const std::vector<std::pair<int64_t, int64_t>> undefined = {{0, 0}, {0, 5}, {1, 11}};
+  for (auto [t, i] : undefined) map[t][i].narrow(0, 0, i + 1).fill_(NAN);
+  HeadMetricsInput in;
+  in.map = map;
+  in.reference = softmax_map(q, k);
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  const HeadMetrics m = compute_head_metrics(in);
+  EXPECT_EQ(m.undefined_rows, 3);
+
+  double h = 0, hn = 0, kl = 0, num = 0, den = 0, rows = 0, rows2 = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto A = rows_of(map, t), R = rows_of(in.reference, t), V = rows_of(v, t);
+    for (int64_t i = 0; i < L; ++i) {
+      if (std::isnan(A[i][0])) continue;
+      const double hi = row_entropy_loop(A[i], i + 1);
+      h += hi, rows += 1;
+      if (i >= 1) hn += hi / std::log(double(i + 1)), rows2 += 1;
+      for (int64_t j = 0; j <= i; ++j) kl += R[i][j] * std::log(R[i][j] / A[i][j]);
+      for (int64_t c = 0; c < dv; ++c) {
+        double y = 0, y_ref = 0;
+        for (int64_t j = 0; j <= i; ++j) y += A[i][j] * V[j][c], y_ref += R[i][j] * V[j][c];
+        num += (y - y_ref) * (y - y_ref);
+        den += y_ref * y_ref;
+      }
+    }
+  }
+  EXPECT_EQ(rows, T * L - 3.0);
+  EXPECT_NEAR(m.entropy, h / rows, 1e-12);
+  EXPECT_NEAR(m.normalized_entropy, hn / rows2, 1e-12);
+  ASSERT_TRUE(m.kl && m.output_rel_error && m.monotonicity);
+  EXPECT_NEAR(*m.kl, kl / rows, 1e-12);
+  EXPECT_NEAR(*m.output_rel_error, std::sqrt(num / den), 1e-12);
+  const MonoLoop mono = monotonicity_loop(map, scores_of(q, k));
+  EXPECT_NEAR(m.monotonicity->spearman, mono.spearman, 1e-12);
+  EXPECT_NEAR(m.monotonicity->discordant_fraction, mono.discordant, 1e-12);
+
+  const at::Tensor h_rows = row_entropy(map);
+  for (auto [t, i] : undefined) EXPECT_TRUE(std::isnan(h_rows[t][i].item<double>()));
+  EXPECT_EQ(at::isnan(h_rows).sum().item<int64_t>(), 3);
+
+  // No defined row at all: the means are NaN, not a made-up number, and nothing throws.
+  in.map = at::where(at::ones({L, L}, at::kBool).tril(), at::full({T, L, L}, NAN, at::kDouble), at::zeros({T, L, L}, at::kDouble));
+  const HeadMetrics none = compute_head_metrics(in);
+  EXPECT_EQ(none.undefined_rows, T * L);
+  EXPECT_TRUE(std::isnan(none.entropy));
+  EXPECT_TRUE(std::isnan(*none.kl));
+}
+
+// NaN or inf in any input is an Error naming the argument: the numbers would otherwise come out
+// finite and wrong (a NaN score sorts arbitrarily; a NaN query gave a finite entropy).
+TEST(HeadMetrics, NonFiniteInputsAreErrors) {
+  const int64_t T = 2, L = 8, d = 4;
+  const at::Tensor q = randn_t({T, L, d}, 60), k = randn_t({T, L, d}, 61), v = randn_t({T, L, 2}, 62);
+  auto phi = make_feature_map(spec("elu", d));
+  HeadMetricsInput good;
+  good.map = elu_map(q, k);
+  good.reference = softmax_map(q, k);
+  good.q = q;
+  good.k = k;
+  good.v = v;
+  good.phi_q = phi->query_features(q);
+  good.phi_k = phi->key_features(k);
+  good.raw_row_sums = at::ones({T, L}, at::kDouble);
+  ASSERT_NO_THROW(compute_head_metrics(good));
+  auto poisoned = [](const at::Tensor& t, double x) {
+    at::Tensor b = t.clone();
+    b.view({-1})[5] = x;
+    return b;
+  };
+  auto message_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (double x : {NAN, INFINITY}) {
+    const std::string sx = std::isnan(x) ? "NaN" : "inf";
+    std::vector<std::pair<std::string, HeadMetricsInput>> cases;
+    for (const char* what : {"q", "k", "v", "reference", "raw_row_sums", "phi_q", "map"}) {
+      HeadMetricsInput in = good;
+      const std::string w = what;
+      if (w == "q") in.q = poisoned(q, x);
+      if (w == "k") in.k = poisoned(k, x);
+      if (w == "v") in.v = poisoned(v, x);
+      if (w == "reference") {
+        in.reference = good.reference.clone();
+        in.reference[0][6][3] = x;
+      }
+      if (w == "raw_row_sums") in.raw_row_sums = poisoned(good.raw_row_sums, x);
+      if (w == "phi_q") in.phi_q = poisoned(good.phi_q.values, x);
+      if (w == "map") {  // one causal entry of a row that is otherwise defined
+        in.map = good.map.clone();
+        in.map[1][4][2] = x;
+      }
+      const std::string msg = message_of([&] { compute_head_metrics(in); });
+      EXPECT_NE(msg.find(w + " has non-finite"), std::string::npos) << sx << " in " << w << ": " << msg;
+    }
+    at::Tensor scores = scores_of(q, k);
+    scores[0][6][2] = x;
+    std::string msg = message_of([&] { monotonicity(good.map, scores); });
+    EXPECT_NE(msg.find("scores has non-finite"), std::string::npos) << msg;
+    at::Tensor map = good.map.clone();
+    map[0][3][1] = x;
+    msg = message_of([&] { row_entropy(map); });
+    EXPECT_NE(msg.find("map has non-finite"), std::string::npos) << msg;
+    msg = message_of([&] { monotonicity(map, scores_of(q, k)); });
+    EXPECT_NE(msg.find("map has non-finite"), std::string::npos) << msg;
+  }
 }

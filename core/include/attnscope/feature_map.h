@@ -8,7 +8,9 @@
 //   learned-prf         sqrt(a_m / M) exp(z_m.x' - |x'|^2/2), a_m = exp(alpha_m); z, alpha     features
 //                       learnable; init gaussian | orthogonal | leverage (leverage_init.h)
 //   hedgehog            u = x W + b (W [d, d'] = identity, b = 0 at init, per head), then      features = 2 d'
-//                       activation exp: [exp(u), exp(-u)]  or  softmax: softmax([u, -u])
+//                       activation exp: [exp(u), exp(-u)];  softmax: [softmax(u), softmax(-u)]
+//                       (each half its own softmax, paper 004 eq. 5, LoLCATs);  softmax-joint:
+//                       softmax([u, -u]) over all 2d' outputs (flash-linear-attention)
 //   t2r                 ReLU(x W + b), W [d, M]; init random (N(0, 1/d)) | identity (W_im =     features
 //                       [m mod d == i]), b = 0
 //   elu                 1 + ELU(x)                                                             d
@@ -27,9 +29,18 @@
 // (0-based); the horizon H is FeatureMapSpec::horizon, or the L of each call when that is 0. A 1-D
 // input [d] is one token at position 0. cosformer_features() takes explicit positions instead.
 //
-// Features are computed in the input's floating dtype (parameters are cast to it); the PRF-type maps
-// are exact, not max-stabilized, so pass float64 when |x|^2 / sqrt(d) is large enough to overflow
-// float32's exp (about 88).
+// Features are computed in the input's floating dtype (parameters are cast to it).
+// query_features() returns phi itself, exactly as defined: what training differentiates. For the
+// exponential maps (prf*, learned-prf, hedgehog exp, exp, flex-*) phi under- or overflows once
+// |x|^2 / sqrt(d) reaches a few hundred (float64) or about 88 (float32), which real heads reach.
+// scaled_query_features() returns the same phi as exp(log_scale) * values (features.h) with values
+// in range: the largest exponent of each vector is taken out (prf*, learned-prf, hedgehog exp,
+// exp), or the norm factor exp(|x|^2 / e^tau) / sqrt(n) (flex-*). The other maps return
+// {phi, 0}. Analysis (linear_map, linear_attention_output, compute_head_metrics) takes these.
+// One scale per vector: a feature more than ~745 (float64) below its vector's largest becomes 0 in
+// values. That loses nothing for the PRF family at |x|^2 / sqrt(d) in the thousands (its exponents
+// spread over a few hundred), but exp(t x) with t |x_i| in the hundreds can drop a feature that
+// another vector's largest feature would have met.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -39,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnscope/features.h"
 #include "attnscope/leverage_init.h"
 
 namespace attnscope {
@@ -53,6 +65,9 @@ class FeatureMap {  // phi: [..., d] -> [..., M]
   virtual at::Tensor query_features(const at::Tensor& x) const = 0;
   // Equal to query_features except for maps with separate (untied) query and key parameters.
   virtual at::Tensor key_features(const at::Tensor& x) const;
+  // phi as exp(log_scale) * values, log_scale [..., 1] (see above); {phi, 0} unless overridden.
+  virtual Features scaled_query_features(const at::Tensor& x) const;
+  virtual Features scaled_key_features(const at::Tensor& x) const;
   // The learnable tensors by name ("z", "alpha", "W", "q.W", "tau", ...); empty for fixed maps. The
   // tensors are the map's own (shared storage): a trainer may set requires_grad on them and update
   // them in place, and the map sees the change.
@@ -75,7 +90,7 @@ struct FeatureMapSpec {
   //   an estimator of (K + 1) / 2).
   std::string init;
   bool tied = true;              // hedgehog, t2r: one layer for queries and keys, or two
-  std::string activation = "exp";  // hedgehog: exp | softmax
+  std::string activation = "exp";  // hedgehog: exp | softmax | softmax-joint
   double temperature = 1.0;      // exp: t in exp(t x)
   int64_t horizon = 0;           // cosformer: H (> 0), or 0 = the sequence length of each call
   // learned-prf with init "leverage": the captured vectors x_j [J, d] and the options.

@@ -41,7 +41,7 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
 struct HeadMaps {
   at::Tensor softmax;  // float64 [L, L]
   at::Tensor linear;   // float64 [L, L], undefined without a feature map
-  double nonpositive_rows = 0;
+  double nonpositive_row_fraction = 0;  // of the linear map (linear_attention.h)
   std::vector<int64_t> ids;  // the window's tokens
 };
 HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, const AnalysisOptions& opt);

@@ -5,6 +5,7 @@
 #include "attnscope/error.h"
 #include "attnscope/feature_map.h"
 #include "attnscope/linear_attention.h"
+#include "attnscope/random.h"
 
 namespace attnscope {
 
@@ -18,7 +19,7 @@ std::unique_ptr<FeatureMap> head_feature_map(const AnalysisOptions& opt, int64_t
   spec.name = opt.feature_map;
   spec.d = d;
   spec.features = opt.features;
-  spec.seed = opt.seed * 1000003ull + uint64_t(layer) * 1009ull + uint64_t(head);
+  spec.seed = derive_seed(opt.seed, layer, head);
   if (spec.name == "learned-prf") {
     // Ridge-leverage initialization needs the head's own vectors: up to 2048 of its q and k.
     at::Tensor x = at::cat({q.reshape({-1, d}), k.reshape({-1, d})}, 0).to(at::kDouble);
@@ -31,11 +32,6 @@ std::unique_ptr<FeatureMap> head_feature_map(const AnalysisOptions& opt, int64_t
 
 at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
   return max_seqs > 0 && max_seqs < t.size(0) ? t.narrow(0, 0, max_seqs) : t;
-}
-
-// Raw row sums sum_{m<=i} phi(q_i).phi(k_m): what linear attention divides by.
-at::Tensor raw_row_sums(const at::Tensor& pq, const at::Tensor& pk) {
-  return (pq * at::cumsum(pk, -2)).sum(-1);
 }
 
 }  // namespace
@@ -60,13 +56,16 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
       in.map = A, in.q = q, in.k = k, in.seed = opt.seed;
       a.softmax = compute_head_metrics(in);
       if (!opt.feature_map.empty()) {
+        // Scaled features: phi itself under- or overflows at the norms real heads reach.
         auto phi = head_feature_map(opt, d, s, h, q, k);
-        const at::Tensor pq = phi->query_features(q), pk = phi->key_features(k);
+        const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
         const LinearMap lm = linear_map(pq, pk);
         HeadMetricsInput li;
         li.map = lm.map, li.reference = A, li.q = q, li.k = k, li.v = v;
-        li.phi_q = pq, li.phi_k = pk, li.raw_row_sums = raw_row_sums(pq, pk), li.seed = opt.seed;
+        li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
         a.linear = compute_head_metrics(li);
+        // linear_map measured the raw row sums in the log domain; phi's own sums can overflow.
+        a.linear->nonpositive_row_fraction = lm.nonpositive_row_fraction;
       }
       if (opt.mixer_state > 0) {
         MixerFitOptions mo;
@@ -94,9 +93,9 @@ HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, cons
   m.softmax = softmax_map(q, k);
   if (!opt.feature_map.empty()) {
     auto phi = head_feature_map(opt, store.head_dim(), layer, head, Q.select(1, head), K.select(1, head));
-    const LinearMap lm = linear_map(phi->query_features(q), phi->key_features(k));
+    const LinearMap lm = linear_map(phi->scaled_query_features(q), phi->scaled_key_features(k));
     m.linear = lm.map;
-    m.nonpositive_rows = lm.nonpositive_row_fraction;
+    m.nonpositive_row_fraction = lm.nonpositive_row_fraction;
   }
   const at::Tensor ids = store.ids()[seq].contiguous();
   m.ids.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());

@@ -22,7 +22,8 @@ nlohmann::ordered_json metrics_json(const HeadMetrics& m) {
   if (m.cross_entropy) j["cross_entropy"] = number(*m.cross_entropy);
   if (m.kernel_rel_error) j["kernel_rel_error"] = number(*m.kernel_rel_error);
   if (m.output_rel_error) j["output_rel_error"] = number(*m.output_rel_error);
-  if (m.nonpositive_row_sums) j["nonpositive_row_fraction"] = number(*m.nonpositive_row_sums);
+  if (m.nonpositive_row_fraction) j["nonpositive_row_fraction"] = number(*m.nonpositive_row_fraction);
+  j["undefined_rows"] = m.undefined_rows;
   return j;
 }
 
@@ -54,7 +55,7 @@ Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
   // The linear-map columns carry the JSON names with a "linear_" prefix where softmax has the same.
   if (lin)
     for (const char* c : {"linear_entropy", "linear_monotonicity", "kl", "cross_entropy", "kernel_rel_error",
-                          "output_rel_error", "nonpositive_row_fraction"})
+                          "output_rel_error", "nonpositive_row_fraction", "undefined_rows"})
       t.header.push_back(c);
   if (mix)
     for (const char* c : {"toeplitz", "causal_low_rank", "retnet", "ssd", "ssd_d", "semiseparable"}) t.header.push_back(c);
@@ -68,8 +69,9 @@ Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
       const HeadMetrics& l = *a.linear;
       for (double v : {l.entropy, l.monotonicity ? l.monotonicity->spearman : NAN, l.kl.value_or(NAN),
                        l.cross_entropy.value_or(NAN), l.kernel_rel_error.value_or(NAN),
-                       l.output_rel_error.value_or(NAN), l.nonpositive_row_sums.value_or(NAN)})
+                       l.output_rel_error.value_or(NAN), l.nonpositive_row_fraction.value_or(NAN)})
         row.push_back(f(v));
+      row.push_back(std::to_string(l.undefined_rows));
     }
     if (mix) {
       const MixerDistances& x = *a.mixers;

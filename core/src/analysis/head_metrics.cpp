@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attnscope/error.h"
+#include "attnscope/random.h"
 #include "base/shape_str.h"
 
 namespace attnscope {
@@ -30,6 +30,31 @@ void check_map(const char* where, const char* what, const at::Tensor& m) {
 
 // Float64, contiguous, on the CPU: every metric below reads or loops over these.
 at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); }
+
+void check_finite(const char* where, const std::string& what, const at::Tensor& t) {
+  if (!at::isfinite(t).all().item<bool>()) fail(where, what + " has non-finite entries (NaN or inf)");
+}
+
+// [L, L] bool, true on and below the diagonal.
+at::Tensor causal_mask(int64_t L) { return at::ones({L, L}, at::kBool).tril(); }
+
+// The undefined rows of a float64 map a [..., L, L], as bool [..., L]: rows whose entries j <= i
+// are all NaN (linear_map's mark for a row without weight). Any other non-finite entry is an error.
+at::Tensor undefined_rows(const char* where, const char* what, const at::Tensor& a) {
+  const int64_t L = a.size(-1);
+  const at::Tensor causal = causal_mask(L);
+  const at::Tensor nan_keys = at::logical_and(at::isnan(a), causal).sum(-1);
+  const at::Tensor undefined = nan_keys == at::arange(1, L + 1, at::kLong);
+  const at::Tensor accepted = at::logical_or(at::isfinite(a), at::logical_and(undefined.unsqueeze(-1), causal));
+  if (!accepted.all().item<bool>())
+    fail(where, std::string(what) + " has non-finite entries (NaN or inf) other than undefined rows (NaN on every key j <= i)");
+  return undefined;
+}
+
+// Mean of per-row values over the rows where `keep` is true; NaN when there is none.
+double mean_where(const at::Tensor& per_row, const at::Tensor& keep) {
+  return per_row.masked_select(keep).mean().item<double>();
+}
 
 // `t` must be [..., L, x] with the same leading dimensions and L as the map [..., L, L].
 void check_rows(const at::Tensor& map, const char* what, const at::Tensor& t) {
@@ -128,9 +153,10 @@ RowMonotonicity row_monotonicity(const double* s, const double* w, int64_t n, st
 
 at::Tensor row_entropy(const at::Tensor& map) {
   check_map("row_entropy", "map", map);
-  const at::Tensor a = map.to(at::kDouble);
+  const at::Tensor a = f64(map);
+  const at::Tensor undefined = undefined_rows("row_entropy", "map", a);
   if ((a < 0).any().item<bool>()) fail("row_entropy", "map has negative entries");
-  return -at::special_xlogy(a, a).sum(-1);  // xlogy(0, 0) = 0
+  return (-at::special_xlogy(a, a).sum(-1)).masked_fill(undefined, std::nan(""));  // xlogy(0, 0) = 0
 }
 
 Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
@@ -140,17 +166,22 @@ Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
     fail("monotonicity", "map " + shape_str(map.sizes()) + " and scores " + shape_str(scores.sizes()) + " must have the same shape");
   const int64_t L = map.size(-1);
   const at::Tensor a = f64(map), s = f64(scores);
+  // Only the causal part of the scores is read; a NaN there would make the sort's order undefined.
+  check_finite("monotonicity", "scores", s.masked_select(causal_mask(L)));
+  const at::Tensor undefined = undefined_rows("monotonicity", "map", a).reshape({-1}).contiguous();
   const int64_t rows = a.numel() / L;  // all rows of all sequences
   const double* A = a.data_ptr<double>();
   const double* S = s.data_ptr<double>();
+  const bool* skip = undefined.data_ptr<bool>();
 
-  // Row r is row i = r mod L of its sequence, with i + 1 keys at offset r * L.
+  // Row r is row i = r mod L of its sequence, with i + 1 keys at offset r * L. Undefined rows stay
+  // unused (RowMonotonicity{}).
   std::vector<RowMonotonicity> per_row(rows);
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> order;
     std::vector<double> rs, rw, buf, tmp;
     for (int64_t r = begin; r < end; ++r)
-      per_row[r] = row_monotonicity(S + r * L, A + r * L, r % L + 1, order, rs, rw, buf, tmp);
+      if (!skip[r]) per_row[r] = row_monotonicity(S + r * L, A + r * L, r % L + 1, order, rs, rw, buf, tmp);
   });
 
   // Reduced in row order so the result does not depend on the thread count.
@@ -173,15 +204,18 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   check_map(kWhere, "map", in.map);
   const int64_t L = in.map.size(-1);
   const at::Tensor a = f64(in.map);
+  const at::Tensor undefined = undefined_rows(kWhere, "map", a).reshape({-1});  // [rows]
+  const at::Tensor defined = undefined.logical_not();
   if ((a < 0).any().item<bool>()) fail(kWhere, "map has negative entries");
   HeadMetrics out;
+  out.undefined_rows = undefined.sum().item<int64_t>();
 
-  // Entropy: every row; normalized: rows with i + 1 >= 2 keys, divided by log(i + 1).
-  const at::Tensor h = row_entropy(a).reshape({-1, L});
-  out.entropy = h.mean().item<double>();
+  // Entropy: every defined row; normalized: defined rows with i + 1 >= 2 keys, divided by log(i + 1).
+  const at::Tensor h = (-at::special_xlogy(a, a).sum(-1)).reshape({-1, L});  // xlogy(0, 0) = 0
+  out.entropy = mean_where(h.reshape({-1}), defined);
   if (L >= 2) {
     const at::Tensor log_keys = at::log(at::arange(2, L + 1, h.options()));
-    out.normalized_entropy = (h.narrow(1, 1, L - 1) / log_keys).mean().item<double>();
+    out.normalized_entropy = mean_where(h.narrow(1, 1, L - 1) / log_keys, defined.reshape({-1, L}).narrow(1, 1, L - 1));
   }
 
   at::Tensor q, k;
@@ -192,6 +226,8 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     if (in.q.sizes() != in.k.sizes()) fail(kWhere, "q " + shape_str(in.q.sizes()) + " and k " + shape_str(in.k.sizes()) + " must have the same shape");
     q = f64(in.q);
     k = f64(in.k);
+    check_finite(kWhere, "q", q);
+    check_finite(kWhere, "k", k);
     if (L >= 3) out.monotonicity = monotonicity(a, at::matmul(q, k.transpose(-2, -1)));
   }
 
@@ -201,26 +237,38 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     if (in.reference.sizes() != in.map.sizes())
       fail(kWhere, "reference " + shape_str(in.reference.sizes()) + " and map " + shape_str(in.map.sizes()) + " must have the same shape");
     ref = f64(in.reference);
+    check_finite(kWhere, "reference", ref);
     if ((ref < 0).any().item<bool>()) fail(kWhere, "reference has negative entries");
     // Per row: sum ref log ref (0 log 0 = 0) and sum ref log max(map, floor); upper-triangle
-    // entries are 0 in ref and add nothing.
-    const at::Tensor ref_log_ref = at::special_xlogy(ref, ref).sum(-1);
-    const at::Tensor ref_log_map = at::special_xlogy(ref, a.clamp_min(kLogFloor)).sum(-1);
-    out.kl = (ref_log_ref - ref_log_map).mean().item<double>();
-    out.cross_entropy = (-ref_log_map).mean().item<double>();
+    // entries are 0 in ref and add nothing. Undefined rows give NaN here and are left out.
+    const at::Tensor ref_log_ref = at::special_xlogy(ref, ref).sum(-1).reshape({-1});
+    const at::Tensor ref_log_map = at::special_xlogy(ref, a.clamp_min(kLogFloor)).sum(-1).reshape({-1});
+    out.kl = mean_where(ref_log_ref - ref_log_map, defined);
+    out.cross_entropy = mean_where(-ref_log_map, defined);
   }
 
-  if (in.phi_q.defined() || in.phi_k.defined()) {
-    if (!in.phi_q.defined() || !in.phi_k.defined()) fail(kWhere, "phi_q and phi_k must be given together");
+  if (in.phi_q.values.defined() || in.phi_k.values.defined()) {
+    if (!in.phi_q.values.defined() || !in.phi_k.values.defined()) fail(kWhere, "phi_q and phi_k must be given together");
     if (!q.defined()) fail(kWhere, "the kernel error needs q and k besides phi_q and phi_k");
-    check_rows(in.map, "phi_q", in.phi_q);
-    check_rows(in.map, "phi_k", in.phi_k);
-    if (in.phi_q.sizes() != in.phi_k.sizes())
-      fail(kWhere, "phi_q " + shape_str(in.phi_q.sizes()) + " and phi_k " + shape_str(in.phi_k.sizes()) + " must have the same shape");
+    for (const auto& [name, f] : {std::pair<const char*, const Features*>{"phi_q", &in.phi_q}, {"phi_k", &in.phi_k}}) {
+      check_rows(in.map, name, f->values);
+      const std::string ls = std::string(name) + " log_scale";
+      std::vector<int64_t> want(f->values.sizes().begin(), f->values.sizes().end());
+      want.back() = 1;
+      if (!f->log_scale.defined() || f->log_scale.sizes() != at::IntArrayRef(want))
+        fail(kWhere, ls + " must be " + shape_str(want) + ", got " + (f->log_scale.defined() ? shape_str(f->log_scale.sizes()) : "nothing"));
+    }
+    if (in.phi_q.values.sizes() != in.phi_k.values.sizes())
+      fail(kWhere, "phi_q " + shape_str(in.phi_q.values.sizes()) + " and phi_k " + shape_str(in.phi_k.values.sizes()) + " must have the same shape");
     if (in.kernel_pairs < 1) fail(kWhere, "kernel_pairs must be >= 1, got " + std::to_string(in.kernel_pairs));
-    const int64_t d = q.size(-1), M = in.phi_q.size(-1);
+    const int64_t d = q.size(-1), M = in.phi_q.values.size(-1);
     const at::Tensor q2 = q.reshape({-1, d}), k2 = k.reshape({-1, d});
-    const at::Tensor fq = f64(in.phi_q).reshape({-1, M}), fk = f64(in.phi_k).reshape({-1, M});
+    const at::Tensor fq = f64(in.phi_q.values).reshape({-1, M}), fk = f64(in.phi_k.values).reshape({-1, M});
+    const at::Tensor lq = f64(in.phi_q.log_scale).reshape({-1}), lk = f64(in.phi_k.log_scale).reshape({-1});
+    check_finite(kWhere, "phi_q", fq);
+    check_finite(kWhere, "phi_k", fk);
+    check_finite(kWhere, "phi_q log_scale", lq);
+    check_finite(kWhere, "phi_k log_scale", lk);
     const int64_t T = q2.size(0) / L;
     const int64_t per_seq = L * (L + 1) / 2, total = T * per_seq;
 
@@ -240,28 +288,45 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     if (in.kernel_pairs >= total) {
       for (int64_t u = 0; u < total; ++u) add_pair(u);
     } else {
-      std::mt19937_64 rng(in.seed);
-      std::uniform_int_distribution<int64_t> pick(0, total - 1);
-      for (int64_t m = 0; m < n; ++m) add_pair(pick(rng));
+      Rng rng(in.seed);
+      for (int64_t m = 0; m < n; ++m) add_pair(int64_t(rng.below(uint64_t(total))));
     }
     const at::Tensor iq = at::tensor(qi, at::kLong), ik = at::tensor(kj, at::kLong);
-    const at::Tensor exact = at::exp((q2.index_select(0, iq) * k2.index_select(0, ik)).sum(-1) / std::sqrt(double(d)));
-    const at::Tensor approx = (fq.index_select(0, iq) * fk.index_select(0, ik)).sum(-1);
-    out.kernel_rel_error = ((approx - exact).norm() / exact.norm()).item<double>();
+    // In the log domain: the exact kernel is exp(s), the estimate sign(dot) exp(g) with
+    //   s = q.k / sqrt d,   g = ls_q + ls_k + log|values(q).values(k)|,
+    // either of which may lie far beyond exp's range. Each pair's difference is taken relative to
+    // its larger exponent c = max(s, g) (a number in [-1, 1] times exp(c)), and the two squared
+    // norms are sums of exp(2 x), combined by logsumexp.
+    const at::Tensor s = (q2.index_select(0, iq) * k2.index_select(0, ik)).sum(-1) / std::sqrt(double(d));
+    const at::Tensor dot = (fq.index_select(0, iq) * fk.index_select(0, ik)).sum(-1);
+    if (!at::isfinite(dot).all().item<bool>())
+      fail(kWhere, "phi_q.phi_k overflows; pass scaled features (FeatureMap::scaled_query_features)");
+    const at::Tensor g = lq.index_select(0, iq) + lk.index_select(0, ik) + at::log(dot.abs());  // -inf where dot = 0
+    const at::Tensor c = at::maximum(s, g);  // finite: s is
+    const at::Tensor log_diff = c + at::log((at::sign(dot) * at::exp(g - c) - at::exp(s - c)).abs());
+    const double log_num = at::logsumexp(2 * log_diff, 0).item<double>();  // -inf when every pair is exact
+    const double log_den = at::logsumexp(2 * s, 0).item<double>();
+    out.kernel_rel_error = std::exp(0.5 * (log_num - log_den));
   }
 
   if (in.v.defined() && ref.defined()) {
     check_rows(in.map, "v", in.v);
     const at::Tensor v = f64(in.v);
-    const at::Tensor y_ref = at::matmul(ref, v);
-    out.output_rel_error = ((at::matmul(a, v) - y_ref).norm() / y_ref.norm()).item<double>();
+    check_finite(kWhere, "v", v);
+    // Undefined rows have no output: zero them in both maps so they add to neither norm.
+    const at::Tensor skip = undefined.reshape(a.sizes().slice(0, a.dim() - 1)).unsqueeze(-1);
+    const at::Tensor y_ref = at::matmul(ref.masked_fill(skip, 0), v);
+    const at::Tensor y = at::matmul(a.masked_fill(skip, 0), v);
+    out.output_rel_error = ((y - y_ref).norm() / y_ref.norm()).item<double>();
   }
 
   if (in.raw_row_sums.defined()) {
     const auto lead = in.map.sizes().slice(0, in.map.dim() - 1);
     if (in.raw_row_sums.sizes() != lead)
       fail(kWhere, "raw_row_sums " + shape_str(in.raw_row_sums.sizes()) + " must be [..., L] matching the map " + shape_str(in.map.sizes()));
-    out.nonpositive_row_sums = (f64(in.raw_row_sums) <= 0).to(at::kDouble).mean().item<double>();
+    const at::Tensor sums = f64(in.raw_row_sums);
+    check_finite(kWhere, "raw_row_sums", sums);
+    out.nonpositive_row_fraction = (sums <= 0).to(at::kDouble).mean().item<double>();
   }
   return out;
 }

@@ -5,13 +5,24 @@
 #include <initializer_list>
 
 #include "attnscope/error.h"
+#include "attnscope/random.h"
 #include "feature_map_families.h"
 
 namespace attnscope {
 
 FeatureMap::~FeatureMap() = default;
 
+Features::Features(at::Tensor v) : values(std::move(v)) {
+  if (!values.defined() || values.dim() < 1) return;  // the consumers' shape checks report it
+  std::vector<int64_t> shape(values.sizes().begin(), values.sizes().end());
+  shape.back() = 1;
+  log_scale = at::zeros(shape, values.options());
+}
+
 at::Tensor FeatureMap::key_features(const at::Tensor& x) const { return query_features(x); }
+
+Features FeatureMap::scaled_query_features(const at::Tensor& x) const { return Features(query_features(x)); }
+Features FeatureMap::scaled_key_features(const at::Tensor& x) const { return Features(key_features(x)); }
 
 std::vector<std::pair<std::string, at::Tensor>> FeatureMap::named_parameters() { return {}; }
 
@@ -92,8 +103,7 @@ int64_t fixed_features(const FeatureMapSpec& spec, int64_t natural) {
 }
 
 at::Generator generator(uint64_t seed, uint64_t stream) {
-  // Spreading seeds apart by the golden-ratio constant keeps (seed, stream) pairs distinct.
-  return at::detail::createCPUGenerator(seed * 0x9E3779B97F4A7C15ull + stream);
+  return at::detail::createCPUGenerator(derive_seed(seed, stream));
 }
 
 at::Tensor gaussian(int64_t rows, int64_t cols, uint64_t seed, uint64_t stream) {

@@ -37,7 +37,8 @@ int64_t chosen_features(const FeatureMapSpec& spec, bool even = false);
 // M for a fixed-size map: `natural`, after checking spec.features is 0 or equal to it.
 int64_t fixed_features(const FeatureMapSpec& spec, int64_t natural);
 
-// The CPU generator of (seed, stream): `stream` separates independent draws made from one seed.
+// The CPU generator of (seed, stream), seeded with derive_seed(seed, stream) (random.h): `stream`
+// separates independent draws made from one seed.
 at::Generator generator(uint64_t seed, uint64_t stream);
 // Seeded float32 N(0, 1) draws.
 at::Tensor gaussian(int64_t rows, int64_t cols, uint64_t seed, uint64_t stream = 0);

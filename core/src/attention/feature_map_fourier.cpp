@@ -38,21 +38,28 @@ class FlexFourierMap : public FeatureMap {
   int64_t feature_dim() const override { return 2 * w1_.size(0); }
 
   at::Tensor query_features(const at::Tensor& x) const override {
+    const Features f = scaled_query_features(x);
+    return f.values * at::exp(f.log_scale);
+  }
+
+  // The norm factor exp(|x|^2 / e^tau) / sqrt(n) is the scale (it overflows float64 at |x|^2 / e^tau
+  // > 709, e.g. |x| = 100 at d = 16); the cosines and sines are the values.
+  Features scaled_query_features(const at::Tensor& x) const override {
     fmap::check_input(name_, input_dim(), x);
     const double n = double(w1_.size(0));
     const at::Tensor w1 = fmap::like(w1_, x);
     const at::Tensor tau = fmap::like(tau_, x);
-    // exp(|x|^2 / e^tau) / sqrt(n), one factor per vector
-    const at::Tensor scale = at::exp((x * x).sum(-1, true) * at::exp(-tau)) / std::sqrt(n);
+    const at::Tensor log_scale = (x * x).sum(-1, true) * at::exp(-tau) - 0.5 * std::log(n);
     if (!w2_.defined()) {
       const at::Tensor a = at::matmul(x, w1.t());
-      return at::cat({at::cos(a), at::sin(a)}, -1) * scale;
+      return {at::cat({at::cos(a), at::sin(a)}, -1), log_scale};
     }
     const at::Tensor w2 = fmap::like(w2_, x);
     const at::Tensor a = at::matmul(x, (0.5 * (w1 + w2)).t());  // w1'.x
     const at::Tensor c = at::cos(at::matmul(x, (0.5 * (w1 - w2)).t()));  // cos(w2'.x)
-    return at::cat({at::cos(a) * c, at::sin(a) * c}, -1) * scale;
+    return {at::cat({at::cos(a) * c, at::sin(a) * c}, -1), log_scale};
   }
+  Features scaled_key_features(const at::Tensor& x) const override { return scaled_query_features(x); }
 
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override {
     if (!w2_.defined()) return {{"omega", w1_}, {"tau", tau_}};

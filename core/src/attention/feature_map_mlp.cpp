@@ -1,8 +1,10 @@
 // Feature maps that are a learned per-head linear layer u = x W + b (W [d, d'], paper 004's
 // convention) followed by a fixed activation:
-//   hedgehog (paper 004, eq. 3 and App. A.1): W = identity, b = 0 at init, then the negation map
-//            [exp(u), exp(-u)] (eq. 6), or the feature softmax over that same 2d' vector,
-//            softmax([u, -u]) (eq. 5 applied to the negation map; bounded, hence more stable);
+//   hedgehog (paper 004, eq. 3 and App. A.1): W = identity, b = 0 at init, then one of
+//            exp            [exp(u), exp(-u)], the negation map (eq. 6);
+//            softmax        [softmax(u), softmax(-u)], a softmax over each half (eq. 5 applied to
+//                           each sign, as LoLCATs does): bounded, hence more stable;
+//            softmax-joint  softmax([u, -u]) over all 2d' outputs (flash-linear-attention's form).
 //   t2r      (Kasai et al. 2021, the paper's T2R baseline): ReLU(u), M = d' features.
 // Queries and keys share the layer (tied, as the paper trains Hedgehog) or have one each.
 #include <ATen/ATen.h>
@@ -41,7 +43,7 @@ Linear init_linear(int64_t d, int64_t out, const std::string& init, uint64_t see
 
 class LinearActivationMap : public FeatureMap {
  public:
-  enum class Activation { NegationExp, NegationSoftmax, Relu };
+  enum class Activation { NegationExp, NegationSoftmax, NegationSoftmaxJoint, Relu };
 
   LinearActivationMap(std::string name, int64_t d, Activation act, Linear q, std::optional<Linear> k)
       : name_(std::move(name)), d_(d), act_(act), q_(std::move(q)), k_(std::move(k)) {}
@@ -54,6 +56,8 @@ class LinearActivationMap : public FeatureMap {
 
   at::Tensor query_features(const at::Tensor& x) const override { return apply(q_, x); }
   at::Tensor key_features(const at::Tensor& x) const override { return apply(k_ ? *k_ : q_, x); }
+  Features scaled_query_features(const at::Tensor& x) const override { return apply_scaled(q_, x); }
+  Features scaled_key_features(const at::Tensor& x) const override { return apply_scaled(k_ ? *k_ : q_, x); }
 
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override {
     if (!k_) return {{"W", q_.W}, {"b", q_.b}};
@@ -66,10 +70,21 @@ class LinearActivationMap : public FeatureMap {
     const at::Tensor u = l(x);
     switch (act_) {
       case Activation::NegationExp: return at::cat({at::exp(u), at::exp(-u)}, -1);
-      case Activation::NegationSoftmax: return at::softmax(at::cat({u, -u}, -1), -1);
+      case Activation::NegationSoftmax: return at::cat({at::softmax(u, -1), at::softmax(-u, -1)}, -1);
+      case Activation::NegationSoftmaxJoint: return at::softmax(at::cat({u, -u}, -1), -1);
       case Activation::Relu: break;
     }
     return at::relu(u);
+  }
+
+  // exp's features overflow once |u| passes ~709 (float64): take max |u| out as the log scale. The
+  // softmax and ReLU features are bounded by their input already.
+  Features apply_scaled(const Linear& l, const at::Tensor& x) const {
+    if (act_ != Activation::NegationExp) return Features(apply(l, x));
+    fmap::check_input(name_, d_, x);
+    const at::Tensor u = l(x);
+    const at::Tensor max_abs = std::get<0>(u.abs().max(-1, /*keepdim=*/true));
+    return {at::cat({at::exp(u - max_abs), at::exp(-u - max_abs)}, -1), max_abs};
   }
 
   std::string name_;
@@ -93,7 +108,8 @@ std::unique_ptr<FeatureMap> make_mlp(const FeatureMapSpec& spec) {
     init = resolve_init(spec, {"identity", "random"});
     if (spec.activation == "exp") act = Act::NegationExp;
     else if (spec.activation == "softmax") act = Act::NegationSoftmax;
-    else fail(where(spec.name), "unknown activation '" + spec.activation + "' (valid: exp, softmax)");
+    else if (spec.activation == "softmax-joint") act = Act::NegationSoftmaxJoint;
+    else fail(where(spec.name), "unknown activation '" + spec.activation + "' (valid: exp, softmax, softmax-joint)");
   } else {  // t2r
     out = chosen_features(spec);
     init = resolve_init(spec, {"random", "identity"});

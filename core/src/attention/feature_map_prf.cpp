@@ -25,9 +25,15 @@ Scaled scale(const at::Tensor& x) {
   return s;
 }
 
-// prf, prf-orthogonal and learned-prf: exp(w_m.x' - |x'|^2/2 + alpha_m/2) / sqrt(M). alpha is kept
-// inside the exponent: it is the same number as sqrt(exp(alpha)) outside, without overflow, and its
-// gradient is simply half the feature.
+// phi = exp(logits) as exp(rowmax) * exp(logits - rowmax): values in (0, 1], the largest exactly 1.
+Features shift_by_row_max(const at::Tensor& logits) {
+  const at::Tensor row_max = std::get<0>(logits.max(-1, /*keepdim=*/true));
+  return {at::exp(logits - row_max), row_max};
+}
+
+// prf, prf-orthogonal and learned-prf: exp(w_m.x' - |x'|^2/2 + alpha_m/2 - log(M)/2). alpha and the
+// 1/sqrt(M) are kept inside the exponent: the same numbers as sqrt(exp(alpha) / M) outside, without
+// overflow, and alpha's gradient is simply half the feature.
 class PositiveRandomFeatures : public FeatureMap {
  public:
   PositiveRandomFeatures(std::string name, at::Tensor w, at::Tensor alpha, bool learnable)
@@ -37,13 +43,9 @@ class PositiveRandomFeatures : public FeatureMap {
   int64_t input_dim() const override { return w_.size(1); }
   int64_t feature_dim() const override { return w_.size(0); }
 
-  at::Tensor query_features(const at::Tensor& x) const override {
-    fmap::check_input(name_, input_dim(), x);
-    const Scaled s = scale(x);
-    at::Tensor logits = at::matmul(s.x, fmap::like(w_, x).t()) - s.half_sq;
-    if (alpha_.defined()) logits = logits + 0.5 * fmap::like(alpha_, x);
-    return at::exp(logits) / std::sqrt(double(feature_dim()));
-  }
+  at::Tensor query_features(const at::Tensor& x) const override { return at::exp(logits(x)); }
+  Features scaled_query_features(const at::Tensor& x) const override { return shift_by_row_max(logits(x)); }
+  Features scaled_key_features(const at::Tensor& x) const override { return shift_by_row_max(logits(x)); }
 
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() override {
     if (!learnable_) return {};
@@ -51,6 +53,14 @@ class PositiveRandomFeatures : public FeatureMap {
   }
 
  private:
+  at::Tensor logits(const at::Tensor& x) const {
+    fmap::check_input(name_, input_dim(), x);
+    const Scaled s = scale(x);
+    at::Tensor out = at::matmul(s.x, fmap::like(w_, x).t()) - s.half_sq - 0.5 * std::log(double(feature_dim()));
+    if (alpha_.defined()) out = out + 0.5 * fmap::like(alpha_, x);
+    return out;
+  }
+
   std::string name_;
   at::Tensor w_;      // [M, d]
   at::Tensor alpha_;  // [M] or undefined (plain PRF: all a_m = 1)
@@ -67,15 +77,18 @@ class HyperbolicRandomFeatures : public FeatureMap {
   int64_t input_dim() const override { return w_.size(1); }
   int64_t feature_dim() const override { return 2 * w_.size(0); }
 
-  at::Tensor query_features(const at::Tensor& x) const override {
-    fmap::check_input(name(), input_dim(), x);
-    const Scaled s = scale(x);
-    at::Tensor proj = at::matmul(s.x, fmap::like(w_, x).t());
-    return at::cat({at::exp(proj - s.half_sq), at::exp(-proj - s.half_sq)}, -1) /
-           std::sqrt(double(feature_dim()));
-  }
+  at::Tensor query_features(const at::Tensor& x) const override { return at::exp(logits(x)); }
+  Features scaled_query_features(const at::Tensor& x) const override { return shift_by_row_max(logits(x)); }
+  Features scaled_key_features(const at::Tensor& x) const override { return shift_by_row_max(logits(x)); }
 
  private:
+  at::Tensor logits(const at::Tensor& x) const {
+    fmap::check_input(name(), input_dim(), x);
+    const Scaled s = scale(x);
+    const at::Tensor proj = at::matmul(s.x, fmap::like(w_, x).t());
+    return at::cat({proj, -proj}, -1) - s.half_sq - 0.5 * std::log(double(feature_dim()));
+  }
+
   at::Tensor w_;  // [M/2, d]
 };
 

@@ -41,6 +41,16 @@ class ElementwiseMap : public FeatureMap {
     return at::exp(t_ * x);
   }
 
+  // exp(t x) overflows once t x passes ~709 (float64): take the largest t x_i out as the log scale.
+  Features scaled_query_features(const at::Tensor& x) const override {
+    if (kind_ != Kind::Exp) return Features(query_features(x));
+    fmap::check_input(name_, d_, x);
+    const at::Tensor tx = t_ * x;
+    const at::Tensor row_max = std::get<0>(tx.max(-1, /*keepdim=*/true));
+    return {at::exp(tx - row_max), row_max};
+  }
+  Features scaled_key_features(const at::Tensor& x) const override { return scaled_query_features(x); }
+
  private:
   std::string name_;
   int64_t d_;

@@ -18,10 +18,30 @@ namespace {
 // that the C x C block inside a chunk stays cheap next to the O(L M d_v) running sums.
 constexpr int64_t kChunk = 64;
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void check_finite(const char* where, const std::string& what, const at::Tensor& t) {
+  if (!at::isfinite(t).all().item<bool>()) fail(where, what + " has non-finite entries (NaN or inf)");
+}
+
 void check_sequence(const char* where, const char* what, const at::Tensor& t) {
   if (!t.defined() || t.dim() < 2) fail(where, std::string(what) + " must be [..., L, dim], got " + (t.defined() ? shape_str(t.sizes()) : "nothing"));
   if (!at::isFloatingType(t.scalar_type())) fail(where, std::string(what) + " must be a floating tensor");
   if (t.size(-2) < 1) fail(where, std::string(what) + " must hold at least one token, got " + shape_str(t.sizes()));
+  check_finite(where, what, t);
+}
+
+// Features: values [..., L, M] and log_scale [..., L, 1], both finite.
+void check_features(const char* where, const char* what, const Features& f) {
+  check_sequence(where, what, f.values);
+  const std::string ls = std::string(what) + " log_scale";
+  std::vector<int64_t> want(f.values.sizes().begin(), f.values.sizes().end());
+  want.back() = 1;
+  if (!f.log_scale.defined() || f.log_scale.sizes() != at::IntArrayRef(want))
+    fail(where, ls + " must be " + shape_str(want) + " (one per vector of " + what + " " + shape_str(f.values.sizes()) +
+                    "), got " + (f.log_scale.defined() ? shape_str(f.log_scale.sizes()) : "nothing"));
+  if (!at::isFloatingType(f.log_scale.scalar_type())) fail(where, ls + " must be a floating tensor");
+  check_finite(where, ls, f.log_scale);
 }
 
 // The two operands must agree in everything but (possibly) the last dimension.
@@ -45,8 +65,7 @@ at::Tensor softmax_map(const at::Tensor& q, const at::Tensor& k) {
   if (q.sizes() != k.sizes()) fail("softmax_map", "q " + shape_str(q.sizes()) + " and k " + shape_str(k.sizes()) + " must have the same shape");
   const at::Tensor kk = k.to(q.scalar_type());
   const at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  const at::Tensor masked = scores.masked_fill(causal_mask(q.size(-2), q.device()).logical_not(),
-                                               -std::numeric_limits<double>::infinity());
+  const at::Tensor masked = scores.masked_fill(causal_mask(q.size(-2), q.device()).logical_not(), -kInf);
   return at::softmax(masked, -1);
 }
 
@@ -57,63 +76,98 @@ at::Tensor softmax_attention_output(const at::Tensor& q, const at::Tensor& k, co
   return at::matmul(a, v.to(a.scalar_type()));
 }
 
-LinearMap linear_map(const at::Tensor& phi_q, const at::Tensor& phi_k) {
-  check_sequence("linear_map", "phi_q", phi_q);
-  check_sequence("linear_map", "phi_k", phi_k);
-  if (phi_q.sizes() != phi_k.sizes())
-    fail("linear_map", "phi_q " + shape_str(phi_q.sizes()) + " and phi_k " + shape_str(phi_k.sizes()) + " must have the same shape");
-  const int64_t L = phi_q.size(-2);
-  const at::Tensor mask = causal_mask(L, phi_q.device());
-  const at::Tensor raw = at::matmul(phi_q, phi_k.to(phi_q.scalar_type()).transpose(-2, -1)).masked_fill(mask.logical_not(), 0);
+LinearMap linear_map(const Features& phi_q, const Features& phi_k) {
+  check_features("linear_map", "phi_q", phi_q);
+  check_features("linear_map", "phi_k", phi_k);
+  if (phi_q.values.sizes() != phi_k.values.sizes())
+    fail("linear_map", "phi_q " + shape_str(phi_q.values.sizes()) + " and phi_k " + shape_str(phi_k.values.sizes()) +
+                           " must have the same shape");
+  const auto dtype = phi_q.values.scalar_type();
+  const int64_t L = phi_q.values.size(-2);
+  const at::Tensor mask = causal_mask(L, phi_q.values.device());
+
+  // raw_ij = exp(ls_q_i + ls_k_j) dot_ij with dot_ij = values(q_i).values(k_j). The query's scale
+  // is common to its row and dropped; what is left is carried as a log magnitude and a sign,
+  //   a_ij = ls_k_j + log|dot_ij|   (-inf for dot = 0 and above the diagonal),
+  // and each row is read relative to its largest term: t_ij = sign(dot_ij) exp(a_ij - max_j a_ij),
+  // a positive multiple of raw_ij whose largest magnitude is exactly 1, so neither the sign of the
+  // row sum nor the clamped weights can underflow or overflow.
+  const at::Tensor dot = at::matmul(phi_q.values, phi_k.values.to(dtype).transpose(-2, -1)).masked_fill(mask.logical_not(), 0);
+  if (!at::isfinite(dot).all().item<bool>())
+    fail("linear_map", "phi_q.phi_k overflows; pass scaled features (FeatureMap::scaled_query_features)");
+  const at::Tensor a = phi_k.log_scale.to(dtype).transpose(-2, -1) + at::log(dot.abs());
+  const at::Tensor a_max = std::get<0>(a.max(-1, /*keepdim=*/true));
+  // A row of all-zero kernel values has a_max = -inf: read it at 0 so exp gives 0, not NaN.
+  const at::Tensor t = at::sign(dot) * at::exp(a - at::where(at::isinf(a_max), at::zeros_like(a_max), a_max));
 
   LinearMap out;
-  const at::Tensor raw_sum = raw.sum(-1);
-  const int64_t rows = raw_sum.numel();
-  out.nonpositive_row_fraction = rows ? (raw_sum <= 0).sum().item<double>() / double(rows) : 0.0;
-  const int64_t visible = rows / std::max<int64_t>(L, 1) * (L * (L + 1) / 2);
-  out.negative_weight_fraction = visible ? (raw < 0).sum().item<double>() / double(visible) : 0.0;
+  const int64_t rows = dot.numel() / L;
+  out.nonpositive_row_fraction = double((t.sum(-1) <= 0).sum().item<int64_t>()) / double(rows);
+  const int64_t visible = rows / L * (L * (L + 1) / 2);
+  out.negative_weight_fraction = double((dot < 0).sum().item<int64_t>()) / double(visible);
 
-  // Clamp signed kernel values at 0, then normalize; all-zero rows fall back to uniform over j <= i.
-  const at::Tensor w = raw.clamp_min(0);
+  // Clamp signed kernel values at 0 and normalize. A row without a positive weight is undefined:
+  // NaN on its keys (linear_attention.h), 0 above the diagonal as in every row.
+  const at::Tensor w = t.clamp_min(0);
   const at::Tensor sum = w.sum(-1, /*keepdim=*/true);
-  const at::Tensor uniform = mask.to(w.scalar_type()) / at::arange(1, L + 1, w.options()).unsqueeze(-1);
-  out.map = at::where(sum > 0, w / at::where(sum > 0, sum, at::ones_like(sum)), uniform);
+  const at::Tensor undefined = sum <= 0;  // [..., L, 1]
+  out.undefined_rows = undefined.sum().item<int64_t>();
+  out.map = at::where(undefined.logical_and(mask), at::full({}, std::nan(""), w.options()),
+                      w / at::where(undefined, at::ones_like(sum), sum));
   return out;
 }
 
-at::Tensor linear_attention_output(const at::Tensor& phi_q, const at::Tensor& phi_k, const at::Tensor& v) {
+at::Tensor linear_attention_output(const Features& phi_q, const Features& phi_k, const at::Tensor& v) {
   const char* where = "linear_attention_output";
-  check_sequence(where, "phi_q", phi_q);
-  check_sequence(where, "phi_k", phi_k);
+  check_features(where, "phi_q", phi_q);
+  check_features(where, "phi_k", phi_k);
   check_sequence(where, "v", v);
-  if (phi_q.sizes() != phi_k.sizes())
-    fail(where, "phi_q " + shape_str(phi_q.sizes()) + " and phi_k " + shape_str(phi_k.sizes()) + " must have the same shape");
-  check_same_rows(where, "phi_q", phi_q, "v", v);
+  if (phi_q.values.sizes() != phi_k.values.sizes())
+    fail(where, "phi_q " + shape_str(phi_q.values.sizes()) + " and phi_k " + shape_str(phi_k.values.sizes()) +
+                    " must have the same shape");
+  check_same_rows(where, "phi_q", phi_q.values, "v", v);
 
-  const auto dtype = phi_q.scalar_type();
-  const at::Tensor fk = phi_k.to(dtype), vv = v.to(dtype);
-  const int64_t L = phi_q.size(-2);
-  // Running sums over the keys seen so far: S = sum phi(k_j) v_j^T [..., M, d_v], z = sum phi(k_j) [..., M, 1].
-  std::vector<int64_t> s_shape(phi_q.sizes().begin(), phi_q.sizes().end() - 2);
-  std::vector<int64_t> z_shape = s_shape;
-  s_shape.push_back(phi_q.size(-1));
-  s_shape.push_back(v.size(-1));
-  z_shape.push_back(phi_q.size(-1));
-  z_shape.push_back(1);
-  at::Tensor S = at::zeros(s_shape, phi_q.options());
-  at::Tensor z = at::zeros(z_shape, phi_q.options());
+  const at::Tensor& fq = phi_q.values;
+  const auto dtype = fq.scalar_type();
+  const at::Tensor fk = phi_k.values.to(dtype), lk = phi_k.log_scale.to(dtype), vv = v.to(dtype);
+  const int64_t L = fq.size(-2);
+  // Running sums over the keys seen so far, measured in units of exp(c), c the largest key log
+  // scale seen so far: S = sum exp(ls_k_j - c) values(k_j) v_j^T [..., M, d_v], z = sum
+  // exp(ls_k_j - c) values(k_j) [..., M, 1]. When a chunk raises c, the sums are rescaled by
+  // exp(c_old - c_new) <= 1, as online softmax does.
+  std::vector<int64_t> lead(fq.sizes().begin(), fq.sizes().end() - 2);
+  std::vector<int64_t> s_shape = lead, z_shape = lead, c_shape = lead;
+  s_shape.insert(s_shape.end(), {fq.size(-1), v.size(-1)});
+  z_shape.insert(z_shape.end(), {fq.size(-1), 1});
+  c_shape.insert(c_shape.end(), {1, 1});
+  at::Tensor S = at::zeros(s_shape, fq.options());
+  at::Tensor z = at::zeros(z_shape, fq.options());
+  at::Tensor c = at::full(c_shape, -kInf, fq.options());  // nothing seen yet: exp(c - anything) = 0
 
   std::vector<at::Tensor> chunks;
   for (int64_t start = 0; start < L; start += kChunk) {
     const int64_t len = std::min(kChunk, L - start);
-    const at::Tensor qc = phi_q.narrow(-2, start, len), kc = fk.narrow(-2, start, len), vc = vv.narrow(-2, start, len);
-    // Within the chunk: the causal len x len block; before it: the carried sums.
-    const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)).masked_fill(causal_mask(len, qc.device()).logical_not(), 0);
-    const at::Tensor num = at::matmul(w, vc) + at::matmul(qc, S);
-    const at::Tensor den = w.sum(-1, /*keepdim=*/true) + at::matmul(qc, z);
+    const at::Tensor qc = fq.narrow(-2, start, len), kc = fk.narrow(-2, start, len), vc = vv.narrow(-2, start, len);
+    const at::Tensor lc = lk.narrow(-2, start, len);  // [..., len, 1]
+    // Query i of the chunk is read in units of exp(c_i), c_i = the largest key log scale it sees:
+    // the carried c or a key of this chunk up to i.
+    const at::Tensor ci = at::maximum(c, std::get<0>(at::cummax(lc, -2)));  // [..., len, 1]
+    // Within the chunk: the causal len x len block, each key scaled by exp(ls_k_j - c_i) (<= 1;
+    // entries above the diagonal, where that could overflow, are masked to exp(-inf) = 0).
+    const at::Tensor key_scale = at::exp((lc.transpose(-2, -1) - ci).masked_fill(causal_mask(len, qc.device()).logical_not(), -kInf));
+    const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)) * key_scale;
+    // Before it: the carried sums, in units of exp(c), converted to units of exp(c_i).
+    const at::Tensor carried = at::exp(c - ci);  // [..., len, 1]
+    const at::Tensor num = at::matmul(w, vc) + carried * at::matmul(qc, S);
+    const at::Tensor den = w.sum(-1, /*keepdim=*/true) + carried * at::matmul(qc, z);
     chunks.push_back(num / den);
-    S = S + at::matmul(kc.transpose(-2, -1), vc);
-    z = z + kc.sum(-2).unsqueeze(-1);
+    // Carry: c becomes the largest key log scale up to the chunk's end.
+    const at::Tensor c_new = ci.narrow(-2, len - 1, 1);
+    const at::Tensor kc_scaled = kc * at::exp(lc - c_new);
+    const at::Tensor rescale = at::exp(c - c_new);
+    S = S * rescale + at::matmul(kc_scaled.transpose(-2, -1), vc);
+    z = z * rescale + kc_scaled.sum(-2).unsqueeze(-1);
+    c = c_new;
   }
   return at::cat(chunks, -2);
 }
