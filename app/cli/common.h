@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnscope/dof.h"
+#include "attnscope/dof_json.h"  // dof_to_json, the DoF results as JSON
 #include "attnscope/head_analysis.h"
 #include "attnscope/table.h"
 #include "attnscope/model.h"
@@ -32,7 +33,6 @@ struct DofArgs {
   void add_to(CLI::App* cmd);
   DofSpectra compute(const std::string& capture_dir);  // with a progress bar
 };
-nlohmann::ordered_json dof_json(const DofSpectra& spectra, double lambda);
 
 // The head-analysis options shared by `metrics`, `maps` and `report`.
 struct AnalysisArgs {

@@ -160,7 +160,7 @@ void run_report(ReportArgs& a) {
     DofSpectra sp = a.dof.compute(store.dir());
     sp.model = model_name;
     save_spectra((dir / "spectra.safetensors").string(), sp);
-    write_text_file((dir / "dof.json").string(), dof_json(sp, lambda).dump(2) + "\n");
+    write_text_file((dir / "dof.json").string(), dof_to_json(sp, lambda).dump(2) + "\n");
     const auto hd = head_dofs(sp, lambda);
     std::vector<std::vector<double>> hv(hd.size());
     for (size_t s = 0; s < hd.size(); ++s)
