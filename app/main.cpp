@@ -19,7 +19,8 @@ std::string with_option(const attnscope::Error& e) {
   static const std::map<std::string, std::string> option = {
       {"sequence length", "--seq-len"}, {"number of windows", "--num-seqs"}, {"capture dtype", "--dtype"},
       {"budget", "--budget"},           {"lambda", "--lambda"},              {"multiple", "--multiple-of"},
-      {"sample texts", "--text"},       {"model", "--model"}};
+      {"sample texts", "--text"},       {"model", "--model"},
+      {"normalization", "--normalize"}, {"strategy", "--strategy"}};
   const auto it = option.find(e.quantity());
   return it == option.end() ? e.what() : std::string(e.what()) + " (" + it->second + ")";
 }

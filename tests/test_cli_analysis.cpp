@@ -6,11 +6,13 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attnscope/random.h"
 #include "attnscope/safetensors.h"
 #include "test_support.h"
 #include "tiny_models.h"
@@ -21,9 +23,10 @@ namespace fs = std::filesystem;
 namespace {
 
 int run(const std::string& args, std::string* out) { return test::run_command(test::cli_path() + " " + args, out); }
-// stdout only (progress and notes go to stderr).
+// stdout only (progress and notes go to stderr). The braces keep run_command's trailing 2>&1 from
+// sending stderr back into the output.
 int run_stdout(const std::string& args, std::string* out) {
-  return test::run_command(test::cli_path() + " " + args + " 2>/dev/null", out);
+  return test::run_command("{ " + test::cli_path() + " " + args + " 2>/dev/null; }", out);
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -51,10 +54,9 @@ std::pair<at::Tensor, at::Tensor> head_qk(int layer, int head) {
   return {q.reshape({-1, q.size(-1)}).clone(), k.reshape({-1, k.size(-1)}).clone()};
 }
 
-// DoF of a head with every vector of Q u K, trace normalization, in plain float64 loops.
-double reference_dof(int layer, int head, double lambda) {
-  auto [q, k] = head_qk(layer, head);
-  const at::Tensor x = at::cat({q, k}, 0).contiguous();
+// DoF of the vectors x [n, d], trace normalization, in plain float64 loops.
+double reference_dof_of(const at::Tensor& x_in, double lambda) {
+  const at::Tensor x = x_in.to(at::kDouble).contiguous();
   const int64_t n = x.size(0), d = x.size(1);
   const double* p = x.data_ptr<double>();
   double shift = 0;
@@ -77,6 +79,12 @@ double reference_dof(int layer, int head, double lambda) {
   double dof = 0;
   for (int64_t i = 0; i < n; ++i) dof += mu[i].item<double>() / (mu[i].item<double>() + lambda);
   return dof;
+}
+
+// DoF of a head with every vector of Q u K.
+double reference_dof(int layer, int head, double lambda) {
+  auto [q, k] = head_qk(layer, head);
+  return reference_dof_of(at::cat({q, k}, 0), lambda);
 }
 
 nlohmann::json parse(const std::string& s) { return nlohmann::json::parse(s); }
@@ -200,6 +208,102 @@ TEST(CliAnalysis, AllocatePrintsAlgorithmOneInEveryFormat) {
   EXPECT_EQ(run("allocate --spectra " + sp + " --budget 0", &out), 1) << out;
   EXPECT_TRUE(contains(out, "budget")) << out;
   EXPECT_EQ(run("allocate --spectra " + sp + " --strategy biggest", &out), 2) << out;
+}
+
+// `dof` shows the J each head actually used (not the J asked for), the [lower, upper] bounds of
+// fast-path heads, and the DoF at J/2 beside the DoF at J, flagging heads that move by more than 10%.
+// The J/2 value is checked against loops on the documented subset: sample_without_replacement(J, J/2,
+// derive_seed(derive_seed(seed, layer, head), 1)) of the J sampled rows.
+TEST(CliAnalysis, DofShowsTheJUsedBoundsAndConvergence) {
+  std::string out;
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --lambda 2^-4 --samples 100000", &out), 0) << out;
+  EXPECT_TRUE(contains(out, "J = 144")) << out;
+  EXPECT_FALSE(contains(out, "100000 per head")) << out;
+
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --lambda 2^-4 --samples 100000 --json", &out), 0) << out;
+  const auto exact = parse(out);
+  int unconverged = 0;
+  for (const auto& l : exact["layers"])
+    for (const auto& h : l["heads"]) {
+      EXPECT_EQ(h["samples"].get<int64_t>(), 144);
+      EXPECT_EQ(h["samples_half"].get<int64_t>(), 72);
+      const double dof = h["dof"].get<double>(), half = h["dof_half"].get<double>();
+      EXPECT_DOUBLE_EQ(h["relative_change"].get<double>(), std::abs(dof - half) / dof);
+      EXPECT_EQ(h["converged"].get<bool>(), std::abs(dof - half) <= 0.1 * dof);
+      unconverged += !h["converged"].get<bool>();
+    }
+  EXPECT_EQ(exact["unconverged_heads"].get<int>(), unconverged);
+  // Layer 1 head 0 at J/2 from the capture files: every vector is in the J sample (J >= 144), in
+  // the pooled order [queries; keys], and the J/2 subset is drawn from those 144 rows.
+  {
+    auto [q, k] = head_qk(1, 0);
+    const at::Tensor x = at::cat({q, k}, 0);
+    const auto sub = sample_without_replacement(144, 72, derive_seed(derive_seed(0, 1, 0), 1));
+    const at::Tensor xs = x.index_select(0, at::tensor(sub, at::kLong)).contiguous();
+    const double ref = reference_dof_of(xs, 0.0625);
+    EXPECT_NEAR(exact["layers"][1]["heads"][0]["dof_half"].get<double>(), ref, 1e-8 * ref);
+  }
+
+  // Fast path (exact limit 50, top 10 eigenvalues): bounds, in the JSON and on the text table.
+  const std::string fast = " --lambda 2^-4 --samples 100000 --exact-limit 50 --top-k 10";
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + fast + " --json", &out), 0) << out;
+  const auto j = parse(out);
+  for (const auto& l : j["layers"])
+    for (const auto& h : l["heads"]) {
+      EXPECT_FALSE(h["exact"].get<bool>());
+      EXPECT_LT(h["lower"].get<double>(), h["upper"].get<double>());
+      const double ref = reference_dof(l["layer"], h["head"], 0.0625);
+      EXPECT_LE(h["lower"].get<double>(), ref * (1 + 1e-9));
+      EXPECT_GE(h["upper"].get<double>(), ref * (1 - 1e-9));
+    }
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + fast, &out), 0) << out;
+  char bounds[64];
+  const auto& h00 = j["layers"][0]["heads"][0];
+  std::snprintf(bounds, sizeof bounds, "[%.2f, %.2f]", h00["lower"].get<double>(), h00["upper"].get<double>());
+  EXPECT_TRUE(contains(out, bounds)) << "looked for " << bounds << " in\n" << out;
+  EXPECT_TRUE(contains(out, "J = 144")) << out;
+  // The unconverged flag: a '*' after a head and its legend, whenever some head moves by > 10%.
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --lambda 2^-4 --samples 100000", &out), 0) << out;
+  EXPECT_EQ(contains(out, "* moves by more than 10%"), unconverged > 0) << out;
+}
+
+// `allocate` used the midpoint of fast-path bounds silently: it must say so (stderr, --json) when a
+// head's bounds are wider than 1% of its value.
+TEST(CliAnalysis, AllocateSaysWhenItUsesWideBounds) {
+  const std::string dir = test::temp_dir("cli_alloc_bounds");
+  std::string out;
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --samples 100000 --exact-limit 50 --top-k 10 --out " + dir + "/fast.st", &out), 0) << out;
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --samples 100000 --out " + dir + "/exact.st", &out), 0) << out;
+
+  // stdout to the JSON file, stderr (the notes) to err.
+  std::string err;
+  ASSERT_EQ(test::run_command("{ " + test::cli_path() + " allocate --spectra " + dir + "/fast.st --lambda 2^-4 --budget 16 --json > " + dir + "/fast.json; }", &err), 0) << err;
+  EXPECT_TRUE(contains(err, "bounds")) << err;
+  const auto j = parse(read_file(dir + "/fast.json"));
+  ASSERT_TRUE(j.contains("wide_bounds")) << j.dump(2);
+  EXPECT_FALSE(j["wide_bounds"].empty());
+  for (const auto& w : j["wide_bounds"]) {
+    EXPECT_GT(w["upper"].get<double>() - w["lower"].get<double>(), 0.01 * w["dof"].get<double>());
+  }
+
+  ASSERT_EQ(test::run_command("{ " + test::cli_path() + " allocate --spectra " + dir + "/exact.st --lambda 2^-4 --budget 16 --json > " + dir + "/exact.json; }", &err), 0) << err;
+  EXPECT_FALSE(contains(err, "bounds")) << err;
+  EXPECT_TRUE(parse(read_file(dir + "/exact.json"))["wide_bounds"].empty());
+}
+
+// --budget is the integer C: 64.7 used to become 64 and nan INT64_MIN without a word.
+TEST(CliAnalysis, AllocateBudgetMustBeAnInteger) {
+  const std::string sp = test::temp_dir("cli_budget") + "/spectra.safetensors";
+  std::string out;
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --samples 100000 --out " + sp, &out), 0) << out;
+  for (const char* bad : {"64.7", "nan", "inf", "abc", "16x", ""}) {
+    EXPECT_EQ(run("allocate --spectra " + sp + " --budget '" + bad + "' --json", &out), 2) << "--budget '" << bad << "': " << out;
+    EXPECT_TRUE(contains(out, "budget")) << out;
+  }
+  ASSERT_EQ(run_stdout("allocate --spectra " + sp + " --budget 16 --json", &out), 0) << out;
+  const auto j = parse(out);
+  EXPECT_TRUE(j["budget"].is_number_integer()) << j["budget"];
+  EXPECT_EQ(j["budget"].get<int64_t>(), 16);
 }
 
 TEST(CliAnalysis, MetricsJsonAgreesWithPlainLoopsOnTheCapture) {

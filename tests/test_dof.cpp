@@ -86,6 +86,10 @@ std::vector<double> reference_mu(const Eigen::MatrixXd& g, DofNormalize mode, do
   return mu;
 }
 
+// The rank tolerance below which a computed eigenvalue of a shifted Gram is indistinguishable from
+// zero (dof.h): J eps (1 + c) times the largest eigenvalue.
+double rank_tolerance(double e_max, int J, double c) { return double(J) * 2.220446049250313e-16 * (1.0 + std::abs(c)) * e_max; }
+
 double reference_dof(const std::vector<double>& mu, double lambda) {
   double s = 0;
   for (double m : mu) s += m / (m + lambda);
@@ -159,7 +163,8 @@ TEST(Dof, MatchesIndependentFloat64ReferenceForEveryNormalization) {
     const std::vector<double> mu = reference_mu(g, mode);
     double ref_trace = 0;
     for (double m : mu) ref_trace += m;
-    EXPECT_NEAR(sp.trace, ref_trace, 1e-10 * ref_trace) << dof_normalize_name(mode);
+    // Sigma's trace is exp(log_scale) times the kept one (dof.h: the spectrum stays shifted).
+    EXPECT_NEAR(std::exp(sp.log_scale) * sp.trace, ref_trace, 1e-10 * ref_trace) << dof_normalize_name(mode);
     for (double lambda : {1e-4, std::pow(2.0, -8), 0.1, 3.0}) {
       const double ref = reference_dof(mu, lambda);
       const DofValue v = dof_at(sp, lambda);
@@ -223,7 +228,7 @@ TEST(Dof, RankOneGramGivesOneOverOnePlusLambda) {
   // DoF is 1 / 1.3.
   const double e = std::exp((v * v).sum().item<double>() / std::sqrt(8.0));
   const HeadSpectrum sp = head_spectrum(q, k, settings_for(DofNormalize::Samples), 1);
-  EXPECT_NEAR(sp.eigenvalues[0], e, 1e-12 * e);
+  EXPECT_NEAR(std::exp(sp.log_scale) * sp.eigenvalues[0], e, 1e-12 * e);
   EXPECT_NEAR(dof_at(sp, 0.3 * e).value, 1.0 / 1.3, 1e-10);
 }
 
@@ -269,15 +274,173 @@ TEST(Dof, LogDomainHandlesNormsWhoseKernelOverflows) {
       EXPECT_NEAR(v, ref, 1e-9 * ref) << dof_normalize_name(mode) << " lambda " << lambda;
     }
   }
-  // samples and none cannot undo exp(-c) in a double: a clear error, pointing at trace.
+  // samples and none: Sigma = exp(c) G_shifted / n is beyond double range, and lambda exp(-c) at
+  // lambda = 2^-8 underflows, so every eigenvalue the eigensolver resolves (above the rank tolerance
+  // of rank_tolerance()) counts 1: the DoF is the numerical rank of the sampled Gram. (This used to
+  // throw "out of double range".) The count may differ by one from Eigen's where an eigenvalue sits
+  // on the tolerance itself.
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(g, Eigen::EigenvaluesOnly);
+  const Eigen::VectorXd e = es.eigenvalues();
+  const double floor = rank_tolerance(e.maxCoeff(), J, c);
+  int rank = 0;
+  for (int i = 0; i < e.size(); ++i) rank += e(i) > floor;
+  ASSERT_GT(rank, 2);
+  ASSERT_LT(rank, J - 2);
   for (DofNormalize mode : {DofNormalize::Samples, DofNormalize::None}) {
-    try {
-      head_spectrum(to_tensor(x), at::empty({0, d}, at::kDouble), settings_for(mode), 3);
-      ADD_FAILURE() << "expected an overflow error for " << dof_normalize_name(mode);
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--normalize trace"), std::string::npos) << e.what();
+    const HeadSpectrum sp = head_spectrum(to_tensor(x), at::empty({0, d}, at::kDouble), settings_for(mode), 3);
+    const double v = dof_at(sp, std::pow(2.0, -8)).value;
+    EXPECT_NEAR(v, rank, 1.0) << dof_normalize_name(mode);
+    EXPECT_GE(v, dof_at(head_spectrum(to_tensor(x), at::empty({0, d}, at::kDouble), settings_for(DofNormalize::Trace), 3),
+                        std::pow(2.0, -8)).value);
+  }
+}
+
+// SPEC: nothing overflows, whatever the normalizer. Sigma's eigenvalues exp(c) e_s / n are beyond
+// double range once c = max |x|^2 / sqrt(d) passes ~709 (stories260K layer 0: 729.5), but
+// DoF = sum e_s / (e_s + lambda n exp(-c)) is not. References: closed forms evaluated in long double,
+// and Eigen's eigenvalues of the loop-built shifted Gram with the formula in long double.
+TEST(Dof, SamplesAndNoneGiveTheDofOfKernelsBeyondDoubleRange) {
+  // 1. Orthogonal vectors x_i = s_i e_i with a_i = s_i^2 / sqrt(d) from 690 to 715: Sigma is
+  //    diagonal (off-diagonal exp(-c) ~ 1e-311) with eigenvalues exp(a_i) / n, so
+  //    DoF = sum_i 1 / (1 + lambda n exp(-a_i)). lambda = 1e303 puts the knee inside the range.
+  {
+    const int d = 64, J = 48;
+    at::Tensor x = at::zeros({J, d}, at::kDouble);
+    std::vector<long double> a(J);
+    for (int i = 0; i < J; ++i) {
+      const double s = std::sqrt((690.0 + 25.0 * i / (J - 1)) * std::sqrt(double(d)));
+      x[i][i] = s;
+      a[i] = (long double)s * s / std::sqrt((long double)d);
+    }
+    const double lambda = 1e303;
+    for (DofNormalize mode : {DofNormalize::Samples, DofNormalize::None}) {
+      const HeadSpectrum sp = head_spectrum(x, at::empty({0, d}, at::kDouble), settings_for(mode), 1);
+      const long double log_n = mode == DofNormalize::Samples ? std::log((long double)J) : 0.0L;
+      long double ref = 0;
+      for (long double ai : a) ref += 1.0L / (1.0L + std::exp(std::log((long double)lambda) + log_n - ai));
+      EXPECT_GT(ref, 10) << "a non-trivial DoF";
+      EXPECT_LT(ref, J - 10) << "a non-trivial DoF";
+      EXPECT_NEAR(dof_at(sp, lambda).value, double(ref), 1e-9 * double(ref)) << dof_normalize_name(mode);
     }
   }
+  // 2. c = 1000 and 1500 at lambda = 2^-8, where lambda exp(-c) underflows: every nonzero eigenvalue
+  //    counts 1. Equal-norm orthogonal vectors (shifted Gram = I): DoF = J / (1 + lambda n exp(-c))
+  //    = J. One vector repeated (rank one): DoF = 1 / (1 + lambda n exp(-c) / J) = 1, not 1 plus
+  //    however many rounding-noise eigenvalues happen to come out positive.
+  for (double c : {1000.0, 1500.0}) {
+    const int d = 64, J = 40;
+    const double s = std::sqrt(c * std::sqrt(double(d)));
+    at::Tensor ortho = at::zeros({J, d}, at::kDouble);
+    for (int i = 0; i < J; ++i) ortho[i][i] = s;
+    at::Tensor dir = at::randn({1, d}, at::kDouble);
+    dir = dir / dir.norm() * s;
+    const at::Tensor same = dir.repeat({J, 1});
+    const double lambda = std::pow(2.0, -8);
+    for (DofNormalize mode : {DofNormalize::Samples, DofNormalize::None}) {
+      const long double n = mode == DofNormalize::Samples ? J : 1;
+      const long double t = (long double)lambda * n * std::exp(-(long double)c);
+      const at::Tensor none = at::empty({0, d}, at::kDouble);
+      EXPECT_NEAR(dof_at(head_spectrum(ortho, none, settings_for(mode), 1), lambda).value, double(J / (1 + t)), 1e-12 * J)
+          << "c " << c << " " << dof_normalize_name(mode);
+      const HeadSpectrum one = head_spectrum(same, none, settings_for(mode), 1);
+      EXPECT_NEAR(dof_at(one, lambda).value, double(1 / (1 + t / J)), 1e-12) << "c " << c << " " << dof_normalize_name(mode);
+      // The other J - 1 are below the resolution (here truly zero), and reported as such.
+      EXPECT_EQ(unresolved_count(one, lambda), J - 1);
+      EXPECT_EQ(unresolved_count(head_spectrum(ortho, none, settings_for(mode), 1), lambda), 0);
+    }
+  }
+  // 3. A cluster around one direction, scaled to c = 711: a dense shifted Gram with decaying
+  //    eigenvalues; lambda is chosen so that lambda n exp(-c) is 1e-3 of the largest eigenvalue.
+  {
+    const int d = 16, J = 120;
+    Vectors x = random_vectors(J, d, 0.3, 12);
+    for (auto& v : x)
+      for (double& e : v) e += 13.0;
+    const double scale = std::sqrt(711.0 / max_sq_norm_over_sqrt_d(x));
+    for (auto& v : x)
+      for (double& e : v) e *= scale;
+    const double c = max_sq_norm_over_sqrt_d(x);
+    ASSERT_NEAR(c, 711.0, 1e-9);
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(loop_gram(x, c), Eigen::EigenvaluesOnly);
+    const Eigen::VectorXd e = es.eigenvalues();
+    for (DofNormalize mode : {DofNormalize::Samples, DofNormalize::None}) {
+      const long double n = mode == DofNormalize::Samples ? J : 1;
+      const long double t = 1e-3L * e.maxCoeff();
+      // Sigma = exp(c) G_shifted / n: mu / (mu + lambda) = e / (e + lambda n exp(-c)) = e / (e + t).
+      const double lambda = double(std::exp(std::log(t) - std::log(n) + (long double)c));
+      ASSERT_TRUE(std::isfinite(lambda));
+      long double ref = 0;
+      for (int i = 0; i < e.size(); ++i) ref += std::max(0.0, e(i)) / (std::max(0.0, e(i)) + t);
+      EXPECT_GT(ref, 2);
+      EXPECT_LT(ref, J - 3);
+      // The shifted Gram's entries exp(s - c) carry a relative error ~ eps c, so its eigenvalues are
+      // known to ~J eps (1 + c) e_max; f has slope <= 1 / t.
+      const double tol = 1e-9 * double(ref) + 8.0 * J * 2.2e-16 * (1 + c) * e.maxCoeff() / double(t);
+      const HeadSpectrum sp = head_spectrum(to_tensor(x), at::empty({0, d}, at::kDouble), settings_for(mode), 3);
+      EXPECT_NEAR(dof_at(sp, lambda).value, double(ref), tol) << dof_normalize_name(mode);
+      EXPECT_LT(tol, 1e-5 * double(ref));
+    }
+  }
+}
+
+// The convergence check on closed forms (lambda = 1e-4, trace normalization, |x|^2 / sqrt(d) = 50
+// so that vectors along different axes have kernel exp(-50) ~ 2e-22 between them):
+// (a) J equal-norm orthogonal vectors: Sigma = I / J, DoF = J / (1 + lambda J), which nearly doubles
+//     from J/2 to J: never converged.
+// (b) r = 5 directions, each repeated: the shifted Gram is block-diagonal of all-ones blocks, Sigma's
+//     eigenvalues are n_i / J (n_i copies of direction i) and DoF = sum_i (n_i / J) / (n_i / J +
+//     lambda) ~ r whatever J: converged. The J/2 counts come from the documented subset (dof.h).
+TEST(Dof, ConvergenceFlagsAGrowingDofAndPassesASaturatedOne) {
+  const int d = 64;
+  const double s = std::sqrt(50.0 * std::sqrt(double(d)));
+  const double lambda = 1e-4;
+  const at::Tensor none = at::empty({0, d}, at::kDouble);
+  {
+    const int J = 60;
+    at::Tensor x = at::zeros({J, d}, at::kDouble);
+    for (int i = 0; i < J; ++i) x[i][i] = s;
+    const HeadSpectrum sp = head_spectrum(x, none, settings_for(DofNormalize::Trace), 9);
+    ASSERT_TRUE(sp.half);
+    const DofConvergence c = dof_convergence(sp, lambda);
+    const double full = J / (1 + lambda * J), half = (J / 2) / (1 + lambda * (J / 2));
+    EXPECT_NEAR(c.dof, full, 1e-9 * full);
+    EXPECT_NEAR(c.dof_half, half, 1e-9 * half);
+    EXPECT_EQ(c.samples, J);
+    EXPECT_EQ(c.samples_half, J / 2);
+    EXPECT_NEAR(c.relative_change, (full - half) / full, 1e-9);
+    EXPECT_TRUE(c.checked);
+    EXPECT_FALSE(c.converged);
+  }
+  {
+    const int r = 5, J = 200;
+    const uint64_t seed = 4;
+    at::Tensor x = at::zeros({J, d}, at::kDouble);
+    std::vector<int> dir(J), n(r, 0), nh(r, 0);
+    for (int i = 0; i < J; ++i) {
+      dir[i] = (i * 7) % r;
+      x[i][dir[i]] = s;
+      ++n[dir[i]];
+    }
+    for (int64_t i : sample_without_replacement(J, J / 2, derive_seed(seed, 1))) ++nh[dir[i]];
+    auto closed = [&](const std::vector<int>& counts, int total) {
+      double v = 0;
+      for (int ni : counts) v += (double(ni) / total) / (double(ni) / total + lambda);
+      return v;
+    };
+    const DofConvergence c = dof_convergence(head_spectrum(x, none, settings_for(DofNormalize::Trace), seed), lambda);
+    EXPECT_NEAR(c.dof, closed(n, J), 1e-9 * r);
+    EXPECT_NEAR(c.dof_half, closed(nh, J / 2), 1e-9 * r);
+    EXPECT_NE(nh, std::vector<int>(r, J / 2 / r)) << "the half is a random subset, not a stratified one";
+    EXPECT_TRUE(c.checked);
+    EXPECT_TRUE(c.converged);
+    EXPECT_LT(c.relative_change, 1e-2);
+  }
+  // No half (spectrum_of_gram, or a version-1 file): not checked, so not reported as converged.
+  const DofConvergence c = dof_convergence(spectrum_of_gram(at::eye(4, at::kDouble), settings_for(DofNormalize::Trace)), lambda);
+  EXPECT_FALSE(c.checked);
+  EXPECT_FALSE(c.converged);
+  EXPECT_TRUE(std::isnan(c.dof_half));
+  EXPECT_NEAR(c.dof, 4 * 0.25 / (0.25 + lambda), 1e-12);
 }
 
 TEST(Dof, SampleIndicesReproducibleDistinctAndComplete) {
@@ -384,6 +547,79 @@ TEST(Dof, SaveLoadRoundTrip) {
   EXPECT_EQ(a[2][1].lower, b[2][1].lower);
   EXPECT_THROW(sp.head(3, 0), Error);
   EXPECT_THROW(sp.head(0, -1), Error);
+}
+
+// Version 2 keeps the log scale and the J/2 half spectrum: a samples-normalized head at c = 1000
+// (its DoF only exists in shifted form) gives the same DoF and convergence after a round trip.
+TEST(Dof, SaveLoadKeepsTheLogScaleAndTheHalfSpectrum) {
+  const int d = 16;
+  DofSpectra sp;
+  sp.settings = settings_for(DofNormalize::Samples, 64);
+  sp.num_layers = 1, sp.num_heads = 2, sp.head_dim = d;
+  for (uint32_t h = 0; h < 2; ++h) {
+    Vectors x = random_vectors(50, d, 0.3, 40 + h);
+    for (auto& v : x)
+      for (double& e : v) e += 15.0;
+    const double scale = std::sqrt(1000.0 / max_sq_norm_over_sqrt_d(x));
+    for (auto& v : x)
+      for (double& e : v) e *= scale;
+    sp.heads.push_back(head_spectrum(to_tensor(x), at::empty({0, d}, at::kDouble), sp.settings, 3 + h));
+    ASSERT_NEAR(sp.heads.back().log_scale, 1000.0, 1e-9);
+    ASSERT_TRUE(sp.heads.back().half);
+  }
+  const std::string path = test::temp_dir("dof_io2") + "/spectra.safetensors";
+  save_spectra(path, sp);
+  const DofSpectra back = load_spectra(path);
+  for (int h = 0; h < 2; ++h) {
+    const HeadSpectrum &a = sp.head(0, h), &b = back.head(0, h);
+    EXPECT_EQ(b.eigenvalues, a.eigenvalues);
+    EXPECT_EQ(b.log_scale, a.log_scale);
+    EXPECT_EQ(b.resolution, a.resolution);
+    EXPECT_GT(b.resolution, 0);
+    ASSERT_TRUE(b.half);
+    EXPECT_EQ(b.half->eigenvalues, a.half->eigenvalues);
+    EXPECT_EQ(b.half->log_scale, a.half->log_scale);
+    EXPECT_EQ(b.half->samples, 25);
+    EXPECT_EQ(b.half->trace, a.half->trace);
+    EXPECT_EQ(b.half->exact, a.half->exact);
+    for (double lambda : {std::pow(2.0, -8), 1e300}) {
+      const DofConvergence ca = dof_convergence(a, lambda), cb = dof_convergence(b, lambda);
+      EXPECT_EQ(cb.dof, ca.dof);
+      EXPECT_EQ(cb.dof_half, ca.dof_half);
+      EXPECT_EQ(cb.converged, ca.converged);
+    }
+  }
+  // A head without a half saves and loads without one.
+  sp.heads[1].half.reset();
+  save_spectra(path, sp);
+  EXPECT_FALSE(load_spectra(path).head(0, 1).half);
+  EXPECT_TRUE(load_spectra(path).head(0, 0).half);
+}
+
+// A version-1 file (before the log scale and the half spectra), written here tensor by tensor as
+// that version did: it loads with log scale 0 and no half, and gives the DoF of its eigenvalues.
+TEST(Dof, LoadsVersionOneFiles) {
+  const std::string path = test::temp_dir("dof_v1") + "/spectra.safetensors";
+  const std::vector<double> eig = {0.6, 0.3, 0.1};
+  at::Tensor trace = at::ones({1, 1}, at::kDouble), samples = at::full({1, 1}, 3, at::kLong), exact = at::ones({1, 1}, at::kBool);
+  write_safetensors(path,
+                    {{"layer_0.head_0.eigenvalues", at::tensor(eig, at::kDouble)}, {"trace", trace}, {"samples", samples}, {"exact", exact}},
+                    {{"format", "attnscope.dof_spectra"},
+                     {"version", "1"},
+                     {"settings", R"({"samples":3,"normalize":"samples","seed":1,"exact_limit":2048,"top_k":256})"},
+                     {"capture_dir", "/c"},
+                     {"model", "m"},
+                     {"num_layers", "1"},
+                     {"num_heads", "1"},
+                     {"head_dim", "8"}});
+  const DofSpectra sp = load_spectra(path);
+  const HeadSpectrum& h = sp.head(0, 0);
+  EXPECT_EQ(h.eigenvalues, eig);
+  EXPECT_EQ(h.log_scale, 0.0);
+  EXPECT_EQ(h.resolution, 0.0);
+  EXPECT_FALSE(h.half);
+  EXPECT_NEAR(dof_at(h, 0.1).value, 0.6 / 0.7 + 0.3 / 0.4 + 0.1 / 0.2, 1e-15);
+  EXPECT_FALSE(dof_convergence(h, 0.1).checked);
 }
 
 TEST(Dof, LoadRejectsMissingCorruptAndForeignFiles) {
@@ -558,3 +794,79 @@ TEST(Dof, BundledModelSpectraMatchLoops) {
   expect_real_capture_matches_loops(test::source_dir() + "/resources/models/brown-gpt2-mini", 32);
 }
 
+
+// stories260K on the capture of docs/PERFORMANCE.md (8 x 256 tokens of the sample texts, seed 0).
+// (1) Layer 1 heads 3 and 6 have queries with |x|^2 / sqrt(d) ~ 770, where samples and none used to
+// fail ("exp(...) out of double range"). On the 256 longest of their queries and keys (every one in
+// the sample), lambda exp(-c) is ~e^-50 at any representable lambda, below the resolution, so the
+// DoF at the CLI's default lambda is the number of eigenvalues resolved above it: counted here on
+// Eigen's eigenvalues of the loop-built shifted Gram (a tie at the resolution may move it by one).
+// (2) Every head of layer 0 at J = 256 against the loops on the documented sample
+// (sample_without_replacement over [queries; keys], derive_seed(seed, 0, h)): the trace DoF at J
+// and at J/2 (the convergence check) at 2^-8.
+TEST(Dof, Stories260KBeyondDoubleRangeAndConvergenceMatchLoops) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  LoadedModel m = load_model(bin);
+  const std::string dir = test::temp_dir("dof_s260") + "/store";
+  CaptureOptions o;
+  o.seq_len = 256, o.num_seqs = 8, o.seed = 0;
+  capture_to_dir(m, sample_docs(), o, dir);
+  const CaptureStore st(dir);
+  const int64_t d = st.head_dim();
+  auto vectors = [&](const at::Tensor& t) {
+    Vectors x;
+    const at::Tensor c = t.to(at::kDouble).contiguous();
+    for (int64_t i = 0; i < c.size(0); ++i) x.emplace_back(c[i].data_ptr<double>(), c[i].data_ptr<double>() + d);
+    return x;
+  };
+  auto head_qk = [&](int layer, int h) {
+    return std::make_pair(st.layer_tensor(layer, "q").select(1, h).reshape({-1, d}).to(at::kDouble),
+                          st.layer_tensor(layer, "k").select(1, h).reshape({-1, d}).to(at::kDouble));
+  };
+
+  for (int h : {3, 6}) {
+    auto [q, k] = head_qk(1, h);
+    auto longest = [](const at::Tensor& t) { return t.index_select(0, std::get<1>((t * t).sum(1).topk(128))); };
+    const at::Tensor ql = longest(q), kl = longest(k);
+    const Vectors x = vectors(at::cat({ql, kl}));
+    const double c = max_sq_norm_over_sqrt_d(x);
+    EXPECT_GT(c, 709.8) << "head " << h << ": the capture no longer exercises the overflow";
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(loop_gram(x, c), Eigen::EigenvaluesOnly);
+    const Eigen::VectorXd e = es.eigenvalues();
+    const double floor = rank_tolerance(e.maxCoeff(), int(x.size()), c);
+    int rank = 0;
+    for (int i = 0; i < e.size(); ++i) rank += e(i) >= floor;
+    for (DofNormalize mode : {DofNormalize::Samples, DofNormalize::None}) {
+      const double v = dof_at(head_spectrum(ql, kl, settings_for(mode), 1), std::pow(2.0, -8)).value;
+      EXPECT_NEAR(v, rank, 1.0) << "head " << h << " " << dof_normalize_name(mode);
+      EXPECT_NEAR(double(unresolved_count(head_spectrum(ql, kl, settings_for(mode), 1), std::pow(2.0, -8))), 256.0 - rank, 1.0);
+      std::printf("stories260K layer 1 head %d, 256 longest q/k: c = %.1f, %s DoF(2^-8) = %.2f (resolved rank %d)\n", h, c,
+                  dof_normalize_name(mode), v, rank);
+    }
+  }
+
+  const int64_t J = 256;
+  const DofSettings trace = settings_for(DofNormalize::Trace, J);
+  const double lambda = std::pow(2.0, -8);
+  for (int h = 0; h < st.num_heads(); ++h) {
+    auto [q, k] = head_qk(0, h);
+    const Vectors all = vectors(at::cat({q, k}));
+    auto rows = [](const std::vector<int64_t>& idx, const Vectors& from) {
+      Vectors x;
+      for (int64_t i : idx) x.push_back(from[i]);
+      return x;
+    };
+    const uint64_t head_seed = derive_seed(trace.seed, 0, h);
+    const Vectors x = rows(sample_without_replacement(int64_t(all.size()), J, head_seed), all);
+    const Vectors xh = rows(sample_without_replacement(J, J / 2, derive_seed(head_seed, 1)), x);
+    const double ref_full = reference_dof(reference_mu(loop_gram(x, max_sq_norm_over_sqrt_d(x)), DofNormalize::Trace), lambda);
+    const double ref_half = reference_dof(reference_mu(loop_gram(xh, max_sq_norm_over_sqrt_d(xh)), DofNormalize::Trace), lambda);
+    const DofConvergence cv = dof_convergence(head_spectrum(q, k, trace, head_seed), lambda);
+    EXPECT_NEAR(cv.dof, ref_full, 1e-8 * ref_full) << "head " << h;
+    EXPECT_NEAR(cv.dof_half, ref_half, 1e-8 * ref_half) << "head " << h;
+    EXPECT_EQ(cv.converged, std::abs(ref_full - ref_half) <= 0.1 * ref_full) << "head " << h;
+    std::printf("stories260K layer 0 head %d: trace DoF(2^-8) J = %lld: %.2f, J/2: %.2f%s\n", h, (long long)J, cv.dof, cv.dof_half,
+                cv.converged ? "" : " (not converged)");
+  }
+}

@@ -1,4 +1,7 @@
 // `attnscope allocate`: feature dimensions per layer (or head) under a budget, Algorithm 1.
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -17,7 +20,7 @@ void register_allocate(CLI::App& app) {
   auto args = std::make_shared<DofArgs>();
   auto spectra = std::make_shared<std::string>();
   auto capture = std::make_shared<std::string>();
-  auto budget = std::make_shared<double>(0);
+  auto budget = std::make_shared<int64_t>(0);
   auto strategy = std::make_shared<std::string>("dof");
   auto multiple = std::make_shared<int>(1);
   auto format = std::make_shared<std::string>("text");
@@ -25,9 +28,20 @@ void register_allocate(CLI::App& app) {
   auto* cp = cmd->add_option("-c,--capture", *capture, "capture directory (computes the spectra)");
   sp->excludes(cp);
   args->add_to(cmd);
-  cmd->add_option("-C,--budget", *budget, "cost C: the mean feature dimension (e.g. the head dimension)")->required();
+  // An integer: 64.7, nan, 16x or an empty string are usage errors, not truncated (or read as 0).
+  const CLI::Validator whole_integer(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        std::strtoll(text.c_str(), &end, 10);
+        const bool ok = !text.empty() && !std::isspace(static_cast<unsigned char>(text[0])) && *end == '\0' && errno == 0;
+        return ok ? std::string() : "must be a whole number, got '" + text + "'";
+      },
+      "INT");
+  cmd->add_option("-C,--budget", *budget, "cost C, an integer: the mean feature dimension (e.g. the head dimension)")
+      ->required()->check(whole_integer);
   cmd->add_option("--strategy", *strategy, "fix | dof | dof-clip | per-head")
-      ->check(CLI::IsMember({"fix", "dof", "dof-clip", "per-head"}))->capture_default_str();
+      ->check(CLI::IsMember(alloc_strategy_names()))->capture_default_str();
   cmd->add_option("--multiple-of", *multiple, "round every dimension to a multiple of this")
       ->capture_default_str()->check(CLI::PositiveNumber);
   auto* g = cmd->add_option_group("format");
@@ -44,6 +58,20 @@ void register_allocate(CLI::App& app) {
     std::vector<std::vector<double>> values(hd.size());
     for (size_t l = 0; l < hd.size(); ++l)
       for (const auto& v : hd[l]) values[l].push_back(v.value);
+    // Fast-path heads are known only to [lower, upper]; the allocation uses the midpoint, and says so
+    // when that matters (> 1%). Likewise for heads whose DoF is not converged in J.
+    const auto wide = wide_bounds(hd);
+    if (!wide.empty())
+      std::cerr << "allocate: " << wide.size() << " head(s) have DoF bounds wider than 1% (fast path); using their "
+                << "midpoints (raise --top-k or --exact-limit for exact values)\n";
+    const auto conv = head_convergence(s, lambda);
+    std::vector<std::pair<int, int>> unconverged;
+    for (size_t l = 0; l < conv.size(); ++l)
+      for (size_t h = 0; h < conv[l].size(); ++h)
+        if (conv[l][h].checked && !conv[l][h].converged) unconverged.emplace_back(int(l), int(h));
+    if (!unconverged.empty())
+      std::cerr << "allocate: " << unconverged.size() << " head(s) change DoF by more than "
+                << 100 * kDofConvergenceTolerance << "% between J/2 and J (not converged; sample more)\n";
     AllocOptions o;
     o.strategy = parse_alloc_strategy(*strategy);
     o.budget = *budget;
@@ -63,6 +91,12 @@ void register_allocate(CLI::App& app) {
       else j["dims"] = a.layer_dims();
       j["mean_cost"] = a.mean_cost;
       j["head_dof"] = values;
+      j["wide_bounds"] = nlohmann::ordered_json::array();
+      for (const WideBound& w : wide)
+        j["wide_bounds"].push_back(
+            {{"layer", w.layer}, {"head", w.head}, {"dof", w.dof.value}, {"lower", w.dof.lower}, {"upper", w.dof.upper}});
+      j["unconverged_heads"] = nlohmann::ordered_json::array();
+      for (const auto& [l, h] : unconverged) j["unconverged_heads"].push_back({{"layer", l}, {"head", h}});
       std::cout << j.dump(2) << "\n";
       return;
     }

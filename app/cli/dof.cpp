@@ -1,5 +1,6 @@
 // `attnscope dof`: degrees of freedom of every head from a capture (SPEC section 5), with the
 // eigenvalue spectra kept in a file so a new lambda never recomputes them.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,7 +18,7 @@ void DofArgs::add_to(CLI::App* cmd) {
   cmd->add_option("-J,--samples", settings.samples, "vectors sampled from the queries and keys of each head")
       ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   cmd->add_option("--normalize", normalize, "Gram normalizer n in Sigma = G / n")
-      ->check(CLI::IsMember({"trace", "max", "samples", "none"}))->capture_default_str();
+      ->check(CLI::IsMember(dof_normalize_names()))->capture_default_str();
   cmd->add_option("--seed", settings.seed, "seed for sampling the vectors")->capture_default_str();
   cmd->add_option("--exact-limit", settings.exact_limit, "largest J with a full eigendecomposition; above, top-k Lanczos with bounds")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -29,6 +30,67 @@ DofSpectra DofArgs::compute(const std::string& capture_dir) {
   CaptureStore store(capture_dir);
   return compute_spectra(store, settings, terminal_progress("dof"));
 }
+
+namespace {
+
+// One head's cell of the text table: the DoF, its [lower, upper] bounds when they differ (fast
+// path), the J used when heads differ, and '*' when it moves by more than the tolerance from J/2.
+std::string head_cell(const nlohmann::ordered_json& h, bool show_j) {
+  char buf[128];
+  std::string cell;
+  std::snprintf(buf, sizeof buf, "%.2f", h["dof"].get<double>());
+  cell = buf;
+  if (h["lower"].get<double>() != h["upper"].get<double>()) {
+    std::snprintf(buf, sizeof buf, " [%.2f, %.2f]", h["lower"].get<double>(), h["upper"].get<double>());
+    cell += buf;
+  }
+  if (show_j) cell += " (J " + std::to_string(h["samples"].get<int64_t>()) + ")";
+  // Always one flag column, so flagged and unflagged cells line up.
+  cell += h["converged"].is_boolean() && !h["converged"].get<bool>() ? "*" : " ";
+  return cell;
+}
+
+void print_text(const nlohmann::ordered_json& j) {
+  const bool same_j = !j["samples_used"].is_null();
+  std::printf("DoF at lambda = %g (normalize %s; ", j["lambda"].get<double>(), j["normalize"].get<std::string>().c_str());
+  if (same_j)
+    std::printf("J = %lld per head", (long long)j["samples_used"].get<int64_t>());
+  else
+    std::printf("J per head in parentheses");
+  std::printf(", %lld requested)\n", (long long)j["samples"].get<int64_t>());
+  // Every cell padded to the widest, so the columns line up whatever the cells carry.
+  std::vector<std::vector<std::string>> rows;
+  size_t width = 0;
+  bool bounds = false;
+  for (const auto& l : j["layers"]) {
+    rows.emplace_back();
+    for (const auto& h : l["heads"]) {
+      rows.back().push_back(head_cell(h, !same_j));
+      width = std::max(width, rows.back().back().size());
+      bounds = bounds || h["lower"].get<double>() != h["upper"].get<double>();
+    }
+  }
+  std::printf("%-6s %9s  %s\n", "layer", "max", "heads");
+  for (size_t s = 0; s < rows.size(); ++s) {
+    const auto& l = j["layers"][s];
+    std::printf("%-6d %9.2f ", l["layer"].get<int>(), l["dof"].get<double>());
+    for (const std::string& cell : rows[s]) std::printf("  %*s", int(width), cell.c_str());
+    std::printf("\n");
+  }
+  if (bounds) std::printf("[lower, upper]: bounds of the fast path (top-k eigenvalues and the trace); the DoF is their midpoint\n");
+  int64_t unresolved = 0;
+  for (const auto& l : j["layers"])
+    for (const auto& h : l["heads"]) unresolved += h["unresolved"].get<int64_t>();
+  if (unresolved > 0)
+    std::printf("note: %lld eigenvalue(s) below the eigensolver's resolution counted 0, as lambda exp(-c) is smaller still;"
+                " in exact arithmetic each could count up to 1 (use --normalize trace)\n",
+                (long long)unresolved);
+  if (j["unconverged_heads"].get<int>() > 0)
+    std::printf("* moves by more than %g%% between J/2 and J: not converged, sample more (--samples)\n",
+                100 * j["convergence_tolerance"].get<double>());
+}
+
+}  // namespace
 
 void register_dof(CLI::App& app) {
   auto* cmd = app.add_subcommand("dof", "Degrees of freedom of every head at a tolerance lambda");
@@ -53,14 +115,7 @@ void register_dof(CLI::App& app) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::printf("DoF at lambda = %g (J = %lld, normalize %s)\n", lambda, (long long)sp.settings.samples,
-                dof_normalize_name(sp.settings.normalize));
-    std::printf("%-6s %9s  %s\n", "layer", "max", "heads");
-    for (const auto& l : j["layers"]) {
-      std::printf("%-6d %9.2f ", l["layer"].get<int>(), l["dof"].get<double>());
-      for (const auto& h : l["heads"]) std::printf(" %7.2f", h["dof"].get<double>());
-      std::printf("\n");
-    }
+    print_text(j);
     if (!out->empty()) std::printf("spectra saved to %s\n", out->c_str());
   });
 }

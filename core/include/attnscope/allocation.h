@@ -21,8 +21,9 @@
 namespace attnscope {
 
 enum class AllocStrategy { Fix, Dof, DofClip, PerHead };
-AllocStrategy parse_alloc_strategy(const std::string& name);  // fix|dof|dof-clip|per-head; else Error
+AllocStrategy parse_alloc_strategy(const std::string& name);  // one of alloc_strategy_names(); else Error
 const char* alloc_strategy_name(AllocStrategy s);
+std::vector<std::string> alloc_strategy_names();  // fix, dof, dof-clip, per-head
 
 struct AllocOptions {
   AllocStrategy strategy = AllocStrategy::Dof;

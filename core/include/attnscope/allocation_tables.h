@@ -15,8 +15,10 @@ namespace attnscope {
 Table allocation_table(const std::string& model, const std::vector<Allocation>& allocations);
 
 // Layer | 0 .. H-1 : DoF of each head at lambda (layers and heads numbered from 0, as everywhere in attnscope);
-// each layer's maximum bold.
-Table dof_grid_table(const std::vector<std::vector<DofValue>>& head_dof, double lambda);
+// each layer's maximum bold. With `convergence` ([S][H], head_convergence in dof.h) a last column
+// lists the heads whose estimate has not converged ("-" when all have).
+Table dof_grid_table(const std::vector<std::vector<DofValue>>& head_dof, double lambda,
+                     const std::vector<std::vector<DofConvergence>>& convergence = {});
 
 // Layer | 0 .. H-1 : the per-head feature dimensions of a per-head allocation.
 Table head_dims_table(const Allocation& allocation);

@@ -9,21 +9,45 @@
 // is what makes the lambda slider instant.
 //
 // Log-domain scaling: exp(x_i.x_j / sqrt d) overflows a double once |x|^2 / sqrt d passes ~709, which
-// real models reach. Every entry is therefore computed as exp(x_i.x_j / sqrt d - c) with
-// c = max_i |x_i|^2 / sqrt d (so every entry is <= 1), and eig(G) = exp(c) eig(shifted). The trace
-// and max normalizers cancel exp(c); samples (n = J) and none (n = 1) put it back, in log space,
-// and fail when the result itself does not fit in a double.
+// real models reach (stories260K layer 0: 729.5). Every entry is therefore computed as
+// exp(x_i.x_j / sqrt d - c) with c = max_i |x_i|^2 / sqrt d (so every entry is <= 1), and
+// eig(G) = exp(c) eig(shifted). The spectrum stays in that shifted form with its log scale:
+// HeadSpectrum holds e_s with Sigma's eigenvalues exp(log_scale) e_s. The trace and max normalizers
+// cancel exp(c) (log_scale = 0: e_s are Sigma's eigenvalues); samples (n = J) and none (n = 1) keep
+// it (log_scale = c). DoF is evaluated without ever forming exp(c):
+//     mu / (mu + lambda) = e / (e + lambda exp(-c)),
+// and when lambda exp(-c) underflows every nonzero eigenvalue contributes exactly 1.
+//
+// Resolution: computed eigenvalues below res = J eps (1 + |c|) e_max are not resolved from zero.
+// The eigensolver gets them to ~J eps e_max (backward stability; numpy.linalg.matrix_rank's default
+// tolerance), and the shifted entries exp(s - c) carry a relative error ~eps |c| from their
+// exponents. As long as the ridge t = lambda exp(-c) is at least res, such an eigenvalue adds at
+// most res / t to the DoF and is kept as computed. Below (samples/none at a huge c, where t
+// underflows to 0, or an absurdly small lambda) each of them would count ~1 by the accident of its
+// rounding, so they count 0: DoF is then that of the resolved spectrum (at t = 0 the numerical rank
+// of the sampled Gram), not 1 plus however many rounding errors came out positive. That is a lower
+// bound: in exact arithmetic the exp kernel's Gram of distinct vectors is positive definite and
+// each dropped eigenvalue would count up to 1 (unresolved_count says how many; the JSON and text
+// output report it). On real heads (stories260K layer 1, c ~ 770) the eigenvalues dsyevd resolves
+// under samples/none are a handful: use trace (or max) there.
+//
+// Convergence: the estimate depends on J (stories260K layer 0, trace: 20.2 at J = 1024, 54.4 at
+// J = 4096). Each head also keeps the spectrum of a J/2 subset of its J samples
+// (sample_without_replacement(J, J/2, derive_seed(head_seed, 1)), rows of the J sample), so the DoF
+// at J/2 is as cheap as the DoF at J at any lambda; dof_convergence flags heads whose DoF moves by
+// more than kDofConvergenceTolerance between the two. (The J/2 spectrum costs ~1/8 of the J one.)
 //
 // Exact path (J <= exact_limit): every eigenvalue, from LAPACK's dsyevd (LibTorch's eigvalsh in
 // builds without LAPACKE/Spectra, which also have no fast path). Fast path (J >
 // exact_limit): the top_k largest eigenvalues from Spectra's Lanczos solver plus tr(Sigma) (the
 // sum of all eigenvalues, free from the diagonal). The unknown tail t_{k+1..J} is then only known
 // to lie in [0, mu_k] with sum r = tr - sum(kept). As f(t) = t / (t + lambda) is concave and
-// increasing with f(0) = 0, sum f(t) over the tail is
+// increasing with f(0) = 0 (in the shifted units, f(e) = e / (e + lambda exp(-c))), sum f(t) over
+// the tail is
 //   smallest when the mass is packed into as few eigenvalues as possible:
 //       floor(r / mu_k) f(mu_k) + f(r - floor(r / mu_k) mu_k),
 //   largest when it is spread evenly:
-//       (J - k) f(r / (J - k)),
+//       (J - k) f(r / (J - k))  (when unresolved eigenvalues count 0: over at most r / res of them),
 // which gives DofValue's certified lower and upper bounds (up to the eigensolver's tolerance);
 // its value is their midpoint, off the true DoF by at most half their gap. Should Lanczos not
 // converge, the head falls back to the exact path (exact = true). Timings: docs/PERFORMANCE.md.
@@ -31,6 +55,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,8 +69,9 @@ class CaptureStore;
 // so DoF should be too), the largest eigenvalue (also scale-invariant), J (the empirical operator
 // of the theory) or 1 (the Gram as printed in the paper).
 enum class DofNormalize { Trace, Max, Samples, None };
-DofNormalize parse_dof_normalize(const std::string& name);  // trace|max|samples|none; else Error
+DofNormalize parse_dof_normalize(const std::string& name);  // one of dof_normalize_names(); else Error
 const char* dof_normalize_name(DofNormalize n);
+std::vector<std::string> dof_normalize_names();  // trace, max, samples, none
 
 // "2^-8", "0.0625", "1e-3"; must be > 0 and finite, else Error.
 double parse_lambda(const std::string& text);
@@ -59,10 +85,16 @@ struct DofSettings {
 };
 
 struct HeadSpectrum {
-  std::vector<double> eigenvalues;  // of Sigma = G / n, descending; all J when exact, top_k otherwise
-  double trace = 0;                 // tr(Sigma), the sum of ALL eigenvalues (bounds on the fast path)
-  int64_t samples = 0;              // J actually used (min(requested, available))
+  // e_s, descending, >= 0: Sigma's eigenvalues are exp(log_scale) * e_s. All J when exact, top_k otherwise.
+  std::vector<double> eigenvalues;
+  double trace = 0;     // sum of ALL e_s (tr Sigma = exp(log_scale) trace): the tail's mass on the fast path
+  int64_t samples = 0;  // J actually used (min(requested, available))
   bool exact = true;
+  double log_scale = 0;   // 0 for trace and max; the Gram's shift c for samples and none
+  double resolution = 0;  // res above, in the units of e_s (0: unknown, e.g. a version-1 file)
+  // The same head on a J/2 subset of its J samples (see Convergence above); null when J < 2 or read
+  // from a version-1 spectra file.
+  std::shared_ptr<const HeadSpectrum> half;
 };
 
 struct DofValue {
@@ -72,17 +104,55 @@ struct DofValue {
 // O(#eigenvalues). lambda must be > 0.
 DofValue dof_at(const HeadSpectrum& spectrum, double lambda);
 
+// lambda over the kernel's scale, lambda exp(-log_scale): the ridge against which a spectrum's e_s are
+// compared (mu / (mu + lambda) = e / (e + shifted_ridge)). exp(-log_scale) is never formed alone; the
+// result is 0 when it underflows. lambda must be > 0.
+double shifted_ridge(double lambda, double log_scale);
+
+// How many of the J eigenvalues dof_at counts 0 only for being below the resolution (dof.h): 0
+// when the ridge lambda exp(-c) is at least the resolution. On the fast path the tail counts when
+// its largest possible eigenvalue (the last kept) is unresolved.
+int64_t unresolved_count(const HeadSpectrum& spectrum, double lambda);
+
+// The DoF at J and at J/2 (the half spectrum), both the midpoint value on the fast path.
+constexpr double kDofConvergenceTolerance = 0.1;
+struct DofConvergence {
+  double dof = 0;
+  double dof_half = 0;         // NaN when the spectrum has no J/2 half
+  double relative_change = 0;  // |dof - dof_half| / dof; NaN without a half
+  int64_t samples = 0, samples_half = 0;
+  bool checked = false;    // a J/2 spectrum exists
+  bool converged = false;  // checked and relative_change <= kDofConvergenceTolerance
+};
+DofConvergence dof_convergence(const HeadSpectrum& spectrum, double lambda);
+
 // x: [J, d], any floating dtype. Returns the float64 Gram exp(x_i.x_j / sqrt d - c) with
-// c = max_i |x_i|^2 / sqrt d, and c through `shift` when given.
+// c = max_i |x_i|^2 / sqrt d, and c through `shift` when given. Shared by the DoF and the
+// ridge-leverage initialization (leverage_init.h).
 at::Tensor shifted_gram(const at::Tensor& x, double* shift = nullptr);
 
+// Sigma = G / n for a Gram matrix G = exp(shift) * gram (gram from shifted_gram, or any symmetric
+// PSD matrix with its own shift), written as Sigma = exp(log_scale) * gram / divisor so that neither
+// exp(shift) nor n has to fit in a double:
+//   trace {tr gram, 0}, max {gram's largest eigenvalue, 0}, samples {J, shift}, none {1, shift}.
+// `trace` is tr gram, `top_eigenvalue` gram's largest eigenvalue (read for max only), J = gram's
+// size. Shared by the DoF and leverage_init. Throws Error naming the normalizer when the divisor is
+// not positive and finite.
+struct GramScale {
+  double divisor = 1;
+  double log_scale = 0;
+};
+GramScale gram_scale(DofNormalize normalize, double trace, double top_eigenvalue, int64_t J, double shift);
+
 // The spectrum of Sigma = exp(log_scale) gram / n: `gram` is a float64 symmetric [J, J] matrix, the
-// Gram itself (log_scale = 0) or a shifted one (log_scale = c from shifted_gram). Throws Error for
-// a bad shape, non-finite entries, or a samples/none normalization that overflows a double.
+// Gram itself (log_scale = 0) or a shifted one (log_scale = c from shifted_gram). No half spectrum.
+// Throws Error for a bad shape, non-finite entries or no positive diagonal.
 HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& settings, double log_scale = 0);
 
 // q, k: [N, d] each, all query and key vectors of one head. Samples J of the 2N pooled vectors with
-// sample_without_replacement(2N, J, head_seed) (random.h) (index i < N is query i, else key i - N).
+// sample_without_replacement(2N, J, head_seed) (random.h) (index i < N is query i, else key i - N),
+// in that pooled order, and the half spectrum on rows sample_without_replacement(J, J/2,
+// derive_seed(head_seed, 1)) of them.
 HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSettings& settings,
                            uint64_t head_seed);
 
@@ -104,12 +174,24 @@ DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& setting
 std::vector<std::vector<DofValue>> head_dofs(const DofSpectra& spectra, double lambda);  // [S][H]
 // Per layer the max over heads, of value, lower and upper each.
 std::vector<DofValue> layer_dofs(const DofSpectra& spectra, double lambda);
+std::vector<std::vector<DofConvergence>> head_convergence(const DofSpectra& spectra, double lambda);  // [S][H]
 
-// safetensors (atomic write): "layer_{s}.head_{h}.eigenvalues" float64 per head, "trace" float64
-// [S, H], "samples" int64 [S, H], "exact" bool [S, H]; settings, capture dir, model and shape in
-// __metadata__ (format "attnscope.dof_spectra").
+// Heads whose fast-path bounds are wider than `fraction` of their value: whoever uses the midpoint
+// (allocate) says so.
+struct WideBound {
+  int layer = 0, head = 0;
+  DofValue dof;
+};
+std::vector<WideBound> wide_bounds(const std::vector<std::vector<DofValue>>& head_dof, double fraction = 0.01);
+
+// safetensors (atomic write), version 2: per head "layer_{s}.head_{h}.eigenvalues" float64 and, when
+// it has one, "layer_{s}.head_{h}.half_eigenvalues"; [S, H] tables "trace", "log_scale" (float64),
+// "samples" (int64), "exact" (bool), and of the half spectra "half_trace", "half_log_scale",
+// "half_samples" (0: none), "half_exact", "resolution", "half_resolution"; settings, capture dir, model and shape in __metadata__
+// (format "attnscope.dof_spectra").
 void save_spectra(const std::string& path, const DofSpectra& spectra);
-// Throws Error naming the file when it is missing, corrupt or not a spectra file.
+// Reads versions 1 (no log scale: c = 0; resolution 0; no half spectra) and 2. Throws Error naming the file when it
+// is missing, corrupt or not a spectra file.
 DofSpectra load_spectra(const std::string& path);
 
 }  // namespace attnscope

@@ -19,20 +19,30 @@
 // has E[Khat | candidates] = (1/P) sum_p phi_p(x) phi_p(y), so E[Khat] = K: unbiased. In the
 // learned-prf parameterization a_m = exp(alpha_m) = 1 / (P q_{i_m}), i.e. alpha = -log(P q).
 //
-// Numerics: float64; G and phi are scaled by exp(-max_j |x_j|^2 / sqrt(d)) (the l_p are invariant
-// under K -> sK with n -> sn; for samples / none the scale is carried by n), Cholesky solves.
+// Numerics: float64, in the log domain, because real heads have |x|^2 / sqrt(d) of several hundred
+// (stories260K: ~730), where exp(|x|^2 / sqrt d) overflows and every feature is below e^-200. The
+// Gram and its normalizer are the DoF code's (dof.h: shifted_gram, gram_scale, shifted_ridge): G =
+// exp(shift) gram with gram <= 1 entry-wise, Sigma = exp(L) gram / D. Each candidate's features are
+// shifted by their own largest log value m_p (the l_p are invariant under K -> sK with n -> sn, so
+// the scale goes into the log score instead), Cholesky solves, and
+//     log l_p = log |C^{-1} phi''_p|^2 + 2 m_p - shift - log D,  C C^T = gram / D + lambda exp(-L) I.
+// q and alpha are computed from the log scores; `scores` and `mean_score` are their exponentials,
+// which can underflow to 0 at such norms (a Gaussian candidate captures almost none of the kernel
+// there) while the sampling stays exact.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
 
+#include "attnscope/dof.h"
+
 namespace attnscope {
 
 struct LeverageOptions {
   double lambda = 1e-3;               // ridge, in the units of the normalized operator G / n
   int64_t candidates = 0;             // P; 0 = max(32 M, 2048)
-  std::string normalizer = "trace";   // trace | max | samples | none
+  DofNormalize normalizer = DofNormalize::Trace;  // the DoF code's normalizer (dof.h)
   std::string gram = "exact";         // exact: G_ij = exp(x_i.x_j / sqrt d);
                                       // candidates: G = Phi Phi^T / P (the candidates' own kernel)
 };
@@ -40,14 +50,16 @@ struct LeverageOptions {
 struct LeverageInit {
   at::Tensor z;          // [M, d] float32, the chosen candidates (learned-prf's z)
   at::Tensor alpha;      // [M] float32, -log(P q) (learned-prf's alpha)
-  at::Tensor scores;     // [P] float64, the ridge leverage l_p of every candidate
+  at::Tensor log_scores;  // [P] float64, log l_p of every candidate (-inf: zero leverage)
+  at::Tensor scores;      // [P] float64, the ridge leverage l_p = exp(log_scores); may underflow to 0
   at::Tensor chosen;     // [M] int64, indices into the candidates
   at::Tensor candidates;  // [P, d] float32, every w_p
-  double mean_score = 0;  // sum_p l_p / P: an estimate of DoF(lambda) under the same normalizer
+  double mean_score = 0;  // sum_p l_p / P: an estimate of DoF(lambda) under the same normalizer (may underflow)
 };
 
 // x: [J, d] captured queries/keys (J >= 1, finite). Seeded and deterministic. Throws Error for bad
-// shapes, M <= 0, lambda <= 0, P < 1, an unknown normalizer or gram, or non-finite input.
+// shapes, M <= 0, lambda <= 0, P < 1, an unknown gram, non-finite input, or a ridge lost against the
+// kernel's scale (samples / none with a tiny lambda: Gram / n + lambda I not positive definite).
 LeverageInit leverage_init(const at::Tensor& x, int64_t M, uint64_t seed,
                            const LeverageOptions& opt = {});
 

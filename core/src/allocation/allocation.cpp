@@ -18,12 +18,21 @@ int64_t round_dim(double t, int64_t m) {
 
 }  // namespace
 
+constexpr AllocStrategy kStrategies[] = {AllocStrategy::Fix, AllocStrategy::Dof, AllocStrategy::DofClip, AllocStrategy::PerHead};
+
+std::vector<std::string> alloc_strategy_names() {
+  std::vector<std::string> out;
+  for (AllocStrategy s : kStrategies) out.push_back(alloc_strategy_name(s));
+  return out;
+}
+
 AllocStrategy parse_alloc_strategy(const std::string& name) {
-  if (name == "fix") return AllocStrategy::Fix;
-  if (name == "dof") return AllocStrategy::Dof;
-  if (name == "dof-clip") return AllocStrategy::DofClip;
-  if (name == "per-head") return AllocStrategy::PerHead;
-  fail(kWhere, "unknown strategy '" + name + "' (valid: fix, dof, dof-clip, per-head)");
+  std::string valid;
+  for (AllocStrategy s : kStrategies) {
+    if (name == alloc_strategy_name(s)) return s;
+    valid += (valid.empty() ? "" : ", ") + std::string(alloc_strategy_name(s));
+  }
+  fail_value("strategy", "'" + name + "' is unknown (valid: " + valid + ")");
 }
 
 const char* alloc_strategy_name(AllocStrategy s) {

@@ -16,6 +16,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <memory>
 #include <numeric>
 
 #include "attnscope/capture.h"
@@ -104,12 +106,21 @@ std::vector<double> top_eigenvalues(const double*, int64_t, int64_t) { return {}
 
 }  // namespace
 
+constexpr DofNormalize kNormalizers[] = {DofNormalize::Trace, DofNormalize::Max, DofNormalize::Samples, DofNormalize::None};
+
+std::vector<std::string> dof_normalize_names() {
+  std::vector<std::string> out;
+  for (DofNormalize n : kNormalizers) out.push_back(dof_normalize_name(n));
+  return out;
+}
+
 DofNormalize parse_dof_normalize(const std::string& name) {
-  if (name == "trace") return DofNormalize::Trace;
-  if (name == "max") return DofNormalize::Max;
-  if (name == "samples") return DofNormalize::Samples;
-  if (name == "none") return DofNormalize::None;
-  fail(kWhere, "unknown normalization '" + name + "' (valid: trace, max, samples, none)");
+  std::string valid;
+  for (DofNormalize n : kNormalizers) {
+    if (name == dof_normalize_name(n)) return n;
+    valid += (valid.empty() ? "" : ", ") + std::string(dof_normalize_name(n));
+  }
+  fail_value("normalization", "'" + name + "' is unknown (valid: " + valid + ")");
 }
 
 const char* dof_normalize_name(DofNormalize n) {
@@ -139,38 +150,102 @@ double parse_lambda(const std::string& text) {
   return v;
 }
 
-DofValue dof_at(const HeadSpectrum& sp, double lambda) {
+double shifted_ridge(double lambda, double log_scale) {
   check_lambda(lambda);
-  const std::vector<double>& mu = sp.eigenvalues;
-  const size_t n = mu.size();
-  // Four independent sums: without -ffast-math the compiler may not reorder one running sum, and
-  // the single chain of dependent additions would be the bottleneck of the slider.
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a0 += mu[i] / (mu[i] + lambda);
-    a1 += mu[i + 1] / (mu[i + 1] + lambda);
-    a2 += mu[i + 2] / (mu[i + 2] + lambda);
-    a3 += mu[i + 3] / (mu[i + 3] + lambda);
+  if (!std::isfinite(log_scale)) fail(kWhere, "the spectrum's log scale is not finite");
+  // log_scale = 0 (trace, max) keeps lambda bit for bit.
+  return log_scale == 0 ? lambda : std::exp(std::log(lambda) - log_scale);
+}
+
+DofValue dof_at(const HeadSpectrum& sp, double lambda) {
+  // mu / (mu + lambda) with mu = exp(c) e is e / (e + t), t = lambda exp(-c). When t underflows to 0,
+  // every nonzero e counts 1 and every zero e (a rank-deficient spectrum) 0, not 0 / 0. When t is
+  // below the resolution, unresolved eigenvalues count 0 (dof.h).
+  const double t = shifted_ridge(lambda, sp.log_scale);
+  const bool drop_unresolved = t < sp.resolution;
+  auto f = [&](double e) {
+    if (drop_unresolved && e < sp.resolution) return 0.0;
+    return t > 0 ? e / (e + t) : double(e > 0);
+  };
+  const std::vector<double>& e = sp.eigenvalues;
+  const size_t n = e.size();
+  double kept = 0;
+  if (t > 0 && !drop_unresolved) {
+    // Four independent sums: without -ffast-math the compiler may not reorder one running sum, and
+    // the single chain of dependent additions would be the bottleneck of the slider. (e >= 0 and
+    // t > 0: no 0 / 0 here.)
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      a0 += e[i] / (e[i] + t);
+      a1 += e[i + 1] / (e[i + 1] + t);
+      a2 += e[i + 2] / (e[i + 2] + t);
+      a3 += e[i + 3] / (e[i + 3] + t);
+    }
+    for (; i < n; ++i) a0 += e[i] / (e[i] + t);
+    kept = (a0 + a1) + (a2 + a3);
+  } else {
+    for (double v : e) kept += f(v);
   }
-  for (; i < n; ++i) a0 += mu[i] / (mu[i] + lambda);
-  const double kept = (a0 + a1) + (a2 + a3);
 
   const int64_t rest = sp.samples - int64_t(n);
   if (sp.exact || rest <= 0 || n == 0) return {kept, kept, kept};
 
-  // The tail: rest eigenvalues in [0, m] with sum r (bounds derived in dof.h).
-  const double m = mu.back();
-  const double r = std::clamp(sp.trace - std::accumulate(mu.begin(), mu.end(), 0.0), 0.0, double(rest) * m);
-  auto f = [lambda](double t) { return t / (t + lambda); };
+  // The tail: rest eigenvalues in [0, m] with sum r (bounds derived in dof.h), all in the shifted
+  // units of e, so f is the same function.
+  const double m = e.back();
+  const double r = std::clamp(sp.trace - std::accumulate(e.begin(), e.end(), 0.0), 0.0, double(rest) * m);
   double tail_low = 0, tail_high = 0;
   if (m > 0 && r > 0) {
     const double full = std::min(std::floor(r / m), double(rest));
     tail_low = full * f(m) + f(std::max(0.0, r - full * m));
-    tail_high = double(rest) * f(r / double(rest));
+    // Spread evenly, over as many eigenvalues as still count.
+    const double spread = drop_unresolved ? std::min(double(rest), std::floor(r / sp.resolution)) : double(rest);
+    tail_high = spread >= 1 ? spread * f(r / spread) : 0.0;
   }
   const double lower = kept + tail_low, upper = kept + tail_high;
   return {0.5 * (lower + upper), lower, upper};
+}
+
+int64_t unresolved_count(const HeadSpectrum& sp, double lambda) {
+  if (!(shifted_ridge(lambda, sp.log_scale) < sp.resolution)) return 0;
+  int64_t n = 0;
+  for (double e : sp.eigenvalues) n += e < sp.resolution;
+  const int64_t rest = sp.samples - int64_t(sp.eigenvalues.size());
+  if (!sp.exact && rest > 0 && !sp.eigenvalues.empty() && sp.eigenvalues.back() < sp.resolution) n += rest;
+  return n;
+}
+
+DofConvergence dof_convergence(const HeadSpectrum& sp, double lambda) {
+  DofConvergence c;
+  c.dof = dof_at(sp, lambda).value;
+  c.samples = sp.samples;
+  if (!sp.half) {
+    c.dof_half = c.relative_change = std::nan("");
+    return c;
+  }
+  c.checked = true;
+  c.dof_half = dof_at(*sp.half, lambda).value;
+  c.samples_half = sp.half->samples;
+  const double diff = std::abs(c.dof - c.dof_half);
+  c.relative_change = c.dof > 0 ? diff / c.dof : (diff > 0 ? INFINITY : 0.0);
+  c.converged = c.relative_change <= kDofConvergenceTolerance;
+  return c;
+}
+
+GramScale gram_scale(DofNormalize normalize, double trace, double top_eigenvalue, int64_t J, double shift) {
+  if (!std::isfinite(shift)) fail(kWhere, "the Gram's log scale is not finite");
+  GramScale g;
+  switch (normalize) {
+    case DofNormalize::Trace: g = {trace, 0.0}; break;  // exp(shift) cancels
+    case DofNormalize::Max: g = {top_eigenvalue, 0.0}; break;
+    case DofNormalize::Samples: g = {double(J), shift}; break;
+    case DofNormalize::None: g = {1.0, shift}; break;
+  }
+  if (!(g.divisor > 0) || !std::isfinite(g.divisor))
+    fail(kWhere, std::string("normalizer '") + dof_normalize_name(normalize) + "' of the Gram matrix is " +
+                     std::to_string(g.divisor) + " (the Gram needs a positive trace and largest eigenvalue)");
+  return g;
 }
 
 at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
@@ -225,28 +300,14 @@ HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& setting
     std::vector<double> a(p, p + J * J);
     eig = all_eigenvalues(a, J);
   }
+  // Sigma = exp(log_scale) gram / n = exp(gs.log_scale) gram / gs.divisor: the eigenvalues stay in
+  // the Gram's shifted units (dof.h, log-domain scaling).
+  const GramScale gs = gram_scale(settings.normalize, diag_trace, eig.front(), J, log_scale);
   // A positive semi-definite matrix: negative eigenvalues are rounding noise around zero.
-  for (double& e : eig) e = std::max(e, 0.0);
-
-  // Sigma = exp(log_scale) gram / n; `scale` is the factor from the gram's eigenvalues to Sigma's.
-  double log_factor = 0;
-  switch (settings.normalize) {
-    case DofNormalize::Trace: log_factor = -std::log(diag_trace); break;  // exp(log_scale) cancels
-    case DofNormalize::Max:
-      if (!(eig.front() > 0)) fail(kWhere, "the Gram matrix has no positive eigenvalue to normalize by");
-      log_factor = -std::log(eig.front());
-      break;
-    case DofNormalize::Samples: log_factor = log_scale - std::log(double(J)); break;
-    case DofNormalize::None: log_factor = log_scale; break;
-  }
-  const double scale = std::exp(log_factor);
-  // Sigma's largest eigenvalue and its trace must fit in a double, not only the factor.
-  if (!(scale > 0) || !std::isfinite(scale) || !std::isfinite(scale * std::max(eig.front(), diag_trace)))
-    fail(kWhere, std::string("normalization '") + dof_normalize_name(settings.normalize) +
-                     "' is out of double range: the kernel's scale is exp(" + std::to_string(log_scale) +
-                     ") (max |x|^2 / sqrt(d)); use --normalize trace (or max), which is scale-invariant");
-  for (double& e : eig) e *= scale;
-  sp.trace = sp.exact ? std::accumulate(eig.begin(), eig.end(), 0.0) : diag_trace * scale;
+  for (double& e : eig) e = std::max(e, 0.0) / gs.divisor;
+  sp.log_scale = gs.log_scale;
+  sp.resolution = double(J) * std::numeric_limits<double>::epsilon() * (1.0 + std::abs(log_scale)) * eig.front();
+  sp.trace = sp.exact ? std::accumulate(eig.begin(), eig.end(), 0.0) : diag_trace / gs.divisor;
   sp.eigenvalues = std::move(eig);
   return sp;
 }
@@ -266,8 +327,17 @@ HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSe
   const at::Tensor x = at::cat({q.index_select(0, at::tensor(qi, at::kLong)).to(at::kDouble),
                                 k.index_select(0, at::tensor(ki, at::kLong)).to(at::kDouble)});
   double c = 0;
-  const at::Tensor g = shifted_gram(x, &c);
-  return spectrum_of_gram(g, settings, c);
+  const at::Tensor g = shifted_gram(x, &c);  // before the call that reads c
+  HeadSpectrum sp = spectrum_of_gram(g, settings, c);
+  // The convergence check: the same head on a J/2 subset of these J rows, shifted by its own maximum.
+  const int64_t J = x.size(0);
+  if (J >= 2) {
+    const std::vector<int64_t> sub = sample_without_replacement(J, J / 2, derive_seed(head_seed, 1));
+    double ch = 0;
+    const at::Tensor gh = shifted_gram(x.index_select(0, at::tensor(sub, at::kLong)), &ch);
+    sp.half = std::make_shared<const HeadSpectrum>(spectrum_of_gram(gh, settings, ch));
+  }
+  return sp;
 }
 
 const HeadSpectrum& DofSpectra::head(int s, int h) const {
@@ -286,9 +356,7 @@ DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& setting
   out.num_layers = store.num_layers();
   out.num_heads = store.num_heads();
   out.head_dim = store.head_dim();
-  const nlohmann::json man = nlohmann::json::parse(store.manifest_json(), nullptr, false);
-  if (man.is_object() && man.contains("model") && man["model"].is_object())
-    out.model = man["model"].value("path", std::string());
+  out.model = store.model_path();
 
   const int S = out.num_layers, H = out.num_heads;
   const int64_t d = out.head_dim;
@@ -312,6 +380,24 @@ std::vector<std::vector<DofValue>> head_dofs(const DofSpectra& spectra, double l
   std::vector<std::vector<DofValue>> out(spectra.num_layers);
   for (int s = 0; s < spectra.num_layers; ++s)
     for (int h = 0; h < spectra.num_heads; ++h) out[s].push_back(dof_at(spectra.head(s, h), lambda));
+  return out;
+}
+
+std::vector<std::vector<DofConvergence>> head_convergence(const DofSpectra& spectra, double lambda) {
+  check_lambda(lambda);
+  std::vector<std::vector<DofConvergence>> out(spectra.num_layers);
+  for (int s = 0; s < spectra.num_layers; ++s)
+    for (int h = 0; h < spectra.num_heads; ++h) out[s].push_back(dof_convergence(spectra.head(s, h), lambda));
+  return out;
+}
+
+std::vector<WideBound> wide_bounds(const std::vector<std::vector<DofValue>>& head_dof, double fraction) {
+  std::vector<WideBound> out;
+  for (size_t s = 0; s < head_dof.size(); ++s)
+    for (size_t h = 0; h < head_dof[s].size(); ++h) {
+      const DofValue& v = head_dof[s][h];
+      if (v.upper - v.lower > fraction * v.value) out.push_back({int(s), int(h), v});
+    }
   return out;
 }
 

@@ -12,10 +12,12 @@ namespace attnscope {
 namespace {
 
 constexpr const char* kFormat = "attnscope.dof_spectra";
-constexpr const char* kVersion = "1";
+// Version 2 added the log scale, the resolution and the J/2 half spectra; version 1 files read with
+// c = 0, resolution 0 (unknown) and no half.
+constexpr const char* kVersion = "2";
 
-std::string eig_name(int s, int h) {
-  return "layer_" + std::to_string(s) + ".head_" + std::to_string(h) + ".eigenvalues";
+std::string eig_name(int s, int h, bool half = false) {
+  return "layer_" + std::to_string(s) + ".head_" + std::to_string(h) + (half ? ".half_eigenvalues" : ".eigenvalues");
 }
 
 // A tensor that must exist with this dtype and shape.
@@ -28,6 +30,11 @@ at::Tensor expect(const SafetensorsFile& f, const std::string& name, at::ScalarT
   return t;
 }
 
+// The [S, H] tables of a spectra file's scalar fields.
+struct Tables {
+  at::Tensor trace, log_scale, resolution, samples, exact;
+};
+
 }  // namespace
 
 void save_spectra(const std::string& path, const DofSpectra& sp) {
@@ -36,19 +43,39 @@ void save_spectra(const std::string& path, const DofSpectra& sp) {
     fail(path, "cannot save DoF spectra: " + std::to_string(sp.heads.size()) + " heads for " +
                    std::to_string(S) + " layers x " + std::to_string(H) + " heads");
   NamedTensors tensors;
-  at::Tensor trace = at::empty({S, H}, at::kDouble), samples = at::empty({S, H}, at::kLong),
-             exact = at::empty({S, H}, at::kBool);
+  // One [S, H] table per scalar field, for the spectra and their halves ("half_" prefix; a head
+  // without a half keeps half_samples 0).
+  auto tables = [&] {
+    return Tables{at::zeros({S, H}, at::kDouble), at::zeros({S, H}, at::kDouble), at::zeros({S, H}, at::kDouble),
+                  at::zeros({S, H}, at::kLong), at::ones({S, H}, at::kBool)};
+  };
+  Tables full = tables(), half = tables();
+  auto put = [](Tables& t, int s, int h, const HeadSpectrum& hs) {
+    t.trace[s][h] = hs.trace;
+    t.log_scale[s][h] = hs.log_scale;
+    t.resolution[s][h] = hs.resolution;
+    t.samples[s][h] = hs.samples;
+    t.exact[s][h] = hs.exact;
+  };
   for (int s = 0; s < S; ++s)
     for (int h = 0; h < H; ++h) {
       const HeadSpectrum& hs = sp.head(s, h);
       tensors.emplace_back(eig_name(s, h), at::tensor(hs.eigenvalues, at::kDouble));
-      trace[s][h] = hs.trace;
-      samples[s][h] = hs.samples;
-      exact[s][h] = hs.exact;
+      put(full, s, h, hs);
+      if (hs.half) {
+        tensors.emplace_back(eig_name(s, h, true), at::tensor(hs.half->eigenvalues, at::kDouble));
+        put(half, s, h, *hs.half);
+      }
     }
-  tensors.emplace_back("trace", trace);
-  tensors.emplace_back("samples", samples);
-  tensors.emplace_back("exact", exact);
+  auto add = [&](const std::string& prefix, const Tables& t) {
+    tensors.emplace_back(prefix + "trace", t.trace);
+    tensors.emplace_back(prefix + "log_scale", t.log_scale);
+    tensors.emplace_back(prefix + "resolution", t.resolution);
+    tensors.emplace_back(prefix + "samples", t.samples);
+    tensors.emplace_back(prefix + "exact", t.exact);
+  };
+  add("", full);
+  add("half_", half);
 
   const nlohmann::json settings = {{"samples", sp.settings.samples},
                                    {"normalize", dof_normalize_name(sp.settings.normalize)},
@@ -75,7 +102,9 @@ DofSpectra load_spectra(const std::string& path) {
     return it->second;
   };
   if (get("format") != kFormat) fail(path, "not a DoF spectra file (format '" + get("format") + "')");
-  if (get("version") != kVersion) fail(path, "DoF spectra version '" + get("version") + "' is not supported");
+  const std::string version = get("version");
+  if (version != "1" && version != kVersion) fail(path, "DoF spectra version '" + version + "' is not supported");
+  const bool v1 = version == "1";
 
   DofSpectra sp;
   try {
@@ -98,27 +127,44 @@ DofSpectra load_spectra(const std::string& path) {
   const int S = sp.num_layers, H = sp.num_heads;
   if (S < 1 || H < 1 || sp.head_dim < 1) fail(path, "DoF spectra metadata has a non-positive shape");
 
-  const at::Tensor trace = expect(f, "trace", at::kDouble, {S, H});
-  const at::Tensor samples = expect(f, "samples", at::kLong, {S, H});
-  const at::Tensor exact = expect(f, "exact", at::kBool, {S, H});
+  auto tables = [&](const std::string& prefix) {
+    auto v2_only = [&](const std::string& name) {
+      return v1 ? at::zeros({S, H}, at::kDouble) : expect(f, prefix + name, at::kDouble, {S, H});
+    };
+    return Tables{expect(f, prefix + "trace", at::kDouble, {S, H}), v2_only("log_scale"), v2_only("resolution"),
+                  expect(f, prefix + "samples", at::kLong, {S, H}), expect(f, prefix + "exact", at::kBool, {S, H})};
+  };
+  const Tables full = tables("");
+  const Tables half = v1 ? Tables{} : tables("half_");
+  // One head's spectrum from its eigenvalue tensor and row (s, h) of the tables.
+  auto read = [&](const Tables& t, int s, int h, const std::string& name) {
+    const at::Tensor e = expect(f, name, at::kDouble, {}).contiguous();
+    HeadSpectrum hs;
+    hs.eigenvalues.assign(e.data_ptr<double>(), e.data_ptr<double>() + e.numel());
+    hs.trace = t.trace[s][h].item<double>();
+    hs.samples = t.samples[s][h].item<int64_t>();
+    hs.exact = t.exact[s][h].item<bool>();
+    hs.log_scale = t.log_scale[s][h].item<double>();
+    hs.resolution = t.resolution[s][h].item<double>();
+    // What dof_at relies on: a descending, non-negative, finite spectrum that fits its sample count.
+    const int64_t n = int64_t(hs.eigenvalues.size());
+    const std::string head = "head (" + std::to_string(s) + ", " + std::to_string(h) + ")";
+    if (e.dim() != 1 || n < 1 || n > hs.samples || (hs.exact && n != hs.samples))
+      fail(path, "tensor '" + name + "' does not match the head's sample count");
+    if (!std::isfinite(hs.trace) || hs.trace < 0) fail(path, head + " has a bad trace in '" + name + "'");
+    if (!std::isfinite(hs.log_scale)) fail(path, head + " has a log scale that is not finite");
+    if (!std::isfinite(hs.resolution) || hs.resolution < 0) fail(path, head + " has a bad resolution");
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(hs.eigenvalues[i]) || hs.eigenvalues[i] < 0 || (i > 0 && hs.eigenvalues[i] > hs.eigenvalues[i - 1]))
+        fail(path, "tensor '" + name + "' is not a descending list of non-negative eigenvalues");
+    return hs;
+  };
   sp.heads.reserve(size_t(S) * H);
   for (int s = 0; s < S; ++s)
     for (int h = 0; h < H; ++h) {
-      const std::string name = eig_name(s, h);
-      const at::Tensor e = expect(f, name, at::kDouble, {}).contiguous();
-      HeadSpectrum hs;
-      hs.eigenvalues.assign(e.data_ptr<double>(), e.data_ptr<double>() + e.numel());
-      hs.trace = trace[s][h].item<double>();
-      hs.samples = samples[s][h].item<int64_t>();
-      hs.exact = exact[s][h].item<bool>();
-      // What dof_at relies on: a descending, non-negative, finite spectrum that fits its sample count.
-      const int64_t n = int64_t(hs.eigenvalues.size());
-      if (e.dim() != 1 || n < 1 || n > hs.samples || (hs.exact && n != hs.samples))
-        fail(path, "tensor '" + name + "' does not match the head's sample count");
-      if (!std::isfinite(hs.trace) || hs.trace < 0) fail(path, "head (" + std::to_string(s) + ", " + std::to_string(h) + ") has a bad trace");
-      for (int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(hs.eigenvalues[i]) || hs.eigenvalues[i] < 0 || (i > 0 && hs.eigenvalues[i] > hs.eigenvalues[i - 1]))
-          fail(path, "tensor '" + name + "' is not a descending list of non-negative eigenvalues");
+      HeadSpectrum hs = read(full, s, h, eig_name(s, h));
+      if (!v1 && half.samples[s][h].item<int64_t>() > 0)
+        hs.half = std::make_shared<const HeadSpectrum>(read(half, s, h, eig_name(s, h, true)));
       sp.heads.push_back(std::move(hs));
     }
   return sp;

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "attnscope/dof.h"
 #include "attnscope/error.h"
 #include "feature_map_families.h"
 
@@ -30,8 +32,6 @@ LeverageInit leverage_init(const at::Tensor& x_in, int64_t M, uint64_t seed, con
   if (!(opt.lambda > 0) || !std::isfinite(opt.lambda))
     fail(kWhere, "lambda must be positive and finite, got " + std::to_string(opt.lambda));
   if (opt.candidates < 0) fail(kWhere, "candidates (P) must be positive, got " + std::to_string(opt.candidates));
-  if (opt.normalizer != "trace" && opt.normalizer != "max" && opt.normalizer != "samples" && opt.normalizer != "none")
-    fail(kWhere, "unknown normalizer '" + opt.normalizer + "' (valid: trace, max, samples, none)");
   if (opt.gram != "exact" && opt.gram != "candidates")
     fail(kWhere, "unknown gram '" + opt.gram + "' (valid: exact, candidates)");
 
@@ -40,62 +40,70 @@ LeverageInit leverage_init(const at::Tensor& x_in, int64_t M, uint64_t seed, con
   const int64_t J = x.size(0), d = x.size(1);
   const int64_t P = opt.candidates > 0 ? opt.candidates : std::max<int64_t>(32 * M, 2048);
 
-  // x' = x / d^(1/4); phi(x; w) = exp(w.x' - |x'|^2/2); K(x, y) = exp(x'.y').
+  // x' = x / d^(1/4); log phi(x; w) = w.x' - |x'|^2 / 2; K(x, y) = exp(x'.y') = E_w[phi(x) phi(y)].
   const at::Tensor xs = x / std::pow(double(d), 0.25);
   const at::Tensor half_sq = 0.5 * (xs * xs).sum(1, /*keepdim=*/true);  // [J, 1]
-  // Scale everything by exp(-2c), c = max_j |x'_j|^2 / 2: the scaled Gram is <= 1 entry-wise.
-  const double c = half_sq.max().item<double>();
-
   const at::Tensor W = fmap::gaussian(P, d, seed, kCandidateStream);  // float32: z is exactly a candidate
   const at::Tensor Wd = W.to(at::kDouble);
-  auto scaled_features = [&](int64_t start, int64_t len) {  // [J, len], phi e^{-c}
-    return at::exp(at::matmul(xs, Wd.narrow(0, start, len).t()) - half_sq - c);
+  auto log_features = [&](int64_t start, int64_t len) {  // [J, len]
+    return at::matmul(xs, Wd.narrow(0, start, len).t()) - half_sq;
   };
 
-  at::Tensor G;  // [J, J], the kernel's Gram matrix times exp(-2c)
+  // The Gram matrix as G = exp(shift) gram with gram's entries <= 1 (log domain: real models have
+  // |x|^2 / sqrt d ~ 700, and exp of that is out of double range).
+  at::Tensor gram;
+  double shift = 0;
   if (opt.gram == "exact") {
-    G = at::exp(at::matmul(xs, xs.t()) - 2.0 * c);
+    gram = shifted_gram(x, &shift);  // x'.y' = x.y / sqrt d: the DoF code's Gram
   } else {
-    G = at::zeros({J, J}, x.options());
+    // Phi Phi^T / P with every feature shifted by the largest log-feature m: shift = 2m.
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t s = 0; s < P; s += kBlock) m = std::max(m, log_features(s, std::min(kBlock, P - s)).max().item<double>());
+    gram = at::zeros({J, J}, x.options());
     for (int64_t s = 0; s < P; s += kBlock) {
-      const at::Tensor f = scaled_features(s, std::min(kBlock, P - s));
-      G += at::matmul(f, f.t());
+      const at::Tensor f = at::exp(log_features(s, std::min(kBlock, P - s)) - m);
+      gram += at::matmul(f, f.t());
     }
-    G /= double(P);
+    gram /= double(P);
+    shift = 2.0 * m;
   }
 
-  // The normalizer n on the same scale as G (n e^{-2c}), so G / n is the unscaled Sigma.
-  double n = 0;
-  if (opt.normalizer == "trace") n = G.trace().item<double>();
-  else if (opt.normalizer == "max") n = at::linalg_eigvalsh(G).max().item<double>();
-  else if (opt.normalizer == "samples") n = double(J) * std::exp(-2.0 * c);
-  else n = std::exp(-2.0 * c);
-  if (!(n > 0) || !std::isfinite(n))
-    fail(kWhere, "the normalizer '" + opt.normalizer + "' is not positive at this data scale (max |x|^2 / sqrt(d) = " +
-                     std::to_string(2.0 * c) + ")");
-
-  // l_p = phi_p^T (G/n + lambda I)^{-1} phi_p / n = |L^{-1} phi_p|^2 / n with L L^T = G/n + lambda I.
-  const at::Tensor A = G / n + opt.lambda * at::eye(J, x.options());
-  const at::Tensor chol = at::linalg_cholesky(A);
-  at::Tensor scores = at::empty({P}, x.options());
+  // Sigma = G / n = exp(L) gram / D, the DoF code's normalizer (gram_scale); the ridge in gram's
+  // units is t = lambda exp(-L) (shifted_ridge). With phi_p = exp(m_p) phi''_p (m_p = max_j log
+  // phi(x_j; w_p), so phi'' <= 1 and at least one entry is 1) and n = D exp(shift - L):
+  //   l_p = phi_p^T (Sigma + lambda I)^{-1} phi_p / n = exp(2 m_p - shift) |C^{-1} phi''_p|^2 / D
+  // with C C^T = gram / D + t I. The log of that is finite for every candidate: no feature or
+  // score has to be representable as such.
+  const double top = opt.normalizer == DofNormalize::Max ? at::linalg_eigvalsh(gram).max().item<double>() : 0.0;
+  const GramScale gs = gram_scale(opt.normalizer, gram.trace().item<double>(), top, J, shift);
+  const double t = shifted_ridge(opt.lambda, gs.log_scale);
+  const auto [chol, info] = at::linalg_cholesky_ex(gram / gs.divisor + t * at::eye(J, x.options()));
+  if (info.item<int64_t>() != 0)
+    fail(kWhere, "Gram / n + lambda I is not positive definite in double precision: lambda = " + std::to_string(opt.lambda) +
+                     " is lost against the kernel's scale exp(" + std::to_string(gs.log_scale) + ") under normalizer '" +
+                     dof_normalize_name(opt.normalizer) + "'; use a larger lambda or the trace normalizer");
+  at::Tensor log_scores = at::empty({P}, x.options());
   for (int64_t s = 0; s < P; s += kBlock) {
     const int64_t len = std::min(kBlock, P - s);
-    const at::Tensor y = at::linalg_solve_triangular(chol, scaled_features(s, len), /*upper=*/false);
-    scores.narrow(0, s, len).copy_((y * y).sum(0) / n);
+    const at::Tensor lf = log_features(s, len);
+    const at::Tensor mp = std::get<0>(lf.max(0));  // [len]
+    const at::Tensor y = at::linalg_solve_triangular(chol, at::exp(lf - mp), /*upper=*/false);
+    log_scores.narrow(0, s, len).copy_(at::log((y * y).sum(0)) + 2.0 * mp - shift - std::log(gs.divisor));
   }
-  const double total = scores.sum().item<double>();
-  if (!(total > 0) || !std::isfinite(total)) fail(kWhere, "every candidate has zero leverage; the data are degenerate");
+  const double log_total = at::logsumexp(log_scores, 0).item<double>();
+  if (!std::isfinite(log_total)) fail(kWhere, "every candidate has zero leverage; the data are degenerate");
 
   // Resample M candidates i.i.d. with q_p = l_p / sum l; weight 1 / (P q_p) keeps Khat unbiased.
   at::Generator gen = fmap::generator(seed, kResampleStream);
-  const at::Tensor q = scores / total;
+  const at::Tensor log_q = log_scores - log_total;
   LeverageInit out;
-  out.chosen = at::multinomial(q, M, /*replacement=*/true, gen);
+  out.chosen = at::multinomial(at::exp(log_q), M, /*replacement=*/true, gen);
   out.z = W.index_select(0, out.chosen).contiguous();
-  out.alpha = (-at::log(double(P) * q.index_select(0, out.chosen))).to(at::kFloat);
-  out.scores = scores;
+  out.alpha = (-(std::log(double(P)) + log_q.index_select(0, out.chosen))).to(at::kFloat);
+  out.log_scores = log_scores;
+  out.scores = at::exp(log_scores);
   out.candidates = W;
-  out.mean_score = total / double(P);
+  out.mean_score = std::exp(log_total - std::log(double(P)));
   return out;
 }
 

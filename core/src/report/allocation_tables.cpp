@@ -45,12 +45,18 @@ Table allocation_table(const std::string& model, const std::vector<Allocation>& 
   return t;
 }
 
-Table dof_grid_table(const std::vector<std::vector<DofValue>>& head_dof, double lambda) {
+Table dof_grid_table(const std::vector<std::vector<DofValue>>& head_dof, double lambda,
+                     const std::vector<std::vector<DofConvergence>>& convergence) {
   Table t;
   t.caption = "DoF with lambda = " + fmt_lambda(lambda) + " of each head; the maximum of each layer in bold.";
+  const bool conv = !convergence.empty();
+  if (conv)
+    t.caption += " Unconverged: heads whose DoF at J differs from that at J/2 by more than " +
+                 fmt_number(100 * kDofConvergenceTolerance, 0) + "% (they need a larger J).";
   t.header = {"Layer"};
   const size_t H = head_dof.empty() ? 0 : head_dof.front().size();
   for (size_t h = 0; h < H; ++h) t.header.push_back(std::to_string(h));
+  if (conv) t.header.push_back("Unconverged");
   for (size_t s = 0; s < head_dof.size(); ++s) {
     std::vector<std::string> row = {std::to_string(s)};
     size_t best = 0;
@@ -58,7 +64,13 @@ Table dof_grid_table(const std::vector<std::vector<DofValue>>& head_dof, double 
       row.push_back(fmt_number(head_dof[s][h].value, 1));
       if (head_dof[s][h].value > head_dof[s][best].value) best = h;
     }
-    std::vector<bool> b(H + 1, false);
+    if (conv) {
+      std::string heads;
+      for (size_t h = 0; h < H && s < convergence.size() && h < convergence[s].size(); ++h)
+        if (convergence[s][h].checked && !convergence[s][h].converged) heads += (heads.empty() ? "" : ", ") + std::to_string(h);
+      row.push_back(heads.empty() ? "-" : heads);
+    }
+    std::vector<bool> b(row.size(), false);
     if (H) b[best + 1] = true;
     t.add_row(row, b);
   }

@@ -168,7 +168,8 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   write_text_file(dir.file("allocation.json"),
                   allocation_json(r.allocations, r.spectra, o.lambda, o.budget, o.multiple).dump(2) + "\n");
   r.table1 = allocation_table(r.model_name, r.allocations);
-  r.table2 = dof_grid_table(hd, o.lambda);
+  const auto convergence = head_convergence(r.spectra, o.lambda);
+  r.table2 = dof_grid_table(hd, o.lambda, convergence);
   write_table(dir, "table1_allocation", r.table1);
   write_table(dir, "table2_dof", r.table2);
   write_table(dir, "per_head_dims", head_dims_table(r.allocations.back()));
@@ -220,6 +221,22 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   idx += "Also as [LaTeX](table1_allocation.tex), [CSV](table1_allocation.csv), [JSON](allocation.json).\n";
   idx += "\n## Table 2: DoF of every head\n\n" + to_markdown(r.table2) + "\n";
   idx += "Also as [LaTeX](table2_dof.tex), [CSV](table2_dof.csv), [JSON](dof.json); per-head dimensions: [per_head_dims.md](per_head_dims.md).\n";
+  // Which heads need a larger J: Algorithm 1's dimensions inherit their estimates' drift.
+  std::string unconverged;
+  for (int s = 0; s < r.spectra.num_layers; ++s)
+    for (int h = 0; h < r.spectra.num_heads; ++h) {
+      const DofConvergence& c = convergence[s][h];
+      if (c.checked && !c.converged)
+        unconverged += "- layer " + std::to_string(s) + " head " + std::to_string(h) + ": DoF " + fmt_number(c.dof_half, 1) +
+                       " at J = " + std::to_string(c.samples_half) + ", " + fmt_number(c.dof, 1) + " at J = " +
+                       std::to_string(c.samples) + " (" + fmt_number(100 * c.relative_change, 0) + "%)\n";
+    }
+  idx += unconverged.empty()
+             ? "\nEvery head's DoF moves by at most " + fmt_number(100 * kDofConvergenceTolerance, 0) +
+                   "% between J/2 and J samples: the estimates have converged.\n"
+             : "\n**These heads need a larger J** (`--samples`): their DoF moves by more than " +
+                   fmt_number(100 * kDofConvergenceTolerance, 0) + "% between J/2 and J samples, so the allocation above depends on J.\n\n" +
+                   unconverged;
   idx += "\n## Head metrics\n\nEntropy, monotonicity, linear-map errors";
   idx += o.analysis.mixer_state > 0 ? " and structured-mixer distances" : "";
   idx += " of every head: [metrics.md](metrics.md), [CSV](metrics.csv), [JSON](metrics.json).\n";
