@@ -204,14 +204,25 @@ TEST(LeverageInit, MeanScoreIsTheDofOfTheCandidateGram) {
 
 // With the exact Gram matrix, the mean over P i.i.d. candidates estimates DoF(lambda) of the kernel.
 TEST(LeverageInit, MeanScoreEstimatesTheKernelDof) {
+  // The scores are heavy-tailed (a few candidates carry most of the leverage), so one run's sample
+  // standard deviation understates the error of its mean: compare the mean over 8 independent runs
+  // with the spread of the runs themselves.
   const at::Tensor x = randn64({80, 6}, 2, 1.0);
   LeverageOptions opt;
   opt.lambda = 1e-3;
   opt.candidates = 20000;
-  const LeverageInit li = leverage_init(x, 8, 3, opt);
   const double want = dof_trace(kernel_matrix(x, x), opt.lambda);
-  const double se = li.scores.std().item<double>() / std::sqrt(20000.0);
-  EXPECT_NEAR(li.mean_score, want, 4 * se) << "DoF " << want;
+  const int runs = 8;
+  std::vector<double> means;
+  double mean = 0;
+  for (int r = 0; r < runs; ++r) {
+    means.push_back(leverage_init(x, 8, 3 + r, opt).mean_score);
+    mean += means.back() / runs;
+  }
+  double var = 0;
+  for (double m : means) var += (m - mean) * (m - mean) / (runs - 1);
+  EXPECT_NEAR(mean, want, 4 * std::sqrt(var / runs)) << "DoF " << want;
+  EXPECT_NEAR(mean, want, 0.25 * want) << "DoF " << want;
   EXPECT_GT(want, 2.0);
 }
 
@@ -281,18 +292,21 @@ TEST(LeverageInit, ReweightedEstimatorIsUnbiased) {
   }
 }
 
-// The point of leverage sampling: at equal M, lower kernel error than Gaussian z on structured data.
+// The point of leverage sampling: at equal M, lower kernel error than Gaussian z on structured data,
+// on average. Not on every data set: the relative errors are heavy-tailed across seeds (a few draws
+// with tiny q_p carry huge weights 1 / (P q_p)), and on the first mixture Gaussian z is better even
+// averaged over 64 seeds (gaussian 1.43, leverage 2.07; the other two: 1.52 vs 1.03, 3.07 vs 1.38).
+// An earlier version asserted a win on each mixture with 8 seeds; it held only for the seeds it had.
 TEST(LeverageInit, BeatsGaussianOnStructuredData) {
   const int64_t d = 16, M = 32;
   LeverageOptions opt;
   double g_all = 0, l_all = 0;
   for (uint64_t data_seed : {1, 2, 3}) {
     const Structured s = structured_data(d, 4.0, 100 * data_seed);
-    auto [g, l] = compare_inits(s.fit, s.q, s.k, M, 8, opt);
+    auto [g, l] = compare_inits(s.fit, s.q, s.k, M, 64, opt);
     std::printf("mixture %llu: relative kernel error gaussian %.4f, leverage %.4f\n", (unsigned long long)data_seed, g, l);
     g_all += g;
     l_all += l;
-    EXPECT_LT(l, g) << "data seed " << data_seed;
   }
   EXPECT_LT(l_all, 0.8 * g_all);
 }
