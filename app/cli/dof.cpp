@@ -35,15 +35,20 @@ namespace {
 
 // One head's cell of the text table: the DoF, its [lower, upper] bounds when they differ (fast
 // path), the J used when heads differ, and '*' when it moves by more than the tolerance from J/2.
+std::string fixed2(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+// The bounds, when they differ at the printed precision.
+bool shows_bounds(const nlohmann::ordered_json& h) {
+  return fixed2(h["lower"].get<double>()) != fixed2(h["upper"].get<double>());
+}
+
 std::string head_cell(const nlohmann::ordered_json& h, bool show_j) {
-  char buf[128];
-  std::string cell;
-  std::snprintf(buf, sizeof buf, "%.2f", h["dof"].get<double>());
-  cell = buf;
-  if (h["lower"].get<double>() != h["upper"].get<double>()) {
-    std::snprintf(buf, sizeof buf, " [%.2f, %.2f]", h["lower"].get<double>(), h["upper"].get<double>());
-    cell += buf;
-  }
+  std::string cell = fixed2(h["dof"].get<double>());
+  if (shows_bounds(h)) cell += " [" + fixed2(h["lower"].get<double>()) + ", " + fixed2(h["upper"].get<double>()) + "]";
   if (show_j) cell += " (J " + std::to_string(h["samples"].get<int64_t>()) + ")";
   // Always one flag column, so flagged and unflagged cells line up.
   cell += h["converged"].is_boolean() && !h["converged"].get<bool>() ? "*" : " ";
@@ -67,7 +72,7 @@ void print_text(const nlohmann::ordered_json& j) {
     for (const auto& h : l["heads"]) {
       rows.back().push_back(head_cell(h, !same_j));
       width = std::max(width, rows.back().back().size());
-      bounds = bounds || h["lower"].get<double>() != h["upper"].get<double>();
+      bounds = bounds || shows_bounds(h);
     }
   }
   std::printf("%-6s %9s  %s\n", "layer", "max", "heads");

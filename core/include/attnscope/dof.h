@@ -109,7 +109,7 @@ DofValue dof_at(const HeadSpectrum& spectrum, double lambda);
 // result is 0 when it underflows. lambda must be > 0.
 double shifted_ridge(double lambda, double log_scale);
 
-// How many of the J eigenvalues dof_at counts 0 only for being below the resolution (dof.h): 0
+// How many of the J eigenvalues dof_at counts 0 only for being below the resolution (above): 0
 // when the ridge lambda exp(-c) is at least the resolution. On the fast path the tail counts when
 // its largest possible eigenvalue (the last kept) is unresolved.
 int64_t unresolved_count(const HeadSpectrum& spectrum, double lambda);
