@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "attnscope/capture_manifest.h"
 #include "attnscope/error.h"
 #include "attnscope/random.h"
 #include "attnscope/safetensors.h"
@@ -18,8 +19,8 @@ namespace attnscope {
 
 namespace {
 
-constexpr const char* kFormat = "attnscope-capture";
-constexpr int kFormatVersion = 1;
+constexpr const char* kFormat = kCaptureFormat;
+constexpr int kFormatVersion = kCaptureFormatVersion;
 
 std::string layer_file(int s) { return "layer_" + std::to_string(s) + ".safetensors"; }
 
@@ -177,22 +178,16 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
   std::ifstream in(mpath);
   if (!in) fail(dir, "not a capture directory (no manifest.json)");
   manifest_text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  nlohmann::json j = nlohmann::json::parse(manifest_text_, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail(mpath.string(), "not valid JSON");
-  if (j.value("format", "") != kFormat) fail(mpath.string(), "not an attnscope capture manifest");
-  try {
-    n_layer_ = j.at("layers").get<int>();
-    n_head_ = j.at("model").at("n_head").get<int>();
-    n_kv_head_ = j.at("model").at("n_kv_head").get<int>();
-    head_dim_ = j.at("model").at("head_dim").get<int>();
-    seq_len_ = j.at("seq_len").get<int>();
-    num_seqs_ = j.at("num_seqs").get<int>();
-    vocab_size_ = j.at("model").at("vocab_size").get<int>();
-    tokenizer_kind_ = j.at("tokenization").at("tokenizer").get<std::string>();
-    tokenizer_path_ = j.at("tokenization").value("tokenizer_path", std::string());
-  } catch (const nlohmann::json::exception& e) {
-    fail(mpath.string(), std::string("missing or malformed field: ") + e.what());
-  }
+  const CaptureManifest m = parse_capture_manifest(manifest_text_, mpath.string());
+  n_layer_ = m.n_layer;
+  n_head_ = m.n_head;
+  n_kv_head_ = m.n_kv_head;
+  head_dim_ = m.head_dim;
+  seq_len_ = m.seq_len;
+  num_seqs_ = m.num_seqs;
+  vocab_size_ = m.vocab_size;
+  tokenizer_kind_ = m.tokenizer_kind;
+  tokenizer_path_ = m.tokenizer_path;
   for (int s = 0; s < n_layer_; ++s)
     if (!fs::exists(fs::path(dir) / layer_file(s))) fail(dir, "missing " + layer_file(s));
 }
