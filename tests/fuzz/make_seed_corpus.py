@@ -4,7 +4,7 @@ targets (tests/fuzz/corpus/<target>/). Small valid files of each kind, plus a fe
 the edges of what the parsers accept. The vocabularies are made up here (only their layout follows
 GPT-2's byte-level and Llama's SentencePiece exports); the configs follow the shape of
 resources/models/brown-gpt2-mini/config.json and of public Pythia / Llama configs, scaled down.
-Run from anywhere; it rewrites the files it owns and leaves reproducers (crash-*) alone."""
+Run from anywhere; it rewrites the files it owns and leaves the reproducers (crash_*) alone."""
 import json
 import os
 
