@@ -3,6 +3,7 @@
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 
 namespace attnscope {
 
@@ -40,6 +41,8 @@ struct ModelConfig {
 
 // Parses config.json; throws Error naming `file` for an unknown architecture or a missing field.
 ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& file);
+// The same from the text of a config.json (no file system; for fuzzing). `file` names it in errors.
+ModelConfig parse_hf_config_text(std::string_view text, const std::string& file);
 ModelConfig load_hf_config(const std::string& config_json_path);
 nlohmann::json to_hf_config(const ModelConfig& c);  // for writing models attnscope creates
 

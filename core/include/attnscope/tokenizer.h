@@ -37,6 +37,12 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir);
 // GPT-2 byte-level BPE from an encoder (token -> id) file and a merges file.
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& encoder_json,
                                                const std::string& merges_file);
+// The same from the contents of the files (no file system; for fuzzing and tests). The names are
+// what errors call the files (their paths when loading from disk).
+std::unique_ptr<Tokenizer> parse_hf_tokenizer_json(std::string_view json_text, const std::string& name);
+std::unique_ptr<Tokenizer> parse_gpt2_tokenizer(std::string_view encoder_json, std::string_view merges_text,
+                                                const std::string& encoder_name,
+                                                const std::string& merges_name);
 // llama2.c tokenizer.bin (vocab size must be given: the file does not store it).
 std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::string& path, int64_t vocab_size);
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/capture_manifest.h"
 #include "attnscope/error.h"
 #include "attnscope/output_dir.h"
 #include "attnscope/random.h"
@@ -18,8 +19,8 @@ namespace attnscope {
 
 namespace {
 
-constexpr const char* kFormat = "attnscope-capture";
-constexpr int kFormatVersion = 1;
+constexpr const char* kFormat = kCaptureFormat;
+constexpr int kFormatVersion = kCaptureFormatVersion;
 
 std::string layer_file(int s) { return "layer_" + std::to_string(s) + ".safetensors"; }
 
@@ -150,28 +151,17 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
   std::ifstream in(mpath);
   if (!in) fail(dir, "not a capture directory (no manifest.json)");
   manifest_text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  nlohmann::json j = nlohmann::json::parse(manifest_text_, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail(mpath.string(), "not valid JSON");
-  if (j.value("format", "") != kFormat) fail(mpath.string(), "not an attnscope capture manifest");
-  try {
-    // Version-1 manifests written before the names were unified said n_layer, n_head, n_kv_head.
-    const auto& model = j.at("model");
-    auto field = [&](const char* name, const char* old_name) {
-      return model.contains(name) ? model.at(name).get<int>() : model.at(old_name).get<int>();
-    };
-    n_layer_ = field("layers", "n_layer");
-    n_head_ = field("heads", "n_head");
-    n_kv_head_ = field("kv_heads", "n_kv_head");
-    model_path_ = model.value("path", std::string());
-    head_dim_ = j.at("model").at("head_dim").get<int>();
-    seq_len_ = j.at("seq_len").get<int>();
-    num_seqs_ = j.at("num_seqs").get<int>();
-    vocab_size_ = j.at("model").at("vocab_size").get<int>();
-    tokenizer_kind_ = j.at("tokenization").at("tokenizer").get<std::string>();
-    tokenizer_path_ = j.at("tokenization").value("tokenizer_path", std::string());
-  } catch (const nlohmann::json::exception& e) {
-    fail(mpath.string(), std::string("missing or malformed field: ") + e.what());
-  }
+  const CaptureManifest m = parse_capture_manifest(manifest_text_, mpath.string());
+  n_layer_ = m.n_layer;
+  n_head_ = m.n_head;
+  n_kv_head_ = m.n_kv_head;
+  head_dim_ = m.head_dim;
+  seq_len_ = m.seq_len;
+  num_seqs_ = m.num_seqs;
+  vocab_size_ = m.vocab_size;
+  tokenizer_kind_ = m.tokenizer_kind;
+  tokenizer_path_ = m.tokenizer_path;
+  model_path_ = m.model_path;
   for (int s = 0; s < n_layer_; ++s)
     if (!fs::exists(fs::path(dir) / layer_file(s))) fail(dir, "missing " + layer_file(s));
 }

@@ -1,5 +1,6 @@
 #include "bpe_vocab.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -9,8 +10,12 @@ namespace attnscope {
 
 namespace {
 
-// Far beyond any real vocabulary (the largest are ~260k); stops a corrupt id from allocating GBs.
+// Far beyond any real vocabulary (the largest are ~260k).
 constexpr int64_t kMaxTokenId = 1 << 24;
+// The id tables are indexed by id, so their size is the largest id, not the number of tokens. Real
+// files number their tokens densely (0 .. n-1, added tokens right after); a gap is allowed but
+// bounded, so that a file of a few tokens with a huge id cannot allocate gigabytes.
+constexpr int64_t kMaxIdGap = 1 << 16;
 
 std::pair<std::string, std::string> split_merge(const std::string& line, const std::string& where) {
   const auto space = line.find(' ');
@@ -33,9 +38,13 @@ BpeVocab build_bpe_vocab(const nlohmann::json& vocab, const MergeList& merges,
                          const std::vector<AddedToken>& added, const std::string& where) {
   if (!vocab.is_object()) fail(where, "vocabulary is not a JSON object of token -> id");
   BpeVocab v;
+  const int64_t n_tokens = int64_t(vocab.size() + added.size());
+  const int64_t id_limit = std::min(kMaxTokenId, n_tokens + kMaxIdGap);
   auto claim = [&](int64_t id, const std::string& token, BpeVocab::Kind kind) {
-    if (id < 0 || id >= kMaxTokenId)
-      fail(where, "token \"" + token + "\" has an out-of-range id " + std::to_string(id));
+    if (id < 0 || id >= id_limit)
+      fail(where, "token \"" + token + "\" has an out-of-range id " + std::to_string(id) + " (" +
+                      std::to_string(n_tokens) + " tokens; ids must be below " +
+                      std::to_string(id_limit) + ")");
     if (id >= v.size()) {
       v.tokens.resize(id + 1);
       v.kinds.resize(id + 1, BpeVocab::Kind::kUnused);
@@ -118,12 +127,11 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
   return bytes;
 }
 
-nlohmann::json read_json_file(const std::string& path, const std::string& what) {
-  const std::string bytes = read_file_bytes(path, what);
+nlohmann::json parse_json_text(std::string_view text, const std::string& where, const std::string& what) {
   try {
-    return nlohmann::json::parse(bytes);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(path, what + " is not valid JSON (" + e.what() + ")");
+    fail(where, what + " is not valid JSON (" + e.what() + ")");
   }
 }
 
@@ -144,19 +152,22 @@ MergeList parse_json_merges(const nlohmann::json& merges, const std::string& whe
 }
 
 MergeList read_merges_file(const std::string& path) {
-  const std::string bytes = read_file_bytes(path, "BPE merges file");
+  return parse_merges_text(read_file_bytes(path, "BPE merges file"), path);
+}
+
+MergeList parse_merges_text(std::string_view bytes, const std::string& where) {
   MergeList out;
   std::size_t pos = 0;
   int lineno = 0;
   while (pos < bytes.size()) {
     auto end = bytes.find('\n', pos);
     if (end == std::string::npos) end = bytes.size();
-    std::string line = bytes.substr(pos, end - pos);
+    std::string line(bytes.substr(pos, end - pos));
     pos = end + 1;
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (lineno == 1 && line.rfind("#version", 0) == 0)) continue;
-    out.push_back(split_merge(line, path + ":" + std::to_string(lineno)));
+    out.push_back(split_merge(line, where + ":" + std::to_string(lineno)));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -60,11 +61,14 @@ bool has_json_component(const nlohmann::json& root, const char* key, const char*
                         const std::string& type);
 
 std::string read_file_bytes(const std::string& path, const std::string& what);
-nlohmann::json read_json_file(const std::string& path, const std::string& what);
+// Parses `text` as JSON; errors name `where` and say it is not valid JSON for `what`.
+nlohmann::json parse_json_text(std::string_view text, const std::string& where, const std::string& what);
 
 // "merges" of a tokenizer.json: strings "left right" or pairs ["left", "right"].
 MergeList parse_json_merges(const nlohmann::json& merges, const std::string& where);
-// merges.txt / vocab.bpe: one "left right" per line, an optional "#version" first line.
+// merges.txt / vocab.bpe: one "left right" per line, an optional "#version" first line. Errors
+// name `where` and the line.
+MergeList parse_merges_text(std::string_view text, const std::string& where);
 MergeList read_merges_file(const std::string& path);
 // "added_tokens" of a tokenizer.json (absent: none).
 std::vector<AddedToken> parse_added_tokens(const nlohmann::json& root, const std::string& where);

@@ -162,11 +162,12 @@ std::unique_ptr<Tokenizer> gpt2_tokenizer_from_json(const nlohmann::json& root,
   return std::make_unique<Gpt2BpeTokenizer>(path, std::move(vocab), opt);
 }
 
-std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& encoder_json,
-                                               const std::string& merges_file) {
-  const nlohmann::json vocab = read_json_file(encoder_json, "BPE vocabulary (token -> id)");
-  const MergeList merges = read_merges_file(merges_file);
-  const std::string where = encoder_json + " + " + merges_file;
+std::unique_ptr<Tokenizer> parse_gpt2_tokenizer(std::string_view encoder_json, std::string_view merges_text,
+                                                const std::string& encoder_name,
+                                                const std::string& merges_name) {
+  const nlohmann::json vocab = parse_json_text(encoder_json, encoder_name, "BPE vocabulary (token -> id)");
+  const MergeList merges = parse_merges_text(merges_text, merges_name);
+  const std::string where = encoder_name + " + " + merges_name;
   // These files carry no added-token list; GPT-2's end-of-text token is the one control token.
   std::vector<AddedToken> added;
   if (vocab.is_object() && vocab.contains("<|endoftext|>") &&
@@ -176,6 +177,13 @@ std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& encoder_json,
   opt.split_regex = kGpt2SplitPattern;
   return std::make_unique<Gpt2BpeTokenizer>(
       where, build_bpe_vocab(vocab, merges, added, where), opt);
+}
+
+std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& encoder_json,
+                                               const std::string& merges_file) {
+  const std::string vocab = read_file_bytes(encoder_json, "BPE vocabulary (token -> id)");
+  const std::string merges = read_file_bytes(merges_file, "BPE merges file");
+  return parse_gpt2_tokenizer(vocab, merges, encoder_json, merges_file);
 }
 
 }  // namespace attnscope

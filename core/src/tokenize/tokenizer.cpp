@@ -19,10 +19,8 @@ std::vector<int64_t> Tokenizer::encode_for_model(std::string_view text) const {
   return ids;
 }
 
-namespace {
-
-std::unique_ptr<Tokenizer> tokenizer_from_json_file(const std::string& path) {
-  const nlohmann::json root = read_json_file(path, "tokenizer.json");
+std::unique_ptr<Tokenizer> parse_hf_tokenizer_json(std::string_view json_text, const std::string& path) {
+  const nlohmann::json root = parse_json_text(json_text, path, "tokenizer.json");
   if (!root.is_object()) fail(path, "tokenizer.json is not a JSON object");
   auto model = root.find("model");
   if (model == root.end() || !model->is_object()) fail(path, "tokenizer.json has no \"model\" object");
@@ -40,12 +38,13 @@ std::unique_ptr<Tokenizer> tokenizer_from_json_file(const std::string& path) {
   return gpt2_tokenizer_from_json(root, path);
 }
 
-}  // namespace
-
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir) {
   const fs::path d(dir);
   if (!fs::is_directory(d)) fail(dir, "not a directory (expected a model directory with a tokenizer)");
-  if (fs::exists(d / "tokenizer.json")) return tokenizer_from_json_file((d / "tokenizer.json").string());
+  if (fs::exists(d / "tokenizer.json")) {
+    const std::string path = (d / "tokenizer.json").string();
+    return parse_hf_tokenizer_json(read_file_bytes(path, "tokenizer.json"), path);
+  }
   if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
     return load_gpt2_tokenizer((d / "vocab.json").string(), (d / "merges.txt").string());
   if (fs::exists(d / "encoder.json") && fs::exists(d / "vocab.bpe"))
