@@ -143,9 +143,12 @@ TEST(HostileFiles, ManifestSeedsParseWithTheirValues) {
     const std::string text = read_text(e.path().string());
     const nlohmann::json j = nlohmann::json::parse(text);
     const CaptureManifest m = parse_capture_manifest(text, e.path().string());
-    EXPECT_EQ(m.n_layer, j["layers"].get<int>());
-    EXPECT_EQ(m.n_head, j["model"]["n_head"].get<int>());
-    EXPECT_EQ(m.n_kv_head, j["model"]["n_kv_head"].get<int>());
+    // Version 1 (or none) names the shape n_layer-style; version 2 as `info` does.
+    const bool v1 = j.value("version", 1) == 1;
+    EXPECT_EQ(m.n_layer, v1 ? j["layers"].get<int>() : j["model"]["layers"].get<int>());
+    EXPECT_EQ(m.n_head, j["model"][v1 ? "n_head" : "heads"].get<int>());
+    EXPECT_EQ(m.n_kv_head, j["model"][v1 ? "n_kv_head" : "kv_heads"].get<int>());
+    EXPECT_EQ(m.model_path, j["model"].value("path", std::string()));
     EXPECT_EQ(m.head_dim, j["model"]["head_dim"].get<int>());
     EXPECT_EQ(m.vocab_size, j["model"]["vocab_size"].get<int>());
     EXPECT_EQ(m.seq_len, j["seq_len"].get<int>());
@@ -158,7 +161,8 @@ TEST(HostileFiles, ManifestSeedsParseWithTheirValues) {
   const std::string text = read_text(corpus("capture_manifest") + "/valid_llama2c.json");
   nlohmann::json j = nlohmann::json::parse(text);
   j["version"] = kCaptureFormatVersion + 1;
-  EXPECT_NE(error_of([&] { parse_capture_manifest(j.dump(), "m.json"); }).find("version 2 is not supported"),
+  EXPECT_NE(error_of([&] { parse_capture_manifest(j.dump(), "m.json"); })
+                .find("version " + std::to_string(kCaptureFormatVersion + 1) + " is not supported"),
             std::string::npos);
 }
 

@@ -27,17 +27,10 @@ void register_info(CLI::App& app) {
   cmd->callback([args, json] {
     LoadedModel m = args->load();
     const ModelConfig& c = m.model->config();
-    nlohmann::ordered_json j = {
-        {"path", m.path},
-        {"architecture", c.arch_name},
-        {"layers", c.n_layer},
-        {"heads", c.n_head},
-        {"kv_heads", c.n_kv_head},
-        {"head_dim", c.head_dim},
-        {"d_model", c.d_model},
+    nlohmann::ordered_json j = {{"path", m.path}};
+    j.update(model_shape_json(c));
+    j.update(nlohmann::ordered_json{
         {"d_ff", c.d_ff},
-        {"vocab_size", c.vocab_size},
-        {"context_length", c.n_ctx},
         {"parameters", c.n_params()},
         {"dtype", c.torch_dtype},
         {"norm", c.rms_norm ? "RMSNorm" : "LayerNorm"},
@@ -47,7 +40,7 @@ void register_info(CLI::App& app) {
         {"tokenizer", {{"kind", m.tokenizer->kind()}, {"vocab_size", m.tokenizer->vocab_size()},
                        {"bos_id", m.tokenizer->bos_id()}, {"eos_id", m.tokenizer->eos_id()}}},
         {"weight_files", m.weight_files},
-    };
+    });
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;

@@ -45,6 +45,9 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& file);
 ModelConfig parse_hf_config_text(std::string_view text, const std::string& file);
 ModelConfig load_hf_config(const std::string& config_json_path);
 nlohmann::json to_hf_config(const ModelConfig& c);  // for writing models attnscope creates
+// The model's shape in the user's terms, as `info --json` and the capture manifest write it:
+// architecture, layers, heads, kv_heads, head_dim, d_model, vocab_size, context_length.
+nlohmann::ordered_json model_shape_json(const ModelConfig& c);
 
 const char* arch_label(Arch a);
 

@@ -114,15 +114,8 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   j["format"] = kFormat;
   j["version"] = kFormatVersion;
   // The same names as everywhere a person reads them (info --json, tables, the GUI).
-  j["model"] = {{"path", fs::absolute(m.path).string()},
-                {"architecture", c.arch_name},
-                {"layers", c.n_layer},
-                {"heads", c.n_head},
-                {"kv_heads", c.n_kv_head},
-                {"head_dim", c.head_dim},
-                {"d_model", c.d_model},
-                {"context_length", c.n_ctx},
-                {"vocab_size", c.vocab_size}};
+  j["model"] = {{"path", fs::absolute(m.path).string()}};
+  j["model"].update(model_shape_json(c));
   std::vector<std::string> sources;
   for (const auto& dd : docs) sources.push_back(dd.source);
   j["texts"] = sources;

@@ -73,8 +73,8 @@ CaptureManifest parse_capture_manifest(std::string_view text, const std::string&
   m.seq_len = int_field(j, "seq_len", "seq_len", 2, where);
   m.num_seqs = int_field(j, "num_seqs", "num_seqs", 1, where);
   if (m.n_head % m.n_kv_head != 0)
-    fail(where, "the number of heads " + std::to_string(m.n_head) + " is not a multiple of the key/value heads " +
-                    std::to_string(m.n_kv_head));
+    fail(where, std::string(v1 ? "model.n_head = " : "model.heads = ") + std::to_string(m.n_head) +
+                    " is not a multiple of " + (v1 ? "model.n_kv_head = " : "model.kv_heads = ") + std::to_string(m.n_kv_head));
   m.model_path = string_field(model, "path", "model.path", false, where);
   const nlohmann::json& tok = object_field(j, "tokenization", "tokenization", where);
   m.tokenizer_kind = string_field(tok, "tokenizer", "tokenization.tokenizer", true, where);

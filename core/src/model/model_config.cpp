@@ -252,4 +252,10 @@ const char* arch_label(Arch a) {
   return "?";
 }
 
+nlohmann::ordered_json model_shape_json(const ModelConfig& c) {
+  return {{"architecture", c.arch_name}, {"layers", c.n_layer},   {"heads", c.n_head},
+          {"kv_heads", c.n_kv_head},     {"head_dim", c.head_dim}, {"d_model", c.d_model},
+          {"vocab_size", c.vocab_size},  {"context_length", c.n_ctx}};
+}
+
 }  // namespace attnscope
