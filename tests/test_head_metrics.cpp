@@ -15,6 +15,7 @@
 #include "attnscope/head_metrics.h"
 #include "attnscope/linear_attention.h"
 #include "attnscope/random.h"
+#include "test_support.h"
 
 using namespace attnscope;
 
@@ -505,14 +506,6 @@ TEST(HeadMetrics, NonFiniteInputsAreErrors) {
     b.view({-1})[5] = x;
     return b;
   };
-  auto message_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   for (double x : {NAN, INFINITY}) {
     const std::string sx = std::isnan(x) ? "NaN" : "inf";
     std::vector<std::pair<std::string, HeadMetricsInput>> cases;
@@ -532,18 +525,18 @@ TEST(HeadMetrics, NonFiniteInputsAreErrors) {
         in.map = good.map.clone();
         in.map[1][4][2] = x;
       }
-      const std::string msg = message_of([&] { compute_head_metrics(in); });
+      const std::string msg = test::error_of([&] { compute_head_metrics(in); });
       EXPECT_NE(msg.find(w + " has non-finite"), std::string::npos) << sx << " in " << w << ": " << msg;
     }
     at::Tensor scores = scores_of(q, k);
     scores[0][6][2] = x;
-    std::string msg = message_of([&] { monotonicity(good.map, scores); });
+    std::string msg = test::error_of([&] { monotonicity(good.map, scores); });
     EXPECT_NE(msg.find("scores has non-finite"), std::string::npos) << msg;
     at::Tensor map = good.map.clone();
     map[0][3][1] = x;
-    msg = message_of([&] { row_entropy(map); });
+    msg = test::error_of([&] { row_entropy(map); });
     EXPECT_NE(msg.find("map has non-finite"), std::string::npos) << msg;
-    msg = message_of([&] { monotonicity(map, scores_of(q, k)); });
+    msg = test::error_of([&] { monotonicity(map, scores_of(q, k)); });
     EXPECT_NE(msg.find("map has non-finite"), std::string::npos) << msg;
   }
 }

@@ -36,15 +36,7 @@ std::string read_text(const std::string& path) {
 
 // The attnscope::Error message `f` throws, "" when it returns. Any other exception escapes to
 // GoogleTest, which fails the test.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using attnscope::test::error_of;
 
 struct Case {
   const char* file;    // tests/fuzz/corpus/<target>/crash_<file>.json

@@ -12,6 +12,7 @@
 #include "attnscope/feature_map.h"
 #include "attnscope/head_metrics.h"
 #include "attnscope/linear_attention.h"
+#include "test_support.h"
 
 using namespace attnscope;
 
@@ -437,28 +438,20 @@ TEST(LinearAttention, NonFiniteInputsAreErrors) {
     b[3][1] = value;
     return b;
   };
-  auto message_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   auto expect_names = [&](const std::string& msg, const std::string& fn, const std::string& arg) {
     EXPECT_NE(msg.find(fn), std::string::npos) << msg;
     EXPECT_NE(msg.find(arg + " has non-finite"), std::string::npos) << msg;
   };
   for (double x : {NAN, INFINITY, -INFINITY}) {
-    expect_names(message_of([&] { softmax_map(bad(q, x), k); }), "softmax_map", "q");
-    expect_names(message_of([&] { softmax_map(q, bad(k, x)); }), "softmax_map", "k");
-    expect_names(message_of([&] { softmax_attention_output(q, k, bad(v, x)); }), "softmax_attention_output", "v");
-    expect_names(message_of([&] { linear_map(bad(f, x), f); }), "linear_map", "phi_q");
-    expect_names(message_of([&] { linear_map(f, bad(f, x)); }), "linear_map", "phi_k");
+    expect_names(test::error_of([&] { softmax_map(bad(q, x), k); }), "softmax_map", "q");
+    expect_names(test::error_of([&] { softmax_map(q, bad(k, x)); }), "softmax_map", "k");
+    expect_names(test::error_of([&] { softmax_attention_output(q, k, bad(v, x)); }), "softmax_attention_output", "v");
+    expect_names(test::error_of([&] { linear_map(bad(f, x), f); }), "linear_map", "phi_q");
+    expect_names(test::error_of([&] { linear_map(f, bad(f, x)); }), "linear_map", "phi_k");
     at::Tensor log_scale = at::zeros({5, 1}, at::kDouble);
     log_scale[3][0] = x;
-    expect_names(message_of([&] { linear_map(f, Features(f, log_scale)); }), "linear_map", "phi_k log_scale");
-    expect_names(message_of([&] { linear_attention_output(bad(f, x), f, v); }), "linear_attention_output", "phi_q");
-    expect_names(message_of([&] { linear_attention_output(f, f, bad(v, x)); }), "linear_attention_output", "v");
+    expect_names(test::error_of([&] { linear_map(f, Features(f, log_scale)); }), "linear_map", "phi_k log_scale");
+    expect_names(test::error_of([&] { linear_attention_output(bad(f, x), f, v); }), "linear_attention_output", "phi_q");
+    expect_names(test::error_of([&] { linear_attention_output(f, f, bad(v, x)); }), "linear_attention_output", "v");
   }
 }

@@ -169,9 +169,7 @@ TEST(StructuredMixers, ToeplitzAndRetNetMatchLoopsOnAMap) {
   const at::Tensor A = attention_map(L, 8, 3, 0.3);
   const MixerDistances m = mixer_distances(A, {4, 20, 1e-8});
   const auto a = to_rows(A);
-  double norm2 = 0;
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j <= i; ++j) norm2 += a[i][j] * a[i][j];
+  const double norm2 = causal_norm2(a);
 
   // Toeplitz: each diagonal k's entries against their mean.
   double toeplitz2 = 0;
@@ -186,21 +184,7 @@ TEST(StructuredMixers, ToeplitzAndRetNetMatchLoopsOnAMap) {
   double best = 1e300;
   for (int g = 0; g <= 20000; ++g) {
     const double gamma = g / 20000.0;
-    double ag = 0, gg = 0;
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j <= i; ++j) {
-        const double w = std::pow(gamma, double(i - j));
-        ag += a[i][j] * w;
-        gg += w * w;
-      }
-    const double c = ag / gg;
-    double e2 = 0;
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j <= i; ++j) {
-        const double diff = a[i][j] - c * std::pow(gamma, double(i - j));
-        e2 += diff * diff;
-      }
-    best = std::min(best, std::sqrt(e2 / norm2));
+    best = std::min(best, retnet_error_by_loops(a, gamma));
   }
   EXPECT_LE(m.retnet, best + 1e-12);
   EXPECT_GT(m.retnet, best - 1e-4);  // and the grid gets close to it

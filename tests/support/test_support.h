@@ -2,6 +2,8 @@
 #pragma once
 #include <string>
 
+#include "attnscope/error.h"
+
 namespace attnscope::test {
 
 std::string source_dir();    // the repository root
@@ -14,6 +16,17 @@ std::string shared_model_file(const std::string& relative);
 
 // The whole file as bytes ("" when it cannot be read).
 std::string read_file(const std::string& path);
+
+// The message of the attnscope::Error that `call` throws, or "" when it throws none.
+template <class F>
+std::string error_of(F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // Runs a command through the shell; returns its exit code and captures stdout+stderr.
 int run_command(const std::string& cmd, std::string* output);
