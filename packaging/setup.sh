@@ -57,8 +57,10 @@ if [ "$mode" = corpus ]; then
   exit 0
 fi
 
-# ccache keys must survive precompiled headers.
+# ccache keys must survive precompiled headers; paths relative to the checkout let a fresh clone
+# elsewhere (CI) reuse what an earlier build compiled.
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_BASEDIR="$root"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSCOPE_GUI="$gui" >/dev/null
 cmake --build "$build" -j "$jobs"
 
