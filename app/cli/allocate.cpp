@@ -55,9 +55,7 @@ void register_allocate(CLI::App& app) {
     if (spectra->empty() && capture->empty()) fail("allocate", "give --spectra FILE or --capture DIR");
     const DofSpectra s = spectra->empty() ? args->compute(*capture) : load_spectra(*spectra);
     const auto hd = head_dofs(s, lambda);
-    std::vector<std::vector<double>> values(hd.size());
-    for (size_t l = 0; l < hd.size(); ++l)
-      for (const auto& v : hd[l]) values[l].push_back(v.value);
+    const std::vector<std::vector<double>> values = dof_values(hd);
     // Fast-path heads are known only to [lower, upper]; the allocation uses the midpoint, and says so
     // when that matters (> 1%). Likewise for heads whose DoF is not converged in J.
     const auto wide = wide_bounds(hd);
@@ -68,7 +66,7 @@ void register_allocate(CLI::App& app) {
     std::vector<std::pair<int, int>> unconverged;
     for (size_t l = 0; l < conv.size(); ++l)
       for (size_t h = 0; h < conv[l].size(); ++h)
-        if (conv[l][h].checked && !conv[l][h].converged) unconverged.emplace_back(int(l), int(h));
+        if (conv[l][h].unconverged()) unconverged.emplace_back(int(l), int(h));
     if (!unconverged.empty())
       std::cerr << "allocate: " << unconverged.size() << " head(s) change DoF by more than "
                 << 100 * kDofConvergenceTolerance << "% between J/2 and J (not converged; sample more)\n";
@@ -109,7 +107,7 @@ void register_allocate(CLI::App& app) {
       std::cout << to_csv(t);
       return;
     }
-    std::vector<Table> tables = {allocation_table(model, {a}), dof_grid_table(hd, lambda)};
+    std::vector<Table> tables = {allocation_table(model, {a}), dof_grid_table(hd, lambda, conv)};
     if (o.strategy == AllocStrategy::PerHead) tables.push_back(head_dims_table(a));
     for (const Table& t : tables) std::cout << (*format == "latex" ? to_latex(t) : to_markdown(t)) << "\n";
   });

@@ -33,8 +33,6 @@ DofSpectra DofArgs::compute(const std::string& capture_dir) {
 
 namespace {
 
-// One head's cell of the text table: the DoF, its [lower, upper] bounds when they differ (fast
-// path), the J used when heads differ, and '*' when it moves by more than the tolerance from J/2.
 std::string fixed2(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f", v);
@@ -46,6 +44,8 @@ bool shows_bounds(const nlohmann::ordered_json& h) {
   return fixed2(h["lower"].get<double>()) != fixed2(h["upper"].get<double>());
 }
 
+// One head's cell of the text table: the DoF, its [lower, upper] bounds when they differ (fast
+// path), the J used when heads differ, and '*' when it moves by more than the tolerance from J/2.
 std::string head_cell(const nlohmann::ordered_json& h, bool show_j) {
   std::string cell = fixed2(h["dof"].get<double>());
   if (shows_bounds(h)) cell += " [" + fixed2(h["lower"].get<double>()) + ", " + fixed2(h["upper"].get<double>()) + "]";

@@ -123,6 +123,7 @@ struct DofConvergence {
   int64_t samples = 0, samples_half = 0;
   bool checked = false;    // a J/2 spectrum exists
   bool converged = false;  // checked and relative_change <= kDofConvergenceTolerance
+  bool unconverged() const { return checked && !converged; }  // flagged: needs a larger J
 };
 DofConvergence dof_convergence(const HeadSpectrum& spectrum, double lambda);
 
@@ -172,6 +173,8 @@ DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& setting
                            const ProgressFn& progress = nullptr);
 
 std::vector<std::vector<DofValue>> head_dofs(const DofSpectra& spectra, double lambda);  // [S][H]
+// The values alone ([S][H]), as allocate() takes them.
+std::vector<std::vector<double>> dof_values(const std::vector<std::vector<DofValue>>& head_dof);
 // Per layer the max over heads, of value, lower and upper each.
 std::vector<DofValue> layer_dofs(const DofSpectra& spectra, double lambda);
 std::vector<std::vector<DofConvergence>> head_convergence(const DofSpectra& spectra, double lambda);  // [S][H]

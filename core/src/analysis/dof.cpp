@@ -10,7 +10,6 @@
 #include <Eigen/Core>
 #include <Spectra/SymEigsSolver.h>
 #endif
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -380,6 +379,13 @@ std::vector<std::vector<DofValue>> head_dofs(const DofSpectra& spectra, double l
   std::vector<std::vector<DofValue>> out(spectra.num_layers);
   for (int s = 0; s < spectra.num_layers; ++s)
     for (int h = 0; h < spectra.num_heads; ++h) out[s].push_back(dof_at(spectra.head(s, h), lambda));
+  return out;
+}
+
+std::vector<std::vector<double>> dof_values(const std::vector<std::vector<DofValue>>& head_dof) {
+  std::vector<std::vector<double>> out(head_dof.size());
+  for (size_t s = 0; s < head_dof.size(); ++s)
+    for (const DofValue& v : head_dof[s]) out[s].push_back(v.value);
   return out;
 }
 

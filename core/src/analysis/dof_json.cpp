@@ -30,7 +30,7 @@ nlohmann::ordered_json dof_to_json(const DofSpectra& sp, double lambda) {
   j["convergence_tolerance"] = kDofConvergenceTolerance;
   int unconverged = 0;
   for (const auto& row : conv)
-    for (const DofConvergence& c : row) unconverged += c.checked && !c.converged;
+    for (const DofConvergence& c : row) unconverged += c.unconverged();
   j["unconverged_heads"] = unconverged;
   j["layers"] = nlohmann::ordered_json::array();
   for (int s = 0; s < sp.num_layers; ++s) {

@@ -12,6 +12,7 @@
 #include "attnscope/error.h"
 #include "attnscope/random.h"
 #include "base/shape_str.h"
+#include "base/tensor_checks.h"
 
 namespace attnscope {
 namespace {
@@ -30,13 +31,6 @@ void check_map(const char* where, const char* what, const at::Tensor& m) {
 
 // Float64, contiguous, on the CPU: every metric below reads or loops over these.
 at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); }
-
-void check_finite(const char* where, const std::string& what, const at::Tensor& t) {
-  if (!at::isfinite(t).all().item<bool>()) fail(where, what + " has non-finite entries (NaN or inf)");
-}
-
-// [L, L] bool, true on and below the diagonal.
-at::Tensor causal_mask(int64_t L) { return at::ones({L, L}, at::kBool).tril(); }
 
 // The undefined rows of a float64 map a [..., L, L], as bool [..., L]: rows whose entries j <= i
 // are all NaN (linear_map's mark for a row without weight). Any other non-finite entry is an error.

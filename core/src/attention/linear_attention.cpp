@@ -10,6 +10,7 @@
 
 #include "attnscope/error.h"
 #include "base/shape_str.h"
+#include "base/tensor_checks.h"
 
 namespace attnscope {
 namespace {
@@ -19,10 +20,6 @@ namespace {
 constexpr int64_t kChunk = 64;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-void check_finite(const char* where, const std::string& what, const at::Tensor& t) {
-  if (!at::isfinite(t).all().item<bool>()) fail(where, what + " has non-finite entries (NaN or inf)");
-}
 
 void check_sequence(const char* where, const char* what, const at::Tensor& t) {
   if (!t.defined() || t.dim() < 2) fail(where, std::string(what) + " must be [..., L, dim], got " + (t.defined() ? shape_str(t.sizes()) : "nothing"));
@@ -50,11 +47,6 @@ void check_same_rows(const char* where, const char* a_name, const at::Tensor& a,
   if (a.dim() != b.dim() || a.sizes().slice(0, a.dim() - 1) != b.sizes().slice(0, b.dim() - 1))
     fail(where, std::string(a_name) + " " + shape_str(a.sizes()) + " and " + b_name + " " + shape_str(b.sizes()) +
                     " must have the same leading dimensions and L");
-}
-
-// [L, L] bool, true on and below the diagonal (key j visible to query i when j <= i).
-at::Tensor causal_mask(int64_t L, const at::Device& device) {
-  return at::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
 }
 
 }  // namespace

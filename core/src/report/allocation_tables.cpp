@@ -67,7 +67,7 @@ Table dof_grid_table(const std::vector<std::vector<DofValue>>& head_dof, double 
     if (conv) {
       std::string heads;
       for (size_t h = 0; h < H && s < convergence.size() && h < convergence[s].size(); ++h)
-        if (convergence[s][h].checked && !convergence[s][h].converged) heads += (heads.empty() ? "" : ", ") + std::to_string(h);
+        if (convergence[s][h].unconverged()) heads += (heads.empty() ? "" : ", ") + std::to_string(h);
       row.push_back(heads.empty() ? "-" : heads);
     }
     std::vector<bool> b(row.size(), false);

@@ -38,33 +38,28 @@ void check_options(const ReportOptions& o) {
   if (!(o.lambda > 0) || !std::isfinite(o.lambda)) fail_value("lambda", "must be positive and finite");
 }
 
-std::vector<Allocation> allocate_every_strategy(const DofSpectra& sp, double lambda, int64_t budget, int64_t multiple) {
-  std::vector<std::vector<double>> hv;
-  for (const auto& row : head_dofs(sp, lambda)) {
-    hv.emplace_back();
-    for (const DofValue& v : row) hv.back().push_back(v.value);
-  }
+std::vector<Allocation> allocate_every_strategy(const std::vector<std::vector<DofValue>>& hd, int64_t head_dim,
+                                                int64_t budget, int64_t multiple) {
+  const std::vector<std::vector<double>> hv = dof_values(hd);
   std::vector<Allocation> out;
   for (AllocStrategy st : {AllocStrategy::Fix, AllocStrategy::Dof, AllocStrategy::DofClip, AllocStrategy::PerHead}) {
     AllocOptions o;
     o.strategy = st;
     o.budget = budget;
-    o.head_dim = sp.head_dim;
+    o.head_dim = head_dim;
     o.multiple = multiple;
     out.push_back(allocate(hv, o));
   }
   return out;
 }
 
-nlohmann::ordered_json allocation_json(const std::vector<Allocation>& allocs, const DofSpectra& sp, double lambda,
-                                       int64_t budget, int64_t multiple) {
+nlohmann::ordered_json allocation_json(const std::vector<Allocation>& allocs, double lambda, int64_t budget,
+                                       int64_t multiple) {
   nlohmann::ordered_json j;
   j["lambda"] = lambda;
   j["budget"] = budget;
   j["multiple_of"] = multiple;
-  std::vector<double> layer;
-  for (const DofValue& v : layer_dofs(sp, lambda)) layer.push_back(v.value);
-  j["layer_dof"] = layer;
+  j["layer_dof"] = allocs.front().layer_dof;  // N_s, the same for every strategy
   j["strategies"] = nlohmann::ordered_json::object();
   for (const Allocation& a : allocs)
     j["strategies"][alloc_strategy_name(a.strategy)] = {
@@ -75,8 +70,7 @@ nlohmann::ordered_json allocation_json(const std::vector<Allocation>& allocs, co
 
 // The three report figures: DoF per head, layer DoF against lambda, entropy against DoF.
 std::vector<std::string> write_figures(const OutputDir& dir, const FigureWriter& fw, const DofSpectra& sp, double lambda,
-                                       const std::vector<HeadAnalysis>& heads) {
-  const auto hd = head_dofs(sp, lambda);
+                                       const std::vector<std::vector<DofValue>>& hd, const std::vector<HeadAnalysis>& heads) {
 
   LineFigure bars;
   bars.title = "DoF of every head (lambda = " + fmt_lambda(lambda) + ")";
@@ -164,9 +158,8 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
 
   // 3. Algorithm 1 for every strategy: Table 1, and Table 2 (the DoF grid).
   const auto hd = head_dofs(r.spectra, o.lambda);
-  r.allocations = allocate_every_strategy(r.spectra, o.lambda, o.budget, o.multiple);
-  write_text_file(dir.file("allocation.json"),
-                  allocation_json(r.allocations, r.spectra, o.lambda, o.budget, o.multiple).dump(2) + "\n");
+  r.allocations = allocate_every_strategy(hd, r.spectra.head_dim, o.budget, o.multiple);
+  write_text_file(dir.file("allocation.json"), allocation_json(r.allocations, o.lambda, o.budget, o.multiple).dump(2) + "\n");
   r.table1 = allocation_table(r.model_name, r.allocations);
   const auto convergence = head_convergence(r.spectra, o.lambda);
   r.table2 = dof_grid_table(hd, o.lambda, convergence);
@@ -201,7 +194,7 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   maps("most_complex", bs, bh);
   maps("least_complex", ws, wh);
   std::vector<std::string> figure_files;
-  if (figures) figure_files = write_figures(dir, *figures, r.spectra, o.lambda, r.heads);
+  if (figures) figure_files = write_figures(dir, *figures, r.spectra, o.lambda, hd, r.heads);
 
   // 6. index.md
   const DofSettings& ds = r.spectra.settings;
@@ -226,7 +219,7 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   for (int s = 0; s < r.spectra.num_layers; ++s)
     for (int h = 0; h < r.spectra.num_heads; ++h) {
       const DofConvergence& c = convergence[s][h];
-      if (c.checked && !c.converged)
+      if (c.unconverged())
         unconverged += "- layer " + std::to_string(s) + " head " + std::to_string(h) + ": DoF " + fmt_number(c.dof_half, 1) +
                        " at J = " + std::to_string(c.samples_half) + ", " + fmt_number(c.dof, 1) + " at J = " +
                        std::to_string(c.samples) + " (" + fmt_number(100 * c.relative_change, 0) + "%)\n";
