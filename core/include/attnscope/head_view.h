@@ -9,6 +9,7 @@
 
 #include "attnscope/figure.h"
 #include "attnscope/head_analysis.h"
+#include "attnscope/progress.h"
 
 namespace attnscope {
 
@@ -36,6 +37,11 @@ struct HeadView {
 // head_maps() of (layer, head, seq) plus everything above. Throws Error for an out-of-range layer,
 // head or window, naming which.
 HeadView head_view(const CaptureStore& store, int layer, int head, int seq, const AnalysisOptions& opt);
+
+// The overview grid: every head's softmax map on window `seq`, row-normalized and reduced to at
+// most `pixels` a side (block max, as map_image), [S][H]. One layer's q, k in memory at a time.
+std::vector<std::vector<Matrix>> head_thumbnails(const CaptureStore& store, int seq, int pixels,
+                                                 const ProgressFn& progress = nullptr);
 
 // What a map image shows.
 enum class MapKind { Softmax, Linear, Difference };  // Difference = Ahat - A
