@@ -30,7 +30,7 @@ Format format_of(const std::string& path) {
 }
 
 // Writes to path.tmp and renames, like every other attnscope output.
-void save_plot(QCustomPlot& plot, const std::string& path, int w, int h) {
+void save_plot_impl(QCustomPlot& plot, const std::string& path, int w, int h) {
   const Format f = format_of(path);
   const QString tmp = QString::fromStdString(path + ".tmp");
   bool ok = false;
@@ -75,6 +75,10 @@ QCPColorGradient viridis() {
 }
 
 }  // namespace
+
+void save_plot(QCustomPlot& plot, const std::string& path, int width, int height) {
+  save_plot_impl(plot, path, width, height);
+}
 
 bool ensure_qt(std::string* why) {
   if (QApplication::instance()) return true;
@@ -161,7 +165,7 @@ void save_heatmap(const HeatmapFigure& fig, const std::string& path) {
   plot.axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
   scale->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
   const int side = 520 + std::min(m.rows, 256);
-  save_plot(plot, path, side + 90, side);
+  save_plot_impl(plot, path, side + 90, side);
 }
 
 void save_line_figure(const LineFigure& fig, const std::string& path) {
@@ -219,7 +223,7 @@ void save_line_figure(const LineFigure& fig, const std::string& path) {
   if (fig.bars) plot.yAxis->rescale();
   plot.yAxis->setRange(plot.yAxis->range().lower, plot.yAxis->range().upper * 1.05);
   if (fig.series.size() > 1) plot.legend->setVisible(true);
-  save_plot(plot, path, 720, 440);
+  save_plot_impl(plot, path, 720, 440);
 }
 
 }  // namespace attnscope::views

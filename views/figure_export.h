@@ -7,6 +7,8 @@
 
 #include "attnscope/figure.h"
 
+class QCustomPlot;
+
 namespace attnscope::views {
 
 using attnscope::HeatmapFigure;
@@ -21,6 +23,10 @@ bool ensure_qt(std::string* why);
 // Save by extension: .png, .svg or .pdf. Throws attnscope::Error naming the path on failure.
 void save_heatmap(const HeatmapFigure& fig, const std::string& path);
 void save_line_figure(const LineFigure& fig, const std::string& path);
+
+// Saves a plot as drawn, by extension (.png at 2x, .svg, .pdf), through PATH.tmp and a rename.
+// Throws attnscope::Error naming the path.
+void save_plot(QCustomPlot& plot, const std::string& path, int width, int height);
 
 // The FigureWriter core's report and map export use in the Qt build.
 class QtFigureWriter : public FigureWriter {

@@ -1,0 +1,66 @@
+// The DoF view (paper 000 Tables 1-2, live): the layer x head DoF heatmap with values, heads whose
+// estimate has not converged marked; the selected head's eigenvalue spectrum (log scale) with the
+// lambda line; DoF against lambda; a lambda slider on a log2 scale (2^-12 .. 2^0 in quarter
+// steps), a budget slider and a strategy chooser; and the per-layer feature-dimension bars with the
+// mean cost, redrawn as the sliders move. The window computes (core's head_dofs, allocate) and
+// hands the result to show_state(); this view only draws it.
+#pragma once
+#include <QWidget>
+#include <memory>
+#include <vector>
+
+#include "attnscope/allocation.h"
+#include "attnscope/dof.h"
+#include "plot_panel.h"
+
+class QSlider;
+class QComboBox;
+class QSpinBox;
+
+namespace attnscope::views {
+
+// Everything the sliders change, computed by core for (lambda, budget, strategy).
+struct DofState {
+  double lambda = 1.0 / 256;
+  int64_t budget = 64;
+  AllocStrategy strategy = AllocStrategy::Dof;
+  std::vector<std::vector<DofValue>> head_dof;           // [S][H]
+  std::vector<std::vector<DofConvergence>> convergence;  // [S][H]
+  Allocation allocation;
+};
+
+class DofView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit DofView(QWidget* parent = nullptr);
+
+  void set_spectra(std::shared_ptr<const DofSpectra> spectra);  // null clears
+  void show_state(const DofState& state);
+  void select(int layer, int head);  // no signal
+
+  double lambda() const;  // 2^(slider position / 4)
+  int64_t budget() const;
+  AllocStrategy strategy() const;
+  // Moves the controls without emitting settingsChanged (sessions).
+  void set_controls(double lambda, int64_t budget, AllocStrategy strategy);
+  // The command lines of its figures and tables (attnscope dof / allocate ...), set by the window.
+  void set_commands(const QString& dof_command, const QString& allocate_command);
+
+  QSlider* lambda_slider() const;
+  QSlider* budget_slider() const;
+  QComboBox* strategy_box() const;
+  std::vector<PlotPanel*> panels() const;
+  // The allocation bars as drawn: per layer the height of its bar (tests compare with core).
+  std::vector<double> drawn_layer_dims() const;
+  QString mean_cost_text() const;
+
+ signals:
+  void settingsChanged(double lambda, qint64 budget, attnscope::AllocStrategy strategy);
+  void headSelected(int layer, int head);
+
+ private:
+  struct Impl;
+  Impl* d_;
+};
+
+}  // namespace attnscope::views

@@ -1,0 +1,76 @@
+// The heads view: the overview grid, and for the selected head softmax | linear | difference
+// heatmaps side by side (zoom kept in step), the per-row KL plot, and the choosers: feature map and
+// feature dimension, window, colour scale (linear, log, row-normalized) and the grid's metric.
+#pragma once
+#include <QString>
+#include <QWidget>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscope/head_view.h"
+#include "head_grid.h"
+#include "heatmap_panel.h"
+#include "plot_panel.h"
+
+class QComboBox;
+class QSpinBox;
+class QLabel;
+
+namespace attnscope::views {
+
+class HeadsView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit HeadsView(QWidget* parent = nullptr);
+
+  // After a capture: layers, heads and windows, and the feature maps offered (feature_map_names()).
+  void set_shape(int layers, int heads, int windows);
+  void set_feature_maps(const QStringList& names);
+  void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);
+  // The metrics the grid can be tinted by, name -> [S][H] (e.g. "softmax entropy", "KL", "DoF").
+  void set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics);
+  void set_head_view(std::shared_ptr<const HeadView> view);  // the selected head's maps
+  void select(int layer, int head);                          // no signal
+
+  // The choosers (the window sets and reads them for sessions; tests drive them).
+  QString feature_map() const;
+  qint64 features() const;
+  int window() const;
+  ColourScale scale() const;
+  QString metric() const;
+  void set_feature_map(const QString& name, qint64 features);
+  void set_window(int seq);
+  void set_scale(ColourScale scale);
+  void set_metric(const QString& name);
+  // The command lines of its figures (attnscope maps ...), set by the window.
+  void set_commands(const QString& maps_command);
+
+  HeadGrid* grid() const { return grid_; }
+  HeatmapPanel* panel(MapKind kind) const;
+  PlotPanel* kl_panel() const { return kl_; }
+  QComboBox* scale_box() const { return scale_box_; }
+  QComboBox* map_box() const { return map_box_; }
+  QSpinBox* features_box() const { return features_box_; }
+  QSpinBox* window_box() const { return window_box_; }
+
+ signals:
+  void headSelected(int layer, int head);
+  void mapChanged(const QString& feature_map, qint64 features);
+  void windowChanged(int seq);
+  void scaleChanged(attnscope::ColourScale scale);
+  void metricChanged(const QString& name);
+
+ private:
+  HeadGrid* grid_;
+  HeatmapPanel *softmax_, *linear_, *diff_;
+  PlotPanel* kl_;
+  QComboBox *map_box_, *scale_box_, *metric_box_;
+  QSpinBox *features_box_, *window_box_;
+  QLabel* info_;
+  std::map<QString, std::vector<std::vector<double>>> metrics_;
+  std::shared_ptr<const HeadView> view_;
+};
+
+}  // namespace attnscope::views

@@ -1,0 +1,38 @@
+// The metrics view: layer x head heatmaps (with values) of entropy and monotonicity for softmax and
+// for the chosen feature map, histograms of the per-head values, the selected head's monotonicity
+// scatter (q.k against weight, softmax and linear, as paper 004's Figures 2-3), and the
+// structured-mixer distances when they were computed.
+#pragma once
+#include <QString>
+#include <QWidget>
+#include <vector>
+
+#include "attnscope/head_analysis.h"
+#include "attnscope/head_view.h"
+#include "plot_panel.h"
+
+namespace attnscope::views {
+
+class MetricsView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MetricsView(QWidget* parent = nullptr);
+
+  // analyze_capture()'s result, layer-major; `feature_map` names the linear map ("" = softmax only).
+  void set_analysis(const std::vector<HeadAnalysis>& heads, int layers, int heads_per_layer,
+                    const QString& feature_map);
+  void set_scatter(const ScatterPoints& points, int layer, int head);
+  void select(int layer, int head);  // no signal
+  void set_commands(const QString& metrics_command);  // attnscope metrics ... for its figures
+
+  std::vector<PlotPanel*> panels() const;  // every figure, for export and tests
+
+ signals:
+  void headSelected(int layer, int head);  // clicked a cell of a heatmap
+
+ private:
+  struct Impl;
+  Impl* d_;
+};
+
+}  // namespace attnscope::views
