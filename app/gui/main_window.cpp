@@ -1,0 +1,808 @@
+#include "main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDesktopServices>
+#include <QDir>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QInputDialog>
+#include <QKeySequence>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolBar>
+#include <QUrl>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/error.h"
+#include "attnscope/feature_map.h"
+#include "attnscope/head_view.h"
+#include "attnscope/model_config.h"
+#include "dof_view.h"
+#include "dropped_file.h"
+#include "heads_view.h"
+#include "jobs_view.h"
+#include "metrics_view.h"
+#include "model_panel.h"
+#include "plot_panel.h"
+
+#ifndef ATTNSCOPE_VERSION
+#define ATTNSCOPE_VERSION "dev"
+#endif
+
+static void init_workbench_resources() { Q_INIT_RESOURCE(attnscope); }
+
+namespace attnscope::gui {
+
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+const char* const kViewNames[] = {"heads", "metrics", "dof", "jobs"};
+
+QString model_name(const std::string& spec) {
+  QFileInfo info(q(spec));
+  const QString name = info.fileName();
+  return name.isEmpty() ? QDir(q(spec)).dirName() : name;
+}
+
+QString human_count(int64_t n) {
+  if (n >= 1000000000) return QString::number(double(n) / 1e9, 'f', 2) + "B";
+  if (n >= 1000000) return QString::number(double(n) / 1e6, 'f', 2) + "M";
+  if (n >= 1000) return QString::number(double(n) / 1e3, 'f', 1) + "k";
+  return QString::number(n);
+}
+
+// [S][H] of one number per head, NaN where the analysis has none.
+std::vector<std::vector<double>> per_head(const std::vector<HeadAnalysis>& heads, int layers, int per_layer,
+                                          double (*get)(const HeadAnalysis&)) {
+  std::vector<std::vector<double>> out(layers, std::vector<double>(per_layer, std::nan("")));
+  for (const HeadAnalysis& a : heads)
+    if (a.layer >= 0 && a.layer < layers && a.head >= 0 && a.head < per_layer) out[a.layer][a.head] = get(a);
+  return out;
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), workbench_(new Workbench(this)) {
+  init_workbench_resources();
+  setWindowIcon(QIcon(":/icons/attnscope.svg"));
+  setAcceptDrops(true);
+  setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks);
+  build_views();
+  build_actions();
+  build_menus();
+  build_status_bar();
+  connect_workbench();
+  connect_views();
+  restore_settings();
+  update_title();
+  update_commands();
+}
+
+MainWindow::~MainWindow() = default;
+
+// ---- construction ----
+
+void MainWindow::build_views() {
+  tabs_ = new QTabWidget(this);
+  tabs_->setDocumentMode(true);
+  heads_ = new views::HeadsView(tabs_);
+  metrics_ = new views::MetricsView(tabs_);
+  dof_ = new views::DofView(tabs_);
+  jobs_ = new views::JobsView(tabs_);
+  tabs_->addTab(heads_, tr("Heads"));
+  tabs_->addTab(metrics_, tr("Metrics"));
+  tabs_->addTab(dof_, tr("DoF"));
+  tabs_->addTab(jobs_, tr("Jobs"));
+  setCentralWidget(tabs_);
+
+  QStringList maps;
+  for (const std::string& n : feature_map_names()) maps << q(n);
+  heads_->set_feature_maps(maps);
+
+  model_panel_ = new views::ModelPanel(this);
+  model_dock_ = new QDockWidget(tr("Model and data"), this);
+  model_dock_->setObjectName("model_dock");
+  model_dock_->setWidget(model_panel_);
+  model_dock_->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable |
+                           QDockWidget::DockWidgetClosable);
+  addDockWidget(Qt::LeftDockWidgetArea, model_dock_);
+}
+
+QAction* MainWindow::action(const QString& name) const { return findChild<QAction*>(name); }
+
+void MainWindow::build_actions() {
+  auto make = [this](const QString& name, const QString& text, const QKeySequence& key, auto slot,
+                     QStyle::StandardPixmap icon = QStyle::SP_CustomBase) {
+    auto* a = new QAction(text, this);
+    a->setObjectName(name);
+    if (!key.isEmpty()) a->setShortcut(key);
+    if (icon != QStyle::SP_CustomBase) a->setIcon(style()->standardIcon(icon));
+    connect(a, &QAction::triggered, this, slot);
+    addAction(a);  // shortcuts work with the menu bar hidden, too
+    return a;
+  };
+  make("open_model_folder", tr("Open model &folder…"), QKeySequence::Open, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open model folder (with config.json)"));
+    if (!dir.isEmpty()) open_model(dir);
+  }, QStyle::SP_DirOpenIcon);
+  make("open_llama2c", tr("Open &llama2.c file…"), QKeySequence(), [this] {
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open llama2.c checkpoint"), {}, tr("llama2.c checkpoints (*.bin);;All files (*)"));
+    if (!f.isEmpty()) open_model(f);
+  });
+  make("open_hf", tr("Open &Hugging Face model…"), QKeySequence(), [this] {
+    bool ok = false;
+    const QString name = QInputDialog::getText(
+        this, tr("Open Hugging Face model"),
+        tr("Model name in the Hugging Face cache (ORG/NAME, under $HF_HOME or ~/.cache/huggingface):"),
+        QLineEdit::Normal, {}, &ok);
+    if (ok && !name.trimmed().isEmpty()) open_model(name.trimmed());
+  });
+  make("open_session", tr("Open &session…"), QKeySequence("Ctrl+Shift+O"), [this] {
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open session"), {}, tr("attnscope sessions (*.attnscope)"));
+    if (!f.isEmpty()) open_session(f);
+  }, QStyle::SP_DialogOpenButton);
+  make("save_session", tr("&Save session"), QKeySequence::Save, [this] {
+    if (workbench_->session_path().isEmpty()) action("save_session_as")->trigger();
+    else save_session(workbench_->session_path());
+  }, QStyle::SP_DialogSaveButton);
+  make("save_session_as", tr("Save session &as…"), QKeySequence("Ctrl+Shift+S"), [this] {
+    QString f = QFileDialog::getSaveFileName(this, tr("Save session"), QDir::home().filePath(model_name(workbench_->session().model) + ".attnscope"),
+                                             tr("attnscope sessions (*.attnscope)"));
+    if (f.isEmpty()) return;
+    if (!f.endsWith(".attnscope")) f += ".attnscope";
+    save_session(f);
+  });
+  make("export_report", tr("&Export report…"), QKeySequence("Ctrl+E"), [this] { export_report_dialog(); });
+  make("export_figure", tr("Export current &figure…"), QKeySequence("Ctrl+Shift+E"), [this] { export_figure_dialog(); });
+  make("quit", tr("&Quit"), QKeySequence("Ctrl+Q"), [this] { close(); });
+
+  make("capture", tr("&Capture"), QKeySequence("Ctrl+R"), [this] { capture(); }, QStyle::SP_MediaPlay);
+  make("recompute_spectra", tr("Recompute &spectra"), QKeySequence(), [this] { workbench_->recompute_spectra(); });
+  make("recompute_metrics", tr("Recompute &metrics"), QKeySequence(), [this] { workbench_->recompute_metrics(); });
+  make("cancel_all", tr("Cancel &all jobs"), QKeySequence(Qt::Key_Escape), [this] { workbench_->cancel_all(); },
+       QStyle::SP_BrowserStop);
+
+  const QString tab_names[] = {tr("&Heads"), tr("&Metrics"), tr("&DoF"), tr("&Jobs")};
+  for (int i = 0; i < 4; ++i)
+    make(QString("view_") + kViewNames[i], tab_names[i], QKeySequence(QString("Ctrl+%1").arg(i + 1)),
+         [this, i] { tabs_->setCurrentIndex(i); });
+
+  make("shortcuts", tr("&Keyboard shortcuts"), QKeySequence::HelpContents, [this] { show_shortcuts(); });
+  make("about", tr("&About attnscope"), QKeySequence(), [this] { show_about(); });
+}
+
+void MainWindow::build_menus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(action("open_model_folder"));
+  file->addAction(action("open_llama2c"));
+  file->addAction(action("open_hf"));
+  recent_models_menu_ = file->addMenu(tr("Recent &models"));
+  connect(recent_models_menu_, &QMenu::aboutToShow, this, [this] { fill_recent(recent_models_menu_, "recent/models", false); });
+  file->addSeparator();
+  file->addAction(action("open_session"));
+  recent_sessions_menu_ = file->addMenu(tr("&Recent sessions"));
+  connect(recent_sessions_menu_, &QMenu::aboutToShow, this, [this] { fill_recent(recent_sessions_menu_, "recent/sessions", true); });
+  file->addAction(action("save_session"));
+  file->addAction(action("save_session_as"));
+  file->addSeparator();
+  file->addAction(action("export_report"));
+  file->addAction(action("export_figure"));
+  file->addSeparator();
+  file->addAction(action("quit"));
+
+  QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
+  analysis->addAction(action("capture"));
+  analysis->addAction(action("recompute_spectra"));
+  analysis->addAction(action("recompute_metrics"));
+  analysis->addSeparator();
+  analysis->addAction(action("cancel_all"));
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  for (const char* n : kViewNames) view->addAction(action(QString("view_") + n));
+  view->addSeparator();
+  QAction* dock_toggle = model_dock_->toggleViewAction();
+  dock_toggle->setText(tr("Model and data panel"));
+  dock_toggle->setObjectName("toggle_model_dock");
+  view->addAction(dock_toggle);
+
+  QToolBar* bar = addToolBar(tr("Main"));
+  bar->setObjectName("main_toolbar");
+  bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  for (const char* n : {"open_model_folder", "open_session", "save_session", "capture", "cancel_all"})
+    bar->addAction(action(n));
+  bar->addSeparator();
+  bar->addAction(action("export_figure"));
+  bar->addAction(action("export_report"));
+  QAction* bar_toggle = bar->toggleViewAction();
+  bar_toggle->setText(tr("Toolbar"));
+  view->addAction(bar_toggle);
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(action("shortcuts"));
+  help->addAction(action("about"));
+}
+
+void MainWindow::build_status_bar() {
+  model_label_ = new QLabel(tr("no model"), this);
+  capture_label_ = new QLabel(tr("nothing captured"), this);
+  job_label_ = new QLabel(this);
+  progress_ = new QProgressBar(this);
+  progress_->setRange(0, 1000);
+  progress_->setMaximumWidth(220);
+  progress_->setTextVisible(true);
+  cancel_ = new QPushButton(style()->standardIcon(QStyle::SP_BrowserStop), tr("Cancel"), this);
+  cancel_->setObjectName("status_cancel");
+  cancel_->setToolTip(tr("Cancel the running job"));
+  statusBar()->addWidget(model_label_);
+  statusBar()->addWidget(capture_label_);
+  statusBar()->addPermanentWidget(job_label_);
+  statusBar()->addPermanentWidget(progress_);
+  statusBar()->addPermanentWidget(cancel_);
+  progress_->hide();
+  cancel_->hide();
+  connect(cancel_, &QPushButton::clicked, this, [this] {
+    if (status_job_) workbench_->cancel(status_job_);
+  });
+  jobs_timer_ = new QTimer(this);
+  jobs_timer_->setInterval(200);  // 5 Hz while something runs
+  connect(jobs_timer_, &QTimer::timeout, this, &MainWindow::update_jobs);
+}
+
+void MainWindow::connect_workbench() {
+  Workbench* w = workbench_;
+  connect(w, &Workbench::modelChanged, this, &MainWindow::on_model_changed);
+  connect(w, &Workbench::captureReady, this, &MainWindow::on_capture_ready);
+  connect(w, &Workbench::thumbnailsReady, this, [this] { heads_->set_thumbnails(workbench_->thumbnails()); });
+  connect(w, &Workbench::spectraReady, this, &MainWindow::on_spectra_ready);
+  connect(w, &Workbench::analysisReady, this, &MainWindow::on_analysis_ready);
+  connect(w, &Workbench::headViewReady, this, &MainWindow::on_head_view_ready);
+  connect(w, &Workbench::dofStateChanged, this, &MainWindow::on_dof_state);
+  connect(w, &Workbench::sessionLoaded, this, &MainWindow::on_session_loaded);
+  connect(w, &Workbench::sessionSaved, this, [this](const QString& path) {
+    remember("recent/sessions", path);
+    update_title();
+    update_commands();
+    statusBar()->showMessage(tr("Session saved to %1").arg(path), 5000);
+  });
+  connect(w, &Workbench::jobsChanged, this, [this] {
+    update_jobs();
+    if (workbench_->any_job_running() && !jobs_timer_->isActive()) jobs_timer_->start();
+  });
+  connect(w, &Workbench::message, this, [this](const QString& text) { statusBar()->showMessage(text, 10000); });
+  connect(w, &Workbench::error, this, &MainWindow::show_error);
+}
+
+void MainWindow::connect_views() {
+  connect(model_panel_, &views::ModelPanel::openModelRequested, this, &MainWindow::open_model);
+  connect(model_panel_, &views::ModelPanel::textFilesChanged, this,
+          [this](const QStringList& files) { workbench_->set_texts(files, model_panel_->text()); });
+  connect(model_panel_, &views::ModelPanel::captureRequested, this, &MainWindow::capture);
+
+  connect(heads_, &views::HeadsView::headSelected, this, &MainWindow::select_head);
+  connect(metrics_, &views::MetricsView::headSelected, this, &MainWindow::select_head);
+  connect(dof_, &views::DofView::headSelected, this, &MainWindow::select_head);
+  connect(heads_, &views::HeadsView::mapChanged, this, [this](const QString& map, qint64 features) {
+    if (applying_) return;
+    workbench_->set_feature_map(map, features);
+    update_commands();
+  });
+  connect(heads_, &views::HeadsView::windowChanged, this, [this](int seq) {
+    if (applying_) return;
+    workbench_->set_window(seq);
+    update_commands();
+  });
+  connect(heads_, &views::HeadsView::scaleChanged, this, [this](ColourScale scale) {
+    if (!applying_) workbench_->set_colour_scale(scale);
+  });
+  connect(heads_, &views::HeadsView::metricChanged, this, [this](const QString& name) {
+    if (!applying_) workbench_->set_metric(name);
+  });
+  // The live path (benchmarked: slider move to redrawn chart < 50 ms): core's DoF and allocation
+  // on the UI thread, straight back into the view through dofStateChanged.
+  connect(dof_, &views::DofView::settingsChanged, this, [this](double lambda, qint64 budget, AllocStrategy strategy) {
+    if (!applying_) workbench_->set_dof_settings(lambda, budget, strategy);
+  });
+  connect(jobs_, &views::JobsView::cancelRequested, workbench_, &Workbench::cancel);
+  connect(jobs_, &views::JobsView::openRequested, this, &MainWindow::open_job_result);
+  connect(tabs_, &QTabWidget::currentChanged, this, [this](int) {
+    workbench_->set_view(current_view());
+    update_title();
+  });
+}
+
+// ---- settings ----
+
+void MainWindow::restore_settings() {
+  QSettings st;
+  if (!restoreGeometry(st.value("window/geometry").toByteArray())) resize(1440, 900);
+  restoreState(st.value("window/state").toByteArray());
+
+  CaptureOptions o = workbench_->session().capture;
+  o.seq_len = st.value("capture/seq_len", o.seq_len).toInt();
+  o.num_seqs = st.value("capture/num_seqs", o.num_seqs).toInt();
+  o.seed = st.value("capture/seed", qulonglong(o.seed)).toULongLong();
+  o.pre_rope = st.value("capture/pre_rope", o.pre_rope).toBool();
+  model_panel_->set_capture_options(o);
+  workbench_->set_capture_options(o);
+
+  const Session& s = workbench_->session();
+  const double lambda = st.value("dof/lambda", s.lambda).toDouble();
+  const qint64 budget = st.value("dof/budget", qint64(s.budget)).toLongLong();
+  AllocStrategy strategy = s.strategy;
+  try {
+    strategy = parse_alloc_strategy(st.value("dof/strategy", alloc_strategy_name(s.strategy)).toString().toStdString());
+  } catch (const Error&) {
+  }
+  if (lambda > 0 && std::isfinite(lambda) && budget >= 1) {
+    workbench_->set_dof_settings(lambda, budget, strategy);
+    dof_->set_controls(lambda, budget, strategy);
+  }
+
+  const QString map = st.value("heads/feature_map", q(s.analysis.feature_map)).toString();
+  const qint64 features = st.value("heads/features", qint64(s.analysis.features)).toLongLong();
+  applying_ = true;
+  workbench_->set_feature_map(map, features);
+  heads_->set_feature_map(map, features);
+  try {
+    const ColourScale scale = parse_colour_scale(st.value("heads/scale", q(s.colour_scale)).toString().toStdString());
+    heads_->set_scale(scale);
+    workbench_->set_colour_scale(scale);
+  } catch (const Error&) {
+  }
+  const QString metric = st.value("heads/metric", q(s.metric)).toString();
+  heads_->set_metric(metric);
+  workbench_->set_metric(metric);
+  applying_ = false;
+}
+
+void MainWindow::save_settings() const {
+  QSettings st;
+  st.setValue("window/geometry", saveGeometry());
+  st.setValue("window/state", saveState());
+  const CaptureOptions o = model_panel_->capture_options();
+  st.setValue("capture/seq_len", o.seq_len);
+  st.setValue("capture/num_seqs", o.num_seqs);
+  st.setValue("capture/seed", qulonglong(o.seed));
+  st.setValue("capture/pre_rope", o.pre_rope);
+  const Session& s = workbench_->session();
+  st.setValue("dof/lambda", s.lambda);
+  st.setValue("dof/budget", qint64(s.budget));
+  st.setValue("dof/strategy", alloc_strategy_name(s.strategy));
+  st.setValue("heads/feature_map", q(s.analysis.feature_map));
+  st.setValue("heads/features", qint64(s.analysis.features));
+  st.setValue("heads/scale", q(s.colour_scale));
+  st.setValue("heads/metric", q(s.metric));
+}
+
+void MainWindow::remember(const QString& key, const QString& value) {
+  if (value.isEmpty()) return;
+  QSettings st;
+  QStringList list = st.value(key).toStringList();
+  list.removeAll(value);
+  list.prepend(value);
+  while (list.size() > kMaxRecent) list.removeLast();
+  st.setValue(key, list);
+}
+
+QStringList MainWindow::recent_models() const { return QSettings().value("recent/models").toStringList(); }
+QStringList MainWindow::recent_sessions() const { return QSettings().value("recent/sessions").toStringList(); }
+
+void MainWindow::fill_recent(QMenu* menu, const QString& key, bool sessions) {
+  menu->clear();
+  const QStringList list = QSettings().value(key).toStringList();
+  for (const QString& item : list) {
+    QAction* a = menu->addAction(item);
+    connect(a, &QAction::triggered, this, [this, item, sessions] {
+      if (sessions) open_session(item);
+      else open_model(item);
+    });
+  }
+  if (list.isEmpty()) menu->addAction(tr("(none yet)"))->setEnabled(false);
+}
+
+// ---- operations ----
+
+void MainWindow::open_default(const QString& model, const QStringList& texts) {
+  model_panel_->set_texts(texts, {});
+  workbench_->set_texts(texts, {});
+  workbench_->set_auto_capture(true);
+  open_model(model);
+}
+
+void MainWindow::open_model(const QString& spec) {
+  workbench_->set_texts(model_panel_->text_files(), model_panel_->text());
+  workbench_->set_capture_options(model_panel_->capture_options());
+  workbench_->open_model(spec);
+}
+
+void MainWindow::add_text_files(const QStringList& files) {
+  QStringList all = model_panel_->text_files();
+  for (const QString& f : files)
+    if (!all.contains(f)) all << f;
+  model_panel_->set_texts(all, model_panel_->text());
+  workbench_->set_texts(all, model_panel_->text());
+}
+
+bool MainWindow::open_session(const QString& path) {
+  if (!workbench_->open_session(path)) return false;
+  remember("recent/sessions", QFileInfo(path).absoluteFilePath());
+  return true;
+}
+
+bool MainWindow::save_session(const QString& path) {
+  workbench_->set_texts(model_panel_->text_files(), model_panel_->text());
+  workbench_->set_capture_options(model_panel_->capture_options());
+  workbench_->set_view(current_view());
+  return workbench_->save_session(path);
+}
+
+void MainWindow::capture() {
+  workbench_->set_texts(model_panel_->text_files(), model_panel_->text());
+  workbench_->set_capture_options(model_panel_->capture_options());
+  if (workbench_->capture() != 0) model_panel_->set_busy(true);
+}
+
+void MainWindow::show_view(const QString& name) {
+  for (int i = 0; i < 4; ++i)
+    if (name == kViewNames[i]) tabs_->setCurrentIndex(i);
+}
+
+QString MainWindow::current_view() const {
+  const int i = tabs_->currentIndex();
+  return i >= 0 && i < 4 ? kViewNames[i] : "heads";
+}
+
+views::PlotPanel* MainWindow::current_figure() const {
+  for (QWidget* w = QApplication::focusWidget(); w; w = w->parentWidget())
+    if (auto* p = qobject_cast<views::PlotPanel*>(w)) return p;
+  const QString v = current_view();
+  if (v == "heads") return heads_->panel(MapKind::Softmax);
+  if (v == "metrics") {
+    const auto panels = metrics_->panels();
+    return panels.empty() ? nullptr : panels.front();
+  }
+  if (v == "dof") {
+    const auto panels = dof_->panels();
+    return panels.empty() ? nullptr : panels.front();
+  }
+  return nullptr;
+}
+
+void MainWindow::open_paths(const QStringList& paths) {
+  QStringList texts;
+  for (const QString& p : paths) {
+    const QString problem = dropped_problem(p);
+    if (!problem.isEmpty()) {
+      show_error(tr("Cannot open"), problem);
+      continue;
+    }
+    switch (classify_dropped(p)) {
+      case DroppedKind::ModelFolder:
+      case DroppedKind::Llama2cFile: open_model(p); break;
+      case DroppedKind::TextFile: texts << p; break;
+      case DroppedKind::SessionFile: open_session(p); break;
+      case DroppedKind::Unknown: break;
+    }
+  }
+  if (!texts.isEmpty()) {
+    add_text_files(texts);
+    statusBar()->showMessage(tr("Added %n text file(s); Capture (Ctrl+R) to use them", "", int(texts.size())), 8000);
+  }
+}
+
+void MainWindow::show_error(const QString& title, const QString& message) {
+  // Window-modal but not blocking: the event loop (and every running job) carries on.
+  auto* box = new QMessageBox(QMessageBox::Critical, title, message, QMessageBox::Ok, this);
+  box->setObjectName("error_box");
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  box->open();
+  emit errorShown(title, message);
+}
+
+// ---- events ----
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  save_settings();
+  workbench_->cancel_all();
+  event->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  const QMimeData* m = event->mimeData();
+  if (!m->hasUrls()) return;
+  for (const QUrl& u : m->urls())
+    if (!u.isLocalFile()) return;
+  event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  QStringList paths;
+  for (const QUrl& u : event->mimeData()->urls())
+    if (u.isLocalFile()) paths << u.toLocalFile();
+  event->acceptProposedAction();
+  // After the drop returns: opening may show a dialog, which must not run inside the drag.
+  QTimer::singleShot(0, this, [this, paths] { open_paths(paths); });
+}
+
+// ---- results into the views ----
+
+void MainWindow::select_head(int layer, int head) {
+  workbench_->select_head(layer, head);
+  const Session& s = workbench_->session();
+  heads_->select(s.layer, s.head);
+  metrics_->select(s.layer, s.head);
+  dof_->select(s.layer, s.head);
+  update_commands();
+}
+
+void MainWindow::on_model_changed() {
+  auto m = workbench_->model();
+  if (!m) return;
+  const ModelConfig& c = m->model->config();
+  QStringList lines;
+  for (const auto& [key, value] : model_shape_json(c).items()) {
+    QString k = q(key);
+    k.replace('_', ' ');
+    lines << k + ": " + (value.is_string() ? q(value.get<std::string>()) : q(value.dump()));
+  }
+  lines << "parameters: " + human_count(c.n_params());
+  if (!m->tokenizer_path.empty()) lines << "tokenizer: " + q(m->tokenizer_path);
+  model_panel_->set_model(q(m->path), lines.join('\n'));
+  model_panel_->set_max_seq_len(c.n_ctx);
+  // The panel caps L at the context; the capture that follows takes the capped value.
+  workbench_->set_capture_options(model_panel_->capture_options());
+  model_label_->setText(QString("%1 · %2 · %3 layers × %4 heads, head dim %5")
+                            .arg(model_name(workbench_->session().model), q(c.arch_name))
+                            .arg(c.n_layer)
+                            .arg(c.n_head)
+                            .arg(c.head_dim));
+  remember("recent/models", q(workbench_->session().model));
+  update_title();
+}
+
+void MainWindow::on_capture_ready() {
+  auto cap = workbench_->capture();
+  const Session& s = workbench_->session();
+  applying_ = true;
+  heads_->set_head_view(nullptr);
+  dof_->set_spectra(nullptr);
+  if (cap) {
+    heads_->set_shape(cap->num_layers(), cap->num_heads(), cap->num_seqs());
+    heads_->set_window(s.seq);
+    heads_->select(s.layer, s.head);
+    metrics_->select(s.layer, s.head);
+    dof_->select(s.layer, s.head);
+    capture_label_->setText(QString("captured %1 × %2 tokens").arg(cap->num_seqs()).arg(cap->seq_len()));
+  } else {
+    heads_->set_thumbnails({});
+    capture_label_->setText(tr("nothing captured"));
+  }
+  applying_ = false;
+  model_panel_->set_busy(workbench_->capture_running());
+  update_commands();
+}
+
+void MainWindow::on_spectra_ready() {
+  const Session& s = workbench_->session();
+  applying_ = true;
+  dof_->set_spectra(workbench_->spectra());
+  dof_->set_controls(s.lambda, s.budget, s.strategy);
+  applying_ = false;
+  update_commands();
+}
+
+void MainWindow::on_dof_state() {
+  if (const auto& st = workbench_->dof_state()) dof_->show_state(*st);
+  update_metrics_for_grid();
+  update_commands();
+}
+
+void MainWindow::on_analysis_ready() {
+  auto cap = workbench_->capture();
+  if (!cap) return;
+  metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(),
+                         q(workbench_->session().analysis.feature_map));
+  update_metrics_for_grid();
+  update_commands();
+}
+
+void MainWindow::on_head_view_ready() {
+  auto view = workbench_->head_view();
+  heads_->set_head_view(view);
+  if (view) metrics_->set_scatter(monotonicity_scatter(*view, 4000, workbench_->session().analysis.seed), view->layer, view->head);
+}
+
+void MainWindow::update_metrics_for_grid() {
+  auto cap = workbench_->capture();
+  if (!cap) return;
+  const int S = cap->num_layers(), H = cap->num_heads();
+  std::map<QString, std::vector<std::vector<double>>> m;
+  if (workbench_->has_analysis()) {
+    const auto& a = workbench_->analysis();
+    m["entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.entropy; });
+    m["normalized entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.normalized_entropy; });
+    m["monotonicity"] = per_head(a, S, H, [](const HeadAnalysis& h) {
+      return h.softmax.monotonicity ? h.softmax.monotonicity->spearman : kNaN;
+    });
+    const bool linear = !a.empty() && a.front().linear.has_value();
+    if (linear) {
+      m["KL"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.linear && h.linear->kl ? *h.linear->kl : kNaN; });
+      m["linear entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.linear ? h.linear->entropy : kNaN; });
+      m["linear monotonicity"] = per_head(a, S, H, [](const HeadAnalysis& h) {
+        return h.linear && h.linear->monotonicity ? h.linear->monotonicity->spearman : kNaN;
+      });
+    }
+  }
+  if (const auto& st = workbench_->dof_state()) {
+    std::vector<std::vector<double>> dof(S, std::vector<double>(H, kNaN));
+    for (size_t l = 0; l < st->head_dof.size() && int(l) < S; ++l)
+      for (size_t h = 0; h < st->head_dof[l].size() && int(h) < H; ++h) dof[l][h] = st->head_dof[l][h].value;
+    m["DoF"] = std::move(dof);
+  }
+  if (m.empty()) return;
+  applying_ = true;
+  heads_->set_metrics(std::move(m));
+  heads_->set_metric(q(workbench_->session().metric));
+  applying_ = false;
+}
+
+void MainWindow::on_session_loaded() {
+  const Session& s = workbench_->session();
+  applying_ = true;
+  QStringList files;
+  for (const std::string& f : s.texts) files << q(f);
+  model_panel_->set_texts(files, q(s.text));
+  model_panel_->set_capture_options(s.capture);
+  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features);
+  try {
+    heads_->set_scale(parse_colour_scale(s.colour_scale));
+  } catch (const Error&) {
+  }
+  heads_->set_metric(q(s.metric));
+  dof_->set_controls(s.lambda, s.budget, s.strategy);
+  heads_->set_head_view(nullptr);
+  dof_->set_spectra(nullptr);
+  applying_ = false;
+  show_view(q(s.view));
+  update_title();
+}
+
+void MainWindow::update_commands() {
+  heads_->set_commands(q(workbench_->maps_command()));
+  metrics_->set_commands(q(workbench_->metrics_command()));
+  dof_->set_commands(q(workbench_->dof_command()), q(workbench_->allocate_command()));
+}
+
+void MainWindow::update_title() {
+  QString title = "attnscope";
+  const std::string& model = workbench_->session().model;
+  if (!model.empty()) title += " — " + model_name(model);
+  const QString session = workbench_->session_path();
+  title += " — " + (session.isEmpty() ? tr("unsaved session") : QFileInfo(session).fileName());
+  setWindowTitle(title);
+}
+
+void MainWindow::update_jobs() {
+  const std::vector<JobStatus> jobs = workbench_->jobs();
+  jobs_->set_jobs(jobs);
+  const JobStatus* shown = nullptr;
+  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it)
+    if (!it->finished()) {
+      shown = &*it;
+      break;
+    }
+  model_panel_->set_busy(workbench_->capture_running());
+  if (!shown) {
+    status_job_ = 0;
+    progress_->hide();
+    cancel_->hide();
+    job_label_->clear();
+    jobs_timer_->stop();
+    return;
+  }
+  status_job_ = shown->id;
+  progress_->show();
+  cancel_->show();
+  progress_->setValue(int(shown->fraction * 1000));
+  progress_->setFormat(QString("%1%").arg(int(shown->fraction * 100)));
+  job_label_->setText(q(shown->title) + (shown->step.empty() ? QString() : ": " + q(shown->step)));
+}
+
+void MainWindow::open_job_result(int id) {
+  for (const JobStatus& j : workbench_->jobs()) {
+    if (j.id != id) continue;
+    if (j.kind == "report") {
+      const auto it = report_dirs_.find(id);
+      if (it != report_dirs_.end() && j.state == JobState::Succeeded)
+        QDesktopServices::openUrl(QUrl::fromLocalFile(it->second + "/index.md"));
+    } else if (j.kind == "metrics") {
+      show_view("metrics");
+    } else if (j.kind == "spectra") {
+      show_view("dof");
+    } else if (j.kind == "capture" || j.kind == "maps" || j.kind == "model") {
+      show_view("heads");
+    }
+  }
+}
+
+// ---- dialogs ----
+
+void MainWindow::export_report_dialog() {
+  const QString start = QDir::home().filePath(model_name(workbench_->session().model) + "-report");
+  const QString dir = QFileDialog::getSaveFileName(this, tr("Export report to a folder (replaced only by a complete report)"),
+                                                   start, tr("Report folder (*)"));
+  if (dir.isEmpty()) return;
+  const int id = workbench_->export_report(dir);
+  if (id) {
+    report_dirs_[id] = dir;
+    statusBar()->showMessage(tr("Writing the report to %1 (see the Jobs tab)").arg(dir), 5000);
+  }
+}
+
+void MainWindow::export_figure_dialog() {
+  views::PlotPanel* panel = current_figure();
+  if (!panel) {
+    show_error(tr("Export figure"), tr("The %1 view has no figure to export: switch to Heads, Metrics or DoF.").arg(current_view()));
+    return;
+  }
+  panel->export_dialog();
+}
+
+void MainWindow::show_shortcuts() {
+  QString html = "<table cellspacing=6>";
+  for (QAction* a : findChildren<QAction*>()) {
+    if (a->shortcut().isEmpty()) continue;
+    QString text = a->text();
+    text.remove('&');
+    html += "<tr><td><b>" + a->shortcut().toString(QKeySequence::NativeText).toHtmlEscaped() + "</b></td><td>" +
+            text.toHtmlEscaped() + "</td></tr>";
+  }
+  html += "</table><p>Click a thumbnail, a heatmap cell or a DoF cell to select a head; drag the lambda and budget "
+          "sliders on the DoF tab; right-click any plot to export it or copy its command line.</p>";
+  auto* box = new QMessageBox(QMessageBox::Information, tr("Keyboard shortcuts"), html, QMessageBox::Ok, this);
+  box->setObjectName("shortcuts_box");
+  box->setTextFormat(Qt::RichText);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+void MainWindow::show_about() {
+  auto* box = new QMessageBox(
+      QMessageBox::NoIcon, tr("About attnscope"),
+      tr("<h3>attnscope %1</h3><p>A workbench for turning softmax-attention transformers into linear-attention "
+         "ones: inspect heads, measure their degrees of freedom, allocate feature dimensions (Algorithm 1), and "
+         "export figures and tables.</p><p>Everything shown here is also an <tt>attnscope</tt> command: "
+         "right-click a plot and choose “Copy as command”.</p>")
+          .arg(ATTNSCOPE_VERSION),
+      QMessageBox::Ok, this);
+  box->setIconPixmap(windowIcon().pixmap(64, 64));
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+}  // namespace attnscope::gui
+
+#include "moc_main_window.cpp"

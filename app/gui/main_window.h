@@ -1,0 +1,138 @@
+// The workbench window: the four views (Heads, Metrics, DoF, Jobs) as tabs, the model and data
+// panel as a dock, menus, toolbar and status bar (model, capture, the running job's progress with
+// a Cancel button). It wires the views to the Workbench and back and computes nothing itself:
+// selections are kept in step across the views, slider moves go to Workbench::set_dof_settings
+// and straight back to the DoF view, and every view's "Copy as command" is refreshed whenever
+// what it shows changes. Geometry, recent models and sessions and the last capture options and
+// slider positions are kept in QSettings ("attnscope", "attnscope"). Every error is a message box
+// with the message (opened window-modal, never blocking the event loop).
+#pragma once
+#include <QMainWindow>
+#include <QString>
+#include <QStringList>
+#include <map>
+
+#include "attnscope/head_view.h"
+#include "workbench.h"
+
+class QAction;
+class QLabel;
+class QMenu;
+class QProgressBar;
+class QPushButton;
+class QTabWidget;
+class QTimer;
+class QDockWidget;
+
+namespace attnscope::views {
+class HeadsView;
+class MetricsView;
+class DofView;
+class JobsView;
+class ModelPanel;
+class PlotPanel;
+}  // namespace attnscope::views
+
+namespace attnscope::gui {
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  static constexpr int kMaxRecent = 8;
+
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  Workbench* workbench() const { return workbench_; }
+  views::ModelPanel* model_panel() const { return model_panel_; }
+  views::HeadsView* heads_view() const { return heads_; }
+  views::MetricsView* metrics_view() const { return metrics_; }
+  views::DofView* dof_view() const { return dof_; }
+  views::JobsView* jobs_view() const { return jobs_; }
+  QTabWidget* tabs() const { return tabs_; }
+  QProgressBar* progress_bar() const { return progress_; }
+  QPushButton* cancel_button() const { return cancel_; }
+  QLabel* model_label() const { return model_label_; }
+  QLabel* capture_label() const { return capture_label_; }
+  QAction* action(const QString& name) const;  // by objectName ("capture", "save_session", ...)
+
+  // The start-up: this model and these texts, with the capture (and so the whole analysis)
+  // running at once.
+  void open_default(const QString& model, const QStringList& texts);
+  void open_model(const QString& spec);
+  void add_text_files(const QStringList& files);
+  bool open_session(const QString& path);
+  bool save_session(const QString& path);
+  void capture();  // the Capture button: the panel's texts and options
+
+  // heads | metrics | dof | jobs
+  void show_view(const QString& name);
+  QString current_view() const;
+  // The figure "Export current figure" saves: the plot holding the focus, else the view's main one.
+  views::PlotPanel* current_figure() const;
+
+  QStringList recent_models() const;
+  QStringList recent_sessions() const;
+  // Opens a paths as a drop would (model folder, llama2.c file, text, session).
+  void open_paths(const QStringList& paths);
+
+  // Shown for every error; also emitted as errorShown (tests and the screenshot mode listen).
+  void show_error(const QString& title, const QString& message);
+
+ signals:
+  void errorShown(const QString& title, const QString& message);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void build_views();
+  void build_actions();
+  void build_menus();
+  void build_status_bar();
+  void connect_workbench();
+  void connect_views();
+  void restore_settings();
+  void save_settings() const;
+  void remember(const QString& key, const QString& value);
+  void fill_recent(QMenu* menu, const QString& key, bool sessions);
+
+  void select_head(int layer, int head);
+  void on_model_changed();
+  void on_capture_ready();
+  void on_analysis_ready();
+  void on_head_view_ready();
+  void on_spectra_ready();
+  void on_dof_state();
+  void on_session_loaded();
+  void update_metrics_for_grid();
+  void update_commands();
+  void update_title();
+  void update_jobs();
+  void open_job_result(int id);
+  void export_report_dialog();
+  void export_figure_dialog();
+  void show_shortcuts();
+  void show_about();
+
+  Workbench* workbench_;
+  views::ModelPanel* model_panel_ = nullptr;
+  views::HeadsView* heads_ = nullptr;
+  views::MetricsView* metrics_ = nullptr;
+  views::DofView* dof_ = nullptr;
+  views::JobsView* jobs_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  QDockWidget* model_dock_ = nullptr;
+  QLabel *model_label_ = nullptr, *capture_label_ = nullptr, *job_label_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QPushButton* cancel_ = nullptr;
+  QTimer* jobs_timer_ = nullptr;
+  QMenu *recent_models_menu_ = nullptr, *recent_sessions_menu_ = nullptr;
+  int status_job_ = 0;                     // the job the status bar shows
+  std::map<int, QString> report_dirs_;     // report job id -> its folder
+  bool applying_ = false;                  // pushing state into the views: ignore their signals
+};
+
+}  // namespace attnscope::gui

@@ -1,0 +1,702 @@
+#include "workbench.h"
+
+#include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
+#include <QMetaObject>
+#include <QStandardPaths>
+#include <algorithm>
+#include <filesystem>
+
+#include "attnscope/allocation.h"
+#include "attnscope/error.h"
+#include "attnscope/report.h"
+#include "attnscope/text_file.h"
+#include "attnscope/text_source.h"
+#include "command_lines.h"
+#include "ui_thread_figure_writer.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope::gui {
+
+namespace {
+
+std::string to_std(const QString& s) { return s.toStdString(); }
+QString to_q(const std::string& s) { return QString::fromStdString(s); }
+
+std::string base_name(const std::string& path) {
+  const fs::path p(path);
+  const std::string name = p.filename().string();
+  return name.empty() ? p.parent_path().filename().string() : name;
+}
+
+// True when `path` lies under `root` (both made absolute and normal).
+bool is_under(const std::string& path, const std::string& root) {
+  if (path.empty() || root.empty()) return false;
+  const std::string p = fs::absolute(path).lexically_normal().string();
+  std::string r = fs::absolute(root).lexically_normal().string();
+  if (!r.empty() && r.back() != '/') r += '/';
+  return p.rfind(r, 0) == 0;
+}
+
+// A session's data folder: PATH without its .attnscope extension, plus ".data".
+std::string data_dir_for(const std::string& session_path) {
+  fs::path p(session_path);
+  if (p.extension() == ".attnscope") p.replace_extension();
+  return p.string() + ".data";
+}
+
+}  // namespace
+
+Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_unique<JobRunner>()) {
+  workspace_root_ = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + "/workspace";
+  // The report's linear maps (PRF, M = 64) and mixers (N = 16): the heads view then shows
+  // softmax | linear | difference from the start, and Export report measures the same.
+  session_.analysis = ReportOptions::default_report_analysis();
+}
+
+Workbench::~Workbench() {
+  closing_ = true;
+  runner_->cancel_all();
+  // Joins every job's thread. A job waiting on the UI thread for a figure gives up once cancelled
+  // (UiThreadFigureWriter), so this cannot deadlock; results posted meanwhile are discarded with
+  // this object.
+  runner_.reset();
+}
+
+// ---- jobs ----
+
+int Workbench::start(const std::string& kind, const std::string& title, const std::string& command,
+                     std::function<Apply(Job&)> work, int* current, std::function<void(JobState, bool)> after) {
+  if (closing_) return 0;
+  auto apply = std::make_shared<Apply>();
+  auto job = runner_->start(
+      kind, title, command, [work = std::move(work), apply](Job& j) { *apply = work(j); },
+      [this, apply, current, after, title](Job& j) {
+        const JobStatus st = j.status();
+        // Back on the UI thread; dropped with this object when it is gone by then.
+        QMetaObject::invokeMethod(
+            this,
+            [this, apply, current, after, title, st] {
+              if (closing_) return;
+              const bool wanted = current == nullptr || *current == st.id;
+              if (current && wanted) *current = 0;
+              if (wanted && st.state == JobState::Succeeded && *apply) {
+                try {
+                  (*apply)();
+                } catch (const std::exception& e) {
+                  fail(to_q(title), e);
+                }
+              } else if (wanted && st.state == JobState::Failed) {
+                emit error(to_q(title), to_q(st.error));
+              }
+              if (after) {
+                try {
+                  after(st.state, wanted);
+                } catch (const std::exception& e) {
+                  fail(to_q(title), e);
+                }
+              }
+              emit jobsChanged();
+              check_pipeline();
+            },
+            Qt::QueuedConnection);
+      });
+  if (current) *current = job->id();
+  emit jobsChanged();
+  return job->id();
+}
+
+void Workbench::supersede(int* current) {
+  if (*current == 0) return;
+  if (auto job = runner_->find(*current)) job->cancel();
+  *current = 0;
+}
+
+void Workbench::stop_stages() {
+  supersede(&capture_job_);
+  supersede(&spectra_job_);
+  supersede(&metrics_job_);
+  supersede(&maps_job_);
+  maps_pending_ = false;
+}
+
+void Workbench::fail(const QString& title, const std::exception& e) { emit error(title, QString::fromUtf8(e.what())); }
+
+std::vector<JobStatus> Workbench::jobs() const {
+  std::vector<JobStatus> out;
+  for (const auto& j : runner_->jobs()) out.push_back(j->status());
+  return out;
+}
+
+bool Workbench::any_job_running() const {
+  for (const auto& j : runner_->jobs())
+    if (!j->status().finished()) return true;
+  return false;
+}
+
+void Workbench::cancel(int job_id) {
+  if (auto job = runner_->find(job_id)) job->cancel();
+  emit jobsChanged();
+}
+
+void Workbench::cancel_all() {
+  runner_->cancel_all();
+  maps_pending_ = false;
+  emit jobsChanged();
+}
+
+bool Workbench::pipeline_finished() const {
+  return capture_ && spectra_ && has_analysis_ && head_view_ && model_job_ == 0 && capture_job_ == 0 &&
+         spectra_job_ == 0 && metrics_job_ == 0 && maps_job_ == 0;
+}
+
+void Workbench::check_pipeline() {
+  if (pipeline_announced_ || !pipeline_finished()) return;
+  pipeline_announced_ = true;
+  emit pipelineFinished();
+}
+
+// ---- choices ----
+
+void Workbench::set_texts(const QStringList& files, const QString& typed_text) {
+  session_.texts.clear();
+  for (const QString& f : files) session_.texts.push_back(to_std(f));
+  if (to_std(typed_text) != session_.text) text_file_.clear();  // written again at the next capture
+  session_.text = to_std(typed_text);
+}
+
+void Workbench::set_capture_options(const CaptureOptions& options) { session_.capture = options; }
+void Workbench::set_dof_sampling(const DofSettings& settings) { session_.dof = settings; }
+void Workbench::set_colour_scale(ColourScale scale) { session_.colour_scale = colour_scale_name(scale); }
+void Workbench::set_metric(const QString& name) { session_.metric = to_std(name); }
+void Workbench::set_view(const QString& name) { session_.view = to_std(name); }
+void Workbench::set_multiple(int64_t multiple) {
+  session_.multiple = std::max<int64_t>(1, multiple);
+  set_dof_settings(session_.lambda, session_.budget, session_.strategy);
+}
+
+std::vector<std::string> Workbench::text_files() const {
+  if (!session_.texts.empty()) return session_.texts;
+  if (!text_file_.empty()) return {text_file_};
+  return {};
+}
+
+// ---- model ----
+
+int Workbench::open_model(const QString& spec_q, const QString& tokenizer_q) {
+  const std::string spec = to_std(spec_q.trimmed()), tokenizer = to_std(tokenizer_q.trimmed());
+  if (spec.empty()) {
+    emit error("Open model", "No model given: choose a model folder, a llama2.c .bin file or a Hugging Face name.");
+    return 0;
+  }
+  supersede(&model_job_);
+  Session s = session_;
+  s.model = spec;
+  s.tokenizer = tokenizer;
+  return start(
+      "model", "open " + base_name(spec), info_command(s),
+      [this, spec, tokenizer](Job& job) -> Apply {
+        job.progress()(0, "loading " + spec);
+        auto m = std::make_shared<const LoadedModel>(load_model(spec, tokenizer));
+        job.progress()(1, "loaded " + m->path);
+        return [this, m, spec, tokenizer] {
+          model_ = m;
+          session_.model = spec;
+          session_.tokenizer = tokenizer;
+          emit modelChanged();
+          after_model_loaded();
+        };
+      },
+      &model_job_, [this](JobState st, bool wanted) {
+        if (wanted && st != JobState::Succeeded) restoring_session_ = false;
+      });
+}
+
+void Workbench::after_model_loaded() {
+  const bool restoring = restoring_session_;
+  restoring_session_ = false;
+  if (!restoring) {
+    // A new model: what was measured belongs to the old one.
+    stop_stages();
+    capture_.reset();
+    spectra_.reset();
+    analysis_.clear();
+    has_analysis_ = false;
+    thumbnails_.clear();
+    thumbnails_seq_ = -1;
+    head_view_.reset();
+    dof_state_.reset();
+    session_.capture_dir.clear();
+    session_.spectra.clear();
+    workspace_dir_.clear();
+    session_.layer = session_.head = session_.seq = 0;
+    emit captureReady();  // the views clear
+    if (auto_capture_ && (!session_.texts.empty() || !session_.text.empty())) capture();
+    return;
+  }
+  // A session: its capture and spectra when they are still there, else computed again.
+  if (!session_.capture_dir.empty()) {
+    try {
+      auto store = std::make_shared<const CaptureStore>(session_.capture_dir);
+      use_capture(store, /*keep_spectra_path=*/true);
+      if (!session_.spectra.empty() && fs::exists(session_.spectra)) {
+        load_spectra_file(session_.spectra);
+      } else {
+        if (!session_.spectra.empty())
+          emit message("The session's spectra " + to_q(session_.spectra) + " are gone: computing them again.");
+        start_spectra();
+      }
+      start_metrics();
+      start_maps();
+      return;
+    } catch (const std::exception& e) {
+      emit message("The session's capture cannot be read (" + QString::fromUtf8(e.what()) + "): capturing again.");
+    }
+  }
+  session_.capture_dir.clear();
+  session_.spectra.clear();
+  if (!session_.texts.empty() || !session_.text.empty()) capture();
+}
+
+// ---- capture ----
+
+QString Workbench::new_workspace() {
+  const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss-zzz");
+  QString dir = workspace_root_ + "/" + stamp;
+  for (int i = 2; QFileInfo::exists(dir); ++i) dir = workspace_root_ + "/" + stamp + "-" + QString::number(i);
+  if (!QDir().mkpath(dir)) throw Error(to_std(dir) + ": cannot create the workspace folder");
+  return dir;
+}
+
+int Workbench::capture() {
+  try {
+    if (!model_) throw Error("No model is open: open a model first (File > Open model folder).");
+    if (session_.texts.empty() && QString::fromStdString(session_.text).trimmed().isEmpty())
+      throw Error("No sample text: add a text file or type some text in the editor.");
+    const CaptureOptions opt = session_.capture;
+    const int n_ctx = model_->model->config().n_ctx;
+    if (opt.seq_len > n_ctx)
+      attnscope::fail_value("sequence length", std::to_string(opt.seq_len) + " exceeds the model's context length " +
+                                        std::to_string(n_ctx));
+    stop_stages();
+    const QString ws = new_workspace();
+    std::vector<std::string> files = session_.texts;
+    std::string typed_file;
+    if (files.empty()) {
+      // Typed text goes to a file, so the job's command line can name it.
+      typed_file = to_std(ws + "/text.txt");
+      write_text_file(typed_file, session_.text);
+      files = {typed_file};
+    }
+    const std::string out = to_std(ws + "/capture");
+    auto model = model_;
+    const std::string title =
+        "capture " + std::to_string(opt.num_seqs) + " x " + std::to_string(opt.seq_len) + " tokens";
+    return start(
+        "capture", title, capture_command(session_, files, out),
+        [this, model, files, opt, out, ws, typed_file](Job& job) -> Apply {
+          const auto docs = read_text_documents(files);
+          auto store = std::make_shared<const CaptureStore>(capture_to_dir(*model, docs, opt, out, job.progress()));
+          return [this, store, ws, typed_file] {
+            workspace_dir_ = ws;
+            if (!typed_file.empty()) text_file_ = typed_file;
+            use_capture(store, /*keep_spectra_path=*/false);
+            start_spectra();
+            start_metrics();
+            start_maps();
+          };
+        },
+        &capture_job_,
+        [ws](JobState st, bool wanted) {
+          // A failed, cancelled or superseded capture leaves nothing behind in the workspace.
+          if (!(st == JobState::Succeeded && wanted)) {
+            std::error_code ec;
+            fs::remove_all(to_std(ws), ec);
+          }
+        });
+  } catch (const std::exception& e) {
+    fail("Capture", e);
+    return 0;
+  }
+}
+
+void Workbench::use_capture(std::shared_ptr<const CaptureStore> store, bool keep_spectra_path) {
+  capture_ = std::move(store);
+  session_.capture_dir = capture_->dir();
+  if (!keep_spectra_path) session_.spectra.clear();
+  spectra_.reset();
+  dof_state_.reset();
+  analysis_.clear();
+  has_analysis_ = false;
+  thumbnails_.clear();
+  thumbnails_seq_ = -1;
+  head_view_.reset();
+  pipeline_announced_ = false;
+  // The selection stays where it was when the new capture has that head and window.
+  if (session_.layer >= capture_->num_layers()) session_.layer = 0;
+  if (session_.head >= capture_->num_heads()) session_.head = 0;
+  if (session_.seq >= capture_->num_seqs()) session_.seq = 0;
+  emit captureReady();
+}
+
+bool Workbench::require_capture(const QString& what) {
+  if (capture_) return true;
+  emit error(what, "Nothing is captured yet: run Analysis > Capture first.");
+  return false;
+}
+
+// ---- spectra ----
+
+void Workbench::start_spectra() {
+  if (!capture_) return;
+  supersede(&spectra_job_);
+  spectra_.reset();
+  dof_state_.reset();
+  try {
+    if (workspace_dir_.isEmpty()) workspace_dir_ = new_workspace();  // a capture of a session
+  } catch (const std::exception& e) {
+    fail("DoF spectra", e);
+    return;
+  }
+  const std::string out = to_std(workspace_dir_ + "/spectra.safetensors");
+  const DofSettings settings = session_.dof;
+  auto store = capture_;
+  start(
+      "spectra", "DoF spectra (J = " + std::to_string(settings.samples) + ")",
+      spectra_command(session_.capture_dir, settings, out),
+      [this, store, settings, out](Job& job) -> Apply {
+        auto sp = std::make_shared<const DofSpectra>(compute_spectra(*store, settings, job.progress()));
+        job.progress()(1, "saving " + out);
+        save_spectra(out, *sp);
+        return [this, sp, out] {
+          spectra_ = sp;
+          session_.spectra = out;
+          emit spectraReady();
+          set_dof_settings(session_.lambda, session_.budget, session_.strategy);
+        };
+      },
+      &spectra_job_);
+}
+
+void Workbench::load_spectra_file(const std::string& path) {
+  supersede(&spectra_job_);
+  auto store = capture_;
+  start(
+      "spectra", "load DoF spectra", attnscope_command({"dof", "--spectra", path, "--json"}),
+      [this, path, store](Job& job) -> Apply {
+        job.progress()(0, "reading " + path);
+        auto sp = std::make_shared<const DofSpectra>(load_spectra(path));
+        if (store && (sp->num_layers != store->num_layers() || sp->num_heads != store->num_heads()))
+          attnscope::fail(path, "these spectra have " + std::to_string(sp->num_layers) + " x " + std::to_string(sp->num_heads) +
+                         " heads, the capture " + std::to_string(store->num_layers()) + " x " +
+                         std::to_string(store->num_heads()));
+        return [this, sp, path] {
+          spectra_ = sp;
+          session_.spectra = path;
+          emit spectraReady();
+          set_dof_settings(session_.lambda, session_.budget, session_.strategy);
+        };
+      },
+      &spectra_job_);
+}
+
+int Workbench::recompute_spectra() {
+  if (!require_capture("Recompute spectra")) return 0;
+  start_spectra();
+  return spectra_job_;
+}
+
+std::optional<views::DofState> Workbench::set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy) {
+  session_.lambda = lambda;
+  session_.budget = budget;
+  session_.strategy = strategy;
+  if (!spectra_) return std::nullopt;
+  try {
+    views::DofState st;
+    st.lambda = lambda;
+    st.budget = budget;
+    st.strategy = strategy;
+    st.head_dof = head_dofs(*spectra_, lambda);
+    st.convergence = head_convergence(*spectra_, lambda);
+    AllocOptions o;
+    o.strategy = strategy;
+    o.budget = budget;
+    o.head_dim = spectra_->head_dim;
+    o.multiple = session_.multiple;
+    st.allocation = allocate(dof_values(st.head_dof), o);
+    dof_state_ = std::move(st);
+    emit dofStateChanged();
+    return dof_state_;
+  } catch (const std::exception& e) {
+    fail("DoF and allocation", e);
+    return std::nullopt;
+  }
+}
+
+// ---- metrics and maps ----
+
+void Workbench::start_metrics() {
+  if (!capture_) return;
+  supersede(&metrics_job_);
+  analysis_.clear();
+  has_analysis_ = false;
+  const AnalysisOptions opt = session_.analysis;
+  auto store = capture_;
+  const std::string title =
+      "metrics" + (opt.feature_map.empty() ? std::string(" (softmax)") : " (" + opt.feature_map + ")");
+  start(
+      "metrics", title, gui::metrics_command(session_.capture_dir, opt),
+      [this, store, opt](Job& job) -> Apply {
+        auto heads = std::make_shared<std::vector<HeadAnalysis>>(analyze_capture(*store, opt, job.progress()));
+        return [this, heads] {
+          analysis_ = std::move(*heads);
+          has_analysis_ = true;
+          emit analysisReady();
+        };
+      },
+      &metrics_job_);
+}
+
+int Workbench::recompute_metrics() {
+  if (!require_capture("Recompute metrics")) return 0;
+  start_metrics();
+  return metrics_job_;
+}
+
+void Workbench::start_maps() {
+  if (!capture_ || closing_) return;
+  if (maps_job_ != 0) {
+    // The running request is out of date: stop it at its next step and start this one after it.
+    maps_pending_ = true;
+    if (auto job = runner_->find(maps_job_)) job->cancel();
+    return;
+  }
+  auto store = capture_;
+  const int layer = session_.layer, head = session_.head, seq = session_.seq;
+  const AnalysisOptions opt = session_.analysis;
+  const bool need_thumbs = thumbnails_seq_ != seq || thumbnails_.empty();
+  const std::string title = "maps of layer " + std::to_string(layer) + " head " + std::to_string(head) +
+                            ", window " + std::to_string(seq);
+  start(
+      "maps", title, gui::maps_command(session_.capture_dir, layer, head, seq, opt),
+      [this, store, layer, head, seq, opt, need_thumbs](Job& job) -> Apply {
+        const ProgressFn progress = job.progress();
+        if (need_thumbs) {
+          auto thumbs = std::make_shared<std::vector<std::vector<Matrix>>>(
+              head_thumbnails(*store, seq, kThumbnailPixels, sub_progress(progress, 0, 0.5)));
+          // The grid shows as soon as it is ready, even when the head's maps are superseded.
+          QMetaObject::invokeMethod(
+              this,
+              [this, store, seq, thumbs] {
+                if (closing_ || capture_ != store) return;
+                thumbnails_ = std::move(*thumbs);
+                thumbnails_seq_ = seq;
+                emit thumbnailsReady();
+              },
+              Qt::QueuedConnection);
+        }
+        progress(0.5, "layer " + std::to_string(layer) + " head " + std::to_string(head));
+        auto view = std::make_shared<const HeadView>(attnscope::head_view(*store, layer, head, seq, opt));
+        progress(1, "maps ready");  // a request superseded meanwhile ends here, cancelled
+        return [this, view] {
+          head_view_ = view;
+          emit headViewReady();
+        };
+      },
+      &maps_job_, [this](JobState, bool) {
+        if (!maps_pending_) return;
+        maps_pending_ = false;
+        start_maps();
+      });
+}
+
+void Workbench::select_head(int layer, int head) {
+  if (layer == session_.layer && head == session_.head && (head_view_ || maps_job_)) return;
+  if (capture_ && (layer < 0 || head < 0 || layer >= capture_->num_layers() || head >= capture_->num_heads())) return;
+  session_.layer = layer;
+  session_.head = head;
+  start_maps();
+}
+
+void Workbench::set_window(int seq) {
+  if (seq == session_.seq && (head_view_ || maps_job_)) return;
+  if (capture_ && (seq < 0 || seq >= capture_->num_seqs())) return;
+  session_.seq = seq;
+  start_maps();
+}
+
+void Workbench::set_feature_map(const QString& name, qint64 features) {
+  const std::string map = to_std(name);
+  if (map == session_.analysis.feature_map && features == session_.analysis.features) return;
+  session_.analysis.feature_map = map;
+  session_.analysis.features = features;
+  if (!capture_) return;
+  start_metrics();
+  start_maps();
+}
+
+// ---- report ----
+
+int Workbench::export_report(const QString& out_dir_q) {
+  try {
+    if (!model_) throw Error("No model is open: open a model first.");
+    const std::string out = to_std(out_dir_q);
+    std::vector<std::string> texts = text_files();
+    if (texts.empty()) {
+      if (QString::fromStdString(session_.text).trimmed().isEmpty())
+        throw Error("No sample text: add a text file or type some text in the editor.");
+      const QString ws = new_workspace();
+      text_file_ = to_std(ws + "/text.txt");
+      write_text_file(text_file_, session_.text);
+      texts = {text_file_};
+    }
+    // The options `attnscope report` would parse from report_command (it has no --pre-rope).
+    ReportOptions o;
+    o.model = session_.model;
+    o.tokenizer = session_.tokenizer;
+    o.texts = texts;
+    o.capture.seq_len = session_.capture.seq_len;
+    o.capture.num_seqs = session_.capture.num_seqs;
+    o.capture.seed = session_.capture.seed;
+    o.dof = session_.dof;
+    o.lambda = session_.lambda;
+    o.analysis = ReportOptions::default_report_analysis();
+    o.analysis.feature_map = session_.analysis.feature_map;
+    o.analysis.features = session_.analysis.features;
+    o.analysis.max_seqs = session_.analysis.max_seqs;
+    o.analysis.mixer_state = session_.analysis.mixer_state;
+    o.budget = session_.budget;
+    o.multiple = session_.multiple;
+    return start(
+        "report", "report -> " + base_name(out), report_command(session_, texts, out),
+        [this, o, out](Job& job) -> Apply {
+          const UiThreadFigureWriter figures([&job] { return job.cancel_requested(); });
+          const ReportResult r = write_report(o, out, &figures, job.progress());
+          const QString index = to_q(r.dir + "/index.md");
+          return [this, index] { emit message("Report written to " + index); };
+        },
+        nullptr);
+  } catch (const std::exception& e) {
+    fail("Export report", e);
+    return 0;
+  }
+}
+
+// ---- sessions ----
+
+bool Workbench::open_session(const QString& path) {
+  Session s;
+  try {
+    s = load_session(to_std(path));
+  } catch (const std::exception& e) {
+    fail("Open session", e);
+    return false;
+  }
+  supersede(&model_job_);
+  stop_stages();
+  session_ = s;
+  session_path_ = QFileInfo(path).absoluteFilePath();
+  workspace_dir_.clear();
+  text_file_.clear();
+  capture_.reset();
+  spectra_.reset();
+  analysis_.clear();
+  has_analysis_ = false;
+  thumbnails_.clear();
+  thumbnails_seq_ = -1;
+  head_view_.reset();
+  dof_state_.reset();
+  pipeline_announced_ = false;
+  emit sessionLoaded();
+  restoring_session_ = true;
+  if (open_model(to_q(s.model), to_q(s.tokenizer)) == 0) {
+    restoring_session_ = false;
+    return false;
+  }
+  return true;
+}
+
+bool Workbench::save_session(const QString& path_q) {
+  const std::string path = to_std(QFileInfo(path_q).absoluteFilePath());
+  try {
+    if (session_.model.empty()) throw Error("No model is open: there is nothing to save yet.");
+    const std::string root = to_std(workspace_root_);
+    const bool capture_in_cache = is_under(session_.capture_dir, root);
+    const bool spectra_in_cache = is_under(session_.spectra, root) && fs::exists(session_.spectra);
+    const Session snapshot = session_;
+    if (!capture_in_cache && !spectra_in_cache) {
+      attnscope::save_session(path, snapshot);
+      session_path_ = to_q(path);
+      emit sessionSaved(session_path_);
+      return true;
+    }
+    // The capture (or spectra) live in the cache, which is no place for a session to point at:
+    // copy them beside the file first, so the session folder holds all it names.
+    const std::string data = data_dir_for(path);
+    supersede(&save_job_);
+    start(
+        "session", "save session " + base_name(path), "",
+        [this, path, data, snapshot, capture_in_cache, spectra_in_cache](Job& job) -> Apply {
+          Session s = snapshot;
+          fs::create_directories(data);
+          if (capture_in_cache) {
+            job.progress()(0, "copying the capture to " + data);
+            const std::string target = data + "/capture", partial = target + ".partial";
+            std::error_code ec;
+            fs::remove_all(partial, ec);
+            fs::copy(snapshot.capture_dir, partial, fs::copy_options::recursive);
+            job.progress()(0.9, "copied");
+            fs::remove_all(target);
+            fs::rename(partial, target);
+            s.capture_dir = target;
+          }
+          if (spectra_in_cache) {
+            const std::string target = data + "/spectra.safetensors", partial = target + ".partial";
+            fs::copy_file(snapshot.spectra, partial, fs::copy_options::overwrite_existing);
+            fs::rename(partial, target);
+            s.spectra = target;
+          }
+          attnscope::save_session(path, s);
+          return [this, s, path] {
+            session_.capture_dir = s.capture_dir;
+            session_.spectra = s.spectra;
+            session_path_ = to_q(path);
+            emit sessionSaved(session_path_);
+          };
+        },
+        &save_job_);
+    return true;
+  } catch (const std::exception& e) {
+    fail("Save session", e);
+    return false;
+  }
+}
+
+// ---- command lines ----
+
+std::string Workbench::maps_command() const {
+  if (session_.capture_dir.empty()) return "";
+  return gui::maps_command(session_.capture_dir, session_.layer, session_.head, session_.seq, session_.analysis);
+}
+
+std::string Workbench::metrics_command() const {
+  if (session_.capture_dir.empty()) return "";
+  return gui::metrics_command(session_.capture_dir, session_.analysis);
+}
+
+std::string Workbench::dof_command() const {
+  if (session_.spectra.empty()) return "";
+  return gui::dof_command(session_.spectra, session_.lambda);
+}
+
+std::string Workbench::allocate_command() const {
+  if (session_.spectra.empty()) return "";
+  return gui::allocate_command(session_.spectra, session_.lambda, session_.budget, session_.strategy,
+                               session_.multiple);
+}
+
+}  // namespace attnscope::gui
+
+#include "moc_workbench.cpp"

@@ -1,0 +1,184 @@
+// The workbench's document: what the window shows (the session's choices, the open model, the
+// capture, the DoF spectra, the head metrics, the thumbnails and the selected head's maps) and the
+// only place in app/gui/ that calls core's pipeline. Every long operation is a job on a core
+// JobRunner (listed in the jobs view, with the attnscope command line that does the same work
+// headless); its result comes back to the UI thread through a queued call and is announced by a
+// signal. Nothing here blocks the UI thread on a job, and no exception leaves a public function or
+// a slot: failures become error(title, message).
+//
+// The pipeline: open_model -> capture -> {spectra, metrics, maps of the selected head}. A capture
+// writes into a fresh workspace folder under the cache (QStandardPaths::CacheLocation/workspace/
+// <time>/: text.txt when the text was typed, capture/, spectra.safetensors). Starting a stage
+// again supersedes its running job: the old one is cancelled and its result, should it still
+// arrive, is dropped.
+#pragma once
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "attnscope/capture.h"
+#include "attnscope/dof.h"
+#include "attnscope/head_analysis.h"
+#include "attnscope/head_view.h"
+#include "attnscope/job.h"
+#include "attnscope/model.h"
+#include "attnscope/session.h"
+#include "dof_view.h"
+
+namespace attnscope::gui {
+
+class Workbench : public QObject {
+  Q_OBJECT
+ public:
+  static constexpr int kThumbnailPixels = 48;
+
+  explicit Workbench(QObject* parent = nullptr);
+  // Cancels every job and waits for them, keeping the UI thread's events flowing meanwhile (a
+  // report job may be waiting on it to draw a figure).
+  ~Workbench() override;
+
+  // ---- What is open (UI thread) ----
+  const Session& session() const { return session_; }
+  QString session_path() const { return session_path_; }  // "" until opened or saved
+  std::shared_ptr<const LoadedModel> model() const { return model_; }
+  std::shared_ptr<const CaptureStore> capture() const { return capture_; }
+  std::shared_ptr<const DofSpectra> spectra() const { return spectra_; }
+  const std::vector<HeadAnalysis>& analysis() const { return analysis_; }
+  bool has_analysis() const { return has_analysis_; }
+  const std::vector<std::vector<Matrix>>& thumbnails() const { return thumbnails_; }
+  std::shared_ptr<const HeadView> head_view() const { return head_view_; }
+  // The last set_dof_settings() result; empty before spectra exist.
+  const std::optional<views::DofState>& dof_state() const { return dof_state_; }
+  // True once the current capture's spectra, metrics and selected head's maps are all in and no
+  // stage is running (pipelineFinished() announces it).
+  bool pipeline_finished() const;
+
+  JobRunner& runner() { return *runner_; }
+  std::vector<JobStatus> jobs() const;
+  bool any_job_running() const;
+  bool capture_running() const { return capture_job_ != 0; }
+
+  // Where captures go: ROOT/<time>/. Default QStandardPaths::CacheLocation + "/workspace".
+  void set_workspace_root(const QString& dir) { workspace_root_ = dir; }
+  QString workspace_root() const { return workspace_root_; }
+  // The folder of the current capture's workspace ("" when the capture is not one of ours).
+  QString workspace_dir() const { return workspace_dir_; }
+
+  // ---- Choices for the next operations (no work starts) ----
+  void set_texts(const QStringList& files, const QString& typed_text);
+  void set_capture_options(const CaptureOptions& options);
+  void set_dof_sampling(const DofSettings& settings);  // J, normalizer, seed of the next spectra
+  void set_colour_scale(ColourScale scale);
+  void set_metric(const QString& name);
+  void set_view(const QString& name);  // heads | metrics | dof | jobs
+  // Capture automatically once a model is open (the window's start-up; on by default).
+  void set_auto_capture(bool on) { auto_capture_ = on; }
+
+  // ---- Operations ----
+  // Loads the model as a job ("model"); modelChanged() on success, then a capture when
+  // auto-capture is on and there is text. Returns the job id (0 when nothing started).
+  int open_model(const QString& spec, const QString& tokenizer = {});
+  // Captures the current texts with the current options into a new workspace; spectra, metrics
+  // and the selected head's maps follow. Returns the job id, 0 (and error()) when it cannot start.
+  int capture();
+  int recompute_spectra();
+  int recompute_metrics();
+  // Selects a head and computes its maps in the background (newer requests supersede older ones).
+  void select_head(int layer, int head);
+  void set_window(int seq);  // the capture window of the maps and thumbnails
+  // The feature map of the linear maps and metrics: recomputes metrics and the selected head's maps.
+  void set_feature_map(const QString& name, qint64 features);
+  // DoF at lambda, convergence and Algorithm 1 under (budget, strategy), synchronously: O(S H J),
+  // instant, so the sliders redraw as they move. Stored in the session; dofStateChanged().
+  // Empty (and error()) without spectra or for a bad budget.
+  std::optional<views::DofState> set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy);
+  void set_multiple(int64_t multiple);  // dimensions rounded to a multiple of this
+  // write_report into out_dir as a job (figures drawn on the UI thread). Returns the job id.
+  int export_report(const QString& out_dir);
+
+  // Opens a .attnscope file: its choices at once (sessionLoaded()), then the model, the capture
+  // and spectra it names (recomputed, with a message, when they are gone), metrics and maps.
+  bool open_session(const QString& path);
+  // Writes the session. A capture still in the cache workspace is copied beside the file first
+  // (PATH without .attnscope + ".data/"), so the session folder holds everything it names; that
+  // copy runs as a job and sessionSaved() follows. Returns false (and error()) when it cannot
+  // start.
+  bool save_session(const QString& path);
+
+  void cancel(int job_id);
+  void cancel_all();
+
+  // ---- Command lines of what is shown (Copy as command) ----
+  std::string maps_command() const;
+  std::string metrics_command() const;
+  std::string dof_command() const;
+  std::string allocate_command() const;
+  // The texts a capture would read (typed text: the workspace's text.txt, once written).
+  std::vector<std::string> text_files() const;
+
+ signals:
+  void modelChanged();
+  void captureReady();
+  void thumbnailsReady();
+  void spectraReady();
+  void analysisReady();
+  void headViewReady();
+  void dofStateChanged();
+  void jobsChanged();  // a job started or finished (the window polls progress in between)
+  void sessionLoaded();
+  void sessionSaved(const QString& path);
+  void pipelineFinished();
+  void message(const QString& text);  // for the status bar: not an error, worth saying
+  void error(const QString& title, const QString& message);
+
+ private:
+  using Apply = std::function<void()>;
+  // Starts a job whose work returns the UI-thread step that applies its result; that step runs
+  // only when the job succeeded and `*current` still holds its id (else it was superseded). Job
+  // failures become error(); cancellations are silent. `current` may be null.
+  int start(const std::string& kind, const std::string& title, const std::string& command,
+            std::function<Apply(Job&)> work, int* current,
+            std::function<void(JobState, bool wanted)> after = nullptr);
+  void supersede(int* current);  // cancels the job *current names, and forgets it
+  void fail(const QString& title, const std::exception& e);
+  bool require_capture(const QString& what);
+
+  void start_spectra();
+  void start_metrics();
+  void start_maps();
+  void load_spectra_file(const std::string& path);
+  void use_capture(std::shared_ptr<const CaptureStore> store, bool keep_spectra_path);
+  void after_model_loaded();
+  void check_pipeline();
+  void stop_stages();  // cancels capture, spectra, metrics and maps jobs and forgets them
+  QString new_workspace();
+
+  std::unique_ptr<JobRunner> runner_;
+  Session session_;
+  std::shared_ptr<const LoadedModel> model_;
+  std::shared_ptr<const CaptureStore> capture_;
+  std::shared_ptr<const DofSpectra> spectra_;
+  std::vector<HeadAnalysis> analysis_;
+  bool has_analysis_ = false;
+  std::vector<std::vector<Matrix>> thumbnails_;
+  int thumbnails_seq_ = -1;
+  std::shared_ptr<const HeadView> head_view_;
+  std::optional<views::DofState> dof_state_;
+
+  QString session_path_;
+  QString workspace_root_, workspace_dir_;
+  std::string text_file_;  // the typed text saved for the current capture
+  bool auto_capture_ = true;
+  bool restoring_session_ = false;
+  bool pipeline_announced_ = false;
+  bool closing_ = false;  // in the destructor: no result is applied, no job starts
+
+  // The job of each stage whose result is wanted (0: none).
+  int model_job_ = 0, capture_job_ = 0, spectra_job_ = 0, metrics_job_ = 0, maps_job_ = 0, save_job_ = 0;
+  bool maps_pending_ = false;  // a newer maps request waits for the running one to stop
+};
+
+}  // namespace attnscope::gui
