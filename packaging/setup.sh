@@ -27,6 +27,7 @@ packages=(
 )
 if [ "$gui" = ON ]; then
   packages+=(qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev)
+  packages+=(dpkg-dev desktop-file-utils)   # the Debian package (CPack, dpkg-shlibdeps) and its test
 fi
 # npm only when no npm is on the PATH (a NodeSource install conflicts with Debian's package).
 if [ "$mode" = corpus ] && ! command -v npm >/dev/null; then packages+=(npm); fi

@@ -15,12 +15,22 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 namespace attnscope::cli {
 
+// The installed resources beside the program (PREFIX/bin/attnscope ->
+// PREFIX/share/attnscope/resources, packaging/CMakeLists.txt), else the source tree's (a build).
 std::string resources_dir() {
   if (const char* r = std::getenv("ATTNSCOPE_RESOURCES"); r && *r) return r;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "attnscope" / "resources";
+    if (fs::is_directory(installed / "models", ec)) return installed.string();
+  }
   return ATTNSCOPE_RESOURCES;
 }
 
