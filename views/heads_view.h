@@ -17,6 +17,7 @@
 class QComboBox;
 class QSpinBox;
 class QLabel;
+class QCPItemText;
 
 namespace attnscope::views {
 
@@ -54,6 +55,8 @@ class HeadsView : public QWidget {
   QComboBox* map_box() const { return map_box_; }
   QSpinBox* features_box() const { return features_box_; }
   QSpinBox* window_box() const { return window_box_; }
+  QComboBox* metric_box() const { return metric_box_; }
+  QLabel* info_label() const { return info_; }
 
  signals:
   void headSelected(int layer, int head);
@@ -63,6 +66,12 @@ class HeadsView : public QWidget {
   void metricChanged(const QString& name);
 
  private:
+  void update_kl();
+  void update_info();
+  void update_titles();
+  void sync_region(HeatmapPanel* from, const MapRegion& region);
+  void apply_metric();
+
   HeadGrid* grid_;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
@@ -71,6 +80,7 @@ class HeadsView : public QWidget {
   QLabel* info_;
   std::map<QString, std::vector<std::vector<double>>> metrics_;
   std::shared_ptr<const HeadView> view_;
+  QCPItemText* kl_note_ = nullptr;  // "KL needs a feature map"
 };
 
 }  // namespace attnscope::views
