@@ -563,7 +563,8 @@ void MainWindow::on_model_changed() {
   if (!m) return;
   const ModelConfig& c = m->model->config();
   QStringList lines;
-  for (const auto& [key, value] : model_shape_json(c).items()) {
+  const nlohmann::ordered_json shape = model_shape_json(c);
+  for (const auto& [key, value] : shape.items()) {
     QString k = q(key);
     k.replace('_', ' ');
     lines << k + ": " + (value.is_string() ? q(value.get<std::string>()) : q(value.dump()));
@@ -584,7 +585,7 @@ void MainWindow::on_model_changed() {
 }
 
 void MainWindow::on_capture_ready() {
-  auto cap = workbench_->capture();
+  auto cap = workbench_->capture_store();
   const Session& s = workbench_->session();
   applying_ = true;
   heads_->set_head_view(nullptr);
@@ -621,7 +622,7 @@ void MainWindow::on_dof_state() {
 }
 
 void MainWindow::on_analysis_ready() {
-  auto cap = workbench_->capture();
+  auto cap = workbench_->capture_store();
   if (!cap) return;
   metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(),
                          q(workbench_->session().analysis.feature_map));
@@ -636,15 +637,15 @@ void MainWindow::on_head_view_ready() {
 }
 
 void MainWindow::update_metrics_for_grid() {
-  auto cap = workbench_->capture();
+  auto cap = workbench_->capture_store();
   if (!cap) return;
   const int S = cap->num_layers(), H = cap->num_heads();
   std::map<QString, std::vector<std::vector<double>>> m;
   if (workbench_->has_analysis()) {
     const auto& a = workbench_->analysis();
-    m["entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.entropy; });
-    m["normalized entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.normalized_entropy; });
-    m["monotonicity"] = per_head(a, S, H, [](const HeadAnalysis& h) {
+    m["softmax entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.entropy; });
+    m["softmax normalized entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.normalized_entropy; });
+    m["softmax monotonicity"] = per_head(a, S, H, [](const HeadAnalysis& h) {
       return h.softmax.monotonicity ? h.softmax.monotonicity->spearman : kNaN;
     });
     const bool linear = !a.empty() && a.front().linear.has_value();

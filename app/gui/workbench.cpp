@@ -54,6 +54,7 @@ Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_uniqu
   // The report's linear maps (PRF, M = 64) and mixers (N = 16): the heads view then shows
   // softmax | linear | difference from the start, and Export report measures the same.
   session_.analysis = ReportOptions::default_report_analysis();
+  session_.metric = "softmax entropy";  // a name of the grid's metrics (MainWindow)
 }
 
 Workbench::~Workbench() {

@@ -44,7 +44,7 @@ class Workbench : public QObject {
   const Session& session() const { return session_; }
   QString session_path() const { return session_path_; }  // "" until opened or saved
   std::shared_ptr<const LoadedModel> model() const { return model_; }
-  std::shared_ptr<const CaptureStore> capture() const { return capture_; }
+  std::shared_ptr<const CaptureStore> capture_store() const { return capture_; }
   std::shared_ptr<const DofSpectra> spectra() const { return spectra_; }
   const std::vector<HeadAnalysis>& analysis() const { return analysis_; }
   bool has_analysis() const { return has_analysis_; }
