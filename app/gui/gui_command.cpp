@@ -1,32 +1,160 @@
-// `attnscope gui`: opens the workbench window. The views arrive with the GUI issue; until then the
-// command shows the model summary in a window so the Qt build path stays exercised.
+// `attnscope gui`: opens the workbench window (app/gui/main_window.h) on the bundled model and
+// sample texts, a model and texts of the user's, or a session file, with the analysis already
+// running. --screenshot FILE waits for the first analysis (capture, spectra, metrics and the
+// selected head's maps), shows the chosen view, saves a picture of the whole window and exits: it
+// runs without a display (offscreen), which is how the README's screenshots are made.
 #include <QApplication>
-#include <QLabel>
+#include <QDir>
+#include <QFileInfo>
+#include <QImage>
+#include <QPixmap>
 #include <QString>
+#include <QTimer>
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
 
-#include "attnscope/model.h"
+#include "attnscope/error.h"
 #include "cli/common.h"
+#include "main_window.h"
+#include "model_panel.h"
+
+namespace fs = std::filesystem;
 
 namespace attnscope::cli {
 
-void register_gui(CLI::App& app) {
-  auto* cmd = app.add_subcommand("gui", "Open the attnscope workbench window");
-  auto args = std::make_shared<ModelArgs>();
-  args->add_to(cmd);
-  cmd->callback([args] {
-    LoadedModel m = args->load();
-    const ModelConfig& c = m.model->config();
-    int argc = 1;
-    char name[] = "attnscope";
-    char* argv[] = {name, nullptr};
-    QApplication qapp(argc, argv);
-    QLabel label(QString::fromStdString(m.path + "\n" + c.arch_name + ": " + std::to_string(c.n_layer) +
-                                        " layers x " + std::to_string(c.n_head) + " heads"));
-    label.setWindowTitle("attnscope");
-    label.setMargin(24);
-    label.show();
-    qapp.exec();
+namespace {
+
+struct GuiArgs {
+  ModelArgs model;
+  std::vector<std::string> texts;
+  std::string session, screenshot, view = "heads";
+  int seq_len = 0, num_seqs = 0;
+  int timeout_s = 600;
+};
+
+// The sample texts `attnscope report` uses by default: resources/texts/*.txt, sorted.
+std::vector<std::string> default_texts() {
+  std::vector<std::string> files;
+  const fs::path dir = fs::path(resources_dir()) / "texts";
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".txt") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool has_display() {
+  for (const char* var : {"DISPLAY", "WAYLAND_DISPLAY"})
+    if (const char* v = std::getenv(var); v && *v) return true;
+  return false;
+}
+
+// Saves a picture of the window once the first analysis is in; quits the event loop with 0, or
+// with 1 and *failure set on an error, a failed save or the timeout.
+void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) {
+  const QString path = QString::fromStdString(a.screenshot), view = QString::fromStdString(a.view);
+  auto quit_with = [failure](const std::string& why) {
+    *failure = why;
+    QApplication::exit(1);
+  };
+  QObject::connect(&w, &gui::MainWindow::errorShown, &w, [quit_with](const QString& title, const QString& message) {
+    quit_with((title + ": " + message).toStdString());
   });
+  QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, [&w, path, view, quit_with] {
+    w.show_view(view);
+    // Let the view lay out and draw (QCustomPlot replots are queued) before the picture is taken.
+    QTimer::singleShot(700, &w, [&w, path, quit_with] {
+      QApplication::processEvents();
+      const QPixmap shot = w.grab();
+      if (shot.isNull()) return quit_with("the window could not be drawn");
+      if (!shot.save(path, "PNG")) return quit_with(path.toStdString() + ": cannot write the screenshot");
+      std::cerr << "screenshot of the " << w.current_view().toStdString() << " view (" << shot.width() << " x "
+                << shot.height() << ") saved to " << path.toStdString() << "\n";
+      QApplication::exit(0);
+    });
+  });
+  QTimer::singleShot(a.timeout_s * 1000, &w, [quit_with, a] {
+    quit_with("the first analysis did not finish within " + std::to_string(a.timeout_s) + " s");
+  });
+}
+
+void run_gui(GuiArgs& a) {
+  if (!a.screenshot.empty()) {
+    const fs::path parent = fs::absolute(a.screenshot).parent_path();
+    if (!fs::is_directory(parent)) fail(a.screenshot, "the folder for the screenshot does not exist");
+    if (fs::path(a.screenshot).extension() != ".png") fail(a.screenshot, "screenshots are PNG files: name it FILE.png");
+    if (!has_display() && !std::getenv("QT_QPA_PLATFORM")) setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  } else if (!has_display() && !std::getenv("QT_QPA_PLATFORM")) {
+    fail("gui",
+         "no display to open the window on (neither DISPLAY nor WAYLAND_DISPLAY is set). Run it in a desktop "
+         "session, over `ssh -X`, or in a virtual display (`xvfb-run -a attnscope gui`). Without a display, "
+         "`attnscope gui --screenshot FILE.png --view heads|metrics|dof|jobs` saves a picture of the window and "
+         "`attnscope report --out DIR` writes the whole analysis");
+  }
+  if (!a.session.empty() && !fs::is_regular_file(a.session)) fail(a.session, "no such session file");
+
+  static int argc = 1;
+  static char name[] = "attnscope";
+  static char* argv[] = {name, nullptr};
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName("attnscope");
+  QApplication::setApplicationName("attnscope");
+  QApplication::setApplicationVersion(ATTNSCOPE_VERSION);
+  QApplication::setDesktopFileName("attnscope");
+
+  gui::MainWindow w;
+  std::string failure;
+  if (!a.screenshot.empty()) {
+    w.resize(1500, 940);  // the README's pictures: one size, whatever the last session's window was
+    arm_screenshot(w, a, &failure);
+  }
+  if (a.seq_len > 0 || a.num_seqs > 0) {
+    CaptureOptions o = w.model_panel()->capture_options();
+    if (a.seq_len > 0) o.seq_len = a.seq_len;
+    if (a.num_seqs > 0) o.num_seqs = a.num_seqs;
+    w.model_panel()->set_capture_options(o);
+  }
+  if (!a.session.empty()) {
+    w.open_session(QString::fromStdString(a.session));
+  } else {
+    std::vector<std::string> texts = a.texts.empty() ? default_texts() : a.texts;
+    QStringList files;
+    for (const std::string& t : texts) files << QString::fromStdString(fs::absolute(t).string());
+    const std::string model = fs::exists(a.model.model) ? fs::absolute(a.model.model).string() : a.model.model;
+    if (files.isEmpty())
+      std::cerr << "gui: no sample texts found under " << resources_dir() << "/texts: add one in the window\n";
+    w.open_default(QString::fromStdString(model), files);
+    w.show_view(QString::fromStdString(a.view));
+  }
+  w.show();
+  const int rc = app.exec();
+  if (rc != 0) fail("gui", failure.empty() ? "the window closed with an error" : failure);
+}
+
+}  // namespace
+
+void register_gui(CLI::App& app) {
+  auto* cmd = app.add_subcommand("gui", "Open the attnscope workbench window (or save a screenshot of it)");
+  auto a = std::make_shared<GuiArgs>();
+  a->model.add_to(cmd);
+  cmd->add_option("-t,--text", a->texts, "sample text files (default: resources/texts/*.txt)");
+  cmd->add_option("--session", a->session, "open a saved session (.attnscope) instead")->excludes("--text");
+  cmd->add_option("-L,--seq-len", a->seq_len, "tokens per window of the first capture (default: the last used)")
+      ->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("-T,--num-seqs", a->num_seqs, "windows of the first capture (default: the last used)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--screenshot", a->screenshot,
+                  "wait for the first analysis, save a PNG of the whole window to FILE and exit (works without a display)");
+  cmd->add_option("--view", a->view, "the view shown (and in the screenshot)")
+      ->check(CLI::IsMember({"heads", "metrics", "dof", "jobs"}))
+      ->capture_default_str();
+  cmd->add_option("--timeout", a->timeout_s, "seconds --screenshot waits for the first analysis")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->callback([a] { run_gui(*a); });
 }
 
 }  // namespace attnscope::cli

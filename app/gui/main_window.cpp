@@ -21,6 +21,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
 #include <QStyle>
@@ -111,10 +112,19 @@ void MainWindow::build_views() {
   metrics_ = new views::MetricsView(tabs_);
   dof_ = new views::DofView(tabs_);
   jobs_ = new views::JobsView(tabs_);
-  tabs_->addTab(heads_, tr("Heads"));
-  tabs_->addTab(metrics_, tr("Metrics"));
-  tabs_->addTab(dof_, tr("DoF"));
-  tabs_->addTab(jobs_, tr("Jobs"));
+  // Each view in a scroll area: on a screen narrower than a view's minimum the window still fits
+  // and scrolls, instead of growing past the screen's edge.
+  auto add_tab = [this](QWidget* view, const QString& title) {
+    auto* scroll = new QScrollArea(tabs_);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setWidget(view);
+    tabs_->addTab(scroll, title);
+  };
+  add_tab(heads_, tr("Heads"));
+  add_tab(metrics_, tr("Metrics"));
+  add_tab(dof_, tr("DoF"));
+  add_tab(jobs_, tr("Jobs"));
   setCentralWidget(tabs_);
 
   QStringList maps;
@@ -124,7 +134,12 @@ void MainWindow::build_views() {
   model_panel_ = new views::ModelPanel(this);
   model_dock_ = new QDockWidget(tr("Model and data"), this);
   model_dock_->setObjectName("model_dock");
-  model_dock_->setWidget(model_panel_);
+  auto* panel_scroll = new QScrollArea(model_dock_);
+  panel_scroll->setWidgetResizable(true);
+  panel_scroll->setFrameShape(QFrame::NoFrame);
+  panel_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  panel_scroll->setWidget(model_panel_);
+  model_dock_->setWidget(panel_scroll);
   model_dock_->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable |
                            QDockWidget::DockWidgetClosable);
   addDockWidget(Qt::LeftDockWidgetArea, model_dock_);

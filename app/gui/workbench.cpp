@@ -55,6 +55,8 @@ Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_uniqu
   // softmax | linear | difference from the start, and Export report measures the same.
   session_.analysis = ReportOptions::default_report_analysis();
   session_.metric = "softmax entropy";  // a name of the grid's metrics (MainWindow)
+  // On a linear scale most of a long map is one colour; log shows where the weight goes at once.
+  session_.colour_scale = "log";
 }
 
 Workbench::~Workbench() {
