@@ -8,6 +8,8 @@
 #include <QFileInfo>
 #include <QImage>
 #include <QPixmap>
+#include <QScrollArea>
+#include <QTabWidget>
 #include <QString>
 #include <QTimer>
 #include <algorithm>
@@ -65,6 +67,11 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
   });
   QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, [&w, path, view, quit_with] {
     w.show_view(view);
+    // Wide enough that the view needs no scroll bar (the views scroll in a narrower window).
+    if (auto* scroll = qobject_cast<QScrollArea*>(w.tabs()->currentWidget()); scroll && scroll->widget()) {
+      const int need = w.width() - scroll->viewport()->width() + scroll->widget()->minimumSizeHint().width();
+      if (need > w.width()) w.resize(need, w.height());
+    }
     // Let the view lay out and draw (QCustomPlot replots are queued) before the picture is taken.
     QTimer::singleShot(700, &w, [&w, path, quit_with] {
       QApplication::processEvents();

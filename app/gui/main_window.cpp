@@ -343,6 +343,7 @@ void MainWindow::connect_views() {
   connect(jobs_, &views::JobsView::openRequested, this, &MainWindow::open_job_result);
   connect(tabs_, &QTabWidget::currentChanged, this, [this](int) {
     workbench_->set_view(current_view());
+    if (grid_stale_ && current_view() == "heads") update_metrics_for_grid();
     update_title();
   });
 }
@@ -632,7 +633,10 @@ void MainWindow::on_spectra_ready() {
 
 void MainWindow::on_dof_state() {
   if (const auto& st = workbench_->dof_state()) dof_->show_state(*st);
-  update_metrics_for_grid();
+  // The grid's DoF tint follows when the heads view is next shown: the sliders live on the DoF
+  // tab, and their path to the redrawn bars stays as short as it can be.
+  if (current_view() == "heads") update_metrics_for_grid();
+  else grid_stale_ = true;
   update_commands();
 }
 
@@ -678,6 +682,7 @@ void MainWindow::update_metrics_for_grid() {
       for (size_t h = 0; h < st->head_dof[l].size() && int(h) < H; ++h) dof[l][h] = st->head_dof[l][h].value;
     m["DoF"] = std::move(dof);
   }
+  grid_stale_ = false;
   if (m.empty()) return;
   applying_ = true;
   heads_->set_metrics(std::move(m));
@@ -725,10 +730,11 @@ void MainWindow::update_jobs() {
   const std::vector<JobStatus> jobs = workbench_->jobs();
   jobs_->set_jobs(jobs);
   const JobStatus* shown = nullptr;
+  int running = 0;
   for (auto it = jobs.rbegin(); it != jobs.rend(); ++it)
     if (!it->finished()) {
-      shown = &*it;
-      break;
+      if (!shown) shown = &*it;
+      ++running;
     }
   model_panel_->set_busy(workbench_->capture_running());
   if (!shown) {
@@ -744,7 +750,9 @@ void MainWindow::update_jobs() {
   cancel_->show();
   progress_->setValue(int(shown->fraction * 1000));
   progress_->setFormat(QString("%1%").arg(int(shown->fraction * 100)));
-  job_label_->setText(q(shown->title) + (shown->step.empty() ? QString() : ": " + q(shown->step)));
+  QString text = q(shown->title) + (shown->step.empty() ? QString() : ": " + q(shown->step));
+  if (running > 1) text += tr(" (+%1 more running)").arg(running - 1);
+  job_label_->setText(text);
 }
 
 void MainWindow::open_job_result(int id) {

@@ -133,6 +133,7 @@ class MainWindow : public QMainWindow {
   int status_job_ = 0;                     // the job the status bar shows
   std::map<int, QString> report_dirs_;     // report job id -> its folder
   bool applying_ = false;                  // pushing state into the views: ignore their signals
+  bool grid_stale_ = false;                // the grid's metrics wait for the heads view to show
 };
 
 }  // namespace attnscope::gui

@@ -92,7 +92,7 @@ int Workbench::start(const std::string& kind, const std::string& title, const st
                   fail(to_q(title), e);
                 }
               } else if (wanted && st.state == JobState::Failed) {
-                emit error(to_q(title), to_q(st.error));
+                emit error(tr("%1 failed").arg(to_q(title)), to_q(st.error));
               }
               if (after) {
                 try {
