@@ -3,6 +3,7 @@
 
 #include "attnscope/capture.h"
 #include "attnscope/error.h"
+#include "attnscope/job.h"
 #include "common.h"
 
 namespace attnscope::cli {
@@ -27,7 +28,10 @@ void register_capture(CLI::App& app) {
     opt->dtype = *dtype == "f16" ? DType::F16 : DType::F32;
     auto docs = read_text_documents(*texts);
     LoadedModel m = args->load();
-    capture_to_dir(m, docs, *opt, *out, terminal_progress("capture"));
+    // The same job runner as the workbench's, here in the foreground with a terminal bar.
+    run_job("capture", "capture " + std::to_string(opt->num_seqs) + " x " + std::to_string(opt->seq_len) + " tokens",
+            "attnscope capture --out " + *out,
+            [&](Job& job) { capture_to_dir(m, docs, *opt, *out, job.progress()); }, terminal_progress("capture"));
     const auto& c = m.model->config();
     std::cerr << "captured " << c.n_layer << " layers x " << c.n_head << " heads, " << opt->num_seqs << " x "
               << opt->seq_len << " tokens -> " << *out << "\n";

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "attnscope/error.h"
+#include "attnscope/job.h"
 #include "attnscope/report.h"
 #include "common.h"
 
@@ -43,7 +44,11 @@ void run_report(ReportArgs& a) {
   o.dof = a.dof.settings;
   o.dof.normalize = parse_dof_normalize(a.dof.normalize);
   o.analysis = a.analysis.opt;
-  const ReportResult r = write_report(o, a.out, figure_writer("report"), terminal_progress("report"));
+  const FigureWriter* figures = figure_writer("report");
+  // The same job runner as the workbench's, here in the foreground with a terminal bar.
+  ReportResult r;
+  run_job("report", "report of " + fs::path(o.model).filename().string(), "attnscope report --out " + a.out,
+          [&](Job& job) { r = write_report(o, a.out, figures, job.progress()); }, terminal_progress("report"));
   std::cout << "report written to " << r.dir << "/index.md\n";
 }
 

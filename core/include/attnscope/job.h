@@ -78,6 +78,10 @@ class Job {
   std::vector<std::string> log_;
   Clock::time_point start_{}, end_{};
   std::exception_ptr failure_;
+  ProgressFn observer_;  // set by run_job before the work starts: the CLI's terminal bar
+
+  friend void run_job(const std::string&, const std::string&, const std::string&,
+                      const std::function<void(Job&)>&, const ProgressFn&);
 };
 
 // Runs jobs on worker threads, one thread per job, in the order they were started. Destroying the

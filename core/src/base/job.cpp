@@ -1,0 +1,202 @@
+#include "attnscope/job.h"
+
+#include <cstdio>
+
+#include "attnscope/error.h"
+
+namespace attnscope {
+
+const char* job_state_name(JobState s) {
+  switch (s) {
+    case JobState::Queued: return "queued";
+    case JobState::Running: return "running";
+    case JobState::Succeeded: return "done";
+    case JobState::Failed: return "failed";
+    case JobState::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// "[   1.2 s] what": the time since the work started, aligned so a log reads as a column.
+std::string stamped(double seconds, const std::string& what) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "[%6.1f s] ", seconds);
+  return buf + what;
+}
+
+bool is_finished(JobState s) {
+  return s == JobState::Succeeded || s == JobState::Failed || s == JobState::Cancelled;
+}
+
+}  // namespace
+
+Job::Job(int id, std::string kind, std::string title, std::string command)
+    : id_(id), kind_(std::move(kind)), title_(std::move(title)), command_(std::move(command)) {}
+
+double Job::elapsed_locked() const {
+  if (state_ == JobState::Queued) return 0;
+  const Clock::time_point until = is_finished(state_) ? end_ : Clock::now();
+  return std::chrono::duration<double>(until - start_).count();
+}
+
+ProgressFn Job::progress() {
+  return [this](double fraction, const std::string& what) {
+    // Checked first: once cancel() returns, no further step is recorded or shown.
+    if (cancel_.load()) throw Cancelled();
+    ProgressFn observer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fraction_ = fraction;
+      if (what != step_) {
+        step_ = what;
+        log_.push_back(stamped(elapsed_locked(), what));
+      }
+      observer = observer_;
+    }
+    // Outside the lock: a terminal bar may be slow, and status() must not wait for it.
+    if (observer) observer(fraction, what);
+  };
+}
+
+void Job::log(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_.push_back(stamped(elapsed_locked(), line));
+}
+
+void Job::cancel() { cancel_.store(true); }
+
+JobStatus Job::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobStatus s;
+  s.id = id_;
+  s.kind = kind_;
+  s.title = title_;
+  s.command = command_;
+  s.state = state_;
+  s.fraction = fraction_;
+  s.step = step_;
+  s.elapsed_s = elapsed_locked();
+  s.error = error_;
+  s.log = log_;
+  return s;
+}
+
+JobState Job::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+void Job::wait() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [this] { return is_finished(state_); });
+}
+
+void Job::rethrow() const {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    e = failure_;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+void Job::run(const std::function<void(Job&)>& work) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    start_ = Clock::now();
+    state_ = JobState::Running;
+  }
+  JobState outcome = JobState::Succeeded;
+  std::string message;
+  std::exception_ptr failure;
+  try {
+    // A job cancelled before it started does not start: its work may not call progress early.
+    if (cancel_.load()) throw Cancelled();
+    work(*this);
+  } catch (const Cancelled&) {
+    outcome = JobState::Cancelled;
+    failure = std::current_exception();
+  } catch (const std::exception& e) {
+    outcome = JobState::Failed;
+    message = e.what();
+    failure = std::current_exception();
+  } catch (...) {
+    outcome = JobState::Failed;
+    message = "unknown error (not a std::exception)";
+    failure = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_ = Clock::now();
+    state_ = outcome;
+    error_ = message;
+    failure_ = failure;
+    const double t = std::chrono::duration<double>(end_ - start_).count();
+    if (outcome == JobState::Failed) log_.push_back(stamped(t, "failed: " + message));
+    if (outcome == JobState::Cancelled) log_.push_back(stamped(t, "cancelled"));
+    if (outcome == JobState::Succeeded) {
+      fraction_ = 1;  // work that never reported its end still shows as complete
+      log_.push_back(stamped(t, "done"));
+    }
+  }
+  done_cv_.notify_all();
+}
+
+JobRunner::~JobRunner() {
+  cancel_all();
+  // Threads are only added under mu_ by start(); nobody may call start() while destroying.
+  for (std::thread& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+std::shared_ptr<Job> JobRunner::start(const std::string& kind, const std::string& title, const std::string& command,
+                                      Work work, Done done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto job = std::make_shared<Job>(next_id_++, kind, title, command);
+  jobs_.push_back(job);
+  threads_.emplace_back([job, work = std::move(work), done = std::move(done)] {
+    job->run(work);
+    if (!done) return;
+    // An exception escaping a thread would terminate the program: note it in the job's log.
+    try {
+      done(*job);
+    } catch (const std::exception& e) {
+      job->log(std::string("after the job: ") + e.what());
+    } catch (...) {
+      job->log("after the job: unknown error");
+    }
+  });
+  return job;
+}
+
+std::vector<std::shared_ptr<Job>> JobRunner::jobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_;
+}
+
+std::shared_ptr<Job> JobRunner::find(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& j : jobs_)
+    if (j->id() == id) return j;
+  return nullptr;
+}
+
+void JobRunner::cancel_all() {
+  for (const auto& j : jobs()) j->cancel();
+}
+
+void JobRunner::wait_all() const {
+  for (const auto& j : jobs()) j->wait();
+}
+
+void run_job(const std::string& kind, const std::string& title, const std::string& command,
+             const std::function<void(Job&)>& work, const ProgressFn& observer) {
+  Job job(0, kind, title, command);  // id 0: not one of a runner's jobs
+  job.observer_ = observer;
+  job.run(work);
+  job.rethrow();
+}
+
+}  // namespace attnscope

@@ -1,0 +1,260 @@
+#include "attnscope/session.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/error.h"
+#include "attnscope/feature_map.h"
+#include "attnscope/head_view.h"
+#include "attnscope/text_file.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace attnscope {
+
+namespace {
+
+constexpr const char* kFormat = "attnscope.session";
+constexpr int kVersion = 1;
+const char* const kViews[] = {"heads", "metrics", "dof", "jobs"};
+
+// ---- saving: paths relative to the session file's directory ----
+
+// `p` as seen from `base`. relative() resolves symlinks and "..", so a folder reached through a
+// link still yields the short path; it is empty only when no relative path exists.
+std::string relative_to(const std::string& p, const fs::path& base) {
+  if (p.empty()) return p;
+  std::error_code ec;
+  const fs::path r = fs::relative(fs::absolute(p), base, ec);
+  return ec || r.empty() ? fs::absolute(p).string() : r.string();
+}
+
+// The model and tokenizer may be Hugging Face cache names ("org/name"), not paths: only what
+// exists on disk is made relative.
+std::string relative_if_exists(const std::string& p, const fs::path& base) {
+  std::error_code ec;
+  return !p.empty() && fs::exists(p, ec) ? relative_to(p, base) : p;
+}
+
+// ---- loading: every value checked, errors naming the file and the key ----
+
+struct Reader {
+  std::string file;
+  fs::path base;  // the session file's directory, absolute
+
+  [[noreturn]] void bad(const std::string& key, const std::string& what) const {
+    fail(file, "'" + key + "' " + what);
+  }
+
+  // The member `key` of `obj`, or null when absent (absent keys keep their defaults, so a session
+  // written by hand or by an older build needs only what it sets).
+  const json* find(const json& obj, const char* key) const {
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+
+  const json* object(const json& obj, const char* key) const {
+    const json* v = find(obj, key);
+    if (v && !v->is_object()) bad(key, "must be a JSON object");
+    return v;
+  }
+
+  void string(const json& obj, const char* key, const std::string& name, std::string& out) const {
+    if (const json* v = find(obj, key)) {
+      if (!v->is_string()) bad(name, "must be a string");
+      out = v->get<std::string>();
+    }
+  }
+
+  // An integer in [lo, hi]; floats and strings are refused rather than rounded.
+  template <class Int>
+  void integer(const json& obj, const char* key, const std::string& name, int64_t lo, int64_t hi,
+               const char* what, Int& out) const {
+    const json* v = find(obj, key);
+    if (!v) return;
+    if (!v->is_number_integer()) bad(name, std::string("must be ") + what);
+    // nlohmann keeps non-negative integers unsigned (up to 2^64 - 1) and negative ones signed.
+    const bool ok = v->is_number_unsigned() ? v->get<uint64_t>() <= uint64_t(hi) && int64_t(v->get<uint64_t>()) >= lo
+                                            : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
+    if (!ok) bad(name, std::string("must be ") + what + ", got " + v->dump());
+    out = static_cast<Int>(v->get<int64_t>());
+  }
+
+  void seed(const json& obj, const char* key, const std::string& name, uint64_t& out) const {
+    if (const json* v = find(obj, key)) {
+      if (!v->is_number_unsigned()) bad(name, "must be a non-negative integer");
+      out = v->get<uint64_t>();
+    }
+  }
+
+  void boolean(const json& obj, const char* key, const std::string& name, bool& out) const {
+    if (const json* v = find(obj, key)) {
+      if (!v->is_boolean()) bad(name, "must be true or false");
+      out = v->get<bool>();
+    }
+  }
+
+  // A stored path back to an absolute one, from the session file's directory.
+  std::string path(const std::string& p) const {
+    if (p.empty()) return p;
+    return fs::weakly_canonical(base / p).string();
+  }
+
+  // The model and tokenizer: a path that exists beside the session resolves; "../x" or "./x" is a
+  // path too even when it has gone (the workbench then names where it looked); anything else
+  // missing is a Hugging Face cache name and stays as written.
+  std::string model_path(const std::string& p) const {
+    if (p.empty() || fs::path(p).is_absolute()) return p;
+    std::error_code ec;
+    if (fs::exists(base / p, ec) || p.rfind("./", 0) == 0 || p.rfind("../", 0) == 0) return path(p);
+    return p;
+  }
+};
+
+}  // namespace
+
+void save_session(const std::string& path, const Session& s) {
+  const fs::path base = fs::absolute(path).parent_path();
+  json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["model"] = relative_if_exists(s.model, base);
+  j["tokenizer"] = relative_if_exists(s.tokenizer, base);
+  json texts = json::array();
+  for (const auto& t : s.texts) texts.push_back(relative_to(t, base));
+  j["texts"] = texts;
+  j["text"] = s.text;
+  j["capture"] = {{"dir", relative_to(s.capture_dir, base)},
+                  {"seq_len", s.capture.seq_len},
+                  {"num_seqs", s.capture.num_seqs},
+                  {"seed", s.capture.seed},
+                  {"pre_rope", s.capture.pre_rope}};
+  j["spectra"] = relative_to(s.spectra, base);
+  j["dof"] = {{"samples", s.dof.samples}, {"normalize", dof_normalize_name(s.dof.normalize)}, {"seed", s.dof.seed}};
+  j["analysis"] = {{"feature_map", s.analysis.feature_map},
+                   {"features", s.analysis.features},
+                   {"seed", s.analysis.seed},
+                   {"mixer_state", s.analysis.mixer_state}};
+  j["lambda"] = s.lambda;
+  j["budget"] = s.budget;
+  j["strategy"] = alloc_strategy_name(s.strategy);
+  j["multiple"] = s.multiple;
+  j["selection"] = {{"layer", s.layer}, {"head", s.head}, {"seq", s.seq}};
+  j["colour_scale"] = s.colour_scale;
+  j["metric"] = s.metric;
+  j["view"] = s.view;
+  write_text_file(path, j.dump(2) + "\n");
+}
+
+Session load_session(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(file, "cannot open the session file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(file, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(file, "not an attnscope session (not a JSON object)");
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kFormat)
+    fail(file, std::string("not an attnscope session ('format' is not \"") + kFormat + "\")");
+  auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer() || *version != kVersion)
+    fail(file, "session version " + (version == j.end() ? std::string("(missing)") : version->dump()) +
+                   " is not supported (this build reads " + std::to_string(kVersion) + ")");
+
+  Reader r{file, fs::absolute(file).parent_path()};
+  Session s;
+  r.string(j, "model", "model", s.model);
+  s.model = r.model_path(s.model);
+  r.string(j, "tokenizer", "tokenizer", s.tokenizer);
+  s.tokenizer = r.model_path(s.tokenizer);
+  if (const json* t = r.find(j, "texts")) {
+    if (!t->is_array()) r.bad("texts", "must be an array of file names");
+    for (const auto& e : *t) {
+      if (!e.is_string()) r.bad("texts", "must be an array of file names");
+      if (e.get<std::string>().empty()) r.bad("texts", "has an empty file name");
+      s.texts.push_back(r.path(e.get<std::string>()));
+    }
+  }
+  r.string(j, "text", "text", s.text);
+
+  if (const json* c = r.object(j, "capture")) {
+    r.string(*c, "dir", "capture.dir", s.capture_dir);
+    s.capture_dir = r.path(s.capture_dir);
+    // The same ranges as `attnscope capture` accepts (L >= 2 keys, T >= 1 window).
+    r.integer(*c, "seq_len", "capture.seq_len", 2, 1 << 20, "an integer in 2..1048576", s.capture.seq_len);
+    r.integer(*c, "num_seqs", "capture.num_seqs", 1, 1 << 20, "an integer in 1..1048576", s.capture.num_seqs);
+    r.seed(*c, "seed", "capture.seed", s.capture.seed);
+    r.boolean(*c, "pre_rope", "capture.pre_rope", s.capture.pre_rope);
+  }
+  r.string(j, "spectra", "spectra", s.spectra);
+  s.spectra = r.path(s.spectra);
+
+  if (const json* d = r.object(j, "dof")) {
+    r.integer(*d, "samples", "dof.samples", 1, INT64_MAX, "a positive integer", s.dof.samples);
+    std::string normalize = dof_normalize_name(s.dof.normalize);
+    r.string(*d, "normalize", "dof.normalize", normalize);
+    try {
+      s.dof.normalize = parse_dof_normalize(normalize);
+    } catch (const Error& e) {
+      r.bad("dof.normalize", std::string("is not valid: ") + e.what());
+    }
+    r.seed(*d, "seed", "dof.seed", s.dof.seed);
+  }
+  if (const json* a = r.object(j, "analysis")) {
+    r.string(*a, "feature_map", "analysis.feature_map", s.analysis.feature_map);
+    if (!s.analysis.feature_map.empty()) {
+      const auto names = feature_map_names();
+      if (std::find(names.begin(), names.end(), s.analysis.feature_map) == names.end())
+        r.bad("analysis.feature_map", "'" + s.analysis.feature_map + "' is not a feature map");
+    }
+    r.integer(*a, "features", "analysis.features", 0, INT64_MAX, "a non-negative integer", s.analysis.features);
+    r.seed(*a, "seed", "analysis.seed", s.analysis.seed);
+    r.integer(*a, "mixer_state", "analysis.mixer_state", 0, INT64_MAX, "a non-negative integer", s.analysis.mixer_state);
+  }
+
+  if (const json* v = r.find(j, "lambda")) {
+    if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
+      r.bad("lambda", "must be a positive finite number");
+    s.lambda = v->get<double>();
+  }
+  r.integer(j, "budget", "budget", 1, INT64_MAX, "a positive integer", s.budget);
+  if (r.find(j, "strategy")) {
+    std::string name;
+    r.string(j, "strategy", "strategy", name);
+    try {
+      s.strategy = parse_alloc_strategy(name);
+    } catch (const Error& e) {
+      r.bad("strategy", std::string("is not valid: ") + e.what());
+    }
+  }
+  r.integer(j, "multiple", "multiple", 1, INT64_MAX, "a positive integer", s.multiple);
+
+  if (const json* sel = r.object(j, "selection")) {
+    // Only the sign is checked here: the capture they index may not exist yet.
+    r.integer(*sel, "layer", "selection.layer", 0, INT_MAX, "a non-negative integer", s.layer);
+    r.integer(*sel, "head", "selection.head", 0, INT_MAX, "a non-negative integer", s.head);
+    r.integer(*sel, "seq", "selection.seq", 0, INT_MAX, "a non-negative integer", s.seq);
+  }
+  r.string(j, "colour_scale", "colour_scale", s.colour_scale);
+  try {
+    parse_colour_scale(s.colour_scale);
+  } catch (const Error& e) {
+    r.bad("colour_scale", std::string("is not valid: ") + e.what());
+  }
+  r.string(j, "metric", "metric", s.metric);
+  r.string(j, "view", "view", s.view);
+  if (std::find(std::begin(kViews), std::end(kViews), s.view) == std::end(kViews))
+    r.bad("view", "'" + s.view + "' is not one of heads, metrics, dof, jobs");
+  return s;
+}
+
+}  // namespace attnscope

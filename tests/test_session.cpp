@@ -1,0 +1,292 @@
+// The workbench session file: every field survives a round trip, paths are stored relative to the
+// file and still resolve after the whole project folder moves, and bad files are refused naming
+// the file and the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/error.h"
+#include "attnscope/session.h"
+#include "test_support.h"
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+void touch(const fs::path& p) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << "x";
+}
+
+// A project folder with a model, two texts, a capture and a spectra file, and a session in a
+// subfolder of it that refers to all of them.
+struct Project {
+  fs::path root;
+  Session session;
+};
+
+Project make_project(const std::string& tag) {
+  Project p;
+  p.root = fs::path(test::temp_dir(tag)) / "project";
+  touch(p.root / "models/m/config.json");
+  touch(p.root / "models/m/tokenizer.json");
+  touch(p.root / "texts/a.txt");
+  touch(p.root / "texts/b c.txt");  // a space in a name
+  touch(p.root / "runs/cap/manifest.json");
+  touch(p.root / "runs/spectra.safetensors");
+  fs::create_directories(p.root / "sessions");
+  Session& s = p.session;
+  s.model = (p.root / "models/m").string();
+  s.tokenizer = (p.root / "models/m/tokenizer.json").string();
+  s.texts = {(p.root / "texts/a.txt").string(), (p.root / "texts/b c.txt").string()};
+  s.text = "typed \"text\"\nwith a newline";
+  s.capture.seq_len = 128;
+  s.capture.num_seqs = 3;
+  s.capture.seed = 18446744073709551615ull;  // the largest seed survives (no double in between)
+  s.capture.pre_rope = true;
+  s.capture_dir = (p.root / "runs/cap").string();
+  s.spectra = (p.root / "runs/spectra.safetensors").string();
+  s.dof.samples = 777;
+  s.dof.normalize = DofNormalize::Samples;
+  s.dof.seed = 5;
+  s.analysis.feature_map = "hedgehog";
+  s.analysis.features = 32;
+  s.analysis.seed = 9;
+  s.analysis.mixer_state = 4;
+  s.lambda = 0.0123456789012345;
+  s.budget = 48;
+  s.strategy = AllocStrategy::PerHead;
+  s.multiple = 8;
+  s.layer = 2, s.head = 3, s.seq = 1;
+  s.colour_scale = "row";
+  s.metric = "kl";
+  s.view = "dof";
+  return p;
+}
+
+// Equal in everything but the paths (compared by the caller).
+void expect_same_settings(const Session& a, const Session& b) {
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.capture.seq_len, b.capture.seq_len);
+  EXPECT_EQ(a.capture.num_seqs, b.capture.num_seqs);
+  EXPECT_EQ(a.capture.seed, b.capture.seed);
+  EXPECT_EQ(a.capture.pre_rope, b.capture.pre_rope);
+  EXPECT_EQ(a.dof.samples, b.dof.samples);
+  EXPECT_EQ(a.dof.normalize, b.dof.normalize);
+  EXPECT_EQ(a.dof.seed, b.dof.seed);
+  EXPECT_EQ(a.analysis.feature_map, b.analysis.feature_map);
+  EXPECT_EQ(a.analysis.features, b.analysis.features);
+  EXPECT_EQ(a.analysis.seed, b.analysis.seed);
+  EXPECT_EQ(a.analysis.mixer_state, b.analysis.mixer_state);
+  EXPECT_EQ(a.lambda, b.lambda);  // exactly: JSON keeps a double's 17 digits
+  EXPECT_EQ(a.budget, b.budget);
+  EXPECT_EQ(a.strategy, b.strategy);
+  EXPECT_EQ(a.multiple, b.multiple);
+  EXPECT_EQ(a.layer, b.layer);
+  EXPECT_EQ(a.head, b.head);
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.colour_scale, b.colour_scale);
+  EXPECT_EQ(a.metric, b.metric);
+  EXPECT_EQ(a.view, b.view);
+}
+
+std::string resolved(const fs::path& p) { return fs::weakly_canonical(p).string(); }
+
+// Writes `j` as a session file and returns the message of load_session's Error ("" when none).
+std::string load_error(const nlohmann::ordered_json& j, const std::string& tag = "bad") {
+  const std::string file = test::temp_dir("session_" + tag) + "/bad.attnscope";
+  std::ofstream(file) << j.dump();
+  return test::error_of([&] { load_session(file); });
+}
+
+nlohmann::ordered_json minimal() { return {{"format", "attnscope.session"}, {"version", 1}}; }
+
+}  // namespace
+
+TEST(Session, RoundTripsEveryFieldAndSurvivesMovingTheFolder) {
+  Project p = make_project("session_rt");
+  const fs::path file = p.root / "sessions/work.attnscope";
+  save_session(file.string(), p.session);
+
+  const Session back = load_session(file.string());
+  expect_same_settings(p.session, back);
+  EXPECT_EQ(back.model, resolved(p.root / "models/m"));
+  EXPECT_EQ(back.tokenizer, resolved(p.root / "models/m/tokenizer.json"));
+  ASSERT_EQ(back.texts.size(), 2u);
+  EXPECT_EQ(back.texts[1], resolved(p.root / "texts/b c.txt"));
+  EXPECT_EQ(back.capture_dir, resolved(p.root / "runs/cap"));
+  EXPECT_EQ(back.spectra, resolved(p.root / "runs/spectra.safetensors"));
+
+  // Move the whole project: the session still finds everything at its new place.
+  const fs::path moved = p.root.parent_path() / "elsewhere" / "renamed";
+  fs::create_directories(moved.parent_path());
+  fs::rename(p.root, moved);
+  ASSERT_FALSE(fs::exists(p.root));
+  const Session after = load_session((moved / "sessions/work.attnscope").string());
+  expect_same_settings(p.session, after);
+  EXPECT_EQ(after.model, resolved(moved / "models/m"));
+  EXPECT_TRUE(fs::exists(after.model));
+  EXPECT_EQ(after.tokenizer, resolved(moved / "models/m/tokenizer.json"));
+  ASSERT_EQ(after.texts.size(), 2u);
+  EXPECT_EQ(after.texts[0], resolved(moved / "texts/a.txt"));
+  EXPECT_TRUE(fs::exists(after.texts[1]));
+  EXPECT_EQ(after.capture_dir, resolved(moved / "runs/cap"));
+  EXPECT_TRUE(fs::exists(after.spectra));
+}
+
+TEST(Session, PathsAreStoredRelativeToTheFile) {
+  Project p = make_project("session_rel");
+  const fs::path file = p.root / "sessions/work.attnscope";
+  save_session(file.string(), p.session);
+  const auto j = nlohmann::json::parse(test::read_file(file.string()));
+  EXPECT_EQ(j["format"], "attnscope.session");
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["model"], "../models/m");
+  EXPECT_EQ(j["tokenizer"], "../models/m/tokenizer.json");
+  EXPECT_EQ(j["texts"], nlohmann::json::array({"../texts/a.txt", "../texts/b c.txt"}));
+  EXPECT_EQ(j["capture"]["dir"], "../runs/cap");
+  EXPECT_EQ(j["spectra"], "../runs/spectra.safetensors");
+  EXPECT_EQ(j["strategy"], "per-head");
+  EXPECT_EQ(j["dof"]["normalize"], "samples");
+  EXPECT_EQ(j["selection"]["head"], 3);
+  // The atomic writer leaves no temporary beside the file.
+  EXPECT_FALSE(fs::exists(file.string() + ".tmp"));
+}
+
+TEST(Session, CacheNamesAndEmptyPathsStayAsTheyAre) {
+  const std::string dir = test::temp_dir("session_names");
+  Session s;
+  s.model = "EleutherAI/pythia-70m";  // a Hugging Face cache name, not a path here
+  const std::string file = dir + "/s.attnscope";
+  save_session(file, s);
+  const auto j = nlohmann::json::parse(test::read_file(file));
+  EXPECT_EQ(j["model"], "EleutherAI/pythia-70m");
+  EXPECT_EQ(j["tokenizer"], "");
+  EXPECT_EQ(j["capture"]["dir"], "");
+  EXPECT_EQ(j["spectra"], "");
+  EXPECT_TRUE(j["texts"].empty());
+  const Session back = load_session(file);
+  EXPECT_EQ(back.model, "EleutherAI/pythia-70m");
+  EXPECT_EQ(back.tokenizer, "");
+  EXPECT_EQ(back.capture_dir, "");
+  EXPECT_EQ(back.spectra, "");
+  EXPECT_TRUE(back.texts.empty());
+  // The defaults come back as they were.
+  const Session defaults;
+  expect_same_settings(defaults, back);
+}
+
+TEST(Session, AMissingCaptureIsNotAnErrorAndComesBackAbsolute) {
+  const std::string dir = test::temp_dir("session_missing");
+  nlohmann::ordered_json j = minimal();
+  j["capture"] = {{"dir", "runs/gone"}};
+  j["spectra"] = "runs/gone.safetensors";
+  j["model"] = "../models/gone";  // a relative path that has gone: absolute, so errors say where
+  std::ofstream(dir + "/s.attnscope") << j.dump();
+  const Session s = load_session(dir + "/s.attnscope");
+  EXPECT_EQ(s.capture_dir, resolved(fs::path(dir) / "runs/gone"));
+  EXPECT_EQ(s.spectra, resolved(fs::path(dir) / "runs/gone.safetensors"));
+  EXPECT_EQ(s.model, resolved(fs::path(dir) / "../models/gone"));
+  EXPECT_TRUE(fs::path(s.model).is_absolute());
+}
+
+TEST(Session, MalformedFilesAreRefusedNamingTheFile) {
+  const std::string dir = test::temp_dir("session_malformed");
+  const std::string file = dir + "/broken.attnscope";
+  std::ofstream(file) << "{\"format\": \"attnscope.session\", \"version\": 1,";  // cut off
+  std::string msg = test::error_of([&] { load_session(file); });
+  EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+
+  msg = test::error_of([&] { load_session(dir + "/none.attnscope"); });
+  EXPECT_NE(msg.find("none.attnscope"), std::string::npos) << msg;
+
+  std::ofstream(file) << "[1, 2]";
+  EXPECT_NE(test::error_of([&] { load_session(file); }).find("not an attnscope session"), std::string::npos);
+
+  // Saving into a folder that does not exist names the file.
+  const Session blank;
+  msg = test::error_of([&] { save_session(dir + "/no/such/s.attnscope", blank); });
+  EXPECT_NE(msg.find("no/such/s.attnscope"), std::string::npos) << msg;
+}
+
+TEST(Session, WrongFormatOrVersionIsRefused) {
+  auto j = minimal();
+  j["format"] = "attnscope-capture";
+  EXPECT_NE(load_error(j).find("not an attnscope session"), std::string::npos);
+  j = minimal();
+  j.erase("format");
+  EXPECT_NE(load_error(j).find("not an attnscope session"), std::string::npos);
+  j = minimal();
+  j["version"] = 2;
+  std::string msg = load_error(j);
+  EXPECT_NE(msg.find("bad.attnscope"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("version 2 is not supported"), std::string::npos) << msg;
+  j["version"] = "1";
+  EXPECT_NE(load_error(j).find("version \"1\" is not supported"), std::string::npos);
+  EXPECT_EQ(load_error(minimal()), "") << "format and version alone are a valid session";
+}
+
+TEST(Session, WrongTypesAndValuesNameTheKey) {
+  struct Case {
+    const char* key;  // dotted: one level of nesting
+    nlohmann::ordered_json value;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"budget", 0, "'budget' must be a positive integer"},
+      {"budget", 64.5, "'budget' must be a positive integer"},
+      {"budget", "64", "'budget' must be a positive integer"},
+      {"multiple", -8, "'multiple' must be a positive integer"},
+      {"lambda", 0, "'lambda' must be a positive finite number"},
+      {"lambda", "2^-8", "'lambda' must be a positive finite number"},
+      {"strategy", "dof+clip", "'strategy' is not valid: strategy 'dof+clip' is unknown"},
+      {"strategy", 3, "'strategy' must be a string"},
+      {"model", 5, "'model' must be a string"},
+      {"texts", "a.txt", "'texts' must be an array of file names"},
+      {"texts", nlohmann::ordered_json::array({"a.txt", 3}), "'texts' must be an array of file names"},
+      {"capture.seq_len", 1, "'capture.seq_len' must be an integer in 2..1048576"},
+      {"capture.num_seqs", true, "'capture.num_seqs' must be an integer in 1..1048576"},
+      {"capture.seed", -1, "'capture.seed' must be a non-negative integer"},
+      {"capture.pre_rope", 1, "'capture.pre_rope' must be true or false"},
+      {"capture.dir", nullptr, "'capture.dir' must be a string"},
+      {"dof.samples", 0, "'dof.samples' must be a positive integer"},
+      {"dof.normalize", "frobenius", "'dof.normalize' is not valid"},
+      {"analysis.feature_map", "performer", "'analysis.feature_map' 'performer' is not a feature map"},
+      {"analysis.features", -1, "'analysis.features' must be a non-negative integer"},
+      {"selection.layer", -1, "'selection.layer' must be a non-negative integer"},
+      {"selection.seq", 1e10, "'selection.seq' must be a non-negative integer"},
+      {"colour_scale", "rainbow", "'colour_scale' is not valid: colour scale 'rainbow' is unknown"},
+      {"view", "plots", "'view' 'plots' is not one of heads, metrics, dof, jobs"},
+  };
+  for (const Case& c : cases) {
+    auto j = minimal();
+    const std::string key = c.key;
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos)
+      j[key] = c.value;
+    else
+      j[key.substr(0, dot)][key.substr(dot + 1)] = c.value;
+    const std::string msg = load_error(j);
+    EXPECT_NE(msg.find("bad.attnscope: "), std::string::npos) << key << ": " << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << key << ": " << msg;
+  }
+  // A section that is not an object.
+  auto j = minimal();
+  j["capture"] = 5;
+  EXPECT_NE(load_error(j).find("'capture' must be a JSON object"), std::string::npos);
+}
+
+TEST(Session, StrategyNamesGoThroughTheAllocationParser) {
+  for (const std::string& name : alloc_strategy_names()) {
+    auto j = minimal();
+    j["strategy"] = name;
+    const std::string file = test::temp_dir("session_strategy") + "/s.attnscope";
+    std::ofstream(file) << j.dump();
+    const Session s = load_session(file);
+    EXPECT_EQ(alloc_strategy_name(s.strategy), name);
+  }
+}
