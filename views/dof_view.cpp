@@ -191,7 +191,7 @@ void DofView::Impl::build_grid_panel() {
   auto* group = new QCPMarginGroup(p);
   p->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, group);
   scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
-  note = new QCPTextElement(p, tr("bold: layer maximum   * DoF moved > 10% between J/2 and J (not converged)"));
+  note = new QCPTextElement(p, tr("bold: the layer's maximum\n* not converged: DoF moved > 10% between J/2 and J"));
   QFont nf = note->font();
   nf.setPointSizeF(8);
   note->setFont(nf);
@@ -219,6 +219,7 @@ void DofView::Impl::build_grid_panel() {
   connect(p, &QCustomPlot::mousePress, this, &Impl::cell_click);
   connect(p, &QCustomPlot::mouseMove, this, &Impl::cell_tooltip);
   connect(p, &QCustomPlot::afterLayout, this, &Impl::update_text_visibility);
+  style_plot(p);  // the text elements added here
   grid_panel->set_csv([this]() -> std::string {
     return has_state ? to_csv(dof_grid_table(state.head_dof, state.lambda, state.convergence)) : std::string();
   });
@@ -381,6 +382,7 @@ void DofView::Impl::build_spectrum_panel() {
   QFont lf = p->legend->font();
   lf.setPointSizeF(8);
   p->legend->setFont(lf);
+  style_plot(p);
   spectrum_panel->set_csv([this]() -> std::string {
     const HeadSpectrum* sp = selected_spectrum();
     Table t;
@@ -489,13 +491,12 @@ void DofView::Impl::build_curve_panel() {
   curve_line->setObjectName("lambda line");
   curve_line->setPen(QPen(accent(), 2));
   curve_text = boxed_label(p, QColor(0, 0, 0));
-  curve_text->position->setTypeX(QCPItemPosition::ptPlotCoords);
-  curve_text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
   p->legend->setVisible(true);
   p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignRight | Qt::AlignTop);
   QFont lf = p->legend->font();
   lf.setPointSizeF(8);
   p->legend->setFont(lf);
+  style_plot(p);
   curve_panel->set_csv([this]() -> std::string {
     Table t;
     t.header = {"log2_lambda", "lambda", "dof_head", "dof_head_half", "dof_layer_max"};
@@ -552,11 +553,13 @@ void DofView::Impl::draw_curve_line() {
   curve_line->point1->setCoords(x, 0);
   curve_line->point2->setCoords(x, 1);
   if (sel_layer < int(state.head_dof.size()) && sel_head < int(state.head_dof[sel_layer].size())) {
-    curve_text->setText(tr("DoF %1").arg(QString::fromStdString(fmt_number(state.head_dof[sel_layer][sel_head].value, 1))));
-    // Left of the line when it is near the right edge.
+    const double dof = state.head_dof[sel_layer][sel_head].value;
+    curve_text->setText(tr("DoF %1").arg(QString::fromStdString(fmt_number(dof, 1))));
+    // Where the line meets the head's curve, beside it (left of the line near the right edge),
+    // below the legend in the top right corner.
     const bool right = x > -3;
-    curve_text->position->setCoords(x + (right ? -0.15 : 0.15), 0.04);
-    curve_text->setPositionAlignment((right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignTop);
+    curve_text->position->setCoords(x + (right ? -0.15 : 0.15), dof);
+    curve_text->setPositionAlignment((right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignBottom);
   }
 }
 
@@ -584,13 +587,13 @@ void DofView::Impl::build_alloc_panel() {
   budget_text = boxed_label(p, QColor(0, 0, 0));
   budget_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
   budget_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  budget_text->setPositionAlignment(Qt::AlignRight | Qt::AlignVCenter);
+  budget_text->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
   clip_line = new QCPItemStraightLine(p);
   clip_line->setPen(QPen(series_color(7), 1.5, Qt::DotLine));
   clip_text = boxed_label(p, QColor(0, 0, 0));
   clip_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
   clip_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  clip_text->setPositionAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+  clip_text->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
   cost_text = new QCPTextElement(p, QString());
   QFont cf = cost_text->font();
   cf.setPointSizeF(9.5);
@@ -599,6 +602,7 @@ void DofView::Impl::build_alloc_panel() {
   p->plotLayout()->insertRow(0);
   p->plotLayout()->addElement(0, 0, cost_text);
   p->legend->setVisible(false);
+  style_plot(p);
   alloc_panel->set_csv([this]() -> std::string {
     // As `attnscope allocate --csv` prints it: one row per head.
     Table t;
@@ -674,7 +678,7 @@ void DofView::Impl::draw_bars() {
     const double d = double(spectra->head_dim);
     clip_line->point1->setCoords(0, d);
     clip_line->point2->setCoords(1, d);
-    clip_text->position->setCoords(0.005, d);
+    clip_text->position->setCoords(0.995, d);
     clip_text->setText(tr("clip at d = %1").arg(spectra->head_dim));
     p->yAxis->setRange(0, std::max(top, d) * 1.2 + 1);
   }
