@@ -5,6 +5,7 @@
 
 #include <QImage>
 #include <QPlainTextEdit>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTest>
@@ -137,6 +138,27 @@ TEST(JobsView, SelectionAndLogSurviveUpdates) {
   f.view->table()->selectRow(f.row_of(3));
   EXPECT_EQ(f.view->log_text(), "[  0.0 s] started");
   EXPECT_TRUE(f.view->log_title().contains("failed: /data/cap/layer_2.safetensors: truncated header"));
+}
+
+// A long log (training jobs) follows its end as lines arrive, only the new lines are added.
+TEST(JobsView, LongLogFollowsTheEnd) {
+  Fixture f;
+  auto jobs = four_jobs();
+  for (int i = 0; i < 300; ++i) jobs[0].log.push_back("[ " + std::to_string(i) + " s] step " + std::to_string(i));
+  f.view->set_jobs(jobs);
+  f.view->table()->selectRow(f.row_of(1));
+  QCoreApplication::processEvents();
+  auto* log = f.view->findChild<QPlainTextEdit*>();
+  ASSERT_NE(log, nullptr);
+  QScrollBar* bar = log->verticalScrollBar();
+  EXPECT_GT(bar->maximum(), 0);
+  EXPECT_EQ(bar->value(), bar->maximum());
+  for (int i = 300; i < 350; ++i) jobs[0].log.push_back("[ " + std::to_string(i) + " s] step " + std::to_string(i));
+  f.view->set_jobs(jobs);
+  QCoreApplication::processEvents();
+  EXPECT_EQ(bar->value(), bar->maximum());
+  EXPECT_EQ(log->document()->blockCount(), 352);
+  EXPECT_TRUE(f.view->log_text().endsWith("step 349"));
 }
 
 TEST(JobsView, DoubleClickOpensOnlyJobsThatSucceeded) {
