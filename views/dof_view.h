@@ -11,13 +11,20 @@
 
 #include "attnscope/allocation.h"
 #include "attnscope/dof.h"
+#include "attnscope/table.h"
 #include "plot_panel.h"
 
 class QSlider;
 class QComboBox;
 class QSpinBox;
+class QLabel;
 
 namespace attnscope::views {
+
+// The tables the view exports ("Table…"): Table 2 (DoF of every head at lambda, unconverged heads
+// listed), Table 1 (feature dimension per layer for the current strategy) and, for per-head, the
+// dimension of every head.
+enum class DofTable { DofGrid, Allocation, HeadDims };
 
 // Everything the sliders change, computed by core for (lambda, budget, strategy).
 struct DofState {
@@ -53,6 +60,19 @@ class DofView : public QWidget {
   // The allocation bars as drawn: per layer the height of its bar (tests compare with core).
   std::vector<double> drawn_layer_dims() const;
   QString mean_cost_text() const;
+  // The value printed in heatmap cell (layer, head): fmt_number(DoF), a '*' after it when the head
+  // has not converged; "" outside the grid.
+  QString cell_text(int layer, int head) const;
+  int selected_layer() const;
+  int selected_head() const;
+  QLabel* lambda_label() const;
+  QSpinBox* budget_box() const;
+
+  // The shown state as one of core's tables (allocation_tables.h); empty before show_state.
+  Table table(DofTable which) const;
+  // Writes table(which) by the extension of `path`: .csv, .md or .tex (atomic; throws Error
+  // naming the path).
+  void export_table(DofTable which, const QString& path) const;
 
  signals:
   void settingsChanged(double lambda, qint64 budget, attnscope::AllocStrategy strategy);

@@ -1,0 +1,337 @@
+// The DoF view driven as a user would (offscreen): the lambda and budget sliders emit the settings
+// at once, the window's answer (core's head_dofs, head_convergence, allocate -> show_state) is what
+// the bars and the heatmap cells show, the spectrum's lambda line sits at core's shifted ridge, a
+// click on a cell selects its head, and set_controls stays silent.
+#include <gtest/gtest.h>
+
+#include <QComboBox>
+#include <QImage>
+#include <QLabel>
+#include <QSignalSpy>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTest>
+#include <cmath>
+#include <memory>
+#include <qcustomplot.h>
+
+#include "attnscope/allocation.h"
+#include "attnscope/allocation_tables.h"
+#include "attnscope/dof.h"
+#include "attnscope/table.h"
+#include "dof_view.h"
+#include "figure_export.h"
+#include "test_support.h"
+
+using namespace attnscope;
+using views::DofState;
+using views::DofView;
+
+namespace {
+
+// Geometric spectra e_i = r^i (trace-normalized), a different decay per head, so every head has
+// its own DoF; the J/2 half of head (1, 2) decays much faster (flagged unconverged; the others'
+// halves have the same DoF); heads (2, 1) and (3, 0) are kept in shifted form (log_scale 3 and 400,
+// as the samples normalizer gives; exp(400) mu would not fit in a double).
+HeadSpectrum geometric(double rate, int J, double log_scale = 0) {
+  HeadSpectrum h;
+  double sum = 0;
+  for (int i = 0; i < J; ++i) sum += std::pow(rate, i);
+  for (int i = 0; i < J; ++i) h.eigenvalues.push_back(std::pow(rate, i) / sum);
+  h.trace = 1;
+  h.samples = J;
+  h.log_scale = log_scale;
+  return h;
+}
+
+std::shared_ptr<DofSpectra> synthetic_spectra(int S, int H, int J) {
+  auto sp = std::make_shared<DofSpectra>();
+  sp->num_layers = S;
+  sp->num_heads = H;
+  sp->head_dim = 32;
+  sp->model = "/models/toy-gpt";
+  for (int s = 0; s < S; ++s)
+    for (int h = 0; h < H; ++h) {
+      const double rate = 0.5 + 0.45 * double((s * H + h) % 7) / 6;
+      const double log_scale = (s == 2 && h == 1) ? 3.0 : (s == 3 && h == 0) ? 400.0 : 0.0;
+      HeadSpectrum hs = geometric(rate, J, log_scale);
+      // Converged heads: a J/2 spectrum with the same DoF (the same spectrum, samples J/2).
+      HeadSpectrum half = (s == 1 && h == 2) ? geometric(0.3, J / 2, log_scale) : geometric(rate, J, log_scale);
+      half.samples = J / 2;
+      hs.half = std::make_shared<HeadSpectrum>(half);
+      sp->heads.push_back(hs);
+    }
+  return sp;
+}
+
+// What the window does on settingsChanged.
+DofState compute_state(const DofSpectra& sp, double lambda, int64_t budget, AllocStrategy strategy) {
+  DofState st;
+  st.lambda = lambda;
+  st.budget = budget;
+  st.strategy = strategy;
+  st.head_dof = head_dofs(sp, lambda);
+  st.convergence = head_convergence(sp, lambda);
+  AllocOptions o;
+  o.strategy = strategy;
+  o.budget = budget;
+  o.head_dim = sp.head_dim;
+  st.allocation = allocate(dof_values(st.head_dof), o);
+  return st;
+}
+
+struct Fixture {
+  std::shared_ptr<DofSpectra> spectra = synthetic_spectra(4, 5, 96);
+  std::unique_ptr<DofView> view;
+  DofState last;
+  Fixture() {
+    views::ensure_qt(nullptr);
+    view = std::make_unique<DofView>();
+    view->resize(1300, 850);
+    view->set_spectra(spectra);
+    QObject::connect(view.get(), &DofView::settingsChanged, view.get(),
+                     [this](double lambda, qint64 budget, AllocStrategy strategy) {
+                       last = compute_state(*spectra, lambda, budget, strategy);
+                       view->show_state(last);
+                     });
+    last = compute_state(*spectra, view->lambda(), view->budget(), view->strategy());
+    view->show_state(last);
+    view->show();
+    QCoreApplication::processEvents();
+  }
+};
+
+std::vector<double> as_double(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+QCPItemStraightLine* lambda_line(QCustomPlot* plot) {
+  return plot->findChild<QCPItemStraightLine*>("lambda line");
+}
+
+}  // namespace
+
+TEST(DofView, LambdaSliderEmitsQuarterPowersOfTwoAndTheBarsFollowCore) {
+  Fixture f;
+  QSignalSpy spy(f.view.get(), &DofView::settingsChanged);
+  QSlider* slider = f.view->lambda_slider();
+  const int start = slider->value();
+  slider->setFocus();
+  QTest::keyClick(slider, Qt::Key_Right);  // one quarter step up
+  ASSERT_EQ(spy.count(), 1);
+  EXPECT_DOUBLE_EQ(spy.at(0).at(0).toDouble(), std::exp2((start + 1) / 4.0));
+  EXPECT_EQ(spy.at(0).at(1).toLongLong(), f.view->budget());
+  QTest::keyClick(slider, Qt::Key_PageDown);  // a whole power of two down
+  ASSERT_EQ(spy.count(), 2);
+  EXPECT_DOUBLE_EQ(spy.at(1).at(0).toDouble(), std::exp2((start + 1 - 4) / 4.0));
+  slider->setValue(-20);
+  ASSERT_EQ(spy.count(), 3);
+  EXPECT_DOUBLE_EQ(spy.at(2).at(0).toDouble(), 1.0 / 32);
+  EXPECT_EQ(f.view->lambda_label()->text(), QStringLiteral("λ = 2^-5 = 0.031"));
+
+  // The allocation drawn is core's for the same inputs, independently recomputed here.
+  const DofState expect = compute_state(*f.spectra, 1.0 / 32, f.view->budget(), AllocStrategy::Dof);
+  EXPECT_EQ(f.view->drawn_layer_dims(), as_double(expect.allocation.layer_dims()));
+  EXPECT_EQ(f.view->mean_cost_text(),
+            QString("mean cost %1 of budget %2").arg(QString::fromStdString(fmt_number(expect.allocation.mean_cost, 1))).arg(f.view->budget()));
+  // The dimensions differ between layers (dof strategy): the comparison is not trivially all-equal.
+  const auto dims = expect.allocation.layer_dims();
+  EXPECT_NE(*std::min_element(dims.begin(), dims.end()), *std::max_element(dims.begin(), dims.end()));
+}
+
+TEST(DofView, HeatmapCellsPrintCoreValuesAndMarkUnconvergedHeads) {
+  Fixture f;
+  f.view->lambda_slider()->setValue(-28);  // 2^-7
+  const double lambda = std::exp2(-7);
+  const auto hd = head_dofs(*f.spectra, lambda);
+  const auto conv = head_convergence(*f.spectra, lambda);
+  int flagged = 0;
+  for (int s = 0; s < f.spectra->num_layers; ++s)
+    for (int h = 0; h < f.spectra->num_heads; ++h) {
+      const QString value = QString::fromStdString(fmt_number(hd[s][h].value, 1));
+      const bool star = conv[s][h].unconverged();
+      flagged += star;
+      EXPECT_EQ(f.view->cell_text(s, h), star ? value + "*" : value) << "layer " << s << " head " << h;
+    }
+  EXPECT_EQ(flagged, 1);  // head (1, 2): its J/2 spectrum decays much faster
+  EXPECT_TRUE(f.view->cell_text(1, 2).endsWith("*"));
+  EXPECT_EQ(f.view->cell_text(f.spectra->num_layers, 0), QString());
+  // The colour map holds the same values.
+  auto* map = qobject_cast<QCPColorMap*>(f.view->panels()[0]->plot()->plottable(0));
+  ASSERT_NE(map, nullptr);
+  EXPECT_DOUBLE_EQ(map->data()->cell(3, 2), hd[2][3].value);
+  // Its CSV is Table 2 of the same numbers.
+  const std::string dir = test::temp_dir("dofview");
+  f.view->panels()[0]->export_to(QString::fromStdString(dir + "/grid.csv"));
+  const std::string csv = test::read_file(dir + "/grid.csv");
+  EXPECT_NE(csv.find("Layer,0,1,2,3,4,Unconverged"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(fmt_number(hd[3][4].value, 1)), std::string::npos);
+}
+
+TEST(DofView, SpectrumLambdaLineSitsAtTheShiftedRidge) {
+  Fixture f;
+  f.view->select(3, 0);  // log_scale 400: drawn in the shifted units e = mu exp(-c)
+  f.view->lambda_slider()->setValue(-24);
+  QCustomPlot* plot = f.view->panels()[1]->plot();
+  QCPItemStraightLine* line = lambda_line(plot);
+  ASSERT_NE(line, nullptr);
+  const double t = shifted_ridge(1.0 / 64, 400.0);
+  ASSERT_GT(t, 0.0);
+  EXPECT_DOUBLE_EQ(line->point1->coords().y(), t);
+  EXPECT_DOUBLE_EQ(line->point2->coords().y(), t);
+  EXPECT_LT(t, 1e-150);  // not lambda itself
+  EXPECT_TRUE(line->visible());
+  EXPECT_TRUE(f.view->panels()[1]->title().contains("layer 3, head 0"));
+  auto* g = plot->graph(1);  // the J spectrum (graph 0 is the J/2 half)
+  ASSERT_EQ(g->dataCount(), 96);
+  EXPECT_DOUBLE_EQ(g->data()->at(0)->value, f.spectra->head(3, 0).eigenvalues[0]);
+  EXPECT_TRUE(plot->yAxis->label().contains("c = 400.0")) << plot->yAxis->label().toStdString();
+  // The y range shows both the line and the eigenvalues.
+  EXPECT_LT(plot->yAxis->range().lower, t);
+  EXPECT_GT(plot->yAxis->range().upper, f.spectra->head(3, 0).eigenvalues[0]);
+
+  // A moderate shift (c = 3) is drawn as Sigma's eigenvalues mu = exp(c) e, the line at lambda.
+  f.view->select(2, 1);
+  EXPECT_DOUBLE_EQ(line->point1->coords().y(), 1.0 / 64);
+  EXPECT_NEAR(g->data()->at(0)->value, std::exp(3.0) * f.spectra->head(2, 1).eigenvalues[0], 1e-12);
+  EXPECT_TRUE(plot->yAxis->label().contains("μ"));
+  // Both place the line the same way relative to the eigenvalues: as many above it as core counts.
+  const double shifted = shifted_ridge(1.0 / 64, 3.0);
+  int above_core = 0, above_drawn = 0;
+  for (double e : f.spectra->head(2, 1).eigenvalues) above_core += e > shifted;
+  for (int i = 0; i < g->dataCount(); ++i) above_drawn += g->data()->at(i)->value > line->point1->coords().y();
+  EXPECT_EQ(above_drawn, above_core);
+  EXPECT_GT(above_core, 0);
+
+  // DoF against lambda: its vertical line at log2(lambda), the head's curve from core's dof_at.
+  QCustomPlot* curve = f.view->panels()[2]->plot();
+  EXPECT_DOUBLE_EQ(lambda_line(curve)->point1->coords().x(), -6.0);
+  const auto* data = curve->graph(2)->data().data();
+  ASSERT_EQ(data->size(), 49);
+  EXPECT_DOUBLE_EQ(data->at(0)->key, -12.0);
+  EXPECT_DOUBLE_EQ(data->at(24)->value, dof_at(f.spectra->head(2, 1), std::exp2(-6.0)).value);
+}
+
+TEST(DofView, ClearingTheSpectraEmptiesEveryPlot) {
+  Fixture f;
+  f.view->set_spectra(nullptr);
+  EXPECT_TRUE(f.view->drawn_layer_dims().empty());
+  EXPECT_EQ(f.view->cell_text(0, 0), QString());
+  EXPECT_EQ(f.view->panels()[1]->plot()->graph(1)->dataCount(), 0);
+  EXPECT_EQ(f.view->mean_cost_text(), QString());
+  // And it comes back.
+  f.view->set_spectra(f.spectra);
+  f.view->lambda_slider()->setValue(f.view->lambda_slider()->value() - 1);
+  EXPECT_EQ(f.view->drawn_layer_dims().size(), 4u);
+}
+
+TEST(DofView, SetControlsMovesWithoutEmitting) {
+  Fixture f;
+  QSignalSpy spy(f.view.get(), &DofView::settingsChanged);
+  f.view->set_controls(1.0 / 512, 200, AllocStrategy::PerHead);
+  EXPECT_EQ(spy.count(), 0);
+  EXPECT_DOUBLE_EQ(f.view->lambda(), 1.0 / 512);
+  EXPECT_EQ(f.view->budget(), 200);
+  EXPECT_EQ(f.view->budget_box()->value(), 200);
+  EXPECT_EQ(f.view->strategy(), AllocStrategy::PerHead);
+  EXPECT_EQ(f.view->lambda_label()->text(), QStringLiteral("λ = 2^-9 = 0.002"));
+  // A budget beyond the slider's range widens it rather than clamping the session's value.
+  f.view->set_controls(1.0 / 512, 5000, AllocStrategy::Fix);
+  EXPECT_EQ(spy.count(), 0);
+  EXPECT_EQ(f.view->budget(), 5000);
+}
+
+TEST(DofView, BudgetSpinBoxAndStrategyEmitOnceAndPerHeadDrawsTheLayerMaximum) {
+  Fixture f;
+  QSignalSpy spy(f.view.get(), &DofView::settingsChanged);
+  QSpinBox* box = f.view->budget_box();
+  box->selectAll();
+  QTest::keyClicks(box, "96");  // "9", then "96": live, as while dragging
+  ASSERT_GE(spy.count(), 1);
+  EXPECT_EQ(spy.last().at(1).toLongLong(), 96);
+  EXPECT_EQ(f.view->budget_slider()->value(), 96);
+  const int before = spy.count();
+  f.view->strategy_box()->setCurrentIndex(3);
+  ASSERT_EQ(spy.count(), before + 1);
+  EXPECT_EQ(spy.last().at(2).value<AllocStrategy>(), AllocStrategy::PerHead);
+  const DofState expect = compute_state(*f.spectra, f.view->lambda(), 96, AllocStrategy::PerHead);
+  EXPECT_EQ(f.view->drawn_layer_dims(), as_double(expect.allocation.layer_dims()));
+  // The per-head dots are every head's dimension.
+  QCustomPlot* plot = f.view->panels()[3]->plot();
+  QCPGraph* dots = plot->graph(0);
+  ASSERT_EQ(dots->dataCount(), f.spectra->num_layers * f.spectra->num_heads);
+  double sum = 0, expect_sum = 0;
+  for (int i = 0; i < dots->dataCount(); ++i) sum += dots->data()->at(i)->value;
+  for (const auto& row : expect.allocation.dims)
+    for (int64_t m : row) expect_sum += double(m);
+  EXPECT_DOUBLE_EQ(sum, expect_sum);
+  // Slider drag: every value on the way emits.
+  const int n = spy.count();
+  f.view->budget_slider()->setValue(97);
+  f.view->budget_slider()->setValue(98);
+  EXPECT_EQ(spy.count(), n + 2);
+  EXPECT_EQ(box->value(), 98);
+}
+
+TEST(DofView, ClickingACellSelectsItsHead) {
+  Fixture f;
+  QSignalSpy spy(f.view.get(), &DofView::headSelected);
+  QCustomPlot* plot = f.view->panels()[0]->plot();
+  plot->replot();
+  const QPoint at(int(plot->xAxis->coordToPixel(3)), int(plot->yAxis->coordToPixel(2)));
+  QTest::mouseClick(plot, Qt::LeftButton, {}, at);
+  ASSERT_EQ(spy.count(), 1);
+  EXPECT_EQ(spy.at(0).at(0).toInt(), 2);
+  EXPECT_EQ(spy.at(0).at(1).toInt(), 3);
+  EXPECT_EQ(f.view->selected_layer(), 2);
+  EXPECT_EQ(f.view->selected_head(), 3);
+  EXPECT_TRUE(f.view->panels()[1]->title().endsWith("layer 2, head 3"));
+  // Outside the cells (the colour scale's side): nothing.
+  QTest::mouseClick(plot, Qt::LeftButton, {}, QPoint(plot->width() - 3, plot->height() / 2));
+  EXPECT_EQ(spy.count(), 1);
+  // select() is silent.
+  f.view->select(0, 1);
+  EXPECT_EQ(spy.count(), 1);
+  EXPECT_EQ(f.view->selected_head(), 1);
+}
+
+TEST(DofView, TablesExportAsMarkdownLatexAndCsv) {
+  Fixture f;
+  f.view->lambda_slider()->setValue(-32);
+  const std::string dir = test::temp_dir("dofview");
+  f.view->export_table(views::DofTable::DofGrid, QString::fromStdString(dir + "/t2.md"));
+  f.view->export_table(views::DofTable::Allocation, QString::fromStdString(dir + "/t1.tex"));
+  f.view->export_table(views::DofTable::Allocation, QString::fromStdString(dir + "/t1.csv"));
+  const std::string md = test::read_file(dir + "/t2.md");
+  EXPECT_NE(md.find("lambda = 2^-8"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 |"), std::string::npos);
+  EXPECT_NE(md.find("**"), std::string::npos);  // each layer's maximum
+  const std::string tex = test::read_file(dir + "/t1.tex");
+  EXPECT_NE(tex.find("\\begin{tabular}"), std::string::npos);
+  EXPECT_NE(tex.find("toy-gpt"), std::string::npos);  // the model's folder name
+  const std::string csv = test::read_file(dir + "/t1.csv");
+  const auto dims = f.last.allocation.layer_dims();
+  std::string row = "toy-gpt,dof," + std::to_string(f.view->budget());
+  for (int64_t m : dims) row += "," + std::to_string(m);
+  EXPECT_NE(csv.find(row), std::string::npos) << csv;
+  EXPECT_THROW(f.view->export_table(views::DofTable::DofGrid, QString::fromStdString(dir + "/t.docx")), Error);
+}
+
+// The rendered view shows data: the viridis cells, the blue bars and the vermillion lambda line.
+TEST(DofView, RendersHeatmapBarsAndLines) {
+  Fixture f;
+  f.view->select(1, 2);
+  QCoreApplication::processEvents();
+  const QImage img = f.view->grab().toImage();
+  const char* shots = std::getenv("ATTNSCOPE_SHOT_DIR");
+  if (shots) img.save(QString(shots) + "/dof_view.png");
+  int viridis_dark = 0, bar_blue = 0, vermillion = 0;
+  for (int y = 0; y < img.height(); y += 2)
+    for (int x = 0; x < img.width(); x += 2) {
+      const QColor c = img.pixelColor(x, y);
+      viridis_dark += c.red() < 90 && c.green() < 90 && c.blue() > 70 && c.blue() < 150 && c.red() > 40;
+      bar_blue += c.red() < 10 && std::abs(c.green() - 114) < 8 && std::abs(c.blue() - 178) < 8;
+      vermillion += std::abs(c.red() - 213) < 12 && std::abs(c.green() - 94) < 12 && c.blue() < 20;
+    }
+  EXPECT_GT(viridis_dark, 100);
+  EXPECT_GT(bar_blue, 500);
+  EXPECT_GT(vermillion, 50);
+}
