@@ -88,7 +88,15 @@ QColor HeadGrid::tint(int layer, int head) const {
                        : std::nan("");
   if (!std::isfinite(v) || std::isnan(lo_)) return QColor(140, 140, 140);
   const double t = hi_ > lo_ ? (v - lo_) / (hi_ - lo_) : 0.5;
-  return QColor::fromRgb(sequential_gradient().color(t, QCPRange(0, 1)));
+  return gradient_colour(t);
+}
+
+// The part of the gradient that stands out from the background: viridis' dark purple end
+// vanishes on a dark base and its yellow end on a white one. The legend shows the same part.
+QColor HeadGrid::gradient_colour(double t) const {
+  const bool dark = is_dark(palette());
+  const double from = dark ? 0.22 : 0.0, to = dark ? 1.0 : 0.9;
+  return QColor::fromRgb(sequential_gradient().color(from + (to - from) * std::clamp(t, 0.0, 1.0), QCPRange(0, 1)));
 }
 
 // Each thumbnail cell mixes the palette's base colour with the head's tint in proportion to its
@@ -218,8 +226,7 @@ void HeadGrid::paintEvent(QPaintEvent*) {
                fm.elidedText(tr("tint: %1").arg(metric_), Qt::ElideRight, w));
     y += fm.height() + 2;
     QLinearGradient lg(x0, 0, x0 + w, 0);
-    QCPColorGradient grad = sequential_gradient();  // color() is not const
-    for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, QColor::fromRgb(grad.color(i / 8.0, QCPRange(0, 1))));
+    for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, gradient_colour(i / 8.0));
     p.fillRect(QRect(x0, y, w, kLegendBar), lg);
     p.setPen(QPen(frame, 1));
     p.drawRect(QRect(x0, y, w - 1, kLegendBar - 1));

@@ -1,6 +1,7 @@
 #include "heatmap_panel.h"
 
 #include <QApplication>
+#include <QLabel>
 #include <QMouseEvent>
 #include <QTimer>
 #include <QToolTip>
@@ -42,6 +43,14 @@ QString weight_text(double w) {
 }
 
 }  // namespace
+
+void let_title_shrink(PlotPanel* panel) {
+  // The title is the panel's only QLabel; without this its full text sets the panel's minimum
+  // width, and four panels side by side would force the window wider than the screen.
+  if (auto* title = panel->findChild<QLabel*>(QString(), Qt::FindDirectChildrenOnly)) {
+    title->setSizePolicy(QSizePolicy::Ignored, title->sizePolicy().verticalPolicy());
+  }
+}
 
 HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
     : PlotPanel(title, parent), kind_(kind) {
@@ -92,6 +101,8 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
     plot()->replot(QCustomPlot::rpQueuedReplot);
   });
   set_csv([this] { return visible_csv(); });
+  restyle();  // PlotPanel styled the plot before the colour bar existed
+  let_title_shrink(this);
   apply_gradient();
   redraw();
 }

@@ -10,6 +10,7 @@
 
 #include "attnscope/error.h"
 #include "attnscope/table.h"
+#include "heatmap_panel.h"  // let_title_shrink
 #include "plot_style.h"
 
 namespace attnscope::views {
@@ -148,7 +149,9 @@ struct ValueHeatmap {
     fill(plot->yAxis, row_names, plot->axisRect()->height(), fm.height() + 1);
     int widest = 0;
     for (const QString& s : col_names) widest = std::max(widest, fm.horizontalAdvance(s));
-    fill(plot->xAxis, col_names, plot->axisRect()->width(), widest + 6);
+    // Rotated column labels stack by their height (plus the slant), level ones by their width.
+    const double rot = std::abs(plot->xAxis->tickLabelRotation());
+    fill(plot->xAxis, col_names, plot->axisRect()->width(), rot > 1 ? fm.height() * 1.5 : widest + 6);
   }
 
   // Cell texts sized to the cells (hidden below a readable size); true when anything changed.
@@ -249,10 +252,10 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
       if (h.fit_texts()) h.panel->plot()->replot(QCustomPlot::rpQueuedReplot);
     });
   };
-  heat(d_->sm_entropy, tr("softmax entropy (nats)"), tr("entropy"), 0, 0);
-  heat(d_->sm_mono, tr("softmax monotonicity (Spearman)"), tr("Spearman"), 0, 1);
-  heat(d_->lin_entropy, tr("linear entropy (nats)"), tr("entropy"), 0, 2);
-  heat(d_->lin_mono, tr("linear monotonicity (Spearman)"), tr("Spearman"), 0, 3);
+  heat(d_->sm_entropy, tr("softmax entropy"), tr("entropy (nats)"), 0, 0);
+  heat(d_->sm_mono, tr("softmax monotonicity"), tr("Spearman"), 0, 1);
+  heat(d_->lin_entropy, tr("linear entropy"), tr("entropy (nats)"), 0, 2);
+  heat(d_->lin_mono, tr("linear monotonicity"), tr("Spearman"), 0, 3);
   heat(d_->kl, tr("KL(softmax || linear)"), tr("KL (nats)"), 1, 0);
   for (ValueHeatmap* h : {&d_->sm_entropy, &d_->sm_mono, &d_->lin_entropy, &d_->lin_mono, &d_->kl}) {
     connect(h->panel->plot(), &QCustomPlot::mousePress, this, [this, h](QMouseEvent* e) {
@@ -289,7 +292,7 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     return to_csv(t);
   });
 
-  d_->scatter = new PlotPanel(tr("monotonicity"), this);
+  d_->scatter = new PlotPanel(tr("weight vs q.k"), this);
   {
     QCustomPlot* p = d_->scatter->plot();
     p->xAxis->setLabel(tr("q.k / sqrt(d)"));
@@ -311,7 +314,7 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     return to_csv(t);
   });
 
-  heat(d_->mixers, tr("structured-mixer distances"), tr("||A - P||_F / ||A||_F"), 1, 3);
+  heat(d_->mixers, tr("mixer distances"), tr("||A - P||_F / ||A||_F"), 1, 3);
   d_->mixers.show_note(tr("Not computed\n(attnscope metrics --mixer-state N)"));
   connect(d_->mixers.panel->plot(), &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     QCustomPlot* p = d_->mixers.panel->plot();
@@ -328,6 +331,10 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
   d_->lin_mono.panel->set_csv([this] { return d_->lin_mono.csv("layer"); });
   d_->kl.panel->set_csv([this] { return d_->kl.csv("layer"); });
   d_->mixers.panel->set_csv([this] { return d_->mixers.csv("head"); });
+  for (PlotPanel* p : panels()) {
+    p->restyle();  // the colour bars were added after PlotPanel styled the plot
+    let_title_shrink(p);
+  }
   for (int c = 0; c < 4; ++c) grid->setColumnStretch(c, 1);
   for (int r = 0; r < 2; ++r) grid->setRowStretch(r, 1);
   set_analysis({}, 0, 0, {});
@@ -376,8 +383,8 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   const bool linear = any && !feature_map.isEmpty() &&
                       std::any_of(heads.begin(), heads.end(), [](const HeadAnalysis& h) { return h.linear.has_value(); });
   const QString map = feature_map.isEmpty() ? tr("linear") : feature_map;
-  d_->lin_entropy.panel->set_title(tr("%1 entropy (nats)").arg(map));
-  d_->lin_mono.panel->set_title(tr("%1 monotonicity (Spearman)").arg(map));
+  d_->lin_entropy.panel->set_title(tr("%1 entropy").arg(map));
+  d_->lin_mono.panel->set_title(tr("%1 monotonicity").arg(map));
   d_->kl.panel->set_title(tr("KL(softmax || %1)").arg(map));
 
   const auto sm_ent = grid_of([](const HeadAnalysis& h) { return h.softmax.entropy; });
@@ -435,9 +442,9 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
     bars->setData(keys, counts, true);
     bars->setName(name);
     QColor fill = series_color(colour);
-    fill.setAlpha(150);
+    fill.setAlpha(160);
     bars->setBrush(fill);
-    bars->setPen(QPen(series_color(colour).darker(120), 1));
+    bars->setPen(QPen(series_color(colour), 1.2));
   };
   add_bars(d_->hist_softmax, tr("softmax"), 0);
   add_bars(d_->hist_linear, map, 1);
@@ -474,11 +481,11 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   if (have_mix) {
     double lo = 0, hi = 1;
     range({&mix}, &lo, &hi);
-    d_->mixers.panel->set_title(tr("structured-mixer distances (N = %1)").arg(state));
+    d_->mixers.panel->set_title(tr("mixer distances (N = %1)").arg(state));
+    d_->mixers.panel->plot()->xAxis->setTickLabelRotation(45);
     d_->mixers.draw(mix, mix_rows, mix_cols, 0, hi, 2);
-    d_->mixers.panel->plot()->xAxis->setTickLabelRotation(30);
   } else {
-    d_->mixers.panel->set_title(tr("structured-mixer distances"));
+    d_->mixers.panel->set_title(tr("mixer distances"));
     d_->mixers.show_note(tr("Not computed\n(attnscope metrics --mixer-state N)"));
   }
   select(d_->layer, d_->head);
@@ -489,7 +496,7 @@ void MetricsView::set_scatter(const ScatterPoints& points, int layer, int head) 
   d_->scatter_layer = layer, d_->scatter_head = head;
   QCustomPlot* p = d_->scatter->plot();
   p->clearGraphs();
-  d_->scatter->set_title(tr("monotonicity: layer %1, head %2").arg(layer).arg(head));
+  d_->scatter->set_title(tr("weight vs q.k: L%1 H%2").arg(layer).arg(head));
   auto add = [&](const std::vector<double>& w, const QString& name, int colour, QCPScatterStyle::ScatterShape shape) {
     QVector<double> xs, ys;
     for (size_t i = 0; i < w.size() && i < points.score.size(); ++i)

@@ -35,12 +35,14 @@
 #include "head_grid.h"
 #include "heads_view.h"
 #include "heatmap_panel.h"
+#include "metrics_view.h"
 #include "test_support.h"
 
 using namespace attnscope;
 using attnscope::views::HeadGrid;
 using attnscope::views::HeadsView;
 using attnscope::views::HeatmapPanel;
+using attnscope::views::MetricsView;
 namespace fs = std::filesystem;
 
 namespace {
@@ -415,9 +417,15 @@ TEST_F(HeadsViewTest, GridClickAndArrowsSelectHeadsAndTilesShowTheMetric) {
     const QRect r = grid->tile_rect(l, h);
     return shot.pixelColor(r.center().x(), r.bottom() - 1);
   };
-  EXPECT_EQ(strip(0, 0), QColor(68, 1, 84));    // the smallest value: viridis' low end
-  EXPECT_EQ(strip(2, 3), QColor(253, 231, 37));  // the largest: its high end
-  EXPECT_EQ(strip(1, 1), QColor(140, 140, 140));  // NaN: grey
+  // The smallest value takes the legend's low end, the largest its high end (viridis: purple and
+  // yellow-green on a light palette), NaN grey.
+  EXPECT_EQ(strip(0, 0), grid->gradient_colour(0));
+  EXPECT_EQ(strip(2, 3), grid->gradient_colour(1));
+  EXPECT_EQ(strip(0, 0), QColor(68, 1, 84));
+  EXPECT_GT(strip(2, 3).green(), 200);
+  EXPECT_LT(strip(2, 3).blue(), 100);
+  EXPECT_EQ(strip(1, 1), QColor(140, 140, 140));
+  EXPECT_EQ(strip(1, 2), grid->tint(1, 2));
   // The thumbnail itself shows the head's pattern: the diagonal (a token's own key) differs from
   // the empty upper triangle.
   const QRect t = grid->tile_rect(2, 3);
@@ -528,4 +536,113 @@ TEST_F(HeadsViewTest, DISABLED_BenchmarkLongMap) {
   time("colour scale change, three panels at overview", [&](int r) {
     hv.set_scale(r % 2 ? ColourScale::Log : ColourScale::RowNormalized);
   }, 4);
+}
+
+// Not a test (run with --gtest_also_run_disabled_tests): renders the heads and metrics views
+// filled from a synthetic capture with recognizable heads (local, attention sink, previous token,
+// content) at 1600 x 1000 in a light and a dark palette, to $ATTNSCOPE_LOOK_DIR (default
+// /tmp/attnscope_look), for a person to look at.
+TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
+  const int S = 4, H = 4, L = 64, d = 16;
+  const std::string dir = test::temp_dir("heads_look") + "/cap";
+  fs::create_directories(dir);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 0.35f);
+  for (int s = 0; s < S; ++s) {
+    std::vector<float> q(size_t(H) * L * d), k(q.size());
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < L; ++i) {
+        float* qi = &q[(size_t(h) * L + i) * d];
+        float* ki = &k[(size_t(h) * L + i) * d];
+        for (int c = 0; c < d; ++c) qi[c] = noise(rng), ki[c] = noise(rng);
+        const int kind = (s * H + h) % 4;
+        const float A = 2.0f + 0.4f * s;
+        for (int f = 0; f < 4; ++f) {
+          const float th = 0.08f * (f + 1);
+          if (kind == 0 || kind == 2) {  // local (peak at j = i), previous token (peak at j = i - 1)
+            const int at = kind == 0 ? i : i - 1;
+            qi[2 * f] += A * std::cos(th * at), qi[2 * f + 1] += A * std::sin(th * at);
+            ki[2 * f] += A * std::cos(th * i), ki[2 * f + 1] += A * std::sin(th * i);
+          }
+        }
+        if (kind == 1) {  // a sink on the first token
+          qi[0] += 3.0f;
+          if (i == 0) ki[0] += 3.0f;
+        }
+        if (kind == 3)  // content: keys near the query's direction
+          for (int c = 0; c < d; ++c) ki[c] = 0.7f * qi[c] + noise(rng);
+      }
+    auto t = [&](std::vector<float>& v) { return at::from_blob(v.data(), {1, H, L, d}, at::kFloat).clone(); };
+    write_safetensors(dir + "/layer_" + std::to_string(s) + ".safetensors",
+                      {{"q", t(q)}, {"k", t(k)}, {"v", at::ones({1, H, L, d})}}, {{"format", "attnscope-capture"}});
+  }
+  write_safetensors(dir + "/ids.safetensors", {{"ids", (at::arange(L, at::kLong) + 100).reshape({1, L})}},
+                    {{"format", "attnscope-capture"}});
+  nlohmann::json m = {{"format", "attnscope-capture"}, {"version", 2},
+                      {"model", {{"path", "/nonexistent/model"}, {"layers", S}, {"heads", H}, {"kv_heads", H},
+                                 {"head_dim", d}, {"vocab_size", 100 + L}}},
+                      {"tokenization", {{"tokenizer", "hf"}, {"tokenizer_path", "/nonexistent/tokenizer.json"}}},
+                      {"seq_len", L}, {"num_seqs", 1}};
+  std::ofstream(dir + "/manifest.json") << m.dump(2);
+
+  CaptureStore store(dir);
+  AnalysisOptions opt;
+  opt.feature_map = "elu";
+  opt.mixer_state = 4;
+  opt.mixer_iterations = 5;
+  const std::vector<HeadAnalysis> heads = analyze_capture(store, opt);
+  std::map<QString, std::vector<std::vector<double>>> metrics;
+  for (const char* name : {"softmax entropy", "KL", "softmax monotonicity"}) metrics[name].assign(S, std::vector<double>(H));
+  for (const HeadAnalysis& a : heads) {
+    metrics["softmax entropy"][size_t(a.layer)][size_t(a.head)] = a.softmax.entropy;
+    metrics["KL"][size_t(a.layer)][size_t(a.head)] = a.linear && a.linear->kl ? *a.linear->kl : NAN;
+    metrics["softmax monotonicity"][size_t(a.layer)][size_t(a.head)] = a.softmax.monotonicity->spearman;
+  }
+  const auto view = std::make_shared<const HeadView>(head_view(store, 1, 2, 0, opt));
+  const char* env = std::getenv("ATTNSCOPE_LOOK_DIR");
+  const std::string out = env ? env : "/tmp/attnscope_look";
+  fs::create_directories(out);
+  const QPalette light = QApplication::palette();
+  QPalette dark;
+  dark.setColor(QPalette::Window, QColor(45, 45, 48));
+  dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
+  dark.setColor(QPalette::Base, QColor(30, 30, 32));
+  dark.setColor(QPalette::AlternateBase, QColor(45, 45, 48));
+  dark.setColor(QPalette::Text, QColor(230, 230, 230));
+  dark.setColor(QPalette::Button, QColor(55, 55, 58));
+  dark.setColor(QPalette::ButtonText, QColor(230, 230, 230));
+  dark.setColor(QPalette::Highlight, QColor(42, 130, 218));
+  dark.setColor(QPalette::HighlightedText, Qt::white);
+  dark.setColor(QPalette::Mid, QColor(90, 90, 90));
+  for (const auto& [name, pal] : {std::pair<std::string, QPalette>{"light", light}, {"dark", dark}}) {
+    QApplication::setPalette(pal);
+    HeadsView hv;
+    hv.resize(1600, 1000);
+    hv.set_shape(S, H, 1);
+    hv.set_feature_maps({"elu", "hedgehog", "relu"});
+    hv.set_feature_map("elu", 0);
+    hv.set_thumbnails(head_thumbnails(store, 0, 32));
+    hv.set_metrics(metrics);
+    hv.set_head_view(view);
+    hv.set_scale(ColourScale::Log);
+    hv.show();
+    if (!QTest::qWaitForWindowExposed(&hv)) std::cout << "not exposed\n";
+    QApplication::processEvents();
+    hv.grab().save(QString::fromStdString(out + "/heads_" + name + ".png"));
+    hv.show_region({20, 44, 10, 34});
+    hv.set_scale(ColourScale::RowNormalized);
+    QApplication::processEvents();
+    hv.grab().save(QString::fromStdString(out + "/heads_zoom_" + name + ".png"));
+    MetricsView mv;
+    mv.resize(1600, 1000);
+    mv.set_analysis(heads, S, H, "elu");
+    mv.set_scatter(monotonicity_scatter(*view, 600, 1), 1, 2);
+    mv.select(1, 2);
+    mv.show();
+    if (!QTest::qWaitForWindowExposed(&mv)) std::cout << "not exposed\n";
+    QApplication::processEvents();
+    mv.grab().save(QString::fromStdString(out + "/metrics_" + name + ".png"));
+  }
+  QApplication::setPalette(light);
+  std::cout << "wrote " << out << "/{heads,heads_zoom,metrics}_{light,dark}.png\n";
 }

@@ -145,7 +145,7 @@ TEST_F(MetricsViewTest, HeatmapCellsAndPrintedValuesAreTheAnalysisFields) {
   EXPECT_EQ(colour_map(panel(v, "softmax entropy"))->dataRange(), colour_map(panel(v, "hedgehog entropy"))->dataRange());
 
   // Mixers: one row per head (layer-major), one column per class.
-  PlotPanel* mp = panel(v, "structured-mixer distances");
+  PlotPanel* mp = panel(v, "mixer distances");
   EXPECT_TRUE(mp->title().contains("N = 4"));
   QCPColorMap* mm = colour_map(mp);
   ASSERT_EQ(mm->data()->valueSize(), S * H);
@@ -169,7 +169,7 @@ TEST_F(MetricsViewTest, WithoutAFeatureMapTheLinearPanelsSaySo) {
       if (auto* x = qobject_cast<QCPItemText*>(p->plot()->item(i))) note |= x->visible() && x->text().contains("No feature map");
     EXPECT_TRUE(note) << t.toStdString();
   }
-  PlotPanel* mp = panel(v, "structured-mixer distances");
+  PlotPanel* mp = panel(v, "mixer distances");
   EXPECT_FALSE(colour_map(mp)->visible());
   EXPECT_TRUE(colour_map(panel(v, "softmax entropy"))->visible());
 }
@@ -217,7 +217,7 @@ TEST_F(MetricsViewTest, ScatterDrawsTheGivenPoints) {
   v.resize(1600, 1000);
   v.set_analysis(analysis(true, false), S, H, "hedgehog");
   v.set_scatter(pts, 2, 1);
-  PlotPanel* p = panel(v, "monotonicity: layer 2, head 1");
+  PlotPanel* p = panel(v, "weight vs q.k: L2 H1");
   ASSERT_NE(p, nullptr);
   ASSERT_EQ(p->plot()->graphCount(), 2);
   auto points = [](QCPGraph* g) {
@@ -260,7 +260,7 @@ TEST_F(MetricsViewTest, ClickingACellSelectsItsHead) {
   EXPECT_TRUE(frame->visible());
   EXPECT_EQ(frame->topLeft->coords(), QPointF(2.5, 0.5));
   // A click on the mixer table selects the head of the row.
-  PlotPanel* mp = panel(v, "structured-mixer distances");
+  PlotPanel* mp = panel(v, "mixer distances");
   mp->plot()->replot();
   QTest::mouseClick(mp->plot(), Qt::LeftButton, {},
                     QPoint(int(mp->plot()->xAxis->coordToPixel(2)), int(mp->plot()->yAxis->coordToPixel(2 * H + 2))));
