@@ -186,6 +186,15 @@ void HeadGrid::paintEvent(QPaintEvent*) {
   for (int h = 0; h < H; ++h)
     p.drawText(QRect(g.left + h * (g.tile + g.gap), 0, g.tile, g.top), Qt::AlignHCenter | Qt::AlignBottom,
                QString("H%1").arg(h));
+  // The values under the tiles: the widget's font, or smaller where the tiles are narrow.
+  QFont value_font = font();
+  {
+    double widest = 1;
+    for (const auto& row : values_)
+      for (double v : row) widest = std::max(widest, double(fm.horizontalAdvance(value_text(v))));
+    const double fit = std::min(1.0, (g.tile + g.gap - 2) / widest);
+    value_font.setPointSizeF(std::floor(font().pointSizeF() * fit * 2) / 2);
+  }
   for (int l = 0; l < S; ++l) {
     const QRect row_tile = tile_rect(l, 0);
     p.setPen(fg);
@@ -203,9 +212,11 @@ void HeadGrid::paintEvent(QPaintEvent*) {
       p.fillRect(QRect(r.left(), r.bottom() - std::max(2, g.tile / 10) + 1, r.width(), std::max(2, g.tile / 10)), c);
       const double v = l < int(values_.size()) && h < int(values_[size_t(l)].size()) ? values_[size_t(l)][size_t(h)] : std::nan("");
       const QString text = value_text(v);
-      if (!values_.empty() && fm.horizontalAdvance(text) <= g.tile + g.gap) {
+      if (!values_.empty() && value_font.pointSizeF() >= 6) {
         p.setPen(fg);
+        p.setFont(value_font);
         p.drawText(QRect(r.left() - g.gap / 2, r.bottom() + 1, g.tile + g.gap, g.label_h), Qt::AlignCenter, text);
+        p.setFont(font());
       }
     }
   }

@@ -79,6 +79,10 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
   p->yAxis->setTickLabelFont(small);
   p->xAxis->grid()->setVisible(false);
   p->yAxis->grid()->setVisible(false);
+  for (QCPAxis* a : {p->xAxis, p->yAxis}) {  // ticks outside the cells they label
+    a->setTickLength(0, 3);
+    a->setSubTicks(false);
+  }
   p->xAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
   p->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
   note_ = new QCPItemText(p);

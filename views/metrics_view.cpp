@@ -42,7 +42,8 @@ struct ValueHeatmap {
   std::vector<std::vector<double>> values;  // [rows][cols], what is drawn
   QStringList row_names, col_names;
   int decimals = 2;
-  double font_pt = 0;  // the cell texts' size now (follows the cell size)
+  int font_px = 0;         // the cell texts' size now (follows the cell size)
+  int shown_decimals = 0;  // decimals printed now (one fewer than `decimals` in small cells)
 
   void build(PlotPanel* p, const QString& value_label) {
     panel = p;
@@ -63,6 +64,10 @@ struct ValueHeatmap {
     plot->yAxis->setRangeReversed(true);
     plot->xAxis->grid()->setVisible(false);
     plot->yAxis->grid()->setVisible(false);
+    for (QCPAxis* a : {plot->xAxis, plot->yAxis}) {  // ticks outside: inside they read as minus signs
+      a->setTickLength(0, 3);
+      a->setSubTicks(false);
+    }
     plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
     plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
     note = new QCPItemText(plot);
@@ -87,6 +92,7 @@ struct ValueHeatmap {
     note->setText(text);
     note->setColor(QApplication::palette().color(QPalette::Text));
     note->setVisible(true);
+    scale->setVisible(false);  // a colour bar without data would show a meaningless range
     qSharedPointerCast<QCPAxisTickerText>(panel->plot()->xAxis->ticker())->clear();
     qSharedPointerCast<QCPAxisTickerText>(panel->plot()->yAxis->ticker())->clear();
     panel->plot()->replot();
@@ -101,6 +107,7 @@ struct ValueHeatmap {
     decimals = digits;
     note->setVisible(false);
     map->setVisible(true);
+    scale->setVisible(true);
     const int R = int(values.size()), C = R > 0 ? int(values[0].size()) : 0;
     if (R == 0 || C == 0) return show_note(QObject::tr("No heads"));
     // QCustomPlot needs two cells a side to know a cell's size: a single row or column gets a
@@ -129,7 +136,8 @@ struct ValueHeatmap {
         t->setClipToAxisRect(true);
         texts.push_back(t);
       }
-    font_pt = 0;
+    font_px = 0;
+    shown_decimals = decimals;
     label_axes();
     fit_texts();
     plot->replot();
@@ -154,25 +162,42 @@ struct ValueHeatmap {
     fill(plot->xAxis, col_names, plot->axisRect()->width(), rot > 1 ? fm.height() * 1.5 : widest + 6);
   }
 
-  // Cell texts sized to the cells (hidden below a readable size); true when anything changed.
+  // Cell texts sized to the widest value at `decimals`, then with one decimal fewer when that is
+  // what keeps them readable (12 x 12 heads in a quarter of a window); hidden below 8 px. True
+  // when anything changed.
   bool fit_texts() {
     if (texts.empty()) return false;
     QCustomPlot* plot = panel->plot();
     const int R = int(values.size()), C = int(values[0].size());
     const double cw = plot->axisRect()->width() / double(C), ch = plot->axisRect()->height() / double(R);
+    // Pixel sizes, not points: the plot's buffer and a widget's metrics may not share a DPI.
     QFont f = QApplication::font();
+    const int base_px = QFontInfo(f).pixelSize();
+    f.setPixelSize(base_px);
     const QFontMetricsF fm(f);
-    const double chars = decimals + 3;  // "-0.12"
-    const double fit_w = cw * 0.92 / (fm.averageCharWidth() * chars), fit_h = ch * 0.8 / fm.height();
-    double pt = std::floor(f.pointSizeF() * std::min({fit_w, fit_h, 1.0}) * 2) / 2;
-    const bool visible = pt >= 5.5;
-    if (std::abs(pt - font_pt) < 0.25) return false;
-    font_pt = pt;
-    f.setPointSizeF(std::max(pt, 1.0));
-    for (QCPItemText* t : texts) {
-      t->setFont(f);
-      t->setVisible(visible);
-    }
+    auto size_for = [&](int digits) {
+      double widest = 0;
+      for (const auto& row : values)
+        for (double x : row) widest = std::max(widest, fm.horizontalAdvance(number(x, digits)));
+      const double fit = std::min({cw * 0.88 / std::max(widest, 1.0), ch * 0.8 / fm.height(), 1.0});
+      return int(std::floor(base_px * fit));
+    };
+    int digits = decimals;
+    int px = size_for(digits);
+    while (px < 8 && digits > 1 && size_for(digits - 1) > px) px = size_for(--digits);
+    if (px == font_px && digits == shown_decimals) return false;
+    font_px = px;
+    shown_decimals = digits;
+    f.setPixelSize(std::max(px, 1));
+    const bool visible = px >= 8;
+    size_t n = 0;
+    for (const auto& row : values)
+      for (double x : row) {
+        QCPItemText* t = texts[n++];
+        t->setFont(f);
+        t->setText(number(x, digits));
+        t->setVisible(visible);
+      }
     label_axes();
     return true;
   }
@@ -297,7 +322,6 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     QCustomPlot* p = d_->scatter->plot();
     p->xAxis->setLabel(tr("q.k / sqrt(d)"));
     p->yAxis->setLabel(tr("attention weight"));
-    p->legend->setVisible(true);
     p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     d_->scatter_note = add_note(p);

@@ -643,6 +643,58 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
     QApplication::processEvents();
     mv.grab().save(QString::fromStdString(out + "/metrics_" + name + ".png"));
   }
+  // 12 x 12 heads (a GPT-2-sized model), hand-made numbers: do the grid and the value heatmaps
+  // stay readable?
+  const int S12 = 12, H12 = 12;
+  std::mt19937 r12(5);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<std::vector<Matrix>> thumbs(S12);
+  std::vector<HeadAnalysis> many;
+  std::map<QString, std::vector<std::vector<double>>> m12;
+  m12["softmax entropy"].assign(S12, std::vector<double>(H12));
+  for (int l = 0; l < S12; ++l)
+    for (int h = 0; h < H12; ++h) {
+      Matrix t;
+      t.rows = t.cols = 32;
+      const int kind = (l + h) % 3;
+      for (int i = 0; i < 32; ++i)
+        for (int j = 0; j < 32; ++j)
+          t.values.push_back(j > i ? NAN : kind == 0 ? (i == j ? 1.0 : 0.1 * u(r12)) : kind == 1 ? (j == 0 ? 1.0 : 0.05) : u(r12));
+      thumbs[size_t(l)].push_back(t);
+      HeadAnalysis a;
+      a.layer = l, a.head = h;
+      a.softmax.entropy = 0.5 + 3 * u(r12);
+      a.softmax.monotonicity = Monotonicity{1.0, 0.0};
+      HeadMetrics lm;
+      lm.entropy = a.softmax.entropy + 0.5 * u(r12);
+      lm.monotonicity = Monotonicity{u(r12) * 1.6 - 0.6, 0.2};
+      lm.kl = 0.3 * u(r12);
+      a.linear = lm;
+      many.push_back(a);
+      m12["softmax entropy"][size_t(l)][size_t(h)] = a.softmax.entropy;
+    }
+  for (const auto& [name, pal] : {std::pair<std::string, QPalette>{"light", light}, {"dark", dark}}) {
+    QApplication::setPalette(pal);
+    HeadsView hv;
+    hv.resize(1600, 1000);
+    hv.set_shape(S12, H12, 1);
+    hv.set_thumbnails(thumbs);
+    hv.set_metrics(m12);
+    hv.set_head_view(view);
+    hv.select(7, 5);
+    hv.show();
+    if (!QTest::qWaitForWindowExposed(&hv)) std::cout << "not exposed\n";
+    QApplication::processEvents();
+    hv.grab().save(QString::fromStdString(out + "/heads_12x12_" + name + ".png"));
+    MetricsView mv;
+    mv.resize(1600, 1000);
+    mv.set_analysis(many, S12, H12, "hedgehog");
+    mv.select(7, 5);
+    mv.show();
+    if (!QTest::qWaitForWindowExposed(&mv)) std::cout << "not exposed\n";
+    QApplication::processEvents();
+    mv.grab().save(QString::fromStdString(out + "/metrics_12x12_" + name + ".png"));
+  }
   QApplication::setPalette(light);
-  std::cout << "wrote " << out << "/{heads,heads_zoom,metrics}_{light,dark}.png\n";
+  std::cout << "wrote " << out << "/{heads,heads_zoom,metrics,heads_12x12,metrics_12x12}_{light,dark}.png\n";
 }
