@@ -2,6 +2,7 @@
 // tinted by the value of a chosen metric (entropy, monotonicity, KL, DoF, ...) with the value
 // printed under it and a colour legend; click a thumbnail to select that head.
 #pragma once
+#include <QImage>
 #include <QString>
 #include <QWidget>
 #include <vector>
@@ -18,22 +19,50 @@ class HeadGrid : public QWidget {
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);  // [S][H], values in [0, 1]
   // [S][H] values of the metric that tints the thumbnails (NaN: unknown, drawn grey).
   void set_metric(const QString& name, std::vector<std::vector<double>> values);
+  // The grid's shape before thumbnails or metric values arrive (empty tiles).
+  void set_shape(int layers, int heads);
   void select(int layer, int head);  // no signal
   int selected_layer() const { return layer_; }
   int selected_head() const { return head_; }
+  int layers() const;
+  int heads() const;
+  QString metric() const { return metric_; }
   QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+  // Where a head's thumbnail is drawn now (widget coordinates; empty when out of range).
+  QRect tile_rect(int layer, int head) const;
+  // The colour the thumbnail of (layer, head) is tinted with: the metric's place between its
+  // minimum and maximum over all heads on the sequential gradient; grey for NaN.
+  QColor tint(int layer, int head) const;
+  // The colour at t in [0, 1] of the legend (the sequential gradient, clipped for the palette).
+  QColor gradient_colour(double t) const;
 
  signals:
-  void headSelected(int layer, int head);  // the user clicked a thumbnail
+  void headSelected(int layer, int head);  // the user clicked a thumbnail (or moved with the arrows)
 
  protected:
   void paintEvent(QPaintEvent* event) override;
   void mousePressEvent(QMouseEvent* event) override;
+  void keyPressEvent(QKeyEvent* event) override;
+  bool event(QEvent* event) override;  // tooltips: head and metric value
+  void changeEvent(QEvent* event) override;
 
  private:
+  struct Geometry {
+    int left = 0, top = 0, tile = 0, gap = 0, label_h = 0, legend_top = 0;
+  };
+  Geometry geometry() const;
+  void rebuild_images();
+  bool hit(const QPoint& pos, int* layer, int* head) const;
+  QString value_text(double v) const;
+
   std::vector<std::vector<Matrix>> thumbs_;
   std::vector<std::vector<double>> values_;
+  std::vector<std::vector<QImage>> images_;  // thumbnails tinted, rebuilt on data or palette change
   QString metric_;
+  int shape_layers_ = 0, shape_heads_ = 0;
+  double lo_ = 0, hi_ = 0;  // the metric's finite range over all heads
   int layer_ = 0, head_ = 0;
 };
 

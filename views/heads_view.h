@@ -17,6 +17,7 @@
 class QComboBox;
 class QSpinBox;
 class QLabel;
+class QCPItemText;
 
 namespace attnscope::views {
 
@@ -33,6 +34,8 @@ class HeadsView : public QWidget {
   void set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics);
   void set_head_view(std::shared_ptr<const HeadView> view);  // the selected head's maps
   void select(int layer, int head);                          // no signal
+  // Zooms the three maps (and the per-row plot) to cells [region], as a user's zoom would; no signal.
+  void show_region(const MapRegion& region);
 
   // The choosers (the window sets and reads them for sessions; tests drive them).
   QString feature_map() const;
@@ -54,6 +57,8 @@ class HeadsView : public QWidget {
   QComboBox* map_box() const { return map_box_; }
   QSpinBox* features_box() const { return features_box_; }
   QSpinBox* window_box() const { return window_box_; }
+  QComboBox* metric_box() const { return metric_box_; }
+  QLabel* info_label() const { return info_; }
 
  signals:
   void headSelected(int layer, int head);
@@ -63,6 +68,12 @@ class HeadsView : public QWidget {
   void metricChanged(const QString& name);
 
  private:
+  void update_kl();
+  void update_info();
+  void update_titles();
+  void sync_region(HeatmapPanel* from, const MapRegion& region);
+  void apply_metric();
+
   HeadGrid* grid_;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
@@ -71,6 +82,7 @@ class HeadsView : public QWidget {
   QLabel* info_;
   std::map<QString, std::vector<std::vector<double>>> metrics_;
   std::shared_ptr<const HeadView> view_;
+  QCPItemText* kl_note_ = nullptr;  // "KL needs a feature map"
 };
 
 }  // namespace attnscope::views

@@ -3,12 +3,23 @@
 // draws core's map_image (head_view.h): a reduced image (block maxima, at most kMaxPixels a side)
 // at overview zoom and exact cells once the visible region fits, so a 4096-token map stays fluid.
 #pragma once
+#include <QSize>
 #include <memory>
 
 #include "attnscope/head_view.h"
 #include "plot_panel.h"
 
+class QCPColorMap;
+class QCPColorScale;
+class QCPItemText;
+class QCPRange;
+class QMouseEvent;
+
 namespace attnscope::views {
+
+// Lets a panel's title be cut instead of setting the panel's minimum width (views with several
+// panels side by side call it for each).
+void let_title_shrink(PlotPanel* panel);
 
 class HeatmapPanel : public PlotPanel {
   Q_OBJECT
@@ -31,18 +42,44 @@ class HeatmapPanel : public PlotPanel {
   // "query 12 'the' -> key 3 'cat' | q.k/sqrt(d) 2.31 | softmax 0.1200 | linear 0.0940"
   QString hover_text(int query, int key) const;
 
+  // The colour map QCustomPlot draws (tests read its cells) and the note shown instead of a map
+  // (no head, or no feature map for the linear and difference maps); "" when a map is drawn.
+  QCPColorMap* colour_map() const { return map_; }
+  QString note() const;
+  // The caption of the colour bar for the current kind and scale ("log10 weight", ...).
+  QString scale_label() const;
+
  signals:
   void regionChanged(const attnscope::MapRegion& region);  // the user zoomed or panned
   void cellHovered(int query, int key);
 
+ protected:
+  void changeEvent(QEvent* event) override;
+
  private:
   void redraw();
+  // Recomputes the image when the visible cells are not what it covers (or `force`), then the
+  // colour map, the token labels and the colour range.
+  void update_image(bool force);
+  void update_labels();
+  void apply_gradient();
+  void show_note(const QString& text);
+  void user_range_changed();
+  void clamp_axes();
+  void mouse_moved(QMouseEvent* event);
+  std::string visible_csv() const;
+
   MapKind kind_;
   ColourScale scale_ = ColourScale::Linear;
   std::shared_ptr<const HeadView> view_;
   MapImage image_;
-  class QCPColorMap* map_ = nullptr;
-  class QCPColorScale* colour_scale_ = nullptr;
+  QCPColorMap* map_ = nullptr;  // global-scope QCustomPlot types (declared above)
+  QCPColorScale* colour_scale_ = nullptr;
+  QCPItemText* note_ = nullptr;
+  bool programmatic_ = false;    // axis ranges being set by code, not by the user
+  bool update_pending_ = false;  // a user zoom/pan waits for the event loop (x and y come apart)
+  int hover_row_ = -1, hover_col_ = -1;
+  QSize labels_size_;  // the axis rect size the token labels were spaced for
 };
 
 }  // namespace attnscope::views

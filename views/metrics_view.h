@@ -17,6 +17,7 @@ class MetricsView : public QWidget {
   Q_OBJECT
  public:
   explicit MetricsView(QWidget* parent = nullptr);
+  ~MetricsView() override;
 
   // analyze_capture()'s result, layer-major; `feature_map` names the linear map ("" = softmax only).
   void set_analysis(const std::vector<HeadAnalysis>& heads, int layers, int heads_per_layer,
@@ -29,6 +30,9 @@ class MetricsView : public QWidget {
 
  signals:
   void headSelected(int layer, int head);  // clicked a cell of a heatmap
+
+ protected:
+  void changeEvent(QEvent* event) override;  // notes and the selection frame follow the palette
 
  private:
   struct Impl;

@@ -1,0 +1,321 @@
+#include "head_grid.h"
+
+#include <QHelpEvent>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QToolTip>
+#include <algorithm>
+#include <cmath>
+#include <qcustomplot.h>
+
+#include "plot_style.h"
+
+namespace attnscope::views {
+
+namespace {
+
+constexpr int kGap = 4;          // between tiles
+constexpr int kMinTile = 14;     // below this a thumbnail shows nothing; the grid scrolls instead
+constexpr int kMaxTile = 120;
+constexpr int kLegendBar = 10;   // height of the legend's colour bar
+
+QColor mix(const QColor& a, const QColor& b, double t) {
+  t = std::clamp(t, 0.0, 1.0);
+  return QColor::fromRgbF(float(a.redF() + (b.redF() - a.redF()) * t), float(a.greenF() + (b.greenF() - a.greenF()) * t),
+                          float(a.blueF() + (b.blueF() - a.blueF()) * t));
+}
+
+}  // namespace
+
+HeadGrid::HeadGrid(QWidget* parent) : QWidget(parent) {
+  setFocusPolicy(Qt::StrongFocus);
+  setMouseTracking(true);
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+}
+
+int HeadGrid::layers() const {
+  return std::max({shape_layers_, int(thumbs_.size()), int(values_.size())});
+}
+
+int HeadGrid::heads() const {
+  int h = shape_heads_;
+  for (const auto& row : thumbs_) h = std::max(h, int(row.size()));
+  for (const auto& row : values_) h = std::max(h, int(row.size()));
+  return h;
+}
+
+void HeadGrid::set_shape(int layers, int heads) {
+  shape_layers_ = std::max(0, layers);
+  shape_heads_ = std::max(0, heads);
+  layer_ = std::clamp(layer_, 0, std::max(0, this->layers() - 1));
+  head_ = std::clamp(head_, 0, std::max(0, this->heads() - 1));
+  updateGeometry();
+  update();
+}
+
+void HeadGrid::set_thumbnails(std::vector<std::vector<Matrix>> thumbnails) {
+  thumbs_ = std::move(thumbnails);
+  rebuild_images();
+  updateGeometry();
+  update();
+}
+
+void HeadGrid::set_metric(const QString& name, std::vector<std::vector<double>> values) {
+  metric_ = name;
+  values_ = std::move(values);
+  lo_ = hi_ = std::nan("");
+  for (const auto& row : values_)
+    for (double v : row)
+      if (std::isfinite(v)) {
+        lo_ = std::isnan(lo_) ? v : std::min(lo_, v);
+        hi_ = std::isnan(hi_) ? v : std::max(hi_, v);
+      }
+  rebuild_images();
+  updateGeometry();
+  update();
+}
+
+void HeadGrid::select(int layer, int head) {
+  layer_ = layer;
+  head_ = head;
+  update();
+}
+
+QColor HeadGrid::tint(int layer, int head) const {
+  const double v = layer < int(values_.size()) && head < int(values_[size_t(layer)].size())
+                       ? values_[size_t(layer)][size_t(head)]
+                       : std::nan("");
+  if (!std::isfinite(v) || std::isnan(lo_)) return QColor(140, 140, 140);
+  const double t = hi_ > lo_ ? (v - lo_) / (hi_ - lo_) : 0.5;
+  return gradient_colour(t);
+}
+
+// The part of the gradient that stands out from the background: viridis' dark purple end
+// vanishes on a dark base and its yellow end on a white one. The legend shows the same part.
+QColor HeadGrid::gradient_colour(double t) const {
+  const bool dark = is_dark(palette());
+  const double from = dark ? 0.22 : 0.0, to = dark ? 1.0 : 0.9;
+  return QColor::fromRgb(sequential_gradient().color(from + (to - from) * std::clamp(t, 0.0, 1.0), QCPRange(0, 1)));
+}
+
+// Each thumbnail cell mixes the palette's base colour with the head's tint in proportion to its
+// weight (row-normalized by core): the pattern reads as the shape, the tint as the metric.
+void HeadGrid::rebuild_images() {
+  const QColor base = palette().color(QPalette::Base);
+  images_.assign(thumbs_.size(), {});
+  for (size_t l = 0; l < thumbs_.size(); ++l) {
+    images_[l].resize(thumbs_[l].size());
+    for (size_t h = 0; h < thumbs_[l].size(); ++h) {
+      const Matrix& m = thumbs_[l][h];
+      if (m.rows <= 0 || m.cols <= 0) continue;
+      const QColor c = tint(int(l), int(h));
+      QImage img(m.cols, m.rows, QImage::Format_RGB32);
+      for (int r = 0; r < m.rows; ++r) {
+        auto* line = reinterpret_cast<QRgb*>(img.scanLine(r));
+        for (int k = 0; k < m.cols; ++k) {
+          const double v = m.at(r, k);
+          line[k] = std::isfinite(v) ? mix(base, c, v).rgb() : base.rgb();
+        }
+      }
+      images_[l][h] = std::move(img);
+    }
+  }
+}
+
+HeadGrid::Geometry HeadGrid::geometry() const {
+  const QFontMetrics fm(font());
+  Geometry g;
+  g.gap = kGap;
+  g.left = fm.horizontalAdvance(QStringLiteral("L00")) + 8;
+  g.top = fm.height() + 4;
+  g.label_h = fm.height() + 1;
+  const int S = std::max(1, layers()), H = std::max(1, heads());
+  const int legend_h = 2 * fm.height() + kLegendBar + 12;
+  const int w = (width() - g.left - 4 - (H - 1) * g.gap) / H;
+  const int h = (height() - g.top - legend_h - S * (g.label_h + g.gap)) / S;
+  g.tile = std::clamp(std::min(w, h), kMinTile, kMaxTile);
+  g.legend_top = g.top + S * (g.tile + g.label_h + g.gap) + 4;
+  return g;
+}
+
+QRect HeadGrid::tile_rect(int layer, int head) const {
+  if (layer < 0 || head < 0 || layer >= layers() || head >= heads()) return {};
+  const Geometry g = geometry();
+  return QRect(g.left + head * (g.tile + g.gap), g.top + layer * (g.tile + g.label_h + g.gap), g.tile, g.tile);
+}
+
+QSize HeadGrid::sizeHint() const {
+  const QFontMetrics fm(font());
+  const int S = std::max(1, layers()), H = std::max(1, heads());
+  const int tile = std::clamp(400 / std::max(S, H), 28, 72);
+  return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (tile + kGap),
+          fm.height() + 8 + S * (tile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
+}
+
+QSize HeadGrid::minimumSizeHint() const {
+  const QFontMetrics fm(font());
+  const int S = std::max(1, layers()), H = std::max(1, heads());
+  return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (kMinTile + kGap),
+          fm.height() + 8 + S * (kMinTile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
+}
+
+QString HeadGrid::value_text(double v) const {
+  if (!std::isfinite(v)) return QStringLiteral("–");
+  const double mag = std::max(std::abs(std::isnan(lo_) ? 0 : lo_), std::abs(std::isnan(hi_) ? 0 : hi_));
+  const int decimals = mag >= 100 ? 0 : mag >= 10 ? 1 : 2;
+  return QString::number(v, 'f', decimals);
+}
+
+void HeadGrid::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  const QPalette pal = palette();
+  const QColor fg = pal.color(QPalette::WindowText);
+  const QColor base = pal.color(QPalette::Base);
+  QColor frame = fg;
+  frame.setAlpha(70);
+  const Geometry g = geometry();
+  const QFontMetrics fm(font());
+  const int S = layers(), H = heads();
+  if (S == 0 || H == 0) {
+    p.setPen(fg);
+    p.drawText(rect(), Qt::AlignCenter | Qt::TextWordWrap, tr("No capture yet: the heads appear here"));
+    return;
+  }
+  p.setPen(fg);
+  for (int h = 0; h < H; ++h)
+    p.drawText(QRect(g.left + h * (g.tile + g.gap), 0, g.tile, g.top), Qt::AlignHCenter | Qt::AlignBottom,
+               QString("H%1").arg(h));
+  // The values under the tiles: the widget's font, or smaller where the tiles are narrow.
+  QFont value_font = font();
+  {
+    double widest = 1;
+    for (const auto& row : values_)
+      for (double v : row) widest = std::max(widest, double(fm.horizontalAdvance(value_text(v))));
+    const double fit = std::min(1.0, (g.tile + g.gap - 2) / widest);
+    value_font.setPointSizeF(std::floor(font().pointSizeF() * fit * 2) / 2);
+  }
+  for (int l = 0; l < S; ++l) {
+    const QRect row_tile = tile_rect(l, 0);
+    p.setPen(fg);
+    p.drawText(QRect(0, row_tile.top(), g.left - 6, g.tile), Qt::AlignRight | Qt::AlignVCenter, QString("L%1").arg(l));
+    for (int h = 0; h < H; ++h) {
+      const QRect r = tile_rect(l, h);
+      p.fillRect(r, base);
+      const bool has_img = l < int(images_.size()) && h < int(images_[size_t(l)].size()) && !images_[size_t(l)][size_t(h)].isNull();
+      if (has_img) p.drawImage(r, images_[size_t(l)][size_t(h)]);  // nearest: the cells stay crisp
+      p.setPen(QPen(frame, 1));
+      p.drawRect(r.adjusted(0, 0, -1, -1));
+      // The metric's colour as a strip along the tile's bottom edge: readable even where the
+      // thumbnail is mostly background.
+      const QColor c = tint(l, h);
+      p.fillRect(QRect(r.left(), r.bottom() - std::max(2, g.tile / 10) + 1, r.width(), std::max(2, g.tile / 10)), c);
+      const double v = l < int(values_.size()) && h < int(values_[size_t(l)].size()) ? values_[size_t(l)][size_t(h)] : std::nan("");
+      const QString text = value_text(v);
+      if (!values_.empty() && value_font.pointSizeF() >= 6) {
+        p.setPen(fg);
+        p.setFont(value_font);
+        p.drawText(QRect(r.left() - g.gap / 2, r.bottom() + 1, g.tile + g.gap, g.label_h), Qt::AlignCenter, text);
+        p.setFont(font());
+      }
+    }
+  }
+  // The selection: a thick frame in the palette's highlight colour, outside the tile so the
+  // thumbnail stays visible.
+  const QRect sel = tile_rect(layer_, head_);
+  if (!sel.isEmpty()) {
+    p.setPen(QPen(pal.color(QPalette::Highlight), 3));
+    p.setBrush(Qt::NoBrush);
+    p.drawRect(sel.adjusted(-2, -2, 1, 1));
+  }
+  // Legend: the metric's name and its colour bar from the minimum to the maximum over all heads.
+  if (!metric_.isEmpty()) {
+    const int x0 = g.left, w = std::max(60, std::min(width() - g.left - 8, H * (g.tile + g.gap) - g.gap));
+    int y = g.legend_top;
+    p.setPen(fg);
+    p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
+               fm.elidedText(tr("tint: %1").arg(metric_), Qt::ElideRight, w));
+    y += fm.height() + 2;
+    QLinearGradient lg(x0, 0, x0 + w, 0);
+    for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, gradient_colour(i / 8.0));
+    p.fillRect(QRect(x0, y, w, kLegendBar), lg);
+    p.setPen(QPen(frame, 1));
+    p.drawRect(QRect(x0, y, w - 1, kLegendBar - 1));
+    y += kLegendBar + 1;
+    p.setPen(fg);
+    if (!std::isnan(lo_)) {
+      p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignLeft | Qt::AlignTop, value_text(lo_));
+      p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignRight | Qt::AlignTop, value_text(hi_));
+    } else {
+      p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignLeft | Qt::AlignTop, tr("no values"));
+    }
+  }
+  if (hasFocus()) {
+    QColor f = pal.color(QPalette::Highlight);
+    f.setAlpha(90);
+    p.setPen(QPen(f, 1, Qt::DashLine));
+    p.drawRect(rect().adjusted(0, 0, -1, -1));
+  }
+}
+
+bool HeadGrid::hit(const QPoint& pos, int* layer, int* head) const {
+  for (int l = 0; l < layers(); ++l)
+    for (int h = 0; h < heads(); ++h)
+      // The value printed under a tile belongs to it too.
+      if (tile_rect(l, h).adjusted(0, 0, 0, geometry().label_h).contains(pos)) {
+        *layer = l, *head = h;
+        return true;
+      }
+  return false;
+}
+
+void HeadGrid::mousePressEvent(QMouseEvent* event) {
+  int l = 0, h = 0;
+  if (event->button() != Qt::LeftButton || !hit(event->position().toPoint(), &l, &h)) return QWidget::mousePressEvent(event);
+  setFocus(Qt::MouseFocusReason);
+  select(l, h);
+  emit headSelected(l, h);
+}
+
+void HeadGrid::keyPressEvent(QKeyEvent* event) {
+  int l = layer_, h = head_;
+  switch (event->key()) {
+    case Qt::Key_Up: --l; break;
+    case Qt::Key_Down: ++l; break;
+    case Qt::Key_Left: --h; break;
+    case Qt::Key_Right: ++h; break;
+    default: return QWidget::keyPressEvent(event);
+  }
+  l = std::clamp(l, 0, std::max(0, layers() - 1));
+  h = std::clamp(h, 0, std::max(0, heads() - 1));
+  if (l == layer_ && h == head_) return;
+  select(l, h);
+  emit headSelected(l, h);
+}
+
+bool HeadGrid::event(QEvent* e) {
+  if (e->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(e);
+    int l = 0, h = 0;
+    if (hit(help->pos(), &l, &h)) {
+      QString text = tr("layer %1, head %2").arg(l).arg(h);
+      if (!metric_.isEmpty() && l < int(values_.size()) && h < int(values_[size_t(l)].size()))
+        text += QString("\n%1: %2").arg(metric_).arg(values_[size_t(l)][size_t(h)], 0, 'g', 4);
+      QToolTip::showText(help->globalPos(), text, this);
+    } else {
+      QToolTip::hideText();
+    }
+    return true;
+  }
+  return QWidget::event(e);
+}
+
+void HeadGrid::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) {
+    rebuild_images();
+    update();
+  }
+  QWidget::changeEvent(event);
+}
+
+}  // namespace attnscope::views

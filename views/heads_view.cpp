@@ -1,0 +1,378 @@
+#include "heads_view.h"
+
+#include <QApplication>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSignalBlocker>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QVBoxLayout>
+#include <cmath>
+#include <qcustomplot.h>
+#include <sstream>
+
+#include "attnscope/error.h"
+#include "attnscope/table.h"
+#include "plot_style.h"
+
+namespace attnscope::views {
+
+namespace {
+
+QString scale_title(const std::string& name) {
+  if (name == "row") return QObject::tr("row-normalized");
+  return QString::fromStdString(name);
+}
+
+}  // namespace
+
+HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
+  auto* outer = new QHBoxLayout(this);
+  outer->setContentsMargins(0, 0, 0, 0);
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  outer->addWidget(split);
+
+  // Left: the overview grid and what tints it.
+  auto* left = new QWidget(split);
+  auto* lv = new QVBoxLayout(left);
+  lv->setContentsMargins(4, 4, 4, 4);
+  auto* title = new QLabel(tr("<b>Heads</b> (click one, or use the arrow keys)"), left);
+  lv->addWidget(title);
+  auto* metric_row = new QHBoxLayout;
+  metric_row->addWidget(new QLabel(tr("Tint by"), left));
+  metric_box_ = new QComboBox(left);
+  metric_box_->setToolTip(tr("The metric that colours the thumbnails and is printed under them"));
+  metric_box_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  metric_row->addWidget(metric_box_, 1);
+  lv->addLayout(metric_row);
+  grid_ = new HeadGrid(left);
+  lv->addWidget(grid_, 1);
+
+  // Right: the three maps in step, the choosers, the per-row plot.
+  auto* right = new QWidget(split);
+  auto* rv = new QVBoxLayout(right);
+  rv->setContentsMargins(4, 4, 4, 4);
+  auto* maps = new QHBoxLayout;
+  softmax_ = new HeatmapPanel(tr("softmax"), MapKind::Softmax, right);
+  linear_ = new HeatmapPanel(tr("linear"), MapKind::Linear, right);
+  diff_ = new HeatmapPanel(tr("difference (linear - softmax)"), MapKind::Difference, right);
+  for (HeatmapPanel* p : {softmax_, linear_, diff_}) {
+    maps->addWidget(p, 1);
+    connect(p, &HeatmapPanel::regionChanged, this, [this, p](const MapRegion& r) { sync_region(p, r); });
+  }
+  rv->addLayout(maps, 3);
+
+  auto* controls = new QHBoxLayout;
+  controls->addWidget(new QLabel(tr("Feature map"), right));
+  map_box_ = new QComboBox(right);
+  map_box_->addItem(tr("none (softmax only)"), QString());
+  map_box_->setToolTip(tr("The feature map whose linear attention is compared with softmax"));
+  controls->addWidget(map_box_);
+  controls->addWidget(new QLabel(tr("M"), right));
+  features_box_ = new QSpinBox(right);
+  features_box_->setRange(0, 1 << 16);
+  features_box_->setSpecialValueText(tr("natural"));
+  features_box_->setKeyboardTracking(false);  // one change when the number is entered, not per digit
+  features_box_->setToolTip(tr("Feature dimension M (natural: the map's own size)"));
+  controls->addWidget(features_box_);
+  controls->addSpacing(12);
+  controls->addWidget(new QLabel(tr("Window"), right));
+  window_box_ = new QSpinBox(right);
+  window_box_->setRange(0, 0);
+  window_box_->setKeyboardTracking(false);
+  window_box_->setToolTip(tr("Which captured window (sequence) the maps show"));
+  controls->addWidget(window_box_);
+  controls->addSpacing(12);
+  controls->addWidget(new QLabel(tr("Colour scale"), right));
+  scale_box_ = new QComboBox(right);
+  for (const std::string& name : colour_scale_names()) scale_box_->addItem(scale_title(name), QString::fromStdString(name));
+  scale_box_->setToolTip(tr("linear: the weight; log: log10 of the weight; row-normalized: each query row divided by its maximum"));
+  controls->addWidget(scale_box_);
+  controls->addStretch(1);
+  rv->addLayout(controls);
+  info_ = new QLabel(right);
+  info_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  info_->setWordWrap(true);
+  rv->addWidget(info_);
+
+  kl_ = new PlotPanel(tr("per-row KL and entropy"), right);
+  QCustomPlot* kp = kl_->plot();
+  kp->xAxis->setLabel(tr("query position"));
+  kp->yAxis->setLabel(tr("KL(A_i || Ahat_i) (nats)"));
+  kp->yAxis2->setLabel(tr("entropy H_i (nats)"));
+  kp->yAxis2->setVisible(true);
+  kp->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  kp->axisRect()->setRangeZoom(Qt::Horizontal);
+  kp->axisRect()->setRangeDrag(Qt::Horizontal);
+  kp->legend->setVisible(true);
+  QFont lf = QApplication::font();
+  lf.setPointSizeF(std::max(6.0, lf.pointSizeF() * 0.85));
+  kp->legend->setFont(lf);
+  // The legend in one line under the plot: inside, it would hide some rows' values at any zoom.
+  auto* below = new QCPLayoutGrid;
+  kp->plotLayout()->addElement(1, 0, below);
+  kp->plotLayout()->setRowStretchFactor(1, 0.001);
+  below->setMargins(QMargins(4, 0, 4, 2));
+  kp->axisRect()->insetLayout()->take(kp->legend);
+  below->addElement(0, 0, kp->legend);
+  kp->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  kp->legend->setMargins(QMargins(4, 1, 4, 1));
+  below->setMinimumSize(0, 0);
+  kl_note_ = new QCPItemText(kp);
+  kl_note_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  kl_note_->position->setCoords(0.5, 0.15);
+  kl_note_->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+  kl_note_->setClipToAxisRect(false);
+  kl_->set_csv([this] {
+    if (!view_) fail("per-row KL", "no head selected");
+    Table t;
+    t.header = {"query", "token", "kl", "entropy_softmax", "entropy_linear"};
+    for (int i = 0; i < view_->length(); ++i) {
+      auto at = [i](const std::vector<double>& v) { return i < int(v.size()) ? fmt_number(v[size_t(i)], 8) : std::string(); };
+      t.add_row({std::to_string(i), i < int(view_->labels.size()) ? view_->labels[size_t(i)] : "", at(view_->row_kl),
+                 at(view_->row_entropy_softmax), at(view_->row_entropy_linear)});
+    }
+    return to_csv(t);
+  });
+  rv->addWidget(kl_, 1);
+
+  split->addWidget(left);
+  split->addWidget(right);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 3);
+  split->setSizes({360, 1240});  // the grid a quarter of the width, whatever the window's size
+  let_title_shrink(kl_);
+
+  connect(grid_, &HeadGrid::headSelected, this, &HeadsView::headSelected);
+  connect(metric_box_, &QComboBox::currentIndexChanged, this, [this] {
+    apply_metric();
+    emit metricChanged(metric());
+  });
+  connect(map_box_, &QComboBox::currentIndexChanged, this, [this] {
+    update_titles();
+    emit mapChanged(feature_map(), features());
+  });
+  connect(features_box_, &QSpinBox::valueChanged, this, [this] {
+    update_titles();
+    emit mapChanged(feature_map(), features());
+  });
+  connect(window_box_, &QSpinBox::valueChanged, this, [this](int seq) { emit windowChanged(seq); });
+  connect(scale_box_, &QComboBox::currentIndexChanged, this, [this] {
+    const ColourScale s = scale();
+    for (HeatmapPanel* p : {softmax_, linear_, diff_}) p->set_scale(s);
+    emit scaleChanged(s);
+  });
+  update_titles();
+  update_kl();
+  update_info();
+}
+
+void HeadsView::set_shape(int layers, int heads, int windows) {
+  grid_->set_shape(layers, heads);
+  const QSignalBlocker block(window_box_);
+  window_box_->setRange(0, std::max(0, windows - 1));
+}
+
+void HeadsView::set_feature_maps(const QStringList& names) {
+  const QString keep = feature_map();
+  const QSignalBlocker block(map_box_);
+  while (map_box_->count() > 1) map_box_->removeItem(1);
+  for (const QString& n : names) map_box_->addItem(n, n);
+  const int i = map_box_->findData(keep);
+  map_box_->setCurrentIndex(i < 0 ? 0 : i);
+  update_titles();
+}
+
+void HeadsView::set_thumbnails(std::vector<std::vector<Matrix>> thumbnails) {
+  grid_->set_thumbnails(std::move(thumbnails));
+}
+
+void HeadsView::set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics) {
+  metrics_ = std::move(metrics);
+  const QString keep = metric();
+  {
+    const QSignalBlocker block(metric_box_);
+    metric_box_->clear();
+    for (const auto& [name, values] : metrics_) metric_box_->addItem(name);
+    int i = metric_box_->findText(keep);
+    if (i < 0) i = metric_box_->findText(QStringLiteral("softmax entropy"));
+    metric_box_->setCurrentIndex(std::max(0, i));
+  }
+  apply_metric();
+}
+
+void HeadsView::apply_metric() {
+  const auto it = metrics_.find(metric());
+  if (it == metrics_.end())
+    grid_->set_metric({}, {});
+  else
+    grid_->set_metric(it->first, it->second);
+}
+
+void HeadsView::set_head_view(std::shared_ptr<const HeadView> view) {
+  // A new feature map or head on the same window keeps the zoom: the user is comparing tokens.
+  const bool keep_zoom = view_ && view && view_->seq == view->seq && view_->length() == view->length();
+  const MapRegion region = softmax_->visible_region();
+  view_ = std::move(view);
+  for (HeatmapPanel* p : {softmax_, linear_, diff_}) {
+    p->set_view(view_);
+    if (keep_zoom) p->show_region(region);
+  }
+  if (view_) grid_->select(view_->layer, view_->head);
+  update_titles();
+  update_kl();
+  if (keep_zoom) sync_region(nullptr, region);
+  update_info();
+}
+
+void HeadsView::select(int layer, int head) { grid_->select(layer, head); }
+
+void HeadsView::show_region(const MapRegion& region) {
+  softmax_->show_region(region);
+  sync_region(softmax_, softmax_->visible_region());
+}
+
+QString HeadsView::feature_map() const { return map_box_->currentData().toString(); }
+qint64 HeadsView::features() const { return features_box_->value(); }
+int HeadsView::window() const { return window_box_->value(); }
+ColourScale HeadsView::scale() const { return parse_colour_scale(scale_box_->currentData().toString().toStdString()); }
+QString HeadsView::metric() const { return metric_box_->currentText(); }
+
+void HeadsView::set_feature_map(const QString& name, qint64 features) {
+  {
+    const QSignalBlocker b1(map_box_), b2(features_box_);
+    int i = map_box_->findData(name);
+    if (i < 0 && !name.isEmpty()) {  // a session may name a map the list does not have yet
+      map_box_->addItem(name, name);
+      i = map_box_->count() - 1;
+    }
+    map_box_->setCurrentIndex(std::max(0, i));
+    features_box_->setValue(int(features));
+  }
+  update_titles();
+  update_info();
+}
+
+void HeadsView::set_window(int seq) {
+  const QSignalBlocker block(window_box_);
+  window_box_->setValue(seq);
+}
+
+void HeadsView::set_scale(ColourScale s) {
+  {
+    const QSignalBlocker block(scale_box_);
+    scale_box_->setCurrentIndex(std::max(0, scale_box_->findData(QString::fromLatin1(colour_scale_name(s)))));
+  }
+  for (HeatmapPanel* p : {softmax_, linear_, diff_}) p->set_scale(s);
+}
+
+void HeadsView::set_metric(const QString& name) {
+  {
+    const QSignalBlocker block(metric_box_);
+    const int i = metric_box_->findText(name);
+    if (i >= 0) metric_box_->setCurrentIndex(i);
+  }
+  apply_metric();
+}
+
+void HeadsView::set_commands(const QString& maps_command) {
+  for (PlotPanel* p : {static_cast<PlotPanel*>(softmax_), static_cast<PlotPanel*>(linear_),
+                       static_cast<PlotPanel*>(diff_), kl_})
+    p->set_command(maps_command);
+}
+
+HeatmapPanel* HeadsView::panel(MapKind kind) const {
+  switch (kind) {
+    case MapKind::Softmax: return softmax_;
+    case MapKind::Linear: return linear_;
+    case MapKind::Difference: return diff_;
+  }
+  return softmax_;
+}
+
+void HeadsView::sync_region(HeatmapPanel* from, const MapRegion& region) {
+  for (HeatmapPanel* p : {softmax_, linear_, diff_})
+    if (p != from) p->show_region(region);
+  // The per-row plot follows the maps' query rows.
+  if (view_ && view_->length() > 0) {
+    kl_->plot()->xAxis->setRange(region.row0 - 0.5, region.row1 - 0.5);
+    kl_->plot()->replot(QCustomPlot::rpQueuedReplot);
+  }
+}
+
+void HeadsView::update_titles() {
+  const QString where = view_ ? tr(" · layer %1, head %2").arg(view_->layer).arg(view_->head) : QString();
+  softmax_->set_title(tr("softmax") + where);
+  const QString map = feature_map();
+  const QString m = features() > 0 ? tr(", M = %1").arg(features()) : QString();
+  linear_->set_title(map.isEmpty() ? tr("linear") : tr("linear: %1%2").arg(map, m));
+  diff_->set_title(tr("difference (linear - softmax)"));
+}
+
+void HeadsView::update_kl() {
+  QCustomPlot* p = kl_->plot();
+  p->clearGraphs();
+  auto add = [&](const std::vector<double>& y, QCPAxis* axis, const QString& name, int colour, Qt::PenStyle style) {
+    QVector<double> xs, ys;
+    for (size_t i = 0; i < y.size(); ++i)
+      if (std::isfinite(y[i])) {  // undefined rows (NaN) are left out, not drawn as 0
+        xs.push_back(double(i));
+        ys.push_back(y[i]);
+      }
+    QCPGraph* g = p->addGraph(p->xAxis, axis);
+    g->setData(xs, ys, true);
+    g->setName(name);
+    g->setPen(QPen(series_color(colour), style == Qt::SolidLine ? 1.8 : 1.2, style));
+    if (y.size() <= 96) g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 4));
+    return g;
+  };
+  QString note;
+  if (view_) {
+    if (view_->has_linear() && !view_->row_kl.empty())
+      add(view_->row_kl, p->yAxis, tr("KL(A_i || Ahat_i)"), 0, Qt::SolidLine);
+    else
+      note = tr("KL needs a feature map: choose one above");
+    add(view_->row_entropy_softmax, p->yAxis2, tr("entropy, softmax"), 1, Qt::DashLine);
+    if (!view_->row_entropy_linear.empty())
+      add(view_->row_entropy_linear, p->yAxis2, tr("entropy, linear"), 2, Qt::DashLine);
+    p->xAxis->setRange(-0.5, view_->length() - 0.5);
+    bool found = false;
+    QCPRange r = p->graphCount() > 0 && p->graph(0)->valueAxis() == p->yAxis ? p->graph(0)->getValueRange(found) : QCPRange();
+    p->yAxis->setRange(found ? QCPRange(std::min(0.0, r.lower), r.upper > 0 ? r.upper * 1.08 : 1) : QCPRange(0, 1));
+    double hi = 0;
+    for (int i = 0; i < p->graphCount(); ++i)
+      if (p->graph(i)->valueAxis() == p->yAxis2) {
+        bool ok = false;
+        const QCPRange e = p->graph(i)->getValueRange(ok);
+        if (ok) hi = std::max(hi, e.upper);
+      }
+    p->yAxis2->setRange(0, hi > 0 ? hi * 1.08 : 1);
+  } else {
+    note = tr("No head selected");
+  }
+  p->yAxis->setVisible(!view_ || view_->has_linear());
+  p->legend->setVisible(p->graphCount() > 0);
+  kl_note_->setText(note);
+  kl_note_->setColor(QApplication::palette().color(QPalette::Text));
+  kl_note_->setVisible(!note.isEmpty());
+  p->replot();
+}
+
+void HeadsView::update_info() {
+  if (!view_) {
+    info_->setText(tr("No head selected: click a thumbnail."));
+    return;
+  }
+  QString map = feature_map().isEmpty() ? tr("no feature map") : tr("feature map %1").arg(feature_map());
+  if (!feature_map().isEmpty() && features() > 0) map += tr(" (M = %1)").arg(features());
+  QString text = tr("layer %1, head %2, window %3  ·  L = %4 tokens, head dim %5  ·  %6")
+                     .arg(view_->layer).arg(view_->head).arg(view_->seq).arg(view_->length()).arg(view_->head_dim).arg(map);
+  if (view_->has_linear())
+    text += tr("  ·  undefined rows %1  ·  non-positive row sums %2 %")
+                .arg(view_->undefined_rows)
+                .arg(100.0 * view_->nonpositive_row_fraction, 0, 'f', 1);
+  info_->setText(text);
+}
+
+}  // namespace attnscope::views
