@@ -142,7 +142,6 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 3);
   split->setSizes({360, 1240});  // the grid a quarter of the width, whatever the window's size
-  let_title_shrink(kl_);
 
   connect(grid_, &HeadGrid::headSelected, this, &HeadsView::headSelected);
   connect(metric_box_, &QComboBox::currentIndexChanged, this, [this] {

@@ -44,14 +44,6 @@ QString weight_text(double w) {
 
 }  // namespace
 
-void let_title_shrink(PlotPanel* panel) {
-  // The title is the panel's only QLabel; without this its full text sets the panel's minimum
-  // width, and four panels side by side would force the window wider than the screen.
-  if (auto* title = panel->findChild<QLabel*>(QString(), Qt::FindDirectChildrenOnly)) {
-    title->setSizePolicy(QSizePolicy::Ignored, title->sizePolicy().verticalPolicy());
-  }
-}
-
 HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
     : PlotPanel(title, parent), kind_(kind) {
   QCustomPlot* p = plot();
@@ -106,7 +98,6 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
   });
   set_csv([this] { return visible_csv(); });
   restyle();  // PlotPanel styled the plot before the colour bar existed
-  let_title_shrink(this);
   apply_gradient();
   redraw();
 }
@@ -268,6 +259,8 @@ void HeatmapPanel::update_image(bool force) {
 }
 
 void HeatmapPanel::apply_gradient() {
+  // style_plot re-applies the diverging gradient for the palette it draws with (light exports).
+  map_->setProperty(kDivergingProperty, kind_ == MapKind::Difference);
   if (kind_ == MapKind::Difference)
     map_->setGradient(diverging_gradient(QApplication::palette()));
   else

@@ -18,8 +18,6 @@ class QMouseEvent;
 namespace attnscope::views {
 
 // Lets a panel's title be cut instead of setting the panel's minimum width (views with several
-// panels side by side call it for each).
-void let_title_shrink(PlotPanel* panel);
 
 class HeatmapPanel : public PlotPanel {
   Q_OBJECT

@@ -10,7 +10,7 @@
 
 #include "attnscope/error.h"
 #include "attnscope/table.h"
-#include "heatmap_panel.h"  // let_title_shrink
+#include "heatmap_panel.h"
 #include "plot_style.h"
 
 namespace attnscope::views {
@@ -357,7 +357,6 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
   d_->mixers.panel->set_csv([this] { return d_->mixers.csv("head"); });
   for (PlotPanel* p : panels()) {
     p->restyle();  // the colour bars were added after PlotPanel styled the plot
-    let_title_shrink(p);
   }
   for (int c = 0; c < 4; ++c) grid->setColumnStretch(c, 1);
   for (int r = 0; r < 2; ++r) grid->setRowStretch(r, 1);
