@@ -122,6 +122,7 @@ struct DofView::Impl : QObject {
   QCPGraph *spec = nullptr, *spec_half = nullptr;
   QCPItemStraightLine *ridge_line = nullptr, *res_line = nullptr;
   QCPItemText* ridge_text = nullptr;
+  double plot_log_offset = 0;  // the spectrum is drawn as mu * exp(-plot_log_offset)
   // (c) DoF against lambda
   PlotPanel* curve_panel = nullptr;
   QCPGraph *curve_head = nullptr, *curve_half = nullptr, *curve_layer = nullptr;
@@ -191,7 +192,7 @@ void DofView::Impl::build_grid_panel() {
   auto* group = new QCPMarginGroup(p);
   p->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, group);
   scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
-  note = new QCPTextElement(p, tr("bold: layer maximum   * DoF moved > 10% between J/2 and J (not converged)"));
+  note = new QCPTextElement(p, tr("bold: the layer's maximum\n* not converged: DoF moved > 10% between J/2 and J"));
   QFont nf = note->font();
   nf.setPointSizeF(8);
   note->setFont(nf);
@@ -219,6 +220,7 @@ void DofView::Impl::build_grid_panel() {
   connect(p, &QCustomPlot::mousePress, this, &Impl::cell_click);
   connect(p, &QCustomPlot::mouseMove, this, &Impl::cell_tooltip);
   connect(p, &QCustomPlot::afterLayout, this, &Impl::update_text_visibility);
+  style_plot(p);  // the text elements added here
   grid_panel->set_csv([this]() -> std::string {
     return has_state ? to_csv(dof_grid_table(state.head_dof, state.lambda, state.convergence)) : std::string();
   });
@@ -381,6 +383,7 @@ void DofView::Impl::build_spectrum_panel() {
   QFont lf = p->legend->font();
   lf.setPointSizeF(8);
   p->legend->setFont(lf);
+  style_plot(p);
   spectrum_panel->set_csv([this]() -> std::string {
     const HeadSpectrum* sp = selected_spectrum();
     Table t;
@@ -403,29 +406,39 @@ void DofView::Impl::draw_spectrum() {
     res_line->setVisible(false);
     return;
   }
-  auto positive = [](const std::vector<double>& e, QVector<double>* x, QVector<double>* y) {
-    for (size_t i = 0; i < e.size(); ++i)
-      if (e[i] > 0) {
+  // Sigma's eigenvalues are mu = exp(log_scale) e. Plotted as mu while exp(log_scale) is a
+  // moderate factor; past that (samples/none normalizers on large q/k norms, c ~ 770) mu does not
+  // fit in a double, and the plot shows e in the full spectrum's units: everything drawn is then
+  // divided by exp(c). The J/2 half has its own shift (its own sample's max norm), so it is
+  // converted to the same units.
+  const double c = sp->log_scale;
+  const bool in_mu = std::abs(c) <= 300 && (!sp->half || std::abs(sp->half->log_scale) <= 300);
+  plot_log_offset = in_mu ? 0.0 : c;
+  auto positive = [this](const HeadSpectrum& h, QVector<double>* x, QVector<double>* y) {
+    const double factor = std::exp(h.log_scale - plot_log_offset);
+    for (size_t i = 0; i < h.eigenvalues.size(); ++i)
+      if (h.eigenvalues[i] > 0) {
         x->push_back(double(i + 1));
-        y->push_back(e[i]);
+        y->push_back(h.eigenvalues[i] * factor);
       }
   };
   QVector<double> x, y, hx, hy;
-  positive(sp->eigenvalues, &x, &y);
-  if (sp->half) positive(sp->half->eigenvalues, &hx, &hy);
+  positive(*sp, &x, &y);
+  if (sp->half) positive(*sp->half, &hx, &hy);
   spec->setData(x, y, true);
   spec_half->setData(hx, hy, true);
   spec_half->setVisible(!hx.isEmpty());
   spec_half->setName(tr("J/2 = %1").arg(sp->half ? sp->half->samples : 0));
   spec->setName(sp->exact ? tr("J = %1").arg(sp->samples) : tr("top %1 of J = %2").arg(sp->eigenvalues.size()).arg(sp->samples));
-  if (sp->log_scale == 0)
+  if (in_mu)
     p->yAxis->setLabel(tr("eigenvalue μᵢ of Σ (log scale)"));
-  else  // mu = exp(c) e may not fit in a double: plot e and say so
-    p->yAxis->setLabel(tr("eᵢ = μᵢ·exp(−c), c = %1 (log scale)").arg(sp->log_scale, 0, 'f', 1));
+  else
+    p->yAxis->setLabel(tr("μᵢ·exp(−c), c = %1 (log scale)").arg(c, 0, 'f', 1));
   p->xAxis->setRange(0, std::max<double>(2, double(std::max(x.size(), hx.size())) + 1));
-  res_line->setVisible(sp->resolution > 0);
-  res_line->point1->setCoords(0, sp->resolution);
-  res_line->point2->setCoords(1, sp->resolution);
+  const double res = sp->resolution * std::exp(c - plot_log_offset);
+  res_line->setVisible(res > 0);
+  res_line->point1->setCoords(0, res);
+  res_line->point2->setCoords(1, res);
 }
 
 void DofView::Impl::draw_ridge() {
@@ -436,23 +449,22 @@ void DofView::Impl::draw_ridge() {
     ridge_text->setVisible(false);
     return;
   }
-  const double t = shifted_ridge(state.lambda, sp->log_scale);
+  // Counted as core counts (e against the shifted ridge); drawn in the plot's units.
+  const double shifted = shifted_ridge(state.lambda, sp->log_scale);
+  const double t = shifted_ridge(state.lambda, plot_log_offset);
   int64_t above = 0;
+  for (double e : sp->eigenvalues) above += e > shifted;
   double lo = INFINITY, hi = 0;
-  for (double e : sp->eigenvalues) {
-    above += e > t;
-    if (e > 0) lo = std::min(lo, e), hi = std::max(hi, e);
-  }
-  if (sp->half)
-    for (double e : sp->half->eigenvalues)
-      if (e > 0) lo = std::min(lo, e), hi = std::max(hi, e);
-  ridge_line->setVisible(t > 0);
+  for (const QCPGraph* g : {spec, spec_half})
+    for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it)
+      lo = std::min(lo, it->value), hi = std::max(hi, it->value);
+  ridge_line->setVisible(t > 0 && shifted > 0);
   ridge_line->point1->setCoords(0, t);
   ridge_line->point2->setCoords(1, t);
   ridge_text->setVisible(true);
   const QString what = sp->exact ? tr("%1 of %2 eigenvalues above λ").arg(above).arg(sp->eigenvalues.size())
                                  : tr("%1 of the top %2 above λ").arg(above).arg(sp->eigenvalues.size());
-  ridge_text->setText(t > 0 ? tr("λ = %1\n%2").arg(lambda_short(state.lambda), what)
+  ridge_text->setText(shifted > 0 ? tr("λ = %1\n%2").arg(lambda_short(state.lambda), what)
                             : tr("λ·exp(−c) underflows:\nevery resolved eigenvalue counts 1"));
   if (t > 0) lo = std::min(lo, t), hi = std::max(hi, t);
   if (!(hi > 0)) lo = 1e-3, hi = 1;
@@ -474,7 +486,11 @@ void DofView::Impl::build_curve_panel() {
   curve_panel = new PlotPanel(tr("DoF against λ"), view);
   QCustomPlot* p = curve_panel->plot();
   curve_layer = p->addGraph();
-  curve_layer->setPen(QPen(series_color(1), 1.8));
+  // Wide and under the head's curve: where the selected head is the layer's maximum, the two
+  // coincide and the layer's curve shows as a halo around it.
+  QColor layer_color = series_color(1);
+  layer_color.setAlpha(170);
+  curve_layer->setPen(QPen(layer_color, 4.5));
   curve_half = p->addGraph();
   curve_half->setPen(QPen(series_color(4), 1.2, Qt::DashLine));
   curve_head = p->addGraph();
@@ -489,13 +505,12 @@ void DofView::Impl::build_curve_panel() {
   curve_line->setObjectName("lambda line");
   curve_line->setPen(QPen(accent(), 2));
   curve_text = boxed_label(p, QColor(0, 0, 0));
-  curve_text->position->setTypeX(QCPItemPosition::ptPlotCoords);
-  curve_text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
   p->legend->setVisible(true);
   p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignRight | Qt::AlignTop);
   QFont lf = p->legend->font();
   lf.setPointSizeF(8);
   p->legend->setFont(lf);
+  style_plot(p);
   curve_panel->set_csv([this]() -> std::string {
     Table t;
     t.header = {"log2_lambda", "lambda", "dof_head", "dof_head_half", "dof_layer_max"};
@@ -552,11 +567,13 @@ void DofView::Impl::draw_curve_line() {
   curve_line->point1->setCoords(x, 0);
   curve_line->point2->setCoords(x, 1);
   if (sel_layer < int(state.head_dof.size()) && sel_head < int(state.head_dof[sel_layer].size())) {
-    curve_text->setText(tr("DoF %1").arg(QString::fromStdString(fmt_number(state.head_dof[sel_layer][sel_head].value, 1))));
-    // Left of the line when it is near the right edge.
+    const double dof = state.head_dof[sel_layer][sel_head].value;
+    curve_text->setText(tr("DoF %1").arg(QString::fromStdString(fmt_number(dof, 1))));
+    // Where the line meets the head's curve, beside it (left of the line near the right edge),
+    // below the legend in the top right corner.
     const bool right = x > -3;
-    curve_text->position->setCoords(x + (right ? -0.15 : 0.15), 0.04);
-    curve_text->setPositionAlignment((right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignTop);
+    curve_text->position->setCoords(x + (right ? -0.15 : 0.15), dof);
+    curve_text->setPositionAlignment((right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignBottom);
   }
 }
 
@@ -584,13 +601,13 @@ void DofView::Impl::build_alloc_panel() {
   budget_text = boxed_label(p, QColor(0, 0, 0));
   budget_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
   budget_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  budget_text->setPositionAlignment(Qt::AlignRight | Qt::AlignVCenter);
+  budget_text->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
   clip_line = new QCPItemStraightLine(p);
   clip_line->setPen(QPen(series_color(7), 1.5, Qt::DotLine));
   clip_text = boxed_label(p, QColor(0, 0, 0));
   clip_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
   clip_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  clip_text->setPositionAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+  clip_text->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
   cost_text = new QCPTextElement(p, QString());
   QFont cf = cost_text->font();
   cf.setPointSizeF(9.5);
@@ -599,6 +616,7 @@ void DofView::Impl::build_alloc_panel() {
   p->plotLayout()->insertRow(0);
   p->plotLayout()->addElement(0, 0, cost_text);
   p->legend->setVisible(false);
+  style_plot(p);
   alloc_panel->set_csv([this]() -> std::string {
     // As `attnscope allocate --csv` prints it: one row per head.
     Table t;
@@ -674,7 +692,7 @@ void DofView::Impl::draw_bars() {
     const double d = double(spectra->head_dim);
     clip_line->point1->setCoords(0, d);
     clip_line->point2->setCoords(1, d);
-    clip_text->position->setCoords(0.005, d);
+    clip_text->position->setCoords(0.995, d);
     clip_text->setText(tr("clip at d = %1").arg(spectra->head_dim));
     p->yAxis->setRange(0, std::max(top, d) * 1.2 + 1);
   }

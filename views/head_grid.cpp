@@ -88,7 +88,15 @@ QColor HeadGrid::tint(int layer, int head) const {
                        : std::nan("");
   if (!std::isfinite(v) || std::isnan(lo_)) return QColor(140, 140, 140);
   const double t = hi_ > lo_ ? (v - lo_) / (hi_ - lo_) : 0.5;
-  return QColor::fromRgb(sequential_gradient().color(t, QCPRange(0, 1)));
+  return gradient_colour(t);
+}
+
+// The part of the gradient that stands out from the background: viridis' dark purple end
+// vanishes on a dark base and its yellow end on a white one. The legend shows the same part.
+QColor HeadGrid::gradient_colour(double t) const {
+  const bool dark = is_dark(palette());
+  const double from = dark ? 0.22 : 0.0, to = dark ? 1.0 : 0.9;
+  return QColor::fromRgb(sequential_gradient().color(from + (to - from) * std::clamp(t, 0.0, 1.0), QCPRange(0, 1)));
 }
 
 // Each thumbnail cell mixes the palette's base colour with the head's tint in proportion to its
@@ -178,6 +186,15 @@ void HeadGrid::paintEvent(QPaintEvent*) {
   for (int h = 0; h < H; ++h)
     p.drawText(QRect(g.left + h * (g.tile + g.gap), 0, g.tile, g.top), Qt::AlignHCenter | Qt::AlignBottom,
                QString("H%1").arg(h));
+  // The values under the tiles: the widget's font, or smaller where the tiles are narrow.
+  QFont value_font = font();
+  {
+    double widest = 1;
+    for (const auto& row : values_)
+      for (double v : row) widest = std::max(widest, double(fm.horizontalAdvance(value_text(v))));
+    const double fit = std::min(1.0, (g.tile + g.gap - 2) / widest);
+    value_font.setPointSizeF(std::floor(font().pointSizeF() * fit * 2) / 2);
+  }
   for (int l = 0; l < S; ++l) {
     const QRect row_tile = tile_rect(l, 0);
     p.setPen(fg);
@@ -195,9 +212,11 @@ void HeadGrid::paintEvent(QPaintEvent*) {
       p.fillRect(QRect(r.left(), r.bottom() - std::max(2, g.tile / 10) + 1, r.width(), std::max(2, g.tile / 10)), c);
       const double v = l < int(values_.size()) && h < int(values_[size_t(l)].size()) ? values_[size_t(l)][size_t(h)] : std::nan("");
       const QString text = value_text(v);
-      if (!values_.empty() && fm.horizontalAdvance(text) <= g.tile + g.gap) {
+      if (!values_.empty() && value_font.pointSizeF() >= 6) {
         p.setPen(fg);
+        p.setFont(value_font);
         p.drawText(QRect(r.left() - g.gap / 2, r.bottom() + 1, g.tile + g.gap, g.label_h), Qt::AlignCenter, text);
+        p.setFont(font());
       }
     }
   }
@@ -218,8 +237,7 @@ void HeadGrid::paintEvent(QPaintEvent*) {
                fm.elidedText(tr("tint: %1").arg(metric_), Qt::ElideRight, w));
     y += fm.height() + 2;
     QLinearGradient lg(x0, 0, x0 + w, 0);
-    QCPColorGradient grad = sequential_gradient();  // color() is not const
-    for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, QColor::fromRgb(grad.color(i / 8.0, QCPRange(0, 1))));
+    for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, gradient_colour(i / 8.0));
     p.fillRect(QRect(x0, y, w, kLegendBar), lg);
     p.setPen(QPen(frame, 1));
     p.drawRect(QRect(x0, y, w - 1, kLegendBar - 1));

@@ -35,6 +35,8 @@ class HeadGrid : public QWidget {
   // The colour the thumbnail of (layer, head) is tinted with: the metric's place between its
   // minimum and maximum over all heads on the sequential gradient; grey for NaN.
   QColor tint(int layer, int head) const;
+  // The colour at t in [0, 1] of the legend (the sequential gradient, clipped for the palette).
+  QColor gradient_colour(double t) const;
 
  signals:
   void headSelected(int layer, int head);  // the user clicked a thumbnail (or moved with the arrows)

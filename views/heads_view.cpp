@@ -109,7 +109,16 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   QFont lf = QApplication::font();
   lf.setPointSizeF(std::max(6.0, lf.pointSizeF() * 0.85));
   kp->legend->setFont(lf);
-  kp->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  // The legend in one line under the plot: inside, it would hide some rows' values at any zoom.
+  auto* below = new QCPLayoutGrid;
+  kp->plotLayout()->addElement(1, 0, below);
+  kp->plotLayout()->setRowStretchFactor(1, 0.001);
+  below->setMargins(QMargins(4, 0, 4, 2));
+  kp->axisRect()->insetLayout()->take(kp->legend);
+  below->addElement(0, 0, kp->legend);
+  kp->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  kp->legend->setMargins(QMargins(4, 1, 4, 1));
+  below->setMinimumSize(0, 0);
   kl_note_ = new QCPItemText(kp);
   kl_note_->position->setType(QCPItemPosition::ptAxisRectRatio);
   kl_note_->position->setCoords(0.5, 0.15);
@@ -132,6 +141,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   split->addWidget(right);
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 3);
+  split->setSizes({360, 1240});  // the grid a quarter of the width, whatever the window's size
 
   connect(grid_, &HeadGrid::headSelected, this, &HeadsView::headSelected);
   connect(metric_box_, &QComboBox::currentIndexChanged, this, [this] {
@@ -216,6 +226,11 @@ void HeadsView::set_head_view(std::shared_ptr<const HeadView> view) {
 }
 
 void HeadsView::select(int layer, int head) { grid_->select(layer, head); }
+
+void HeadsView::show_region(const MapRegion& region) {
+  softmax_->show_region(region);
+  sync_region(softmax_, softmax_->visible_region());
+}
 
 QString HeadsView::feature_map() const { return map_box_->currentData().toString(); }
 qint64 HeadsView::features() const { return features_box_->value(); }

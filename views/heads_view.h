@@ -34,6 +34,8 @@ class HeadsView : public QWidget {
   void set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics);
   void set_head_view(std::shared_ptr<const HeadView> view);  // the selected head's maps
   void select(int layer, int head);                          // no signal
+  // Zooms the three maps (and the per-row plot) to cells [region], as a user's zoom would; no signal.
+  void show_region(const MapRegion& region);
 
   // The choosers (the window sets and reads them for sessions; tests drive them).
   QString feature_map() const;

@@ -1,6 +1,7 @@
 #include "heatmap_panel.h"
 
 #include <QApplication>
+#include <QLabel>
 #include <QMouseEvent>
 #include <QTimer>
 #include <QToolTip>
@@ -70,6 +71,10 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
   p->yAxis->setTickLabelFont(small);
   p->xAxis->grid()->setVisible(false);
   p->yAxis->grid()->setVisible(false);
+  for (QCPAxis* a : {p->xAxis, p->yAxis}) {  // ticks outside the cells they label
+    a->setTickLength(0, 3);
+    a->setSubTicks(false);
+  }
   p->xAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
   p->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
   note_ = new QCPItemText(p);
@@ -92,6 +97,7 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
     plot()->replot(QCustomPlot::rpQueuedReplot);
   });
   set_csv([this] { return visible_csv(); });
+  restyle();  // PlotPanel styled the plot before the colour bar existed
   apply_gradient();
   redraw();
 }
@@ -253,6 +259,8 @@ void HeatmapPanel::update_image(bool force) {
 }
 
 void HeatmapPanel::apply_gradient() {
+  // style_plot re-applies the diverging gradient for the palette it draws with (light exports).
+  map_->setProperty(kDivergingProperty, kind_ == MapKind::Difference);
   if (kind_ == MapKind::Difference)
     map_->setGradient(diverging_gradient(QApplication::palette()));
   else

@@ -17,6 +17,8 @@ class QMouseEvent;
 
 namespace attnscope::views {
 
+// Lets a panel's title be cut instead of setting the panel's minimum width (views with several
+
 class HeatmapPanel : public PlotPanel {
   Q_OBJECT
  public:

@@ -10,6 +10,7 @@
 
 #include "attnscope/error.h"
 #include "attnscope/table.h"
+#include "heatmap_panel.h"
 #include "plot_style.h"
 
 namespace attnscope::views {
@@ -41,7 +42,8 @@ struct ValueHeatmap {
   std::vector<std::vector<double>> values;  // [rows][cols], what is drawn
   QStringList row_names, col_names;
   int decimals = 2;
-  double font_pt = 0;  // the cell texts' size now (follows the cell size)
+  int font_px = 0;         // the cell texts' size now (follows the cell size)
+  int shown_decimals = 0;  // decimals printed now (one fewer than `decimals` in small cells)
 
   void build(PlotPanel* p, const QString& value_label) {
     panel = p;
@@ -62,6 +64,10 @@ struct ValueHeatmap {
     plot->yAxis->setRangeReversed(true);
     plot->xAxis->grid()->setVisible(false);
     plot->yAxis->grid()->setVisible(false);
+    for (QCPAxis* a : {plot->xAxis, plot->yAxis}) {  // ticks outside: inside they read as minus signs
+      a->setTickLength(0, 3);
+      a->setSubTicks(false);
+    }
     plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
     plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
     note = new QCPItemText(plot);
@@ -86,6 +92,7 @@ struct ValueHeatmap {
     note->setText(text);
     note->setColor(QApplication::palette().color(QPalette::Text));
     note->setVisible(true);
+    scale->setVisible(false);  // a colour bar without data would show a meaningless range
     qSharedPointerCast<QCPAxisTickerText>(panel->plot()->xAxis->ticker())->clear();
     qSharedPointerCast<QCPAxisTickerText>(panel->plot()->yAxis->ticker())->clear();
     panel->plot()->replot();
@@ -100,6 +107,7 @@ struct ValueHeatmap {
     decimals = digits;
     note->setVisible(false);
     map->setVisible(true);
+    scale->setVisible(true);
     const int R = int(values.size()), C = R > 0 ? int(values[0].size()) : 0;
     if (R == 0 || C == 0) return show_note(QObject::tr("No heads"));
     // QCustomPlot needs two cells a side to know a cell's size: a single row or column gets a
@@ -128,7 +136,8 @@ struct ValueHeatmap {
         t->setClipToAxisRect(true);
         texts.push_back(t);
       }
-    font_pt = 0;
+    font_px = 0;
+    shown_decimals = decimals;
     label_axes();
     fit_texts();
     plot->replot();
@@ -148,28 +157,47 @@ struct ValueHeatmap {
     fill(plot->yAxis, row_names, plot->axisRect()->height(), fm.height() + 1);
     int widest = 0;
     for (const QString& s : col_names) widest = std::max(widest, fm.horizontalAdvance(s));
-    fill(plot->xAxis, col_names, plot->axisRect()->width(), widest + 6);
+    // Rotated column labels stack by their height (plus the slant), level ones by their width.
+    const double rot = std::abs(plot->xAxis->tickLabelRotation());
+    fill(plot->xAxis, col_names, plot->axisRect()->width(), rot > 1 ? fm.height() * 1.5 : widest + 6);
   }
 
-  // Cell texts sized to the cells (hidden below a readable size); true when anything changed.
+  // Cell texts sized to the widest value at `decimals`, then with one decimal fewer when that is
+  // what keeps them readable (12 x 12 heads in a quarter of a window); hidden below 8 px. True
+  // when anything changed.
   bool fit_texts() {
     if (texts.empty()) return false;
     QCustomPlot* plot = panel->plot();
     const int R = int(values.size()), C = int(values[0].size());
     const double cw = plot->axisRect()->width() / double(C), ch = plot->axisRect()->height() / double(R);
+    // Pixel sizes, not points: the plot's buffer and a widget's metrics may not share a DPI.
     QFont f = QApplication::font();
+    const int base_px = QFontInfo(f).pixelSize();
+    f.setPixelSize(base_px);
     const QFontMetricsF fm(f);
-    const double chars = decimals + 3;  // "-0.12"
-    const double fit_w = cw * 0.92 / (fm.averageCharWidth() * chars), fit_h = ch * 0.8 / fm.height();
-    double pt = std::floor(f.pointSizeF() * std::min({fit_w, fit_h, 1.0}) * 2) / 2;
-    const bool visible = pt >= 5.5;
-    if (std::abs(pt - font_pt) < 0.25) return false;
-    font_pt = pt;
-    f.setPointSizeF(std::max(pt, 1.0));
-    for (QCPItemText* t : texts) {
-      t->setFont(f);
-      t->setVisible(visible);
-    }
+    auto size_for = [&](int digits) {
+      double widest = 0;
+      for (const auto& row : values)
+        for (double x : row) widest = std::max(widest, fm.horizontalAdvance(number(x, digits)));
+      const double fit = std::min({cw * 0.88 / std::max(widest, 1.0), ch * 0.8 / fm.height(), 1.0});
+      return int(std::floor(base_px * fit));
+    };
+    int digits = decimals;
+    int px = size_for(digits);
+    while (px < 8 && digits > 1 && size_for(digits - 1) > px) px = size_for(--digits);
+    if (px == font_px && digits == shown_decimals) return false;
+    font_px = px;
+    shown_decimals = digits;
+    f.setPixelSize(std::max(px, 1));
+    const bool visible = px >= 8;
+    size_t n = 0;
+    for (const auto& row : values)
+      for (double x : row) {
+        QCPItemText* t = texts[n++];
+        t->setFont(f);
+        t->setText(number(x, digits));
+        t->setVisible(visible);
+      }
     label_axes();
     return true;
   }
@@ -249,10 +277,10 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
       if (h.fit_texts()) h.panel->plot()->replot(QCustomPlot::rpQueuedReplot);
     });
   };
-  heat(d_->sm_entropy, tr("softmax entropy (nats)"), tr("entropy"), 0, 0);
-  heat(d_->sm_mono, tr("softmax monotonicity (Spearman)"), tr("Spearman"), 0, 1);
-  heat(d_->lin_entropy, tr("linear entropy (nats)"), tr("entropy"), 0, 2);
-  heat(d_->lin_mono, tr("linear monotonicity (Spearman)"), tr("Spearman"), 0, 3);
+  heat(d_->sm_entropy, tr("softmax entropy"), tr("entropy (nats)"), 0, 0);
+  heat(d_->sm_mono, tr("softmax monotonicity"), tr("Spearman"), 0, 1);
+  heat(d_->lin_entropy, tr("linear entropy"), tr("entropy (nats)"), 0, 2);
+  heat(d_->lin_mono, tr("linear monotonicity"), tr("Spearman"), 0, 3);
   heat(d_->kl, tr("KL(softmax || linear)"), tr("KL (nats)"), 1, 0);
   for (ValueHeatmap* h : {&d_->sm_entropy, &d_->sm_mono, &d_->lin_entropy, &d_->lin_mono, &d_->kl}) {
     connect(h->panel->plot(), &QCustomPlot::mousePress, this, [this, h](QMouseEvent* e) {
@@ -289,12 +317,11 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     return to_csv(t);
   });
 
-  d_->scatter = new PlotPanel(tr("monotonicity"), this);
+  d_->scatter = new PlotPanel(tr("weight vs q.k"), this);
   {
     QCustomPlot* p = d_->scatter->plot();
     p->xAxis->setLabel(tr("q.k / sqrt(d)"));
     p->yAxis->setLabel(tr("attention weight"));
-    p->legend->setVisible(true);
     p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     d_->scatter_note = add_note(p);
@@ -311,7 +338,7 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     return to_csv(t);
   });
 
-  heat(d_->mixers, tr("structured-mixer distances"), tr("||A - P||_F / ||A||_F"), 1, 3);
+  heat(d_->mixers, tr("mixer distances"), tr("||A - P||_F / ||A||_F"), 1, 3);
   d_->mixers.show_note(tr("Not computed\n(attnscope metrics --mixer-state N)"));
   connect(d_->mixers.panel->plot(), &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     QCustomPlot* p = d_->mixers.panel->plot();
@@ -328,6 +355,9 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
   d_->lin_mono.panel->set_csv([this] { return d_->lin_mono.csv("layer"); });
   d_->kl.panel->set_csv([this] { return d_->kl.csv("layer"); });
   d_->mixers.panel->set_csv([this] { return d_->mixers.csv("head"); });
+  for (PlotPanel* p : panels()) {
+    p->restyle();  // the colour bars were added after PlotPanel styled the plot
+  }
   for (int c = 0; c < 4; ++c) grid->setColumnStretch(c, 1);
   for (int r = 0; r < 2; ++r) grid->setRowStretch(r, 1);
   set_analysis({}, 0, 0, {});
@@ -376,8 +406,8 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   const bool linear = any && !feature_map.isEmpty() &&
                       std::any_of(heads.begin(), heads.end(), [](const HeadAnalysis& h) { return h.linear.has_value(); });
   const QString map = feature_map.isEmpty() ? tr("linear") : feature_map;
-  d_->lin_entropy.panel->set_title(tr("%1 entropy (nats)").arg(map));
-  d_->lin_mono.panel->set_title(tr("%1 monotonicity (Spearman)").arg(map));
+  d_->lin_entropy.panel->set_title(tr("%1 entropy").arg(map));
+  d_->lin_mono.panel->set_title(tr("%1 monotonicity").arg(map));
   d_->kl.panel->set_title(tr("KL(softmax || %1)").arg(map));
 
   const auto sm_ent = grid_of([](const HeadAnalysis& h) { return h.softmax.entropy; });
@@ -435,9 +465,9 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
     bars->setData(keys, counts, true);
     bars->setName(name);
     QColor fill = series_color(colour);
-    fill.setAlpha(150);
+    fill.setAlpha(160);
     bars->setBrush(fill);
-    bars->setPen(QPen(series_color(colour).darker(120), 1));
+    bars->setPen(QPen(series_color(colour), 1.2));
   };
   add_bars(d_->hist_softmax, tr("softmax"), 0);
   add_bars(d_->hist_linear, map, 1);
@@ -474,11 +504,11 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   if (have_mix) {
     double lo = 0, hi = 1;
     range({&mix}, &lo, &hi);
-    d_->mixers.panel->set_title(tr("structured-mixer distances (N = %1)").arg(state));
+    d_->mixers.panel->set_title(tr("mixer distances (N = %1)").arg(state));
+    d_->mixers.panel->plot()->xAxis->setTickLabelRotation(45);
     d_->mixers.draw(mix, mix_rows, mix_cols, 0, hi, 2);
-    d_->mixers.panel->plot()->xAxis->setTickLabelRotation(30);
   } else {
-    d_->mixers.panel->set_title(tr("structured-mixer distances"));
+    d_->mixers.panel->set_title(tr("mixer distances"));
     d_->mixers.show_note(tr("Not computed\n(attnscope metrics --mixer-state N)"));
   }
   select(d_->layer, d_->head);
@@ -489,7 +519,7 @@ void MetricsView::set_scatter(const ScatterPoints& points, int layer, int head) 
   d_->scatter_layer = layer, d_->scatter_head = head;
   QCustomPlot* p = d_->scatter->plot();
   p->clearGraphs();
-  d_->scatter->set_title(tr("monotonicity: layer %1, head %2").arg(layer).arg(head));
+  d_->scatter->set_title(tr("weight vs q.k: L%1 H%2").arg(layer).arg(head));
   auto add = [&](const std::vector<double>& w, const QString& name, int colour, QCPScatterStyle::ScatterShape shape) {
     QVector<double> xs, ys;
     for (size_t i = 0; i < w.size() && i < points.score.size(); ++i)

@@ -33,6 +33,14 @@ class ModelPanel : public QWidget {
   void set_busy(bool busy);          // disables Capture while a capture runs
 
   QPushButton* capture_button() const { return capture_; }
+  QString model_path() const { return model_path_; }
+  QString summary_text() const;  // the summary as shown, "key: value" per line
+  QSpinBox* num_seqs_box() const { return num_seqs_; }
+  QSpinBox* seq_len_box() const { return seq_len_; }
+  QSpinBox* seed_box() const { return seed_; }
+  QCheckBox* pre_rope_box() const { return pre_rope_; }
+  QListWidget* files_list() const { return files_; }
+  QPlainTextEdit* editor() const { return editor_; }
 
  signals:
   void openModelRequested(const QString& spec);  // a folder, a .bin file or an HF cache name
@@ -46,6 +54,11 @@ class ModelPanel : public QWidget {
   QSpinBox *num_seqs_, *seq_len_, *seed_;
   QCheckBox* pre_rope_;
   QPushButton* capture_;
+  CaptureOptions base_;  // what the panel does not show (dtype, batch) passes through
+  QString model_path_, summary_raw_;
+
+  void add_files();
+  void remove_files();
 };
 
 }  // namespace attnscope::views

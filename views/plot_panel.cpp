@@ -28,6 +28,9 @@ PlotPanel::PlotPanel(const QString& title, QWidget* parent) : QWidget(parent) {
   QFont f = title_->font();
   f.setBold(true);
   title_->setFont(f);
+  // A long title is cut rather than setting the panel's minimum width: four panels side by side
+  // would otherwise force the window wider than the screen.
+  title_->setSizePolicy(QSizePolicy::Ignored, title_->sizePolicy().verticalPolicy());
   top->addWidget(title_, 1);
   auto* save = new QToolButton(this);
   save->setText(tr("Export…"));

@@ -49,6 +49,9 @@ void style_plot(QCustomPlot* plot, const QPalette& palette) {
       a->setTickLabelColor(fg);
       a->setLabelColor(fg);
     }
+  for (int i = 0; i < plot->plottableCount(); ++i)
+    if (auto* map = qobject_cast<QCPColorMap*>(plot->plottable(i)); map && map->property(kDivergingProperty).toBool())
+      map->setGradient(diverging_gradient(palette));
   plot->legend->setBrush(bg);
   plot->legend->setTextColor(fg);
   plot->legend->setBorderPen(QPen(grid));

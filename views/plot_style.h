@@ -21,6 +21,10 @@ QPalette light_palette();  // what exports are drawn with
 // Okabe-Ito colours (colour-blind safe), with the black replaced so it reads on dark grey too.
 QColor series_color(int i);
 
+// A QCPColorMap carrying this property (true) gets diverging_gradient(palette) from style_plot, so
+// its neutral middle follows the palette it is drawn in (the window's, or white for exports).
+inline constexpr const char* kDivergingProperty = "attnscope_diverging";
+
 // viridis: perceptually uniform, readable in greyscale print and on dark backgrounds.
 QCPColorGradient sequential_gradient();
 // blue - neutral - red for signed values (differences); the neutral middle follows the palette's

@@ -31,8 +31,8 @@ namespace {
 
 // Geometric spectra e_i = r^i (trace-normalized), a different decay per head, so every head has
 // its own DoF; the J/2 half of head (1, 2) decays much faster (flagged unconverged; the others'
-// halves have the same DoF), and head
-// (2, 1) is kept in shifted form (log_scale 3, as the samples normalizer gives).
+// halves have the same DoF); heads (2, 1) and (3, 0) are kept in shifted form (log_scale 3 and 400,
+// as the samples normalizer gives; exp(400) mu would not fit in a double).
 HeadSpectrum geometric(double rate, int J, double log_scale = 0) {
   HeadSpectrum h;
   double sum = 0;
@@ -53,7 +53,7 @@ std::shared_ptr<DofSpectra> synthetic_spectra(int S, int H, int J) {
   for (int s = 0; s < S; ++s)
     for (int h = 0; h < H; ++h) {
       const double rate = 0.5 + 0.45 * double((s * H + h) % 7) / 6;
-      const double log_scale = (s == 2 && h == 1) ? 3.0 : 0.0;
+      const double log_scale = (s == 2 && h == 1) ? 3.0 : (s == 3 && h == 0) ? 400.0 : 0.0;
       HeadSpectrum hs = geometric(rate, J, log_scale);
       // Converged heads: a J/2 spectrum with the same DoF (the same spectrum, samples J/2).
       HeadSpectrum half = (s == 1 && h == 2) ? geometric(0.3, J / 2, log_scale) : geometric(rate, J, log_scale);
@@ -168,21 +168,39 @@ TEST(DofView, HeatmapCellsPrintCoreValuesAndMarkUnconvergedHeads) {
 
 TEST(DofView, SpectrumLambdaLineSitsAtTheShiftedRidge) {
   Fixture f;
-  f.view->select(2, 1);  // kept in shifted form, log_scale 3
+  f.view->select(3, 0);  // log_scale 400: drawn in the shifted units e = mu exp(-c)
   f.view->lambda_slider()->setValue(-24);
   QCustomPlot* plot = f.view->panels()[1]->plot();
   QCPItemStraightLine* line = lambda_line(plot);
   ASSERT_NE(line, nullptr);
-  const double t = shifted_ridge(1.0 / 64, 3.0);
-  EXPECT_NEAR(line->point1->coords().y(), t, 1e-15);
-  EXPECT_NEAR(line->point2->coords().y(), t, 1e-15);
-  EXPECT_LT(t, 1.0 / 64 / 10);  // it is not lambda itself
-  EXPECT_TRUE(f.view->panels()[1]->title().contains("layer 2, head 1"));
-  // The plotted eigenvalues are the kept e_i, in the units of the line.
-  auto* g = plot->graph(1);
+  const double t = shifted_ridge(1.0 / 64, 400.0);
+  ASSERT_GT(t, 0.0);
+  EXPECT_DOUBLE_EQ(line->point1->coords().y(), t);
+  EXPECT_DOUBLE_EQ(line->point2->coords().y(), t);
+  EXPECT_LT(t, 1e-150);  // not lambda itself
+  EXPECT_TRUE(line->visible());
+  EXPECT_TRUE(f.view->panels()[1]->title().contains("layer 3, head 0"));
+  auto* g = plot->graph(1);  // the J spectrum (graph 0 is the J/2 half)
   ASSERT_EQ(g->dataCount(), 96);
-  EXPECT_DOUBLE_EQ(g->data()->at(0)->value, f.spectra->head(2, 1).eigenvalues[0]);
-  EXPECT_TRUE(plot->yAxis->label().contains("c = 3.0"));
+  EXPECT_DOUBLE_EQ(g->data()->at(0)->value, f.spectra->head(3, 0).eigenvalues[0]);
+  EXPECT_TRUE(plot->yAxis->label().contains("c = 400.0")) << plot->yAxis->label().toStdString();
+  // The y range shows both the line and the eigenvalues.
+  EXPECT_LT(plot->yAxis->range().lower, t);
+  EXPECT_GT(plot->yAxis->range().upper, f.spectra->head(3, 0).eigenvalues[0]);
+
+  // A moderate shift (c = 3) is drawn as Sigma's eigenvalues mu = exp(c) e, the line at lambda.
+  f.view->select(2, 1);
+  EXPECT_DOUBLE_EQ(line->point1->coords().y(), 1.0 / 64);
+  EXPECT_NEAR(g->data()->at(0)->value, std::exp(3.0) * f.spectra->head(2, 1).eigenvalues[0], 1e-12);
+  EXPECT_TRUE(plot->yAxis->label().contains("μ"));
+  // Both place the line the same way relative to the eigenvalues: as many above it as core counts.
+  const double shifted = shifted_ridge(1.0 / 64, 3.0);
+  int above_core = 0, above_drawn = 0;
+  for (double e : f.spectra->head(2, 1).eigenvalues) above_core += e > shifted;
+  for (int i = 0; i < g->dataCount(); ++i) above_drawn += g->data()->at(i)->value > line->point1->coords().y();
+  EXPECT_EQ(above_drawn, above_core);
+  EXPECT_GT(above_core, 0);
+
   // DoF against lambda: its vertical line at log2(lambda), the head's curve from core's dof_at.
   QCustomPlot* curve = f.view->panels()[2]->plot();
   EXPECT_DOUBLE_EQ(lambda_line(curve)->point1->coords().x(), -6.0);
@@ -190,6 +208,19 @@ TEST(DofView, SpectrumLambdaLineSitsAtTheShiftedRidge) {
   ASSERT_EQ(data->size(), 49);
   EXPECT_DOUBLE_EQ(data->at(0)->key, -12.0);
   EXPECT_DOUBLE_EQ(data->at(24)->value, dof_at(f.spectra->head(2, 1), std::exp2(-6.0)).value);
+}
+
+TEST(DofView, ClearingTheSpectraEmptiesEveryPlot) {
+  Fixture f;
+  f.view->set_spectra(nullptr);
+  EXPECT_TRUE(f.view->drawn_layer_dims().empty());
+  EXPECT_EQ(f.view->cell_text(0, 0), QString());
+  EXPECT_EQ(f.view->panels()[1]->plot()->graph(1)->dataCount(), 0);
+  EXPECT_EQ(f.view->mean_cost_text(), QString());
+  // And it comes back.
+  f.view->set_spectra(f.spectra);
+  f.view->lambda_slider()->setValue(f.view->lambda_slider()->value() - 1);
+  EXPECT_EQ(f.view->drawn_layer_dims().size(), 4u);
 }
 
 TEST(DofView, SetControlsMovesWithoutEmitting) {

@@ -49,9 +49,9 @@ enum class MapKind { Softmax, Linear, Difference };  // Difference = Ahat - A
 //   linear  the weight itself
 //   log     log10 of the weight, floored at 1e-6 (weights below it show as the floor); for the
 //           difference a symmetric log: sign(x) log10(1 + |x| / 1e-4)
-//   row     each row divided by its largest entry (largest |entry| for the difference), so every
-//           query's own pattern is visible whatever its peak (on a linear scale most of a
-//           256-token map is one colour)
+//   row     each row divided by its largest entry (largest |entry| for the difference; a row
+//           of zeros stays zeros), so every query's own pattern is visible whatever its peak
+//           (on a linear scale most of a 256-token map is one colour)
 enum class ColourScale { Linear, Log, RowNormalized };
 ColourScale parse_colour_scale(const std::string& name);  // one of colour_scale_names(); else Error
 const char* colour_scale_name(ColourScale s);
@@ -68,7 +68,9 @@ struct MapImage {
   MapRegion region;   // the cells the pixels cover (the requested region clipped to the map)
   int cells_per_pixel = 1;  // 1: exact cells; else each pixel is a block of this many cells a side
   double lo = 0, hi = 1;    // the colour range of the whole map in this scale (not just the
-                            // region), so colours stay put while zooming
+                            // region), so colours stay put while zooming; always lo < hi: a map
+                            // of one value v gets [v - 1, v], a difference that is 0 everywhere
+                            // [-1, 1], a map with no defined row the defaults
   bool diverging = false;   // the difference: a range symmetric around 0
 };
 
@@ -87,7 +89,8 @@ struct ScatterPoints {
 ScatterPoints monotonicity_scatter(const HeadView& view, int max_points, uint64_t seed);
 
 // A histogram of the finite values (NaN and inf are left out): `bins` equal bins over [min, max]
-// (one bin when all values are equal). edges has bins + 1 entries.
+// (one bin when all values are equal). edges has bins + 1 entries; both are empty when no value
+// is finite. Throws Error for bins < 1.
 struct Histogram {
   std::vector<double> edges, counts;
 };

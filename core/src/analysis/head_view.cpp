@@ -128,6 +128,8 @@ int block_size(const MapRegion& r, int max_pixels) {
 
 double HeadView::score(int i, int j) const {
   const int L = length();
+  if (q.size() != size_t(L) * head_dim || k.size() != size_t(L) * head_dim)
+    fail("score", "the view's q and k are not [" + std::to_string(L) + ", " + std::to_string(head_dim) + "]");
   if (i < 0 || i >= L || j < 0 || j >= L)
     fail("score", "cell (" + std::to_string(i) + ", " + std::to_string(j) + ") is outside the " +
                       std::to_string(L) + " x " + std::to_string(L) + " map");
