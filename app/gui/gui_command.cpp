@@ -112,7 +112,8 @@ void run_gui(GuiArgs& a) {
   QApplication::setApplicationVersion(ATTNSCOPE_VERSION);
   QApplication::setDesktopFileName("attnscope");
 
-  gui::MainWindow w;
+  // A screenshot shows the defaults (or the session), not this machine's last window.
+  gui::MainWindow w(nullptr, /*use_settings=*/a.screenshot.empty());
   std::string failure;
   if (!a.screenshot.empty()) {
     w.resize(1500, 940);  // the README's pictures: one size, whatever the last session's window was

@@ -85,7 +85,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), workbench_(new Workbench(this)) {
+MainWindow::MainWindow(QWidget* parent, bool use_settings)
+    : QMainWindow(parent), workbench_(new Workbench(this)), use_settings_(use_settings) {
   init_workbench_resources();
   setWindowIcon(QIcon(":/icons/attnscope.svg"));
   setAcceptDrops(true);
@@ -351,49 +352,57 @@ void MainWindow::connect_views() {
 // ---- settings ----
 
 void MainWindow::restore_settings() {
-  QSettings st;
-  if (!restoreGeometry(st.value("window/geometry").toByteArray())) resize(1440, 900);
-  restoreState(st.value("window/state").toByteArray());
+  if (use_settings_) {
+    QSettings st;
+    if (!restoreGeometry(st.value("window/geometry").toByteArray())) resize(1440, 900);
+    restoreState(st.value("window/state").toByteArray());
 
-  CaptureOptions o = workbench_->session().capture;
-  o.seq_len = st.value("capture/seq_len", o.seq_len).toInt();
-  o.num_seqs = st.value("capture/num_seqs", o.num_seqs).toInt();
-  o.seed = st.value("capture/seed", qulonglong(o.seed)).toULongLong();
-  o.pre_rope = st.value("capture/pre_rope", o.pre_rope).toBool();
-  model_panel_->set_capture_options(o);
-  workbench_->set_capture_options(o);
+    CaptureOptions o = workbench_->session().capture;
+    o.seq_len = st.value("capture/seq_len", o.seq_len).toInt();
+    o.num_seqs = st.value("capture/num_seqs", o.num_seqs).toInt();
+    o.seed = st.value("capture/seed", qulonglong(o.seed)).toULongLong();
+    o.pre_rope = st.value("capture/pre_rope", o.pre_rope).toBool();
+    workbench_->set_capture_options(o);
 
+    const Session& s = workbench_->session();
+    const double lambda = st.value("dof/lambda", s.lambda).toDouble();
+    const qint64 budget = st.value("dof/budget", qint64(s.budget)).toLongLong();
+    AllocStrategy strategy = s.strategy;
+    try {
+      strategy = parse_alloc_strategy(st.value("dof/strategy", alloc_strategy_name(s.strategy)).toString().toStdString());
+    } catch (const Error&) {
+    }
+    if (lambda > 0 && std::isfinite(lambda) && budget >= 1) workbench_->set_dof_settings(lambda, budget, strategy);
+    workbench_->set_feature_map(st.value("heads/feature_map", q(s.analysis.feature_map)).toString(),
+                                st.value("heads/features", qint64(s.analysis.features)).toLongLong());
+    try {
+      workbench_->set_colour_scale(
+          parse_colour_scale(st.value("heads/scale", q(s.colour_scale)).toString().toStdString()));
+    } catch (const Error&) {
+    }
+    workbench_->set_metric(st.value("heads/metric", q(s.metric)).toString());
+  } else {
+    resize(1440, 900);
+  }
+  show_choices();
+}
+
+void MainWindow::show_choices() {
   const Session& s = workbench_->session();
-  const double lambda = st.value("dof/lambda", s.lambda).toDouble();
-  const qint64 budget = st.value("dof/budget", qint64(s.budget)).toLongLong();
-  AllocStrategy strategy = s.strategy;
-  try {
-    strategy = parse_alloc_strategy(st.value("dof/strategy", alloc_strategy_name(s.strategy)).toString().toStdString());
-  } catch (const Error&) {
-  }
-  if (lambda > 0 && std::isfinite(lambda) && budget >= 1) {
-    workbench_->set_dof_settings(lambda, budget, strategy);
-    dof_->set_controls(lambda, budget, strategy);
-  }
-
-  const QString map = st.value("heads/feature_map", q(s.analysis.feature_map)).toString();
-  const qint64 features = st.value("heads/features", qint64(s.analysis.features)).toLongLong();
   applying_ = true;
-  workbench_->set_feature_map(map, features);
-  heads_->set_feature_map(map, features);
+  model_panel_->set_capture_options(s.capture);
+  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features);
   try {
-    const ColourScale scale = parse_colour_scale(st.value("heads/scale", q(s.colour_scale)).toString().toStdString());
-    heads_->set_scale(scale);
-    workbench_->set_colour_scale(scale);
+    heads_->set_scale(parse_colour_scale(s.colour_scale));
   } catch (const Error&) {
   }
-  const QString metric = st.value("heads/metric", q(s.metric)).toString();
-  heads_->set_metric(metric);
-  workbench_->set_metric(metric);
+  heads_->set_metric(q(s.metric));
+  dof_->set_controls(s.lambda, s.budget, s.strategy);
   applying_ = false;
 }
 
 void MainWindow::save_settings() const {
+  if (!use_settings_) return;
   QSettings st;
   st.setValue("window/geometry", saveGeometry());
   st.setValue("window/state", saveState());
@@ -413,7 +422,7 @@ void MainWindow::save_settings() const {
 }
 
 void MainWindow::remember(const QString& key, const QString& value) {
-  if (value.isEmpty()) return;
+  if (value.isEmpty() || !use_settings_) return;
   QSettings st;
   QStringList list = st.value(key).toStringList();
   list.removeAll(value);
@@ -696,17 +705,10 @@ void MainWindow::on_session_loaded() {
   QStringList files;
   for (const std::string& f : s.texts) files << q(f);
   model_panel_->set_texts(files, q(s.text));
-  model_panel_->set_capture_options(s.capture);
-  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features);
-  try {
-    heads_->set_scale(parse_colour_scale(s.colour_scale));
-  } catch (const Error&) {
-  }
-  heads_->set_metric(q(s.metric));
-  dof_->set_controls(s.lambda, s.budget, s.strategy);
   heads_->set_head_view(nullptr);
   dof_->set_spectra(nullptr);
   applying_ = false;
+  show_choices();
   show_view(q(s.view));
   update_title();
 }

@@ -40,7 +40,9 @@ class MainWindow : public QMainWindow {
  public:
   static constexpr int kMaxRecent = 8;
 
-  explicit MainWindow(QWidget* parent = nullptr);
+  // use_settings = false: neither reads nor writes QSettings (screenshots look the same on every
+  // machine, whatever its last session was).
+  explicit MainWindow(QWidget* parent = nullptr, bool use_settings = true);
   ~MainWindow() override;
 
   Workbench* workbench() const { return workbench_; }
@@ -96,6 +98,7 @@ class MainWindow : public QMainWindow {
   void connect_views();
   void restore_settings();
   void save_settings() const;
+  void show_choices();  // the session's capture options, choosers and sliders into the views
   void remember(const QString& key, const QString& value);
   void fill_recent(QMenu* menu, const QString& key, bool sessions);
 
@@ -133,7 +136,8 @@ class MainWindow : public QMainWindow {
   int status_job_ = 0;                     // the job the status bar shows
   std::map<int, QString> report_dirs_;     // report job id -> its folder
   bool applying_ = false;                  // pushing state into the views: ignore their signals
-  bool grid_stale_ = false;                // the grid's metrics wait for the heads view to show
+  bool grid_stale_ = false;
+  const bool use_settings_;                // the grid's metrics wait for the heads view to show
 };
 
 }  // namespace attnscope::gui

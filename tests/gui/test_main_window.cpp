@@ -132,6 +132,12 @@ TEST_F(MainWindowTest, CaptureButtonFillsEveryView) {
   capture_and_wait(*w);
 
   EXPECT_EQ(w->capture_label()->text(), "captured 2 × 64 tokens");
+  // The choosers show what the maps and metrics were computed with.
+  const Session& s = w->workbench()->session();
+  EXPECT_EQ(w->heads_view()->feature_map().toStdString(), s.analysis.feature_map);
+  EXPECT_EQ(w->heads_view()->features(), s.analysis.features);
+  EXPECT_EQ(colour_scale_name(w->heads_view()->scale()), s.colour_scale);
+  EXPECT_EQ(w->workbench()->head_view()->has_linear(), !s.analysis.feature_map.empty());
   // Heads: a 4 x 4 grid tinted by the softmax entropy the metrics measured.
   views::HeadGrid* grid = w->heads_view()->grid();
   EXPECT_EQ(grid->layers(), 4);
@@ -455,4 +461,23 @@ TEST_F(MainWindowTest, ShortcutsSwitchViewsAndMenusHoldTheActions) {
   EXPECT_EQ(w->action("cancel_all")->shortcut(), QKeySequence(Qt::Key_Escape));
   EXPECT_EQ(w->action("export_report")->shortcut(), QKeySequence("Ctrl+E"));
   EXPECT_EQ(w->action("quit")->shortcut(), QKeySequence("Ctrl+Q"));
+}
+
+TEST_F(MainWindowTest, WithoutSettingsTheChoosersShowTheDefaultsAndNothingIsWritten) {
+  {
+    QSettings st;
+    st.setValue("heads/scale", "row");
+    st.setValue("dof/budget", 96);
+  }
+  MainWindow w(nullptr, /*use_settings=*/false);
+  const Session& s = w.workbench()->session();
+  EXPECT_EQ(w.heads_view()->feature_map().toStdString(), s.analysis.feature_map);
+  EXPECT_EQ(s.analysis.feature_map, "prf");  // the report's default linear map
+  EXPECT_EQ(w.heads_view()->features(), 64);
+  EXPECT_EQ(w.heads_view()->scale(), ColourScale::Log);
+  EXPECT_EQ(w.dof_view()->budget(), 64);
+  EXPECT_EQ(w.model_panel()->capture_options().seq_len, s.capture.seq_len);
+  w.close();
+  EXPECT_EQ(QSettings().value("dof/budget").toInt(), 96);
+  EXPECT_FALSE(QSettings().contains("window/geometry"));
 }
