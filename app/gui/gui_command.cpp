@@ -116,7 +116,7 @@ void run_gui(GuiArgs& a) {
   gui::MainWindow w(nullptr, /*use_settings=*/a.screenshot.empty());
   std::string failure;
   if (!a.screenshot.empty()) {
-    w.resize(1500, 940);  // the README's pictures: one size, whatever the last session's window was
+    w.resize(1680, 1000);  // the README's pictures: one size, whatever the last session's window was
     arm_screenshot(w, a, &failure);
   }
   if (a.seq_len > 0 || a.num_seqs > 0) {

@@ -4,6 +4,7 @@
 // switch colour scales, export a figure, save a session and reopen it in a new window, cancel a
 // running capture, survive a bad model, run the DoF view's "Copy as command" with the real CLI,
 // drop files on the window, and keep settings between windows.
+#include <QAbstractButton>
 #include <QAction>
 #include <QComboBox>
 #include <QDragEnterEvent>
@@ -480,4 +481,40 @@ TEST_F(MainWindowTest, WithoutSettingsTheChoosersShowTheDefaultsAndNothingIsWrit
   w.close();
   EXPECT_EQ(QSettings().value("dof/budget").toInt(), 96);
   EXPECT_FALSE(QSettings().contains("window/geometry"));
+}
+
+TEST_F(MainWindowTest, JobsViewCancelsAndOpensResults) {
+  auto w = make_window();
+  open_bundled(*w);
+  capture_and_wait(*w);
+  w->show_view("jobs");
+  QTableWidget* table = w->jobs_view()->table();
+  // Double-clicking the finished metrics job opens the metrics view.
+  int metrics_row = -1;
+  for (int r = 0; r < table->rowCount(); ++r)
+    if (table->item(r, views::JobsView::KindColumn)->text() == "metrics") metrics_row = r;
+  ASSERT_GE(metrics_row, 0);
+  const QRect cell = table->visualItemRect(table->item(metrics_row, views::JobsView::TitleColumn));
+  // (An item view takes a double click on the item its press selected: press first, as a hand does.)
+  QTest::mouseClick(table->viewport(), Qt::LeftButton, Qt::NoModifier, cell.center());
+  QTest::mouseDClick(table->viewport(), Qt::LeftButton, Qt::NoModifier, cell.center());
+  EXPECT_EQ(w->current_view(), "metrics");
+
+  // A running capture's row has a cancel button; pressing it cancels the capture.
+  w->show_view("jobs");
+  CaptureOptions big;
+  big.num_seqs = 16;
+  big.seq_len = 256;
+  w->model_panel()->set_capture_options(big);
+  w->capture();
+  ASSERT_TRUE(w->workbench()->capture_running());
+  const int last = table->rowCount() - 1;
+  ASSERT_EQ(table->item(last, views::JobsView::KindColumn)->text(), "capture");
+  auto* cancel = qobject_cast<QAbstractButton*>(table->cellWidget(last, views::JobsView::CancelColumn));
+  ASSERT_NE(cancel, nullptr);
+  QTest::mouseClick(cancel, Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->capture_running(); }));
+  EXPECT_EQ(w->workbench()->jobs().back().state, JobState::Cancelled);
+  QTest::qWait(300);  // the timer's last refresh
+  EXPECT_EQ(table->item(last, views::JobsView::StateColumn)->text(), "cancelled");
 }
