@@ -114,6 +114,7 @@ void run_gui(GuiArgs& a) {
 
   // A screenshot shows the defaults (or the session), not this machine's last window.
   gui::MainWindow w(nullptr, /*use_settings=*/a.screenshot.empty());
+  gui::Workbench::prune_workspaces(w.workbench()->workspace_root(), 14);
   std::string failure;
   if (!a.screenshot.empty()) {
     w.resize(1680, 1000);  // the README's pictures: one size, whatever the last session's window was

@@ -265,6 +265,17 @@ void Workbench::after_model_loaded() {
 
 // ---- capture ----
 
+int Workbench::prune_workspaces(const QString& root, int max_age_days) {
+  int removed = 0;
+  const QDateTime cutoff = QDateTime::currentDateTime().addDays(-max_age_days);
+  for (const QFileInfo& e : QDir(root).entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+    if (e.lastModified() >= cutoff) continue;
+    std::error_code ec;
+    if (fs::remove_all(to_std(e.absoluteFilePath()), ec) > 0 && !ec) ++removed;
+  }
+  return removed;
+}
+
 QString Workbench::new_workspace() {
   const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss-zzz");
   QString dir = workspace_root_ + "/" + stamp;

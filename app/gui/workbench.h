@@ -64,6 +64,10 @@ class Workbench : public QObject {
   // Where captures go: ROOT/<time>/. Default QStandardPaths::CacheLocation + "/workspace".
   void set_workspace_root(const QString& dir) { workspace_root_ = dir; }
   QString workspace_root() const { return workspace_root_; }
+  // Removes workspace folders under `root` last modified more than `max_age_days` ago (the
+  // window does this at start-up: a saved session holds copies, so the cache is only a cache).
+  // Returns how many were removed.
+  static int prune_workspaces(const QString& root, int max_age_days);
   // The folder of the current capture's workspace ("" when the capture is not one of ours).
   QString workspace_dir() const { return workspace_dir_; }
 

@@ -5,6 +5,7 @@
 // and the command lines it prints are what the CLI accepts.
 #include <QSignalSpy>
 #include <filesystem>
+#include <chrono>
 #include <fstream>
 
 #include "attnscope/allocation.h"
@@ -277,6 +278,17 @@ TEST_F(WorkbenchPipeline, ExportReportWritesFiguresDrawnOnTheUiThread) {
   for (const auto& e : fs::directory_iterator(out + "/figures")) pngs += e.path().extension() == ".png";
   EXPECT_GE(pngs, 3);
   EXPECT_TRUE(messages.first().at(0).toString().endsWith("/index.md"));
+}
+
+TEST_F(WorkbenchPipeline, OldWorkspacesArePrunedRecentOnesKept) {
+  const std::string old_dir = workspace_ + "/20200101-000000-000", new_dir = workspace_ + "/fresh";
+  fs::create_directories(old_dir + "/capture");
+  std::ofstream(old_dir + "/capture/manifest.json") << "{}";
+  fs::create_directories(new_dir);
+  fs::last_write_time(old_dir, fs::file_time_type::clock::now() - std::chrono::hours(24 * 30));
+  EXPECT_EQ(Workbench::prune_workspaces(workspace(), 14), 1);
+  EXPECT_FALSE(fs::exists(old_dir));
+  EXPECT_TRUE(fs::exists(new_dir));
 }
 
 TEST(CommandLines, QuoteOnlyWhatTheShellWouldSplit) {
