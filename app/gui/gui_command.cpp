@@ -135,7 +135,7 @@ void run_gui(GuiArgs& a) {
     const std::string model = fs::exists(a.model.model) ? fs::absolute(a.model.model).string() : a.model.model;
     if (files.isEmpty())
       std::cerr << "gui: no sample texts found under " << resources_dir() << "/texts: add one in the window\n";
-    w.open_default(QString::fromStdString(model), files);
+    w.open_default(QString::fromStdString(model), files, QString::fromStdString(a.model.tokenizer));
     w.show_view(QString::fromStdString(a.view));
   }
   w.show();

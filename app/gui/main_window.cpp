@@ -311,7 +311,7 @@ void MainWindow::connect_workbench() {
 }
 
 void MainWindow::connect_views() {
-  connect(model_panel_, &views::ModelPanel::openModelRequested, this, &MainWindow::open_model);
+  connect(model_panel_, &views::ModelPanel::openModelRequested, this, [this](const QString& spec) { open_model(spec); });
   connect(model_panel_, &views::ModelPanel::textFilesChanged, this,
           [this](const QStringList& files) { workbench_->set_texts(files, model_panel_->text()); });
   connect(model_panel_, &views::ModelPanel::captureRequested, this, &MainWindow::capture);
@@ -449,17 +449,17 @@ void MainWindow::fill_recent(QMenu* menu, const QString& key, bool sessions) {
 
 // ---- operations ----
 
-void MainWindow::open_default(const QString& model, const QStringList& texts) {
+void MainWindow::open_default(const QString& model, const QStringList& texts, const QString& tokenizer) {
   model_panel_->set_texts(texts, {});
   workbench_->set_texts(texts, {});
   workbench_->set_auto_capture(true);
-  open_model(model);
+  open_model(model, tokenizer);
 }
 
-void MainWindow::open_model(const QString& spec) {
+void MainWindow::open_model(const QString& spec, const QString& tokenizer) {
   workbench_->set_texts(model_panel_->text_files(), model_panel_->text());
   workbench_->set_capture_options(model_panel_->capture_options());
-  workbench_->open_model(spec);
+  workbench_->open_model(spec, tokenizer);
 }
 
 void MainWindow::add_text_files(const QStringList& files) {

@@ -60,8 +60,8 @@ class MainWindow : public QMainWindow {
 
   // The start-up: this model and these texts, with the capture (and so the whole analysis)
   // running at once.
-  void open_default(const QString& model, const QStringList& texts);
-  void open_model(const QString& spec);
+  void open_default(const QString& model, const QStringList& texts, const QString& tokenizer = {});
+  void open_model(const QString& spec, const QString& tokenizer = {});
   void add_text_files(const QStringList& files);
   bool open_session(const QString& path);
   bool save_session(const QString& path);

@@ -518,3 +518,29 @@ TEST_F(MainWindowTest, JobsViewCancelsAndOpensResults) {
   QTest::qWait(300);  // the timer's last refresh
   EXPECT_EQ(table->item(last, views::JobsView::StateColumn)->text(), "cancelled");
 }
+
+TEST_F(MainWindowTest, ADroppedLlama2cCheckpointOpensAndCaptures) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  auto w = make_window();
+  w->add_text_files(test::bundled_texts());
+  CaptureOptions o;
+  o.num_seqs = 2;
+  o.seq_len = 64;
+  w->model_panel()->set_capture_options(o);
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  QMimeData mime;
+  mime.setUrls({QUrl::fromLocalFile(QString::fromStdString(bin))});
+  QDragEnterEvent enter(QPoint(50, 50), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QCoreApplication::sendEvent(w.get(), &enter);
+  QDropEvent drop(QPointF(50, 50), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QCoreApplication::sendEvent(w.get(), &drop);
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  EXPECT_EQ(w->workbench()->session().model, bin);
+  EXPECT_TRUE(w->model_label()->text().contains("stories260K.bin")) << w->model_label()->text().toStdString();
+  capture_and_wait(*w);
+  // Grouped-query attention: 4 key/value heads expanded to the 8 query heads of each of 5 layers.
+  EXPECT_EQ(w->heads_view()->grid()->layers(), 5);
+  EXPECT_EQ(w->heads_view()->grid()->heads(), 8);
+  EXPECT_EQ(w->dof_view()->drawn_layer_dims(), as_double(core_allocation(*w).layer_dims()));
+}
