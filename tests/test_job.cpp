@@ -244,3 +244,28 @@ TEST(Job, RunJobForwardsProgressAndRethrows) {
                Cancelled);
   EXPECT_EQ(steps, 3);
 }
+
+// A session starts a job per head click: finished jobs stay listed, but their threads must go.
+TEST(Job, FinishedThreadsAreJoinedByTheNextStart) {
+  JobRunner runner;
+  for (int i = 0; i < 40; ++i) {
+    auto job = runner.start("maps", "head " + std::to_string(i), "", [](Job&) {});
+    job->wait();
+  }
+  // Every earlier job has returned; the thread may still be finishing its last lines, so give it a moment.
+  ASSERT_TRUE(eventually([&] {
+    auto probe = runner.start("maps", "probe", "", [](Job&) {});
+    probe->wait();
+    return runner.thread_count() <= 2;
+  }));
+  EXPECT_GE(runner.jobs().size(), 41u);  // the history is kept
+  std::atomic<int> reached{0};
+  auto slow = runner.start("capture", "slow", "", stepping(1000, &reached, 1ms));
+  ASSERT_TRUE(eventually([&] { return reached.load() > 0; }));
+  runner.start("maps", "one more", "", [](Job&) {})->wait();
+  EXPECT_GE(runner.thread_count(), 1u);  // the running job's thread is never joined early
+  EXPECT_EQ(slow->state(), JobState::Running);
+  slow->cancel();
+  slow->wait();
+  EXPECT_EQ(slow->state(), JobState::Cancelled);
+}

@@ -36,6 +36,18 @@ std::string resources_dir() {
 
 std::string default_model() { return resources_dir() + "/models/brown-gpt2-mini"; }
 
+std::vector<std::string> default_texts() {
+  std::vector<std::string> files;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(resources_dir()) / "texts";
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".txt") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) fail(dir.string(), "no sample texts (*.txt) here; pass --text FILE");
+  return files;
+}
+
 void ModelArgs::add_to(CLI::App* cmd) {
   model = default_model();
   cmd->add_option("-m,--model", model,

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "attnscope/dof.h"
 #include "attnscope/figure.h"
@@ -16,6 +17,8 @@ namespace attnscope::cli {
 // The bundled model under resources/ (ATTNSCOPE_RESOURCES overrides where resources live).
 std::string resources_dir();
 std::string default_model();
+// The sample texts under resources/texts (*.txt, sorted); Error naming the folder when there are none.
+std::vector<std::string> default_texts();
 
 struct ModelArgs {
   std::string model;

@@ -23,17 +23,6 @@ struct ReportArgs {
   std::string out;
 };
 
-std::vector<std::string> default_texts() {
-  std::vector<std::string> files;
-  const fs::path dir = fs::path(resources_dir()) / "texts";
-  if (fs::is_directory(dir))
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".txt") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  if (files.empty()) fail(dir.string(), "no sample texts (*.txt) here; pass --text FILE");
-  return files;
-}
-
 void run_report(ReportArgs& a) {
   a.analysis.check();
   ReportOptions o = a.report;

@@ -37,17 +37,6 @@ struct GuiArgs {
   int timeout_s = 600;
 };
 
-// The sample texts `attnscope report` uses by default: resources/texts/*.txt, sorted.
-std::vector<std::string> default_texts() {
-  std::vector<std::string> files;
-  const fs::path dir = fs::path(resources_dir()) / "texts";
-  if (fs::is_directory(dir))
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".txt") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 bool has_display() {
   for (const char* var : {"DISPLAY", "WAYLAND_DISPLAY"})
     if (const char* v = std::getenv(var); v && *v) return true;
@@ -129,7 +118,13 @@ void run_gui(GuiArgs& a) {
   if (!a.session.empty()) {
     w.open_session(QString::fromStdString(a.session));
   } else {
-    std::vector<std::string> texts = a.texts.empty() ? default_texts() : a.texts;
+    std::vector<std::string> texts = a.texts;
+    if (texts.empty()) {
+      try {
+        texts = default_texts();
+      } catch (const Error&) {  // none bundled: the window opens without texts and says so below
+      }
+    }
     QStringList files;
     for (const std::string& t : texts) files << QString::fromStdString(fs::absolute(t).string());
     const std::string model = fs::exists(a.model.model) ? fs::absolute(a.model.model).string() : a.model.model;

@@ -85,7 +85,8 @@ class Job {
 };
 
 // Runs jobs on worker threads, one thread per job, in the order they were started. Destroying the
-// runner cancels every unfinished job and waits for it.
+// runner cancels every unfinished job and waits for it. jobs() keeps every job started (the job
+// list's history); only the threads of finished ones go.
 class JobRunner {
  public:
   using Work = std::function<void(Job&)>;
@@ -102,12 +103,19 @@ class JobRunner {
   std::shared_ptr<Job> find(int id) const;         // null when unknown
   void cancel_all();
   void wait_all() const;
+  size_t thread_count() const;  // worker threads not joined yet (running, or exited since the last start)
 
  private:
   mutable std::mutex mu_;
   int next_id_ = 1;
   std::vector<std::shared_ptr<Job>> jobs_;
-  std::vector<std::thread> threads_;
+  // A thread is joined by the first start() after it has exited, so a long session (a job per head
+  // click) does not pile up finished threads; the destructor joins the rest.
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> exited;
+  };
+  std::vector<Worker> workers_;
 };
 
 // The CLI's way: runs `work` as a job on this thread, forwarding its progress to `observer` (a

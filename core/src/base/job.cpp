@@ -147,27 +147,37 @@ void Job::run(const std::function<void(Job&)>& work) {
 JobRunner::~JobRunner() {
   cancel_all();
   // Threads are only added under mu_ by start(); nobody may call start() while destroying.
-  for (std::thread& t : threads_)
-    if (t.joinable()) t.join();
+  for (Worker& w : workers_)
+    if (w.thread.joinable()) w.thread.join();
 }
 
 std::shared_ptr<Job> JobRunner::start(const std::string& kind, const std::string& title, const std::string& command,
                                       Work work, Done done) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (it->exited->load()) {
+      it->thread.join();  // has returned already: does not block
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   auto job = std::make_shared<Job>(next_id_++, kind, title, command);
   jobs_.push_back(job);
-  threads_.emplace_back([job, work = std::move(work), done = std::move(done)] {
+  auto exited = std::make_shared<std::atomic<bool>>(false);
+  std::thread thread([job, exited, work = std::move(work), done = std::move(done)] {
     job->run(work);
-    if (!done) return;
     // An exception escaping a thread would terminate the program: note it in the job's log.
     try {
-      done(*job);
+      if (done) done(*job);
     } catch (const std::exception& e) {
       job->log(std::string("after the job: ") + e.what());
     } catch (...) {
       job->log("after the job: unknown error");
     }
+    exited->store(true);
   });
+  workers_.push_back({std::move(thread), std::move(exited)});
   return job;
 }
 
@@ -181,6 +191,11 @@ std::shared_ptr<Job> JobRunner::find(int id) const {
   for (const auto& j : jobs_)
     if (j->id() == id) return j;
   return nullptr;
+}
+
+size_t JobRunner::thread_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return workers_.size();
 }
 
 void JobRunner::cancel_all() {
