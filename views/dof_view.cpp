@@ -134,7 +134,7 @@ struct DofView::Impl : QObject {
   QCPBars* bars = nullptr;
   QCPGraph* head_dots = nullptr;
   QCPItemStraightLine *budget_line = nullptr, *clip_line = nullptr;
-  QCPItemText *budget_text = nullptr, *clip_text = nullptr;
+  QSharedPointer<QCPAxisTickerText> line_ticks;  // "budget C" and "d = …" on the right axis
   std::vector<QCPItemText*> bar_texts;
   QCPTextElement* cost_text = nullptr;
   int bars_layers = -1;
@@ -616,16 +616,17 @@ void DofView::Impl::build_alloc_panel() {
   p->xAxis->setSubTicks(false);
   budget_line = new QCPItemStraightLine(p);
   budget_line->setPen(QPen(accent(), 2, Qt::DashLine));
-  budget_text = boxed_label(p);
-  budget_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-  budget_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  budget_text->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
   clip_line = new QCPItemStraightLine(p);
   clip_line->setPen(QPen(series_color(7), 1.5, Qt::DotLine));
-  clip_text = boxed_label(p);
-  clip_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-  clip_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  clip_text->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
+  // The two lines are named on the right axis, outside the plot: a label inside would sit on a
+  // bar's value wherever a layer's dimension is near the budget (the usual case).
+  line_ticks.reset(new QCPAxisTickerText);
+  p->yAxis2->setVisible(true);
+  p->yAxis2->setTicker(line_ticks);
+  p->yAxis2->setSubTicks(false);
+  p->yAxis2->grid()->setVisible(false);
+  p->yAxis2->setTickLength(0, 4);
+  connect(p->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), p->yAxis2, qOverload<const QCPRange&>(&QCPAxis::setRange));
   cost_text = new QCPTextElement(p, QString());
   QFont cf = cost_text->font();
   cf.setPointSizeF(9.5);
@@ -701,19 +702,25 @@ void DofView::Impl::draw_bars() {
   }
   budget_line->point1->setCoords(0, double(state.budget));
   budget_line->point2->setCoords(1, double(state.budget));
-  budget_text->position->setCoords(0.995, double(state.budget));
-  budget_text->setText(tr("budget %1").arg(state.budget));
   const bool clip = a.strategy == AllocStrategy::DofClip && spectra;
   clip_line->setVisible(clip);
-  clip_text->setVisible(clip);
+  line_ticks->clear();
   if (clip) {
     const double d = double(spectra->head_dim);
     clip_line->point1->setCoords(0, d);
     clip_line->point2->setCoords(1, d);
-    clip_text->position->setCoords(0.995, d);
-    clip_text->setText(tr("clip at d = %1").arg(spectra->head_dim));
     p->yAxis->setRange(0, std::max(top, d) * 1.2 + 1);
+    // One label where the two lines (nearly) meet, so the two never print over each other.
+    if (std::abs(d - double(state.budget)) < 0.08 * p->yAxis->range().upper) {
+      line_ticks->addTick(double(state.budget), tr("budget %1\nclip d = %2").arg(state.budget).arg(spectra->head_dim));
+    } else {
+      line_ticks->addTick(double(state.budget), tr("budget %1").arg(state.budget));
+      line_ticks->addTick(d, tr("clip d = %1").arg(spectra->head_dim));
+    }
+  } else {
+    line_ticks->addTick(double(state.budget), tr("budget %1").arg(state.budget));
   }
+  p->yAxis2->setRange(p->yAxis->range());
   cost_text->setText(view->mean_cost_text() + tr("   (%1, λ = %2)").arg(QString(alloc_strategy_name(a.strategy)), lambda_short(state.lambda)) +
                      (per_head ? tr("\nbars: layer max; dots: each head") : QString()));
 }

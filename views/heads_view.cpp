@@ -103,6 +103,9 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   kp->yAxis->setLabel(tr("KL (nats)"));
   kp->yAxis2->setLabel(tr("entropy (nats)"));
   kp->yAxis2->setVisible(true);
+  // A short plot: a few ticks a side, not a tick label every 12 pixels.
+  kp->yAxis->ticker()->setTickCount(4);
+  kp->yAxis2->ticker()->setTickCount(4);
   kp->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   kp->axisRect()->setRangeZoom(Qt::Horizontal);
   kp->axisRect()->setRangeDrag(Qt::Horizontal);

@@ -414,7 +414,15 @@ TEST(DofView, DarkPaletteMakesEveryTextLightButCellValuesFollowTheirCells) {
           EXPECT_LT(t->brush().color().lightness(), 80) << t->text().toStdString();
         }
       }
-    EXPECT_GE(boxed, 4 + 4);  // lambda labels, budget, clip, a value over every bar
+    EXPECT_EQ(boxed, 2 + 4);  // the two lambda labels, a value over every bar
+    // The budget and clip lines are named on the right axis, outside the bars, in light ink.
+    auto ticks = qSharedPointerCast<QCPAxisTickerText>(alloc->yAxis2->ticker());
+    ASSERT_FALSE(ticks.isNull());
+    QStringList names = ticks->ticks().values();
+    EXPECT_EQ(names, (QStringList{"clip d = 32", "budget 64"})) << names.join("|").toStdString();
+    EXPECT_EQ(ticks->ticks().key("budget 64"), 64.0);
+    EXPECT_TRUE(light(alloc->yAxis2->tickLabelColor()));
+    EXPECT_EQ(alloc->yAxis2->range(), alloc->yAxis->range());
     // Values on cells: readable on their cell (>= 4.5 : 1), whatever the palette.
     auto* map = qobject_cast<QCPColorMap*>(grid->plottable(0));
     int cells = 0;
