@@ -1,5 +1,6 @@
 #include "dof_view.h"
 
+#include <QApplication>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QGridLayout>
@@ -67,15 +68,15 @@ QSharedPointer<QCPAxisTickerText> index_ticker(int n) {
   return t;
 }
 
-// Text on a viridis cell: black on the bright half, white on the dark half.
-QColor ink_on_viridis(double t) { return t > 0.55 ? QColor(0, 0, 0) : QColor(255, 255, 255); }
-
-// A value label on a light box, so it reads on the light and the dark palette alike (and in
-// exports, which are drawn light).
-QCPItemText* boxed_label(QCustomPlot* plot, const QColor& ink) {
+// A value label on a box of the background colour, so it reads over grid lines and curves; its
+// ink and box follow the palette (style_plot restyles boxed labels; exports draw them light).
+QCPItemText* boxed_label(QCustomPlot* plot) {
+  const QPalette pal = QApplication::palette();
   auto* t = new QCPItemText(plot);
-  t->setColor(ink);
-  t->setBrush(QColor(255, 255, 255, 225));
+  t->setColor(pal.color(QPalette::Text));
+  QColor box = pal.color(QPalette::Base);
+  box.setAlpha(225);
+  t->setBrush(box);
   t->setPen(QPen(QColor(120, 120, 120, 160)));
   t->setPadding(QMargins(3, 1, 3, 1));
   QFont f = t->font();
@@ -133,7 +134,7 @@ struct DofView::Impl : QObject {
   QCPBars* bars = nullptr;
   QCPGraph* head_dots = nullptr;
   QCPItemStraightLine *budget_line = nullptr, *clip_line = nullptr;
-  QCPItemText *budget_text = nullptr, *clip_text = nullptr;
+  QSharedPointer<QCPAxisTickerText> line_ticks;  // "budget C" and "d = …" on the right axis
   std::vector<QCPItemText*> bar_texts;
   QCPTextElement* cost_text = nullptr;
   int bars_layers = -1;
@@ -255,6 +256,7 @@ void DofView::Impl::ensure_grid(int s_count, int h_count) {
       auto* t = new QCPItemText(p);
       t->position->setCoords(h, s);
       t->setPositionAlignment(Qt::AlignCenter);
+      t->setProperty(kCellTextProperty, true);  // inked by its cell's colour, not the palette
       cell_texts.push_back(t);
     }
 }
@@ -282,7 +284,7 @@ void DofView::Impl::draw_grid() {
       f.setBold(h == best);
       f.setPointSizeF(9);
       t->setFont(f);
-      t->setColor(ink_on_viridis(v / hi));
+      t->setColor(cell_ink(QColor::fromRgb(map->gradient().color(v, QCPRange(0, hi)))));
       cell_marks[size_t(s) * H + h]->setVisible(flagged);
     }
   }
@@ -374,7 +376,7 @@ void DofView::Impl::build_spectrum_panel() {
   ridge_line = new QCPItemStraightLine(p);
   ridge_line->setObjectName("lambda line");
   ridge_line->setPen(QPen(accent(), 2));
-  ridge_text = boxed_label(p, QColor(0, 0, 0));
+  ridge_text = boxed_label(p);
   ridge_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
   ridge_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
   ridge_text->setTextAlignment(Qt::AlignRight);
@@ -504,12 +506,21 @@ void DofView::Impl::build_curve_panel() {
   curve_line = new QCPItemStraightLine(p);
   curve_line->setObjectName("lambda line");
   curve_line->setPen(QPen(accent(), 2));
-  curve_text = boxed_label(p, QColor(0, 0, 0));
+  curve_text = boxed_label(p);
+  // The legend in one line under the plot: inside, it would sit on the curves or the DoF label
+  // wherever lambda is.
   p->legend->setVisible(true);
-  p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignRight | Qt::AlignTop);
   QFont lf = p->legend->font();
   lf.setPointSizeF(8);
   p->legend->setFont(lf);
+  auto* below = new QCPLayoutGrid;
+  p->plotLayout()->addElement(1, 0, below);
+  p->plotLayout()->setRowStretchFactor(1, 0.001);
+  below->setMargins(QMargins(4, 0, 4, 2));
+  p->axisRect()->insetLayout()->take(p->legend);
+  below->addElement(0, 0, p->legend);
+  p->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  p->legend->setMargins(QMargins(4, 1, 4, 1));
   style_plot(p);
   curve_panel->set_csv([this]() -> std::string {
     Table t;
@@ -545,16 +556,18 @@ void DofView::Impl::draw_curve() {
     hi = std::max({hi, yh[i], yl[i], yhalf.isEmpty() ? 0.0 : yhalf.back()});
   }
   curve_head->setData(x, yh, true);
-  curve_head->setName(tr("layer %1, head %2 (J = %3)").arg(sel_layer).arg(sel_head).arg(sp->samples));
+  // Short names: the panel's title says which layer and head.
+  curve_head->setName(tr("head (J = %1)").arg(sp->samples));
   if (!yhalf.isEmpty()) curve_half->setData(x, yhalf, true);
   curve_half->setVisible(!yhalf.isEmpty());
-  curve_half->removeFromLegend();
-  if (!yhalf.isEmpty()) {
-    curve_half->addToLegend();
-    curve_half->setName(tr("same head, J/2 = %1").arg(sp->half->samples));
-  }
+  if (!yhalf.isEmpty()) curve_half->setName(tr("head, J/2 = %1").arg(sp->half->samples));
   curve_layer->setData(x, yl, true);
-  curve_layer->setName(tr("layer %1 max over heads").arg(sel_layer));
+  curve_layer->setName(tr("layer max over heads"));
+  // The legend reads head, its J/2 check, then the layer (drawn in the other order).
+  for (QCPGraph* g : {curve_head, curve_half, curve_layer}) g->removeFromLegend();
+  curve_head->addToLegend();
+  if (!yhalf.isEmpty()) curve_half->addToLegend();
+  curve_layer->addToLegend();
   p->yAxis->setRange(0, hi > 0 ? hi * 1.08 : 1);
 }
 
@@ -569,11 +582,16 @@ void DofView::Impl::draw_curve_line() {
   if (sel_layer < int(state.head_dof.size()) && sel_head < int(state.head_dof[sel_layer].size())) {
     const double dof = state.head_dof[sel_layer][sel_head].value;
     curve_text->setText(tr("DoF %1").arg(QString::fromStdString(fmt_number(dof, 1))));
-    // Where the line meets the head's curve, beside it (left of the line near the right edge),
-    // below the legend in the top right corner.
-    const bool right = x > -3;
-    curve_text->position->setCoords(x + (right ? -0.15 : 0.15), dof);
-    curve_text->setPositionAlignment((right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignBottom);
+    // Where the line meets the head's curve. The curves fall as lambda grows, so the free side is
+    // above the curve right of the line and below it left of the line: right and above, or (near
+    // the right edge) left and below; flipped vertically where the plot's top or bottom would cut it.
+    const bool left = x > -3;
+    const double top = curve_panel->plot()->yAxis->range().upper;
+    bool above = !left;
+    if (above && dof > 0.85 * top) above = false;
+    if (!above && dof < 0.15 * top) above = true;
+    curve_text->position->setCoords(x + (left ? -0.15 : 0.15), dof);
+    curve_text->setPositionAlignment((left ? Qt::AlignRight : Qt::AlignLeft) | (above ? Qt::AlignBottom : Qt::AlignTop));
   }
 }
 
@@ -598,16 +616,17 @@ void DofView::Impl::build_alloc_panel() {
   p->xAxis->setSubTicks(false);
   budget_line = new QCPItemStraightLine(p);
   budget_line->setPen(QPen(accent(), 2, Qt::DashLine));
-  budget_text = boxed_label(p, QColor(0, 0, 0));
-  budget_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-  budget_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  budget_text->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
   clip_line = new QCPItemStraightLine(p);
   clip_line->setPen(QPen(series_color(7), 1.5, Qt::DotLine));
-  clip_text = boxed_label(p, QColor(0, 0, 0));
-  clip_text->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
-  clip_text->position->setTypeY(QCPItemPosition::ptPlotCoords);
-  clip_text->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
+  // The two lines are named on the right axis, outside the plot: a label inside would sit on a
+  // bar's value wherever a layer's dimension is near the budget (the usual case).
+  line_ticks.reset(new QCPAxisTickerText);
+  p->yAxis2->setVisible(true);
+  p->yAxis2->setTicker(line_ticks);
+  p->yAxis2->setSubTicks(false);
+  p->yAxis2->grid()->setVisible(false);
+  p->yAxis2->setTickLength(0, 4);
+  connect(p->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), p->yAxis2, qOverload<const QCPRange&>(&QCPAxis::setRange));
   cost_text = new QCPTextElement(p, QString());
   QFont cf = cost_text->font();
   cf.setPointSizeF(9.5);
@@ -638,7 +657,7 @@ void DofView::Impl::ensure_bars(int s_count) {
   for (auto* t : bar_texts) p->removeItem(t);
   bar_texts.clear();
   for (int s = 0; s < s_count; ++s) {
-    QCPItemText* t = boxed_label(p, QColor(0, 0, 0));
+    QCPItemText* t = boxed_label(p);
     t->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
     t->setClipToAxisRect(false);
     bar_texts.push_back(t);
@@ -683,19 +702,25 @@ void DofView::Impl::draw_bars() {
   }
   budget_line->point1->setCoords(0, double(state.budget));
   budget_line->point2->setCoords(1, double(state.budget));
-  budget_text->position->setCoords(0.995, double(state.budget));
-  budget_text->setText(tr("budget %1").arg(state.budget));
   const bool clip = a.strategy == AllocStrategy::DofClip && spectra;
   clip_line->setVisible(clip);
-  clip_text->setVisible(clip);
+  line_ticks->clear();
   if (clip) {
     const double d = double(spectra->head_dim);
     clip_line->point1->setCoords(0, d);
     clip_line->point2->setCoords(1, d);
-    clip_text->position->setCoords(0.995, d);
-    clip_text->setText(tr("clip at d = %1").arg(spectra->head_dim));
     p->yAxis->setRange(0, std::max(top, d) * 1.2 + 1);
+    // One label where the two lines (nearly) meet, so the two never print over each other.
+    if (std::abs(d - double(state.budget)) < 0.08 * p->yAxis->range().upper) {
+      line_ticks->addTick(double(state.budget), tr("budget %1\nclip d = %2").arg(state.budget).arg(spectra->head_dim));
+    } else {
+      line_ticks->addTick(double(state.budget), tr("budget %1").arg(state.budget));
+      line_ticks->addTick(d, tr("clip d = %1").arg(spectra->head_dim));
+    }
+  } else {
+    line_ticks->addTick(double(state.budget), tr("budget %1").arg(state.budget));
   }
+  p->yAxis2->setRange(p->yAxis->range());
   cost_text->setText(view->mean_cost_text() + tr("   (%1, λ = %2)").arg(QString(alloc_strategy_name(a.strategy)), lambda_short(state.lambda)) +
                      (per_head ? tr("\nbars: layer max; dots: each head") : QString()));
 }

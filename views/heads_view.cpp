@@ -56,7 +56,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   auto* maps = new QHBoxLayout;
   softmax_ = new HeatmapPanel(tr("softmax"), MapKind::Softmax, right);
   linear_ = new HeatmapPanel(tr("linear"), MapKind::Linear, right);
-  diff_ = new HeatmapPanel(tr("difference (linear - softmax)"), MapKind::Difference, right);
+  diff_ = new HeatmapPanel(tr("difference"), MapKind::Difference, right);
   for (HeatmapPanel* p : {softmax_, linear_, diff_}) {
     maps->addWidget(p, 1);
     connect(p, &HeatmapPanel::regionChanged, this, [this, p](const MapRegion& r) { sync_region(p, r); });
@@ -99,9 +99,13 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   kl_ = new PlotPanel(tr("per-row KL and entropy"), right);
   QCustomPlot* kp = kl_->plot();
   kp->xAxis->setLabel(tr("query position"));
-  kp->yAxis->setLabel(tr("KL(A_i || Ahat_i) (nats)"));
-  kp->yAxis2->setLabel(tr("entropy H_i (nats)"));
+  // Short axis labels (the plot is short): the legend names the curves.
+  kp->yAxis->setLabel(tr("KL (nats)"));
+  kp->yAxis2->setLabel(tr("entropy (nats)"));
   kp->yAxis2->setVisible(true);
+  // A short plot: a few ticks a side, not a tick label every 12 pixels.
+  kp->yAxis->ticker()->setTickCount(4);
+  kp->yAxis2->ticker()->setTickCount(4);
   kp->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   kp->axisRect()->setRangeZoom(Qt::Horizontal);
   kp->axisRect()->setRangeDrag(Qt::Horizontal);
@@ -300,13 +304,14 @@ void HeadsView::sync_region(HeatmapPanel* from, const MapRegion& region) {
   }
 }
 
+// Short titles, so that three maps side by side keep them whole: the layer and head are on the
+// info line under the maps, the colour bars say what the difference is.
 void HeadsView::update_titles() {
-  const QString where = view_ ? tr(" · layer %1, head %2").arg(view_->layer).arg(view_->head) : QString();
-  softmax_->set_title(tr("softmax") + where);
+  softmax_->set_title(tr("softmax"));
   const QString map = feature_map();
-  const QString m = features() > 0 ? tr(", M = %1").arg(features()) : QString();
+  const QString m = features() > 0 ? tr(" M=%1").arg(features()) : QString();
   linear_->set_title(map.isEmpty() ? tr("linear") : tr("linear: %1%2").arg(map, m));
-  diff_->set_title(tr("difference (linear - softmax)"));
+  diff_->set_title(tr("difference"));
 }
 
 void HeadsView::update_kl() {
@@ -334,7 +339,7 @@ void HeadsView::update_kl() {
       note = tr("KL needs a feature map: choose one above");
     add(view_->row_entropy_softmax, p->yAxis2, tr("entropy, softmax"), 1, Qt::DashLine);
     if (!view_->row_entropy_linear.empty())
-      add(view_->row_entropy_linear, p->yAxis2, tr("entropy, linear"), 2, Qt::DashLine);
+      add(view_->row_entropy_linear, p->yAxis2, tr("entropy, %1").arg(feature_map().isEmpty() ? tr("linear") : feature_map()), 2, Qt::DashLine);
     p->xAxis->setRange(-0.5, view_->length() - 0.5);
     bool found = false;
     QCPRange r = p->graphCount() > 0 && p->graph(0)->valueAxis() == p->yAxis ? p->graph(0)->getValueRange(found) : QCPRange();

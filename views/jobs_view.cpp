@@ -1,10 +1,13 @@
 #include "jobs_view.h"
 
 #include <QApplication>
+#include <QClipboard>
 #include <QEvent>
 #include <QFontDatabase>
 #include <QHeaderView>
+#include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPainter>
 #include <QPlainTextEdit>
 #include <QScrollBar>
@@ -110,6 +113,29 @@ JobsView::JobsView(QWidget* parent) : QWidget(parent) {
   log_title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   log_title_->setWordWrap(true);
   bl->addWidget(log_title_);
+  // The job's command line: what reproduces it without the window (a script, a cluster job).
+  auto* command_row = new QHBoxLayout;
+  command_row->setSpacing(4);
+  auto* command_label = new QLabel(tr("Command:"), bottom);
+  command_label->setToolTip(tr("The attnscope command line that does the same work headless"));
+  command_row->addWidget(command_label);
+  command_ = new QLineEdit(bottom);
+  command_->setObjectName("job_command");
+  command_->setReadOnly(true);
+  command_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+  command_->setPlaceholderText(tr("this job has no command line"));
+  command_label->setBuddy(command_);
+  command_row->addWidget(command_, 1);
+  copy_command_ = new QToolButton(bottom);
+  copy_command_->setObjectName("copy_job_command");
+  copy_command_->setText(tr("Copy"));
+  copy_command_->setToolTip(tr("Copy the command line to the clipboard"));
+  copy_command_->setEnabled(false);
+  connect(copy_command_, &QToolButton::clicked, this, [this] {
+    if (!command_->text().isEmpty()) QApplication::clipboard()->setText(command_->text());
+  });
+  command_row->addWidget(copy_command_);
+  bl->addLayout(command_row);
   log_ = new QPlainTextEdit(bottom);
   log_->setReadOnly(true);
   log_->setLineWrapMode(QPlainTextEdit::NoWrap);
@@ -124,7 +150,10 @@ JobsView::JobsView(QWidget* parent) : QWidget(parent) {
   split->setStretchFactor(1, 2);
   layout->addWidget(split);
 
-  connect(table_, &QTableWidget::itemSelectionChanged, this, &JobsView::update_log);
+  connect(table_, &QTableWidget::itemSelectionChanged, this, [this] {
+    if (!selecting_) follow_newest_ = false;  // the user picked a job: keep it
+    update_log();
+  });
   connect(table_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
     const QTableWidgetItem* item = table_->item(row, KindColumn);
     if (!item) return;
@@ -149,6 +178,7 @@ int JobsView::selected_job() const {
 
 QString JobsView::log_text() const { return log_->toPlainText(); }
 QString JobsView::log_title() const { return log_title_->text(); }
+QString JobsView::command_text() const { return command_->text(); }
 
 void JobsView::set_jobs(const std::vector<JobStatus>& jobs) {
   const int selected = selected_job();
@@ -176,8 +206,12 @@ void JobsView::set_jobs(const std::vector<JobStatus>& jobs) {
     const JobStatus* j = find_job(*it);
     it = (!j || j->finished()) ? cancel_clicked_.erase(it) : std::next(it);
   }
-  // Nothing chosen yet: follow the newest job, so its log is what one sees.
-  if (!selected_job() && !jobs_.empty()) table_->selectRow(int(jobs_.size()) - 1);
+  // Nothing chosen by the user: follow the newest job, so its log is what one sees.
+  if ((follow_newest_ || !selected_job()) && !jobs_.empty() && selected_job() != jobs_.back().id) {
+    selecting_ = true;
+    table_->selectRow(int(jobs_.size()) - 1);
+    selecting_ = false;
+  }
   update_log();
 }
 
@@ -249,8 +283,17 @@ void JobsView::update_log() {
     log_->clear();
     log_title_->setText(tr("Log"));
     log_title_->setStyleSheet(QString());
+    command_->clear();
+    copy_command_->setEnabled(false);
     return;
   }
+  const QString command = QString::fromStdString(j->command);
+  if (command_->text() != command) {
+    command_->setText(command);
+    command_->setCursorPosition(0);  // the start of a long command: "attnscope <verb> ..."
+    command_->setToolTip(command);
+  }
+  copy_command_->setEnabled(!command.isEmpty());
   if (id != log_job_ || j->log.size() < log_lines_) {
     QString all;
     for (const std::string& line : j->log) all += QString::fromStdString(line) + '\n';
@@ -278,12 +321,19 @@ void JobsView::update_log() {
 
 void JobsView::changeEvent(QEvent* event) {
   QWidget::changeEvent(event);
-  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) {
-    // The red of failed rows follows the palette.
-    const QSignalBlocker block(table_);
-    for (int r = 0; r < int(jobs_.size()) && r < table_->rowCount(); ++r) fill_row(r, jobs_[r]);
-    update_log();  // the same job: no new lines, the title in the new colours
-  }
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) apply_palette();
+}
+
+void JobsView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  apply_palette();
+}
+
+// The red of failed rows and of a failed job's log title follows the palette.
+void JobsView::apply_palette() {
+  const QSignalBlocker block(table_);
+  for (int r = 0; r < int(jobs_.size()) && r < table_->rowCount(); ++r) fill_row(r, jobs_[r]);
+  update_log();  // the same job: no new lines, the title in the new colours
 }
 
 }  // namespace attnscope::views

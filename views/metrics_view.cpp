@@ -26,8 +26,6 @@ std::vector<double> mixer_values(const MixerDistances& m) {
   return {m.toeplitz, m.causal_low_rank, m.retnet, m.ssd, m.ssd_d, m.semiseparable};
 }
 
-QColor text_colour_on(const QColor& cell) { return cell.lightnessF() > 0.55 ? QColor(20, 20, 20) : QColor(245, 245, 245); }
-
 QString number(double v, int decimals) { return std::isfinite(v) ? QString::number(v, 'f', decimals) : QStringLiteral("–"); }
 
 // A heatmap whose cells carry their value as text (paper tables as pictures): layer x head, or
@@ -131,7 +129,10 @@ struct ValueHeatmap {
         t->position->setCoords(c, r);
         t->setPositionAlignment(Qt::AlignCenter);
         t->setText(number(x, decimals));
-        t->setColor(std::isfinite(x) ? text_colour_on(QColor::fromRgb(g.color(x, QCPRange(lo, hi))))
+        // On a coloured cell the ink follows the cell; a missing value ("–") sits on the
+        // background and follows the palette (style_plot restyles it).
+        t->setProperty(kCellTextProperty, std::isfinite(x));
+        t->setColor(std::isfinite(x) ? cell_ink(QColor::fromRgb(g.color(x, QCPRange(lo, hi))))
                                      : QApplication::palette().color(QPalette::Text));
         t->setClipToAxisRect(true);
         texts.push_back(t);
@@ -239,6 +240,7 @@ struct MetricsView::Impl {
   QString map;
   ScatterPoints points;
   int scatter_layer = -1, scatter_head = -1;
+  QCPGraph* scatter_linear = nullptr;  // the feature map's points (named after the map)
   Histogram hist_softmax, hist_linear;
   int layer = 0, head = 0;
 };
@@ -367,16 +369,23 @@ MetricsView::~MetricsView() { delete d_; }
 
 void MetricsView::changeEvent(QEvent* event) {
   QWidget::changeEvent(event);
-  if (event->type() != QEvent::PaletteChange && event->type() != QEvent::ApplicationPaletteChange) return;
-  const QColor fg = QApplication::palette().color(QPalette::Text);
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) apply_palette();
+}
+
+void MetricsView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  apply_palette();
+}
+
+// The texts follow the palette through each panel's restyle (style_plot); the selection frame is in
+// the palette's highlight colour.
+void MetricsView::apply_palette() {
+  const QPen frame(QApplication::palette().color(QPalette::Highlight), 3);
   for (ValueHeatmap* h : {&d_->sm_entropy, &d_->sm_mono, &d_->lin_entropy, &d_->lin_mono, &d_->kl, &d_->mixers}) {
-    h->note->setColor(fg);
-    h->selection->setPen(QPen(QApplication::palette().color(QPalette::Highlight), 3));
-    for (QCPItemText* t : h->texts)
-      if (t->text() == QStringLiteral("–")) t->setColor(fg);
+    if (h->selection->pen() == frame) continue;
+    h->selection->setPen(frame);
+    h->panel->plot()->replot(QCustomPlot::rpQueuedReplot);
   }
-  for (QCPItemText* n : {d_->hist_note, d_->scatter_note}) n->setColor(fg);
-  for (PlotPanel* p : panels()) p->plot()->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layers, int heads_per_layer,
@@ -406,6 +415,10 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   const bool linear = any && !feature_map.isEmpty() &&
                       std::any_of(heads.begin(), heads.end(), [](const HeadAnalysis& h) { return h.linear.has_value(); });
   const QString map = feature_map.isEmpty() ? tr("linear") : feature_map;
+  if (d_->scatter_linear && !feature_map.isEmpty()) {  // the scatter may have come before the analysis
+    d_->scatter_linear->setName(feature_map);
+    d_->scatter->plot()->replot(QCustomPlot::rpQueuedReplot);
+  }
   d_->lin_entropy.panel->set_title(tr("%1 entropy").arg(map));
   d_->lin_mono.panel->set_title(tr("%1 monotonicity").arg(map));
   d_->kl.panel->set_title(tr("KL(softmax || %1)").arg(map));
@@ -520,14 +533,15 @@ void MetricsView::set_scatter(const ScatterPoints& points, int layer, int head) 
   QCustomPlot* p = d_->scatter->plot();
   p->clearGraphs();
   d_->scatter->set_title(tr("weight vs q.k: L%1 H%2").arg(layer).arg(head));
-  auto add = [&](const std::vector<double>& w, const QString& name, int colour, QCPScatterStyle::ScatterShape shape) {
+  d_->scatter_linear = nullptr;
+  auto add = [&](const std::vector<double>& w, const QString& name, int colour, QCPScatterStyle::ScatterShape shape) -> QCPGraph* {
     QVector<double> xs, ys;
     for (size_t i = 0; i < w.size() && i < points.score.size(); ++i)
       if (std::isfinite(w[i]) && std::isfinite(points.score[i])) {  // undefined rows have no weight to show
         xs.push_back(points.score[i]);
         ys.push_back(w[i]);
       }
-    if (xs.isEmpty()) return;
+    if (xs.isEmpty()) return nullptr;
     QCPGraph* g = p->addGraph();
     g->setData(xs, ys);
     g->setName(name);
@@ -537,9 +551,10 @@ void MetricsView::set_scatter(const ScatterPoints& points, int layer, int head) 
     fill.setAlpha(110);
     g->setScatterStyle(QCPScatterStyle(shape, c, fill, 5));
     g->setPen(QPen(c));
+    return g;
   };
   add(points.softmax, tr("softmax"), 0, QCPScatterStyle::ssDisc);
-  add(points.linear, d_->map.isEmpty() ? tr("linear") : d_->map, 1, QCPScatterStyle::ssTriangle);
+  d_->scatter_linear = add(points.linear, d_->map.isEmpty() ? tr("linear") : d_->map, 1, QCPScatterStyle::ssTriangle);
   if (p->graphCount() > 0) {
     p->rescaleAxes();
     for (QCPAxis* a : {p->xAxis, p->yAxis}) {  // markers on the frame would be cut in half

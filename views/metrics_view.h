@@ -32,9 +32,12 @@ class MetricsView : public QWidget {
   void headSelected(int layer, int head);  // clicked a cell of a heatmap
 
  protected:
-  void changeEvent(QEvent* event) override;  // notes and the selection frame follow the palette
+  void changeEvent(QEvent* event) override;  // the selection frame follows the palette
+  void showEvent(QShowEvent* event) override;  // (also when the change came while it was hidden)
 
  private:
+  void apply_palette();
+
   struct Impl;
   Impl* d_;
 };

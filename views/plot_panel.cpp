@@ -8,6 +8,8 @@
 #include <QLabel>
 #include <QMenu>
 #include <QMessageBox>
+#include <QPainter>
+#include <QStyle>
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
@@ -19,43 +21,94 @@
 
 namespace attnscope::views {
 
+namespace {
+
+// The panel's title, cut with an ellipsis where the panel is narrow (four panels side by side must
+// not force the window wider than the screen); the whole title is then its tooltip.
+class ElidedLabel : public QLabel {
+ public:
+  using QLabel::QLabel;
+  QSize minimumSizeHint() const override { return {fontMetrics().horizontalAdvance(QStringLiteral("Ab…")), QLabel::minimumSizeHint().height()}; }
+
+ protected:
+  void paintEvent(QPaintEvent*) override {
+    QPainter painter(this);
+    const QRect r = contentsRect();
+    const QString shown = fontMetrics().elidedText(text(), Qt::ElideRight, r.width());
+    setToolTip(shown == text() ? QString() : text());
+    style()->drawItemText(&painter, r, Qt::AlignLeft | Qt::AlignVCenter, palette(), isEnabled(), shown, foregroundRole());
+  }
+};
+
+// Two overlapping pages in the button text colour: the copy icon where the icon theme has none
+// (offscreen, minimal desktops).
+QIcon drawn_copy_icon(const QPalette& palette) {
+  QPixmap pm(16, 16);
+  pm.fill(Qt::transparent);
+  QPainter p(&pm);
+  p.setRenderHint(QPainter::Antialiasing);
+  p.setPen(QPen(palette.color(QPalette::ButtonText), 1.3));
+  p.setBrush(Qt::NoBrush);
+  p.drawRoundedRect(QRectF(5.5, 1.5, 9, 10), 1.5, 1.5);
+  p.setBrush(palette.color(QPalette::Button));
+  p.drawRoundedRect(QRectF(1.5, 4.5, 9, 10), 1.5, 1.5);
+  return QIcon(pm);
+}
+
+}  // namespace
+
 PlotPanel::PlotPanel(const QString& title, QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(2, 2, 2, 2);
   layout->setSpacing(2);
   auto* top = new QHBoxLayout;
-  title_ = new QLabel(title, this);
+  title_ = new ElidedLabel(title, this);
   QFont f = title_->font();
   f.setBold(true);
   title_->setFont(f);
-  // A long title is cut rather than setting the panel's minimum width: four panels side by side
-  // would otherwise force the window wider than the screen.
-  title_->setSizePolicy(QSizePolicy::Ignored, title_->sizePolicy().verticalPolicy());
+  title_->setSizePolicy(QSizePolicy::Expanding, title_->sizePolicy().verticalPolicy());
   top->addWidget(title_, 1);
-  auto* save = new QToolButton(this);
-  save->setText(tr("Export…"));
-  save->setToolTip(tr("Save this figure as PNG, SVG or PDF, or its numbers as CSV"));
-  save->setAutoRaise(true);
-  connect(save, &QToolButton::clicked, this, &PlotPanel::export_dialog);
-  top->addWidget(save);
-  auto* copy = new QToolButton(this);
-  copy->setText(tr("Copy as command"));
-  copy->setToolTip(tr("Copy the attnscope command line that reproduces this figure headless"));
-  copy->setAutoRaise(true);
-  connect(copy, &QToolButton::clicked, this, &PlotPanel::copy_command);
-  top->addWidget(copy);
+  // Icon buttons: the title keeps the header's width.
+  export_button_ = new QToolButton(this);
+  export_button_->setObjectName("export_button");
+  export_button_->setIcon(style()->standardIcon(QStyle::SP_DialogSaveButton, nullptr, this));
+  export_button_->setToolTip(tr("Export: save this figure as PNG, SVG or PDF, or its numbers as CSV"));
+  export_button_->setAutoRaise(true);
+  connect(export_button_, &QToolButton::clicked, this, &PlotPanel::export_dialog);
+  top->addWidget(export_button_);
+  command_button_ = new QToolButton(this);
+  command_button_->setObjectName("command_button");
+  command_button_->setText(tr("cmd"));
+  command_button_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  command_button_->setToolTip(tr("Copy as command: put the attnscope command line that reproduces this figure headless on the clipboard"));
+  command_button_->setAutoRaise(true);
+  command_button_->setEnabled(false);
+  connect(command_button_, &QToolButton::clicked, this, &PlotPanel::copy_command);
+  top->addWidget(command_button_);
+  update_icons();
   layout->addLayout(top);
   plot_ = new QCustomPlot(this);
   plot_->setMinimumSize(160, 120);
   plot_->setContextMenuPolicy(Qt::NoContextMenu);  // ours (contextMenuEvent) handles it
   layout->addWidget(plot_, 1);
+  styled_palette_ = QApplication::palette().cacheKey();
   style_plot(plot_);
 }
 
 void PlotPanel::set_title(const QString& title) { title_->setText(title); }
 QString PlotPanel::title() const { return title_->text(); }
 void PlotPanel::set_csv(std::function<std::string()> csv) { csv_ = std::move(csv); }
-void PlotPanel::set_command(const QString& command) { command_ = command; }
+void PlotPanel::set_command(const QString& command) {
+  command_ = command;
+  command_button_->setEnabled(!command_.isEmpty());
+}
+
+void PlotPanel::update_icons() {
+  const QIcon themed = QIcon::fromTheme(QStringLiteral("edit-copy"));
+  command_button_->setIcon(themed.isNull() ? drawn_copy_icon(palette()) : themed);
+  command_button_->setIconSize(QSize(16, 16));
+  export_button_->setIconSize(QSize(16, 16));
+}
 
 void PlotPanel::export_to(const QString& path) const {
   const std::string p = path.toStdString();
@@ -78,8 +131,17 @@ void PlotPanel::export_to(const QString& path) const {
 }
 
 void PlotPanel::restyle() {
+  styled_palette_ = QApplication::palette().cacheKey();
   style_plot(plot_);
   plot_->replot();
+}
+
+void PlotPanel::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (QApplication::palette().cacheKey() != styled_palette_) {
+    restyle();
+    update_icons();
+  }
 }
 
 void PlotPanel::export_dialog() {
@@ -112,7 +174,10 @@ void PlotPanel::contextMenuEvent(QContextMenuEvent* event) {
 }
 
 void PlotPanel::changeEvent(QEvent* event) {
-  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) restyle();
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange) {
+    restyle();
+    update_icons();  // the drawn copy icon is in the palette's text colour
+  }
   QWidget::changeEvent(event);
 }
 

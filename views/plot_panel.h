@@ -10,6 +10,7 @@
 
 class QCustomPlot;
 class QLabel;
+class QToolButton;
 
 namespace attnscope::views {
 
@@ -36,6 +37,12 @@ class PlotPanel : public QWidget {
   // Re-applies plot_style (on a palette change the window calls this for every panel).
   void restyle();
 
+  // The header's two compact buttons: save (a standard save icon) and "Copy as command" (a copy
+  // icon from the theme, or the text "⧉ cmd"); both say what they do in their tooltips, and the
+  // context menu offers the same.
+  QToolButton* export_button() const { return export_button_; }
+  QToolButton* command_button() const { return command_button_; }
+
  public slots:
   void export_dialog();  // asks for a file name, exports, shows any error in a message box
   void copy_command();   // puts command() on the clipboard
@@ -46,12 +53,20 @@ class PlotPanel : public QWidget {
  protected:
   void contextMenuEvent(QContextMenuEvent* event) override;
   void changeEvent(QEvent* event) override;
+  // A panel that was never shown (a window built hidden, then the theme changed) may have missed
+  // the palette change: it restyles when shown if the palette is not the one it was styled with.
+  void showEvent(QShowEvent* event) override;
 
  private:
+  void update_icons();
+
   QLabel* title_;
+  QToolButton* export_button_;
+  QToolButton* command_button_;
   QCustomPlot* plot_;
   std::function<std::string()> csv_;
   QString command_;
+  qint64 styled_palette_ = 0;  // QPalette::cacheKey() of the palette restyle() last used
 };
 
 }  // namespace attnscope::views

@@ -1,6 +1,7 @@
 #include "plot_style.h"
 
 #include <QApplication>
+#include <cmath>
 #include <qcustomplot.h>
 
 namespace attnscope::views {
@@ -19,6 +20,18 @@ QPalette light_palette() {
 
 void style_plot(QCustomPlot* plot) { style_plot(plot, QApplication::palette()); }
 
+namespace {
+
+void style_axis(QCPAxis* a, const QColor& fg) {
+  a->setBasePen(QPen(fg, 1));
+  a->setTickPen(QPen(fg, 1));
+  a->setSubTickPen(QPen(fg, 1));
+  a->setTickLabelColor(fg);
+  a->setLabelColor(fg);
+}
+
+}  // namespace
+
 void style_plot(QCustomPlot* plot, const QPalette& palette) {
   const QColor bg = palette.color(QPalette::Base);
   const QColor fg = palette.color(QPalette::Text);
@@ -28,33 +41,55 @@ void style_plot(QCustomPlot* plot, const QPalette& palette) {
   for (QCPAxisRect* rect : plot->axisRects()) {
     rect->setBackground(bg);
     for (QCPAxis* a : rect->axes()) {
-      a->setBasePen(QPen(fg, 1));
-      a->setTickPen(QPen(fg, 1));
-      a->setSubTickPen(QPen(fg, 1));
-      a->setTickLabelColor(fg);
-      a->setLabelColor(fg);
+      style_axis(a, fg);
       a->grid()->setPen(QPen(grid, 1, Qt::DotLine));
       a->grid()->setZeroLinePen(Qt::NoPen);
     }
   }
-  for (int i = 0; i < plot->plotLayout()->elementCount(); ++i)
-    if (auto* t = qobject_cast<QCPTextElement*>(plot->plotLayout()->elementAt(i))) t->setTextColor(fg);
-  // Colour scales live in the layout too; their axes need the same pens.
-  for (QCPLayoutElement* e : plot->plotLayout()->elements(true))
-    if (auto* scale = qobject_cast<QCPColorScale*>(e)) {
-      QCPAxis* a = scale->axis();
-      a->setBasePen(QPen(fg, 1));
-      a->setTickPen(QPen(fg, 1));
-      a->setSubTickPen(QPen(fg, 1));
-      a->setTickLabelColor(fg);
-      a->setLabelColor(fg);
+  // Titles, footnotes and colour scales, also inside nested layouts. A colour scale's bar is framed
+  // by the four axes of its own axis rect; the one with ticks carries the label.
+  for (QCPLayoutElement* e : plot->plotLayout()->elements(true)) {
+    if (auto* t = qobject_cast<QCPTextElement*>(e)) {
+      t->setTextColor(fg);
+      t->setSelectedTextColor(fg);
+    } else if (auto* scale = qobject_cast<QCPColorScale*>(e)) {
+      if (QCPAxisRect* bar = scale->axis()->axisRect())
+        for (QCPAxis* a : bar->axes()) style_axis(a, fg);
+      style_axis(scale->axis(), fg);
     }
+  }
+  QColor box = bg;
+  box.setAlpha(225);
+  QColor frame = fg;
+  frame.setAlpha(110);
+  for (int i = 0; i < plot->itemCount(); ++i) {
+    auto* t = qobject_cast<QCPItemText*>(plot->item(i));
+    if (!t || t->property(kCellTextProperty).toBool()) continue;
+    t->setColor(fg);
+    t->setSelectedColor(fg);
+    if (t->brush().style() != Qt::NoBrush) {  // a boxed label: the box follows the background
+      t->setBrush(box);
+      t->setPen(QPen(frame));
+    }
+  }
   for (int i = 0; i < plot->plottableCount(); ++i)
     if (auto* map = qobject_cast<QCPColorMap*>(plot->plottable(i)); map && map->property(kDivergingProperty).toBool())
       map->setGradient(diverging_gradient(palette));
   plot->legend->setBrush(bg);
   plot->legend->setTextColor(fg);
   plot->legend->setBorderPen(QPen(grid));
+}
+
+double relative_luminance(const QColor& c) {
+  auto linear = [](double v) { return v <= 0.04045 ? v / 12.92 : std::pow((v + 0.055) / 1.055, 2.4); };
+  return 0.2126 * linear(c.redF()) + 0.7152 * linear(c.greenF()) + 0.0722 * linear(c.blueF());
+}
+
+// Whichever of black and white contrasts more with the cell (WCAG contrast ratio): on viridis the
+// switch is at teal, so the bright greens get black (white on them was hard to read).
+QColor cell_ink(const QColor& cell) {
+  const double l = relative_luminance(cell);
+  return (l + 0.05) / 0.05 >= 1.05 / (l + 0.05) ? QColor(Qt::black) : QColor(Qt::white);
 }
 
 QColor series_color(int i) {

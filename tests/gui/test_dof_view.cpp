@@ -1,9 +1,12 @@
 // The DoF view driven as a user would (offscreen): the lambda and budget sliders emit the settings
 // at once, the window's answer (core's head_dofs, head_convergence, allocate -> show_state) is what
 // the bars and the heatmap cells show, the spectrum's lambda line sits at core's shifted ridge, a
-// click on a cell selects its head, and set_controls stays silent.
+// click on a cell selects its head, and set_controls stays silent; on a dark palette every text is
+// light (cell values excepted: they contrast with their cell), and the DoF label of the
+// DoF-against-lambda plot stays inside the plot and off its legend at every lambda.
 #include <gtest/gtest.h>
 
+#include <QApplication>
 #include <QComboBox>
 #include <QImage>
 #include <QLabel>
@@ -12,6 +15,8 @@
 #include <QSpinBox>
 #include <QTest>
 #include <cmath>
+#include <filesystem>
+#include <iostream>
 #include <memory>
 #include <qcustomplot.h>
 
@@ -21,6 +26,7 @@
 #include "attnscope/table.h"
 #include "dof_view.h"
 #include "figure_export.h"
+#include "plot_style.h"
 #include "test_support.h"
 
 using namespace attnscope;
@@ -105,6 +111,38 @@ std::vector<double> as_double(const std::vector<int64_t>& v) { return {v.begin()
 
 QCPItemStraightLine* lambda_line(QCustomPlot* plot) {
   return plot->findChild<QCPItemStraightLine*>("lambda line");
+}
+
+QPalette dark_palette() {
+  QPalette p;
+  p.setColor(QPalette::Window, QColor(45, 45, 48));
+  p.setColor(QPalette::WindowText, QColor(230, 230, 230));
+  p.setColor(QPalette::Base, QColor(30, 30, 32));
+  p.setColor(QPalette::AlternateBase, QColor(45, 45, 48));
+  p.setColor(QPalette::Text, QColor(230, 230, 230));
+  p.setColor(QPalette::Button, QColor(55, 55, 58));
+  p.setColor(QPalette::ButtonText, QColor(230, 230, 230));
+  p.setColor(QPalette::Highlight, QColor(42, 130, 218));
+  p.setColor(QPalette::HighlightedText, Qt::white);
+  p.setColor(QPalette::Mid, QColor(90, 90, 90));
+  return p;
+}
+
+std::vector<QCPItemText*> item_texts(QCustomPlot* plot) {
+  std::vector<QCPItemText*> out;
+  for (int i = 0; i < plot->itemCount(); ++i)
+    if (auto* t = qobject_cast<QCPItemText*>(plot->item(i))) out.push_back(t);
+  return out;
+}
+
+double contrast(const QColor& a, const QColor& b) {
+  const double x = views::relative_luminance(a), y = views::relative_luminance(b);
+  return (std::max(x, y) + 0.05) / (std::min(x, y) + 0.05);
+}
+
+// The pixel rectangle a QCPItemText covers (its corner anchors, after a replot).
+QRectF text_rect(QCPItemText* t) {
+  return QRectF(t->topLeft->pixelPosition(), t->bottomRight->pixelPosition()).normalized();
 }
 
 }  // namespace
@@ -334,4 +372,125 @@ TEST(DofView, RendersHeatmapBarsAndLines) {
   EXPECT_GT(viridis_dark, 100);
   EXPECT_GT(bar_blue, 500);
   EXPECT_GT(vermillion, 50);
+}
+
+// A dark palette (switched to while the view is open, as a desktop theme change does): the mean
+// cost title, the heatmap's footnote, the colour bar's caption and every label on a box read light;
+// the values on the cells keep an ink that contrasts with their own cell.
+TEST(DofView, DarkPaletteMakesEveryTextLightButCellValuesFollowTheirCells) {
+  const QPalette saved = QApplication::palette();
+  {
+    Fixture f;
+    QApplication::setPalette(dark_palette());
+    QCoreApplication::processEvents();
+    f.view->lambda_slider()->setValue(-28);
+    f.view->strategy_box()->setCurrentIndex(2);  // dof-clip: the clip label too
+    QCoreApplication::processEvents();
+    auto light = [](const QColor& c) { return c.lightness() > 180; };
+    QCustomPlot* grid = f.view->panels()[0]->plot();
+    QCustomPlot* alloc = f.view->panels()[3]->plot();
+    int elements = 0;
+    for (QCustomPlot* p : {grid, alloc})
+      for (QCPLayoutElement* e : p->plotLayout()->elements(true))
+        if (auto* t = qobject_cast<QCPTextElement*>(e)) {
+          ++elements;
+          EXPECT_TRUE(light(t->textColor())) << t->text().toStdString() << " " << t->textColor().name().toStdString();
+        }
+    EXPECT_EQ(elements, 2);  // the footnote and "mean cost ... of budget ..."
+    QCPColorScale* scale = nullptr;
+    for (QCPLayoutElement* e : grid->plotLayout()->elements(true))
+      if (auto* s = qobject_cast<QCPColorScale*>(e)) scale = s;
+    ASSERT_NE(scale, nullptr);
+    EXPECT_EQ(scale->axis()->label(), "DoF");
+    EXPECT_TRUE(light(scale->axis()->labelColor())) << scale->axis()->labelColor().name().toStdString();
+    EXPECT_TRUE(light(scale->axis()->tickLabelColor()));
+    int boxed = 0;
+    for (views::PlotPanel* panel : f.view->panels())
+      for (QCPItemText* t : item_texts(panel->plot())) {
+        if (t->property(views::kCellTextProperty).toBool()) continue;
+        EXPECT_TRUE(light(t->color())) << t->text().toStdString();
+        if (t->brush().style() != Qt::NoBrush) {
+          ++boxed;
+          EXPECT_LT(t->brush().color().lightness(), 80) << t->text().toStdString();
+        }
+      }
+    EXPECT_EQ(boxed, 2 + 4);  // the two lambda labels, a value over every bar
+    // The budget and clip lines are named on the right axis, outside the bars, in light ink.
+    auto ticks = qSharedPointerCast<QCPAxisTickerText>(alloc->yAxis2->ticker());
+    ASSERT_FALSE(ticks.isNull());
+    QStringList names = ticks->ticks().values();
+    EXPECT_EQ(names, (QStringList{"clip d = 32", "budget 64"})) << names.join("|").toStdString();
+    EXPECT_EQ(ticks->ticks().key("budget 64"), 64.0);
+    EXPECT_TRUE(light(alloc->yAxis2->tickLabelColor()));
+    EXPECT_EQ(alloc->yAxis2->range(), alloc->yAxis->range());
+    // Values on cells: readable on their cell (>= 4.5 : 1), whatever the palette.
+    auto* map = qobject_cast<QCPColorMap*>(grid->plottable(0));
+    int cells = 0;
+    for (QCPItemText* t : item_texts(grid))
+      if (t->property(views::kCellTextProperty).toBool()) {
+        const QPointF at = t->position->coords();
+        const double v = map->data()->cell(int(at.x()), int(at.y()));
+        const QColor bg = QColor::fromRgb(map->gradient().color(v, map->dataRange()));
+        EXPECT_GE(contrast(t->color(), bg), 4.5) << t->text().toStdString() << " on " << bg.name().toStdString();
+        ++cells;
+      }
+    EXPECT_EQ(cells, f.spectra->num_layers * f.spectra->num_heads);
+  }
+  QApplication::setPalette(saved);
+}
+
+// The DoF label where the lambda line meets the head's curve: inside the plot and clear of the
+// legend (under the plot) at every slider position, left and right, for a steep and a flat head.
+TEST(DofView, DofLabelStaysInsideThePlotAndOffTheLegend) {
+  Fixture f;
+  QCustomPlot* plot = f.view->panels()[2]->plot();
+  QCPItemText* label = nullptr;
+  for (QCPItemText* t : item_texts(plot))
+    if (t->text().startsWith("DoF")) label = t;
+  ASSERT_NE(label, nullptr);
+  for (auto [layer, head] : {std::pair{0, 0}, std::pair{0, 1}, std::pair{1, 1}}) {
+    f.view->select(layer, head);
+    for (int pos = -48; pos <= 0; pos += 2) {
+      f.view->lambda_slider()->setValue(pos);
+      plot->replot();
+      ASSERT_TRUE(label->visible());
+      const QRectF r = text_rect(label);
+      const QRectF inside = QRectF(plot->axisRect()->rect()).adjusted(-1, -1, 1, 1);
+      EXPECT_TRUE(inside.contains(r)) << "head " << layer << "," << head << " pos " << pos << ": " << r.x() << "," << r.y()
+                                      << " " << r.width() << "x" << r.height();
+      EXPECT_FALSE(r.intersects(QRectF(plot->legend->outerRect()))) << "pos " << pos;
+      EXPECT_TRUE(label->text().startsWith("DoF "));
+    }
+  }
+  EXPECT_FALSE(QRectF(plot->axisRect()->rect()).intersects(QRectF(plot->legend->outerRect())));
+  // The legend names the head first, then its J/2 check, then the layer.
+  ASSERT_EQ(plot->legend->itemCount(), 3);
+  auto name = [&](int i) { return qobject_cast<QCPPlottableLegendItem*>(plot->legend->item(i))->plottable()->name(); };
+  EXPECT_EQ(name(0), "head (J = 96)");
+  EXPECT_EQ(name(1), "head, J/2 = 48");
+  EXPECT_EQ(name(2), "layer max over heads");
+}
+
+// Not a test (run with --gtest_also_run_disabled_tests): the DoF view at the size it has in the
+// window, drawn light, then switched to a dark palette while open (as a desktop theme change does),
+// to $ATTNSCOPE_LOOK_DIR (default /tmp/attnscope_look)/dof_{light,dark}.png, for a person to look
+// at. The jobs view's counterpart is in test_jobs_view.cpp, heads and metrics in test_heads_view.cpp.
+TEST(DofView, DISABLED_RenderForALook) {
+  const char* env = std::getenv("ATTNSCOPE_LOOK_DIR");
+  const QString out = env ? env : "/tmp/attnscope_look";
+  std::filesystem::create_directories(out.toStdString());
+  const QPalette light = QApplication::palette();
+  Fixture f;
+  f.view->resize(1390, 880);
+  f.view->select(1, 2);
+  f.view->lambda_slider()->setValue(-26);
+  QCoreApplication::processEvents();
+  f.view->grab().save(out + "/dof_light.png");
+  QApplication::setPalette(dark_palette());
+  f.view->strategy_box()->setCurrentIndex(2);  // dof-clip: the clip line and its label
+  f.view->lambda_slider()->setValue(-6);        // near the right edge: the DoF label flips left
+  QCoreApplication::processEvents();
+  f.view->grab().save(out + "/dof_dark.png");
+  QApplication::setPalette(light);
+  std::cout << "wrote " << out.toStdString() << "/dof_{light,dark}.png\n";
 }

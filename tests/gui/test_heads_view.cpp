@@ -380,6 +380,42 @@ TEST_F(HeadsViewTest, UndefinedRowsAreNamedAndLeftOutOfTheKlPlot) {
   EXPECT_FALSE(hv.panel(MapKind::Linear)->colour_map()->visible());
 }
 
+// At the width the heads view gets in a 1440-pixel window (about 1150 beside the model dock) the
+// three maps' titles are whole: short ("softmax", "linear: prf M=64", "difference"; the layer and
+// head are on the info line), beside two small buttons. The short per-row plot labels its axes
+// "KL (nats)" and "entropy (nats)" whole, and its legend names the curves.
+TEST_F(HeadsViewTest, TitlesAndKlAxisLabelsAreShortAndWhole) {
+  HeadsView hv;
+  hv.set_feature_maps({"elu", "prf"});
+  hv.set_feature_map("prf", 64);
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "linear: prf M=64");
+  hv.set_feature_map("elu", 0);
+  hv.set_head_view(capture_view(small_dir(), 1, 2, "elu"));
+  hv.resize(1150, 860);
+  hv.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&hv));
+  QCoreApplication::processEvents();
+  EXPECT_EQ(hv.panel(MapKind::Softmax)->title(), "softmax");
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "linear: elu");
+  EXPECT_EQ(hv.panel(MapKind::Difference)->title(), "difference");
+  EXPECT_TRUE(hv.info_label()->text().contains("layer 1, head 2"));
+  for (MapKind k : {MapKind::Softmax, MapKind::Linear, MapKind::Difference}) {
+    auto* title = hv.panel(k)->findChild<QLabel*>();
+    ASSERT_NE(title, nullptr);
+    EXPECT_GE(title->width(), title->fontMetrics().horizontalAdvance(title->text())) << title->text().toStdString();
+  }
+  QCustomPlot* kp = hv.kl_panel()->plot();
+  kp->replot();
+  EXPECT_EQ(kp->yAxis->label(), "KL (nats)");
+  EXPECT_EQ(kp->yAxis2->label(), "entropy (nats)");
+  // Whole: the label's extent along the axis fits the axis rect's height.
+  const QFontMetrics fm(kp->yAxis->labelFont());
+  EXPECT_LE(fm.horizontalAdvance(kp->yAxis2->label()), kp->axisRect()->height());
+  QStringList names;
+  for (int i = 0; i < kp->graphCount(); ++i) names << kp->graph(i)->name();
+  EXPECT_EQ(names, (QStringList{"KL(A_i || Ahat_i)", "entropy, softmax", "entropy, elu"}));
+}
+
 // The grid: a click on a tile selects that head (signal with its layer and head), the arrow keys
 // move the selection, and each tile's strip is painted in its metric colour (extremes at the two
 // ends of the gradient).

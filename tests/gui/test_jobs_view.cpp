@@ -1,15 +1,20 @@
 // The jobs view under the offscreen platform: rows, states, progress and elapsed time follow the
 // JobStatus lists the window polls; cancel and double-click ask the window; the selection and the
-// log survive updates.
+// log survive updates; the selected job's command line is shown above its log and copies.
 #include <gtest/gtest.h>
 
+#include <QApplication>
+#include <QClipboard>
 #include <QImage>
+#include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QScrollBar>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTest>
 #include <QToolButton>
+#include <filesystem>
+#include <iostream>
 
 #include "attnscope/job.h"
 #include "figure_export.h"
@@ -210,4 +215,87 @@ TEST(JobsView, RendersBarsAndTheFailedRowInRed) {
   const QColor left = img.pixelColor(origin + QPoint(bar.left() + 8, bar.top() + 5));
   const QColor right = img.pixelColor(origin + QPoint(bar.right() - 8, bar.top() + 5));
   EXPECT_NE(left, right);
+}
+
+// The selected job's command line (the same work headless) above its log: exactly
+// JobStatus::command, selectable, copied by its button; a job without one says so and copies
+// nothing.
+TEST(JobsView, SelectedJobsCommandLineIsShownAndCopies) {
+  Fixture f;
+  auto jobs = four_jobs();
+  jobs[1].command = "attnscope dof --capture /tmp/ws/cap-1 --samples 1024 --save-spectra /tmp/ws/spectra.safetensors";
+  jobs[3].command.clear();
+  f.view->set_jobs(jobs);
+  f.view->table()->selectRow(f.row_of(2));
+  EXPECT_EQ(f.view->command_text().toStdString(), jobs[1].command);
+  QLineEdit* box = f.view->command_box();
+  ASSERT_NE(box, nullptr);
+  EXPECT_TRUE(box->isReadOnly());
+  EXPECT_TRUE(box->isVisible());
+  box->selectAll();
+  EXPECT_EQ(box->selectedText().toStdString(), jobs[1].command);  // selectable
+  QApplication::clipboard()->setText("something else");
+  ASSERT_TRUE(f.view->copy_command_button()->isEnabled());
+  QTest::mouseClick(f.view->copy_command_button(), Qt::LeftButton);
+  EXPECT_EQ(QApplication::clipboard()->text().toStdString(), jobs[1].command);
+  // Above the log: the box sits between the log's title and the log.
+  auto* log = f.view->findChild<QPlainTextEdit*>();
+  EXPECT_LT(box->mapTo(f.view.get(), QPoint(0, 0)).y(), log->mapTo(f.view.get(), QPoint(0, 0)).y());
+
+  f.view->table()->selectRow(f.row_of(4));
+  EXPECT_EQ(f.view->command_text(), QString());
+  EXPECT_FALSE(f.view->copy_command_button()->isEnabled());
+  EXPECT_FALSE(box->placeholderText().isEmpty());
+  f.view->table()->selectRow(f.row_of(1));
+  EXPECT_EQ(f.view->command_text().toStdString(), jobs[0].command);
+}
+
+// Until the user picks a row, the newest job is the one shown (a new job takes over); once the
+// user picks one, new jobs do not move the selection.
+TEST(JobsView, FollowsTheNewestJobUntilTheUserPicksOne) {
+  views::ensure_qt(nullptr);
+  JobsView view;
+  auto jobs = four_jobs();
+  view.set_jobs({jobs[0]});
+  EXPECT_EQ(view.selected_job(), 1);
+  view.set_jobs({jobs[0], jobs[1]});
+  EXPECT_EQ(view.selected_job(), 2);
+  EXPECT_TRUE(view.log_title().contains("DoF spectra"));
+  view.table()->selectRow(0);  // the user's choice
+  view.set_jobs({jobs[0], jobs[1], jobs[2]});
+  EXPECT_EQ(view.selected_job(), 1);
+}
+
+// Not a test (run with --gtest_also_run_disabled_tests): the jobs view with a running, a finished,
+// a failed and a cancelled job, light and then dark (switched while open), to $ATTNSCOPE_LOOK_DIR
+// (default /tmp/attnscope_look)/jobs_{light,dark}.png, for a person to look at.
+TEST(JobsView, DISABLED_RenderForALook) {
+  const char* env = std::getenv("ATTNSCOPE_LOOK_DIR");
+  const QString out = env ? env : "/tmp/attnscope_look";
+  std::filesystem::create_directories(out.toStdString());
+  const QPalette light = QApplication::palette();
+  Fixture f;
+  f.view->resize(1390, 880);
+  auto jobs = four_jobs();
+  jobs[1].command = "attnscope dof --capture /home/me/.cache/attnscope/cap-1 --samples 1024 --normalize trace --save-spectra /home/me/.cache/attnscope/spectra.safetensors";
+  f.view->set_jobs(jobs);
+  f.view->table()->selectRow(f.row_of(2));
+  QCoreApplication::processEvents();
+  f.view->grab().save(out + "/jobs_light.png");
+  QPalette dark;
+  dark.setColor(QPalette::Window, QColor(45, 45, 48));
+  dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
+  dark.setColor(QPalette::Base, QColor(30, 30, 32));
+  dark.setColor(QPalette::AlternateBase, QColor(45, 45, 48));
+  dark.setColor(QPalette::Text, QColor(230, 230, 230));
+  dark.setColor(QPalette::Button, QColor(55, 55, 58));
+  dark.setColor(QPalette::ButtonText, QColor(230, 230, 230));
+  dark.setColor(QPalette::Highlight, QColor(42, 130, 218));
+  dark.setColor(QPalette::HighlightedText, Qt::white);
+  QApplication::setPalette(dark);
+  f.view->table()->selectRow(f.row_of(3));
+  QCoreApplication::processEvents();
+  f.view->grab().save(out + "/jobs_dark.png");
+  QApplication::setPalette(light);
+  std::cout << "wrote " << out.toStdString() << "/jobs_{light,dark}.png\n";
 }

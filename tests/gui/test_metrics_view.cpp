@@ -1,10 +1,13 @@
 // The metrics view (offscreen): every heatmap cell and its printed value is the HeadAnalysis
 // field it stands for, the histograms count every head, the monotonicity scatter draws exactly
-// the points it was given, clicking a cell selects that head, and every panel exports.
+// the points it was given, clicking a cell selects that head, and every panel exports; a dark
+// palette gives light colour-bar captions while cell values contrast with their cells; the view
+// fits a 1500-pixel window without scrolling sideways.
 #include <gtest/gtest.h>
 
 #include <QApplication>
 #include <QImage>
+#include <QLabel>
 #include <QSignalSpy>
 #include <QTest>
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "attnscope/head_view.h"
 #include "figure_export.h"
 #include "metrics_view.h"
+#include "plot_style.h"
 #include "test_support.h"
 
 using namespace attnscope;
@@ -312,4 +316,107 @@ TEST_F(MetricsViewTest, EveryPanelExportsPictureAndNumbers) {
   for (size_t r = 1; r < hist.size(); ++r)
     if (hist[r][0] == "softmax") total += std::stod(hist[r][3]);
   EXPECT_EQ(total, S * H);
+}
+
+namespace {
+
+QPalette dark_palette() {
+  QPalette p;
+  p.setColor(QPalette::Window, QColor(45, 45, 48));
+  p.setColor(QPalette::WindowText, QColor(230, 230, 230));
+  p.setColor(QPalette::Base, QColor(30, 30, 32));
+  p.setColor(QPalette::Text, QColor(230, 230, 230));
+  p.setColor(QPalette::Button, QColor(55, 55, 58));
+  p.setColor(QPalette::ButtonText, QColor(230, 230, 230));
+  p.setColor(QPalette::Highlight, QColor(42, 130, 218));
+  return p;
+}
+
+QCPColorScale* colour_scale(PlotPanel* p) {
+  for (QCPLayoutElement* e : p->plot()->plotLayout()->elements(true))
+    if (auto* s = qobject_cast<QCPColorScale*>(e)) return s;
+  return nullptr;
+}
+
+}  // namespace
+
+// A dark palette: every colour bar's caption ("entropy (nats)", "Spearman", "KL (nats)", ...) and
+// ticks are light, so is a missing value's "–", also when the view was hidden at the change; a
+// value on a cell contrasts with that cell (at least 4.5 : 1, black on the bright greens). Back to
+// light: dark captions.
+TEST_F(MetricsViewTest, DarkPaletteGivesLightCaptionsAndCellValuesContrastWithTheirCells) {
+  const QPalette saved = QApplication::palette();
+  {
+    // Built hidden, the palette changes, then it is shown (a tab not shown when the theme changed).
+    MetricsView v;
+    v.resize(1600, 1000);
+    v.set_analysis(analysis(true, true), S, H, "hedgehog");
+    QApplication::setPalette(dark_palette());
+    v.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&v));
+    QStringList captions;
+    for (PlotPanel* p : v.panels()) {
+      QCPColorScale* scale = colour_scale(p);
+      if (!scale) continue;
+      captions << scale->axis()->label();
+      EXPECT_GT(scale->axis()->labelColor().lightness(), 180) << scale->axis()->label().toStdString();
+      EXPECT_GT(scale->axis()->tickLabelColor().lightness(), 180) << scale->axis()->label().toStdString();
+      QCPColorMap* map = colour_map(p);
+      for (int i = 0; i < p->plot()->itemCount(); ++i) {
+        auto* t = qobject_cast<QCPItemText*>(p->plot()->item(i));
+        if (!t || t->position->type() != QCPItemPosition::ptPlotCoords) continue;
+        const double x = map->data()->cell(int(t->position->coords().x()), int(t->position->coords().y()));
+        if (std::isnan(x)) {
+          EXPECT_EQ(t->text(), "–");
+          EXPECT_GT(t->color().lightness(), 180);  // on the dark background
+          continue;
+        }
+        const QColor cell = QColor::fromRgb(map->gradient().color(x, map->dataRange()));
+        const double a = views::relative_luminance(cell), b = views::relative_luminance(t->color());
+        EXPECT_GE((std::max(a, b) + 0.05) / (std::min(a, b) + 0.05), 4.5) << t->text().toStdString() << " on " << cell.name().toStdString();
+      }
+    }
+    EXPECT_EQ(captions.size(), 6);
+    EXPECT_TRUE(captions.contains("Spearman"));
+    EXPECT_TRUE(captions.contains("KL (nats)"));
+    QApplication::setPalette(saved);
+    QCoreApplication::processEvents();
+    for (PlotPanel* p : v.panels()) {
+      if (QCPColorScale* scale = colour_scale(p)) {
+        EXPECT_LT(scale->axis()->labelColor().lightness(), 80);
+      }
+    }
+  }
+  QApplication::setPalette(saved);
+}
+
+// Four panels a row fit the tab of a 1500-pixel window (about 1200 pixels beside the model dock):
+// the view's minimum width is well under it, and at 1200 pixels every panel shows its title whole.
+TEST_F(MetricsViewTest, FitsA1500PixelWindowWithoutScrollingSideways) {
+  MetricsView v;
+  v.set_analysis(analysis(true, true), S, H, "hedgehog");
+  v.set_scatter(ScatterPoints{{0.1, 0.5, 1.5}, {0.2, 0.3, 0.5}, {0.3, 0.3, 0.4}}, 2, 1);
+  EXPECT_LE(v.minimumSizeHint().width(), 900);
+  v.resize(1200, 800);
+  v.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&v));
+  QCoreApplication::processEvents();
+  for (PlotPanel* p : v.panels()) {
+    auto* title = p->findChild<QLabel*>();
+    ASSERT_NE(title, nullptr);
+    EXPECT_GE(title->width(), title->fontMetrics().horizontalAdvance(p->title())) << p->title().toStdString();
+    EXPECT_GE(p->plot()->width(), 200) << p->title().toStdString();
+  }
+}
+
+// The scatter may arrive before the analysis names the feature map: its legend then still names
+// the map, not "linear".
+TEST_F(MetricsViewTest, ScatterLegendNamesTheMapWhenTheAnalysisComesLater) {
+  MetricsView v;
+  v.set_scatter(ScatterPoints{{0.1, 0.5, 1.5}, {0.2, 0.3, 0.5}, {0.3, 0.3, 0.4}}, 0, 0);
+  PlotPanel* p = panel(v, "weight vs q.k");
+  ASSERT_EQ(p->plot()->graphCount(), 2);
+  EXPECT_EQ(p->plot()->graph(1)->name(), "linear");
+  v.set_analysis(analysis(true, false), S, H, "prf");
+  EXPECT_EQ(p->plot()->graph(1)->name(), "prf");
 }
