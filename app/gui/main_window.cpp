@@ -194,7 +194,8 @@ void MainWindow::build_actions() {
   make("export_figure", tr("Export current &figure…"), QKeySequence("Ctrl+Shift+E"), [this] { export_figure_dialog(); });
   make("quit", tr("&Quit"), QKeySequence("Ctrl+Q"), [this] { close(); });
 
-  make("capture", tr("&Capture"), QKeySequence("Ctrl+R"), [this] { capture(); }, QStyle::SP_MediaPlay);
+  // No icon: the style's play icon is black and vanishes on a dark toolbar; the word reads in both.
+  make("capture", tr("&Capture"), QKeySequence("Ctrl+R"), [this] { capture(); }, QStyle::SP_CustomBase);
   make("recompute_spectra", tr("Recompute &spectra"), QKeySequence(), [this] { workbench_->recompute_spectra(); });
   make("recompute_metrics", tr("Recompute &metrics"), QKeySequence(), [this] { workbench_->recompute_metrics(); });
   make("cancel_all", tr("Cancel &all jobs"), QKeySequence(Qt::Key_Escape), [this] { workbench_->cancel_all(); },

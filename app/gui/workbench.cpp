@@ -50,7 +50,9 @@ std::string data_dir_for(const std::string& session_path) {
 }  // namespace
 
 Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_unique<JobRunner>()) {
-  workspace_root_ = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + "/workspace";
+  // ~/.cache/attnscope/workspace (CacheLocation would add the organization and the application,
+  // both "attnscope").
+  workspace_root_ = QStandardPaths::writableLocation(QStandardPaths::GenericCacheLocation) + "/attnscope/workspace";
   // The report's linear maps (PRF, M = 64) and mixers (N = 16): the heads view then shows
   // softmax | linear | difference from the start, and Export report measures the same.
   session_.analysis = ReportOptions::default_report_analysis();

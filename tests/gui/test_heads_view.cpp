@@ -572,6 +572,21 @@ TEST_F(HeadsViewTest, DISABLED_BenchmarkLongMap) {
   time("colour scale change, three panels at overview", [&](int r) {
     hv.set_scale(r % 2 ? ColourScale::Log : ColourScale::RowNormalized);
   }, 4);
+  // What the reduced image replaces: every one of the 4096 x 4096 cells in the colour map (the
+  // plain QCPColorMap way), filled and drawn once at the same panel size.
+  QCustomPlot naive;
+  naive.resize(sm->plot()->size());
+  auto* full = new QCPColorMap(naive.xAxis, naive.yAxis);
+  naive.xAxis->setRange(-0.5, 4095.5);
+  naive.yAxis->setRange(-0.5, 4095.5);
+  time("naive: all 4096 x 4096 cells into a QCPColorMap + replot", [&](int) {
+    full->data()->setSize(4096, 4096);
+    full->data()->setRange(QCPRange(0, 4095), QCPRange(0, 4095));
+    for (int i = 0; i < 4096; ++i)
+      for (int j = 0; j < 4096; ++j) full->data()->setCell(j, i, view->softmax.at(i, j));
+    full->rescaleDataRange();
+    naive.replot();
+  }, 2);
 }
 
 // Not a test (run with --gtest_also_run_disabled_tests): renders the heads and metrics views
