@@ -80,21 +80,24 @@ void save_plot(QCustomPlot& plot, const std::string& path, int width, int height
   save_plot_impl(plot, path, width, height);
 }
 
+void ensure_runtime_dir() {
+  // Qt wants a private runtime directory and warns on every run without one (headless machines,
+  // CI); give it one under the temp dir, as it would pick itself, but silently.
+  if (std::getenv("XDG_RUNTIME_DIR")) return;
+  const std::string dir = "/tmp/runtime-" + std::to_string(getuid());
+  mkdir(dir.c_str(), 0700);
+  struct stat st{};
+  if (stat(dir.c_str(), &st) == 0 && st.st_uid == getuid() && (st.st_mode & 0077) == 0)
+    setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+}
+
 bool ensure_qt(std::string* why) {
   if (QApplication::instance()) return true;
   const char* display = std::getenv("DISPLAY");
   const char* wayland = std::getenv("WAYLAND_DISPLAY");
   if (!std::getenv("QT_QPA_PLATFORM") && !(display && *display) && !(wayland && *wayland))
     setenv("QT_QPA_PLATFORM", "offscreen", 1);
-  // Qt wants a private runtime directory and warns on every run without one (headless machines,
-  // CI); give it one under the temp dir, as it would pick itself, but silently.
-  if (!std::getenv("XDG_RUNTIME_DIR")) {
-    const std::string dir = "/tmp/runtime-" + std::to_string(getuid());
-    mkdir(dir.c_str(), 0700);
-    struct stat st{};
-    if (stat(dir.c_str(), &st) == 0 && st.st_uid == getuid() && (st.st_mode & 0077) == 0)
-      setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
-  }
+  ensure_runtime_dir();
   static int argc = 1;
   static char name[] = "attnscope";
   static char* argv[] = {name, nullptr};

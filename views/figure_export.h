@@ -16,6 +16,10 @@ using attnscope::LineFigure;
 using attnscope::Matrix;
 using attnscope::Series;
 
+// Sets XDG_RUNTIME_DIR to /tmp/runtime-UID (made 0700) when unset, as Qt would, so Qt does not
+// warn about it on every start (headless machines, CI, root shells). Call before QApplication.
+void ensure_runtime_dir();
+
 // Creates a QApplication when none exists, on the offscreen platform when there is no display, so
 // command-line programs can render. Returns false (and says why in *why) when Qt cannot start.
 bool ensure_qt(std::string* why);

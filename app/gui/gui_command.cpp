@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "attnscope/error.h"
+#include "figure_export.h"
 #include "cli/common.h"
 #include "main_window.h"
 #include "model_panel.h"
@@ -92,6 +93,7 @@ void run_gui(GuiArgs& a) {
   }
   if (!a.session.empty() && !fs::is_regular_file(a.session)) fail(a.session, "no such session file");
 
+  views::ensure_runtime_dir();
   static int argc = 1;
   static char name[] = "attnscope";
   static char* argv[] = {name, nullptr};

@@ -1,0 +1,73 @@
+// `attnscope gui` as a user (or the README) runs it: --screenshot writes a picture of the whole
+// window once the first analysis is in, without a display; without a display and without
+// --screenshot it refuses with a message saying how to get a window; a bad --view or session is a
+// clear error. The real program, started as a separate process.
+#include <gtest/gtest.h>
+
+#include <QImage>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "test_support.h"
+
+namespace test = attnscope::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// No display, no saved settings from another run: HOME points at a fresh directory.
+std::string env_without_display(const std::string& home) {
+  return "env -u DISPLAY -u WAYLAND_DISPLAY HOME='" + home + "' XDG_CONFIG_HOME='" + home + "/.config' XDG_CACHE_HOME='" +
+         home + "/.cache' OMP_NUM_THREADS=1 ";
+}
+
+}  // namespace
+
+TEST(GuiCommand, ScreenshotOfTheDofViewShowsTheFinishedAnalysis) {
+  const std::string home = test::temp_dir("gui_cmd_home");
+  const std::string png = home + "/dof.png";
+  std::string out;
+  const int rc = test::run_command(env_without_display(home) + "QT_QPA_PLATFORM=offscreen '" + test::cli_path() +
+                                       "' gui --screenshot '" + png + "' --view dof -T 2 -L 64 2>&1",
+                                   &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("dof view"), std::string::npos) << out;
+  EXPECT_EQ(out.find("XDG_RUNTIME_DIR"), std::string::npos) << out;  // no Qt noise on a plain run
+  const QImage img(QString::fromStdString(png));
+  ASSERT_FALSE(img.isNull()) << png;
+  EXPECT_EQ(img.width(), 1680);
+  EXPECT_EQ(img.height(), 1000);
+  // A finished DoF view is full of colour (viridis heatmap, bars, curves), not a blank window.
+  std::set<QRgb> colours;
+  for (int y = 0; y < img.height(); y += 7)
+    for (int x = 0; x < img.width(); x += 7) colours.insert(img.pixel(x, y));
+  EXPECT_GT(colours.size(), 200u);
+  // The capture went to the workspace under the cache, not next to the picture.
+  EXPECT_TRUE(fs::is_directory(home + "/.cache/attnscope/workspace"));
+}
+
+TEST(GuiCommand, NoDisplayWithoutScreenshotSaysHowToOpenTheWindow) {
+  const std::string home = test::temp_dir("gui_cmd_nodisplay");
+  std::string out;
+  const int rc = test::run_command(env_without_display(home) + "env -u QT_QPA_PLATFORM '" + test::cli_path() + "' gui 2>&1", &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("no display"), std::string::npos) << out;
+  EXPECT_NE(out.find("xvfb-run"), std::string::npos) << out;
+  EXPECT_NE(out.find("--screenshot"), std::string::npos) << out;
+}
+
+TEST(GuiCommand, BadViewAndMissingSessionAreClearErrors) {
+  const std::string home = test::temp_dir("gui_cmd_bad");
+  std::string out;
+  EXPECT_EQ(test::run_command(env_without_display(home) + "'" + test::cli_path() + "' gui --screenshot x.png --view tables 2>&1", &out), 2)
+      << out;
+  EXPECT_NE(out.find("--view"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(env_without_display(home) + "QT_QPA_PLATFORM=offscreen '" + test::cli_path() +
+                                  "' gui --screenshot x.png --session '" + home + "/none.attnscope' 2>&1",
+                              &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("none.attnscope"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists("x.png"));
+}
