@@ -20,7 +20,9 @@ std::string with_option(const attnscope::Error& e) {
       {"sequence length", "--seq-len"}, {"number of windows", "--num-seqs"}, {"capture dtype", "--dtype"},
       {"budget", "--budget"},           {"lambda", "--lambda"},              {"multiple", "--multiple-of"},
       {"sample texts", "--text"},       {"model", "--model"},
-      {"normalization", "--normalize"}, {"strategy", "--strategy"}};
+      {"normalization", "--normalize"}, {"strategy", "--strategy"},
+      {"feature map", "--feature-map"}, {"feature dimension", "--features"}, {"loss", "--loss"},
+      {"schedule", "--schedule"}, {"steps", "--steps"}, {"checkpoint interval", "--checkpoint-every"}};
   const auto it = option.find(e.quantity());
   return it == option.end() ? e.what() : std::string(e.what()) + " (" + it->second + ")";
 }
@@ -44,6 +46,8 @@ int main(int argc, char** argv) {
   cli::register_metrics(app);
   cli::register_maps(app);
   cli::register_report(app);
+  cli::register_distill(app);
+  cli::register_jobs(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif

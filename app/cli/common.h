@@ -67,5 +67,7 @@ void register_allocate(CLI::App& app);
 void register_metrics(CLI::App& app);
 void register_maps(CLI::App& app);
 void register_report(CLI::App& app);
+void register_distill(CLI::App& app);
+void register_jobs(CLI::App& app);
 
 }  // namespace attnscope::cli

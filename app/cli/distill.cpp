@@ -1,0 +1,72 @@
+// `attnscope distill`: layerwise distillation of trainable feature maps on a capture (SPEC 6 job).
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/job.h"
+#include "common.h"
+
+namespace attnscope::cli {
+
+void register_distill(CLI::App& app) {
+  auto* cmd = app.add_subcommand("distill", "Train feature maps layerwise on a capture (a job in a run directory)");
+  auto o = std::make_shared<DistillOptions>();
+  auto out = std::make_shared<std::string>();
+  auto resume = std::make_shared<std::string>();
+  auto untied = std::make_shared<bool>(false);
+  cmd->add_option("-c,--capture", o->capture, "capture directory (attnscope capture)");
+  cmd->add_option("--val-capture", o->val_capture, "held-out capture for validation (default: a share of the windows)");
+  cmd->add_option("--val-share", o->val_share, "share of the windows held out when there is no --val-capture")
+      ->capture_default_str();
+  cmd->add_option("--feature-map", o->feature_map, "learned-prf | hedgehog")->capture_default_str();
+  cmd->add_option("--init", o->init, "initialization of the map (learned-prf: gaussian | orthogonal; hedgehog: identity | random)");
+  cmd->add_flag("--untied", *untied, "hedgehog: separate layers for queries and keys");
+  cmd->add_option("--activation", o->activation, "hedgehog: exp | softmax")->capture_default_str();
+  auto* f = cmd->add_option("-M,--features", o->features, "feature dimension M for every layer");
+  auto* a = cmd->add_option("--allocation", o->allocation, "per-layer dimensions: `attnscope allocate --json` output");
+  f->excludes(a);
+  cmd->add_option("--loss", o->loss, "kl | softmax | l2")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "training steps")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "learning rate of z (learned-prf) or W, b (hedgehog)")->capture_default_str();
+  cmd->add_option("--lr-alpha", o->lr_alpha, "learning rate of alpha (learned-prf)")->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
+  cmd->add_option("--schedule", o->schedule, "constant | cosine")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "windows per mini-batch")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the maps, the split and the mini-batches")->capture_default_str();
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")->capture_default_str();
+  auto* op = cmd->add_option("-o,--out", *out, "run directory to create");
+  auto* rp = cmd->add_option("--resume", *resume, "continue the killed job in this run directory");
+  op->excludes(rp);
+  cmd->callback([=] {
+    o->tied = !*untied;
+    if (resume->empty()) {
+      if (o->capture.empty()) throw CLI::RequiredError("--capture");
+      if (out->empty()) throw CLI::RequiredError("--out");
+      const auto maps = trainable_feature_maps();
+      if (std::find(maps.begin(), maps.end(), o->feature_map) == maps.end())
+        throw CLI::ValidationError("--feature-map", "'" + o->feature_map +
+                                                        "' cannot be trained; trainable maps: learned-prf, hedgehog");
+      if (o->features <= 0 && o->allocation.empty())
+        throw CLI::RequiredError("--features M or --allocation FILE");
+    }
+    std::ostringstream line;
+    line << "attnscope distill";
+    if (!resume->empty()) line << " --resume " << *resume;
+    else line << " --capture " << o->capture << " --feature-map " << o->feature_map << " --loss " << o->loss
+              << " --steps " << o->steps << " --seed " << o->seed << " --out " << *out;
+    o->command = line.str();
+    const std::string run = resume->empty() ? *out : *resume;
+    DistillResult r;
+    run_job("distill", "distill " + o->feature_map, o->command,
+            [&](Job& job) { r = distill(*o, run, job.progress(), !resume->empty()); }, terminal_progress("distill"));
+    std::cout << "layer  M  first loss  final loss  val KL (initial -> final)\n";
+    for (const auto& l : r.layers)
+      std::cout << l.layer << "  " << l.features << "  " << l.initial_loss << "  " << l.final_loss << "  "
+                << l.initial_val_kl << " -> " << l.val_kl << "\n";
+    std::cout << "wrote " << run << " (" << r.seconds << " s)\n";
+  });
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,52 @@
+// A job's run directory (SPEC 6), the files a training job leaves for people and for --resume:
+//
+//   RUN/job.json          the resolved config, written first
+//   RUN/metrics.jsonl     one JSON object per line, appended and flushed after every step
+//   RUN/log.txt           time-stamped lines a person reads afterwards
+//   RUN/checkpoints/      checkpoint.safetensors: the latest complete checkpoint (written to
+//                         checkpoint.safetensors.tmp and renamed, so a kill leaves the previous one)
+//   RUN/report.json       written last, on success
+//
+// Only the file layout lives here; what goes into the files is the job's business (distill.h).
+#pragma once
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "attnscope/safetensors.h"
+
+namespace attnscope {
+
+class RunDir {
+ public:
+  // Opens RUN, creating it (and checkpoints/) when `create`; else it must exist with a job.json.
+  // Throws Error naming the directory.
+  RunDir(const std::string& dir, bool create);
+
+  const std::string& dir() const { return dir_; }
+  std::string file(const std::string& relative) const { return dir_ + "/" + relative; }
+  std::string checkpoint_path() const { return file("checkpoints/checkpoint.safetensors"); }
+  bool has_checkpoint() const;
+
+  void write_job(const std::string& json_text);  // atomic
+  std::string read_job() const;                  // Error naming job.json when missing
+  void append_metric(const std::string& json_line);  // one line, flushed
+  void append_metrics(const std::vector<std::string>& json_lines);  // several, one flush
+  // Keeps only the metric lines whose "step" is <= step (resuming from a checkpoint drops the
+  // lines a killed run wrote after it, so the file reads as one uninterrupted run).
+  void truncate_metrics_after(int64_t step);
+  void log(const std::string& line);  // "[  12.3 s] line", flushed
+  // Atomic: tensors and metadata go to a temporary file that is renamed over the checkpoint.
+  void write_checkpoint(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
+  void write_report(const std::string& json_text);  // atomic
+
+ private:
+  std::string dir_;
+  std::mutex mu_;
+  std::ofstream metrics_, log_;
+  double start_s_ = 0;
+};
+
+}  // namespace attnscope

@@ -1,0 +1,427 @@
+// The distillation job (distill.h): options <-> job.json, the per-step loop over layers, AdamW,
+// checkpoints and resume, and the final feature_maps.safetensors and report.json.
+//
+// Determinism: the mini-batch of step t and the l2 pairs are drawn from derive_seed(seed, stream, t)
+// alone, so the random state of a run at step t is (seed, t): a resumed run draws exactly what the
+// uninterrupted one would have, and the checkpoint's "rng" metadata records just that.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attnscope/capture.h"
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/random.h"
+#include "attnscope/run_dir.h"
+#include "attnscope/safetensors.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace attnscope {
+namespace {
+
+constexpr uint64_t kSplitStream = 0x5B117;   // train / validation split of the windows
+constexpr uint64_t kBatchStream = 0xBA7C4;   // mini-batch of step t
+constexpr uint64_t kPairStream = 0x9A125;    // l2 pairs of step t
+constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
+
+json options_json(const DistillOptions& o) {
+  json j;
+  j["kind"] = "distill";
+  j["command"] = o.command;
+  j["capture"] = o.capture;
+  j["val_capture"] = o.val_capture;
+  j["val_share"] = o.val_share;
+  j["feature_map"] = {{"name", o.feature_map}, {"init", o.init}, {"tied", o.tied}, {"activation", o.activation},
+                      {"seed", o.seed}};
+  j["features"] = o.features;
+  j["allocation"] = o.allocation;
+  j["dims"] = o.dims;
+  j["loss"] = o.loss;
+  j["optimizer"] = {{"name", "adamw"}, {"lr", o.lr}, {"lr_alpha", o.lr_alpha}, {"betas", {kBeta1, kBeta2}},
+                    {"eps", kEps}, {"weight_decay", o.weight_decay}};
+  j["schedule"] = o.schedule;
+  j["steps"] = o.steps;
+  j["batch"] = o.batch;
+  j["l2_pairs"] = o.l2_pairs;
+  j["seed"] = o.seed;
+  j["checkpoint_every"] = o.checkpoint_every;
+  j["device"] = "cpu";
+  j["world_size"] = 1;
+  return j;
+}
+
+double lr_at(const DistillOptions& o, double base, int64_t step) {
+  if (o.schedule == "cosine") return base * 0.5 * (1.0 + std::cos(3.14159265358979323846 * double(step) / double(o.steps)));
+  return base;
+}
+
+// A layer in training: its maps, AdamW moments and its train/validation tensors.
+struct LayerState {
+  LayerMaps maps;
+  std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  at::Tensor q, k, val_q, val_k;  // [T, H, L, d]
+  double last_loss = 0, first_loss = 0, initial_val_kl = 0;
+};
+
+double base_lr(const DistillOptions& o, const std::string& param) { return param == "alpha" ? o.lr_alpha : o.lr; }
+
+void adamw_step(const DistillOptions& o, LayerState& s, int64_t step /* 1-based */) {
+  at::NoGradGuard no_grad;
+  const double bc1 = 1.0 - std::pow(kBeta1, double(step)), bc2 = 1.0 - std::pow(kBeta2, double(step));
+  for (size_t i = 0; i < s.maps.params.size(); ++i) {
+    at::Tensor& p = s.maps.params[i].second;
+    const at::Tensor g = p.grad();
+    const double lr = lr_at(o, base_lr(o, s.maps.params[i].first), step - 1);
+    s.exp_avg[i].mul_(kBeta1).add_(g, 1.0 - kBeta1);
+    s.exp_avg_sq[i].mul_(kBeta2).addcmul_(g, g, 1.0 - kBeta2);
+    if (o.weight_decay > 0) p.mul_(1.0 - lr * o.weight_decay);
+    const at::Tensor denom = (s.exp_avg_sq[i] / bc2).sqrt_().add_(kEps);
+    p.addcdiv_(s.exp_avg[i], denom, -lr / bc1);
+    p.mutable_grad().zero_();
+  }
+}
+
+at::Tensor step_pairs(const DistillOptions& o, int64_t L, int64_t step) {
+  Rng rng(derive_seed(derive_seed(o.seed, kPairStream), uint64_t(step)));
+  at::Tensor pairs = at::empty({o.l2_pairs, 2}, at::kLong);
+  auto a = pairs.accessor<int64_t, 2>();
+  for (int64_t p = 0; p < o.l2_pairs; ++p) {
+    const int64_t i = int64_t(rng.below(uint64_t(L)));
+    a[p][0] = i;
+    a[p][1] = int64_t(rng.below(uint64_t(i + 1)));
+  }
+  return pairs;
+}
+
+at::Tensor step_batch(const DistillOptions& o, int64_t n_train, int64_t step) {
+  const auto idx = sample_without_replacement(n_train, std::min(o.batch, n_train),
+                                              derive_seed(derive_seed(o.seed, kBatchStream), uint64_t(step)));
+  return at::tensor(idx, at::kLong);
+}
+
+// Validation on all held-out windows, a few at a time.
+std::pair<double, double> validate(const DistillOptions& o, const LayerState& s) {
+  at::NoGradGuard no_grad;
+  const int64_t T = s.val_q.size(0);
+  double loss = 0, kl = 0;
+  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, s.val_q.size(2), -1) : at::Tensor();
+  for (int64_t t0 = 0; t0 < T; t0 += 4) {
+    const int64_t n = std::min<int64_t>(4, T - t0);
+    const at::Tensor q = s.val_q.narrow(0, t0, n), k = s.val_k.narrow(0, t0, n);
+    const double l = layer_loss(s.maps, q, k, o.loss, pairs).item<double>();
+    const double kk = o.loss == "kl" ? l : layer_kl(s.maps, q, k);
+    loss += l * double(n);
+    kl += kk * double(n);
+  }
+  return {loss / double(T), kl / double(T)};
+}
+
+NamedTensors checkpoint_tensors(const std::vector<LayerState>& layers) {
+  NamedTensors out;
+  for (size_t s = 0; s < layers.size(); ++s)
+    for (size_t i = 0; i < layers[s].maps.params.size(); ++i) {
+      const std::string base = "layers." + std::to_string(s) + "." + layers[s].maps.params[i].first;
+      out.emplace_back(base, layers[s].maps.params[i].second.detach());
+      out.emplace_back(base + ".adamw.exp_avg", layers[s].exp_avg[i]);
+      out.emplace_back(base + ".adamw.exp_avg_sq", layers[s].exp_avg_sq[i]);
+    }
+  return out;
+}
+
+std::string num_str(double v) {
+  std::ostringstream s;
+  s.precision(6);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+void resolve_dims(DistillOptions& o, int num_layers) {
+  if (o.features > 0 && !o.allocation.empty())
+    fail_value("feature dimension", "comes from either --features or --allocation, not both");
+  if (o.features > 0) {
+    o.dims.assign(size_t(num_layers), o.features);
+    return;
+  }
+  if (o.allocation.empty()) fail_value("feature dimension", "is missing: give --features M or --allocation FILE");
+  std::ifstream in(o.allocation);
+  if (!in) fail(o.allocation, "cannot be read (allocation file)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const std::exception& e) {
+    fail(o.allocation, std::string("is not JSON (want `attnscope allocate --json` output): ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("dims") || !j["dims"].is_array())
+    fail(o.allocation, "has no \"dims\" array (want `attnscope allocate --json` output)");
+  const json& d = j["dims"];
+  if (int(d.size()) != num_layers)
+    fail(o.allocation, "has dims for " + std::to_string(d.size()) + " layers, the capture has " +
+                           std::to_string(num_layers));
+  o.dims.clear();
+  for (const json& v : d) {
+    if (v.is_array()) fail(o.allocation, "has per-head dims; distill trains one dimension per layer so far");
+    if (!v.is_number_integer() || v.get<int64_t>() < 1) fail(o.allocation, "has a dimension that is not a positive integer");
+    o.dims.push_back(v.get<int64_t>());
+  }
+}
+
+void check_distill_options(const DistillOptions& o) {
+  const auto maps = trainable_feature_maps();
+  if (std::find(maps.begin(), maps.end(), o.feature_map) == maps.end())
+    fail_value("feature map", "'" + o.feature_map + "' cannot be trained (trainable maps: learned-prf, hedgehog)");
+  const auto losses = distill_losses();
+  if (std::find(losses.begin(), losses.end(), o.loss) == losses.end())
+    fail_value("loss", "'" + o.loss + "' is unknown (valid: kl, softmax, l2)");
+  if (o.schedule != "constant" && o.schedule != "cosine")
+    fail_value("schedule", "'" + o.schedule + "' is unknown (valid: constant, cosine)");
+  if (o.steps < 1) fail_value("steps", "must be at least 1");
+  if (o.batch < 1) fail_value("batch", "must be at least 1");
+  if (o.checkpoint_every < 1) fail_value("checkpoint interval", "must be at least 1");
+  if (!(o.lr > 0) || !(o.lr_alpha > 0)) fail_value("learning rate", "must be positive");
+  if (!(o.val_share >= 0 && o.val_share < 1)) fail_value("validation share", "must be in [0, 1)");
+  if (o.feature_map == "hedgehog")
+    for (int64_t m : o.dims)
+      if (m % 2) fail_value("feature dimension", std::to_string(m) + " is odd; hedgehog needs an even M ([exp(u), exp(-u)])");
+}
+
+DistillOptions read_distill_job(const std::string& run_dir) {
+  RunDir run(run_dir, false);
+  json j;
+  try {
+    j = json::parse(run.read_job());
+    DistillOptions o;
+    o.command = j.at("command");
+    o.capture = j.at("capture");
+    o.val_capture = j.at("val_capture");
+    o.val_share = j.at("val_share");
+    o.feature_map = j.at("feature_map").at("name");
+    o.init = j.at("feature_map").at("init");
+    o.tied = j.at("feature_map").at("tied");
+    o.activation = j.at("feature_map").at("activation");
+    o.features = j.at("features");
+    o.allocation = j.at("allocation");
+    o.dims = j.at("dims").get<std::vector<int64_t>>();
+    o.loss = j.at("loss");
+    o.lr = j.at("optimizer").at("lr");
+    o.lr_alpha = j.at("optimizer").at("lr_alpha");
+    o.weight_decay = j.at("optimizer").at("weight_decay");
+    o.schedule = j.at("schedule");
+    o.steps = j.at("steps");
+    o.batch = j.at("batch");
+    o.l2_pairs = j.at("l2_pairs");
+    o.seed = j.at("seed");
+    o.checkpoint_every = j.at("checkpoint_every");
+    return o;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(run.file("job.json"), std::string("is not a distillation job: ") + e.what());
+  }
+}
+
+DistillResult distill(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (resume) o = read_distill_job(run_dir);
+  const CaptureStore cap(o.capture);
+  if (!resume) resolve_dims(o, cap.num_layers());
+  check_distill_options(o);
+  if (int(o.dims.size()) != cap.num_layers()) fail(run_dir + "/job.json", "dims do not match the capture's layers");
+
+  RunDir run(run_dir, !resume);
+  if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
+  if (!resume) {
+    run.write_job(options_json(o).dump(2) + "\n");
+    run.log("distill " + o.feature_map + " loss " + o.loss + " on " + o.capture + ", " + std::to_string(o.steps) + " steps");
+  }
+
+  // Windows: a seeded held-out share, or all of them when a validation capture is given.
+  const int64_t T = cap.num_seqs();
+  std::vector<int64_t> train_idx, val_idx;
+  if (o.val_capture.empty()) {
+    const auto order = shuffle_indices(T, derive_seed(o.seed, kSplitStream));
+    int64_t n_val = o.val_share > 0 ? std::max<int64_t>(1, int64_t(std::llround(o.val_share * double(T)))) : 0;
+    if (n_val >= T) fail(o.capture, "has " + std::to_string(T) + " windows: too few to hold out a validation share");
+    val_idx.assign(order.begin(), order.begin() + n_val);
+    train_idx.assign(order.begin() + n_val, order.end());
+  } else {
+    for (int64_t t = 0; t < T; ++t) train_idx.push_back(t);
+  }
+  std::unique_ptr<CaptureStore> val_cap;
+  if (!o.val_capture.empty()) {
+    val_cap = std::make_unique<CaptureStore>(o.val_capture);
+    if (val_cap->num_layers() != cap.num_layers() || val_cap->num_heads() != cap.num_heads() ||
+        val_cap->head_dim() != cap.head_dim())
+      fail(o.val_capture, "is a capture of another model shape than " + o.capture);
+  }
+
+  const int S = cap.num_layers();
+  std::vector<LayerState> layers(static_cast<size_t>(S));
+  const at::Tensor train_t = at::tensor(train_idx, at::kLong);
+  for (int s = 0; s < S; ++s) {
+    LayerState& st = layers[size_t(s)];
+    const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
+    st.q = q.index_select(0, train_t).contiguous();
+    st.k = k.index_select(0, train_t).contiguous();
+    if (val_cap) {
+      st.val_q = val_cap->layer_tensor(s, "q");
+      st.val_k = val_cap->layer_tensor(s, "k");
+    } else if (!val_idx.empty()) {
+      const at::Tensor v = at::tensor(val_idx, at::kLong);
+      st.val_q = q.index_select(0, v).contiguous();
+      st.val_k = k.index_select(0, v).contiguous();
+    }
+    st.maps = init_layer_maps(o, s, cap.num_heads(), cap.head_dim(), o.dims[size_t(s)]);
+    for (auto& [name, p] : st.maps.params) {
+      st.exp_avg.push_back(at::zeros_like(p));
+      st.exp_avg_sq.push_back(at::zeros_like(p));
+    }
+    if (st.val_q.defined()) st.initial_val_kl = validate(o, st).second;
+  }
+
+  int64_t start_step = 0;
+  if (resume) {
+    const SafetensorsFile ck(run.checkpoint_path());
+    const auto& meta = ck.metadata();
+    const auto it = meta.find("step");
+    if (it == meta.end()) fail(run.checkpoint_path(), "has no step");
+    start_step = std::stoll(it->second);
+    for (int s = 0; s < S; ++s) {
+      LayerState& st = layers[size_t(s)];
+      for (size_t i = 0; i < st.maps.params.size(); ++i) {
+        const std::string base = "layers." + std::to_string(s) + "." + st.maps.params[i].first;
+        const std::vector<std::pair<std::string, at::Tensor*>> parts = {
+            {base, &st.maps.params[i].second},
+            {base + ".adamw.exp_avg", &st.exp_avg[i]},
+            {base + ".adamw.exp_avg_sq", &st.exp_avg_sq[i]}};
+        for (const auto& [name, dst] : parts) {
+          if (!ck.contains(name)) fail(run.checkpoint_path(), "has no tensor " + name);
+          const at::Tensor t = ck.tensor(name);
+          if (t.sizes() != dst->sizes()) fail(run.checkpoint_path(), "tensor " + name + " has the wrong shape");
+          dst->copy_(t);
+        }
+      }
+      if (meta.count("loss." + std::to_string(s))) st.last_loss = std::stod(meta.at("loss." + std::to_string(s)));
+      if (meta.count("first_loss." + std::to_string(s))) st.first_loss = std::stod(meta.at("first_loss." + std::to_string(s)));
+    }
+    run.truncate_metrics_after(start_step);
+    run.log("resumed at step " + std::to_string(start_step));
+  }
+  for (auto& st : layers)
+    for (auto& p : st.maps.params) p.second.requires_grad_(true);
+
+  const int64_t L = cap.seq_len();
+  const auto save_checkpoint = [&](int64_t step) {
+    std::map<std::string, std::string> meta = {{"step", std::to_string(step)},
+                                               {"seed", std::to_string(o.seed)},
+                                               {"rng", "derive_seed(seed, stream, step): the state is (seed, step)"}};
+    for (int s = 0; s < S; ++s) {
+      meta["loss." + std::to_string(s)] = num_str(layers[size_t(s)].last_loss);
+      meta["first_loss." + std::to_string(s)] = num_str(layers[size_t(s)].first_loss);
+    }
+    run.write_checkpoint(checkpoint_tensors(layers), meta);
+    run.log("checkpoint at step " + std::to_string(step));
+  };
+  const auto validation_lines = [&](int64_t step) {
+    std::vector<std::string> lines;
+    for (int s = 0; s < S; ++s) {
+      if (!layers[size_t(s)].val_q.defined()) continue;
+      const auto [vl, vk] = validate(o, layers[size_t(s)]);
+      lines.push_back(json{{"step", step}, {"layer", s}, {"val_loss", vl}, {"val_kl", vk}}.dump());
+    }
+    run.append_metrics(lines);
+  };
+
+  for (int64_t step = start_step; step < o.steps; ++step) {
+    const at::Tensor batch = step_batch(o, int64_t(train_idx.size()), step);
+    const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, L, step) : at::Tensor();
+    // Layers are independent: one task each (ATen ops inside run single-threaded there).
+    at::parallel_for(0, S, 1, [&](int64_t b, int64_t e) {
+      for (int64_t s = b; s < e; ++s) {
+        LayerState& st = layers[size_t(s)];
+        const at::Tensor loss = layer_loss(st.maps, st.q.index_select(0, batch), st.k.index_select(0, batch), o.loss, pairs);
+        loss.backward();
+        st.last_loss = loss.item<double>();
+        if (step == 0) st.first_loss = st.last_loss;
+        adamw_step(o, st, step + 1);
+      }
+    });
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    std::vector<std::string> lines;
+    for (int s = 0; s < S; ++s) {
+      const LayerState& st = layers[size_t(s)];
+      lines.push_back(json{{"step", step + 1}, {"layer", s}, {"loss", st.last_loss},
+                           {"lr", lr_at(o, o.lr, step)}, {"elapsed_s", elapsed}}.dump());
+      if (!std::isfinite(st.last_loss))
+        fail("distill", "layer " + std::to_string(s) + " loss is not finite at step " + std::to_string(step + 1) +
+                            " (lower --lr)");
+    }
+    run.append_metrics(lines);
+    const bool last = step + 1 == o.steps;
+    if ((step + 1) % o.checkpoint_every == 0 || last) {
+      validation_lines(step + 1);
+      save_checkpoint(step + 1);
+    }
+    // Cancellation lands here: after a complete step, its checkpoint (if due) already written.
+    report_progress(progress, double(step + 1) / double(o.steps),
+                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " +
+                        num_str(layers[0].last_loss));
+  }
+
+  // Final outputs: the maps under SPEC 7's names, then the report, last.
+  DistillResult r;
+  r.steps = o.steps;
+  NamedTensors maps_out;
+  json rep;
+  rep["feature_map"] = o.feature_map;
+  rep["loss"] = o.loss;
+  rep["steps"] = o.steps;
+  rep["layers"] = json::array();
+  double sum_kl = 0;
+  for (int s = 0; s < S; ++s) {
+    LayerState& st = layers[size_t(s)];
+    for (auto& p : st.maps.params) p.second = p.second.detach().requires_grad_(false);
+    for (int64_t h = 0; h < st.maps.heads; ++h)
+      for (const auto& [name, t] : st.maps.params)
+        maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[h].contiguous().to(at::kFloat));
+    DistillLayerResult lr;
+    lr.layer = s;
+    lr.features = st.maps.features;
+    lr.initial_loss = st.first_loss;
+    lr.final_loss = st.last_loss;
+    lr.initial_val_kl = st.initial_val_kl;
+    lr.val_kl = st.val_q.defined() ? validate(o, st).second : std::nan("");
+    sum_kl += lr.val_kl;
+    r.layers.push_back(lr);
+    json jl = {{"layer", s}, {"features", lr.features}, {"initial_loss", lr.initial_loss}, {"final_loss", lr.final_loss}};
+    if (st.val_q.defined()) {
+      jl["initial_val_kl"] = lr.initial_val_kl;
+      jl["val_kl"] = lr.val_kl;
+    } else {
+      jl["val_kl"] = nullptr;
+    }
+    rep["layers"].push_back(jl);
+    r.maps.push_back(st.maps);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  rep["mean_val_kl"] = sum_kl / double(S);
+  rep["seconds"] = r.seconds;
+  rep["seconds_per_step"] = r.seconds / double(std::max<int64_t>(1, o.steps - start_step));
+  write_safetensors(run.file("feature_maps.safetensors"), maps_out,
+                    {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
+  run.write_report(rep.dump(2) + "\n");
+  run.log("finished: mean validation KL " + num_str(sum_kl / double(S)));
+  return r;
+}
+
+}  // namespace attnscope

@@ -1,0 +1,147 @@
+// One layer's feature maps stacked over heads, and the distillation losses in the log domain
+// (distill.h). log phi is written out per map so that no feature is ever exponentiated on its own:
+//   learned-prf  log phi_m(x) = z_m.x' - |x'|^2/2 + alpha_m/2 - log(M)/2,  x' = x / d^(1/4)
+//   hedgehog     u = x W + b;  exp: [u, -u];  softmax: [log_softmax(u), log_softmax(-u)]
+// the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/random.h"
+
+namespace attnscope {
+
+std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog"}; }
+std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2"}; }
+
+std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
+  return "layers." + std::to_string(layer) + ".heads." + std::to_string(head) + ".feature_map." + param;
+}
+
+namespace {
+
+FeatureMapSpec head_spec(const LayerMaps& m, uint64_t seed, const std::string& init, bool tied) {
+  FeatureMapSpec s;
+  s.name = m.map;
+  s.d = m.d;
+  s.features = m.features;
+  s.seed = seed;
+  s.init = init;
+  s.tied = tied;
+  s.activation = m.activation;
+  return s;
+}
+
+const at::Tensor& param(const LayerMaps& m, const std::string& name) {
+  for (const auto& [n, t] : m.params)
+    if (n == name) return t;
+  fail("distill", "layer maps have no parameter '" + name + "'");
+}
+
+bool has_param(const LayerMaps& m, const std::string& name) {
+  for (const auto& p : m.params)
+    if (p.first == name) return true;
+  return false;
+}
+
+// log phi of x [B, H, L, d] with the stacked parameters; `side` is "q." or "k." for untied maps.
+at::Tensor log_features(const LayerMaps& m, const at::Tensor& x, const std::string& side) {
+  if (m.map == "learned-prf") {
+    const at::Tensor xs = x / std::pow(double(m.d), 0.25);
+    const at::Tensor z = param(m, "z");          // [H, M, d]
+    const at::Tensor alpha = param(m, "alpha");  // [H, M]
+    const at::Tensor proj = at::matmul(xs, z.unsqueeze(0).transpose(-1, -2));  // [B, H, L, M]
+    const at::Tensor half_sq = 0.5 * (xs * xs).sum(-1, true);
+    return proj - half_sq + 0.5 * alpha.unsqueeze(0).unsqueeze(2) - 0.5 * std::log(double(m.features));
+  }
+  const std::string pre = has_param(m, "W") ? "" : side;
+  const at::Tensor W = param(m, pre + "W");  // [H, d, d']
+  const at::Tensor b = param(m, pre + "b");  // [H, d']
+  const at::Tensor u = at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2);
+  if (m.activation == "softmax") return at::cat({at::log_softmax(u, -1), at::log_softmax(-u, -1)}, -1);
+  return at::cat({u, -u}, -1);
+}
+
+// log Khat_ij = logsumexp_m(lq_im + lk_jm), by taking each vector's largest log feature out before
+// the matrix product: exact up to rounding, and no [L, L, M] tensor.
+at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
+  const at::Tensor mq = std::get<0>(lq.max(-1, true)).detach();
+  const at::Tensor mk = std::get<0>(lk.max(-1, true)).detach();
+  const at::Tensor prod = at::matmul(at::exp(lq - mq), at::exp(lk - mk).transpose(-1, -2));
+  // Both factors have a 1 somewhere, but in different m the product can underflow: a floor keeps
+  // log finite (such pairs carry essentially no weight).
+  return at::log(prod.clamp_min(1e-30)) + mq + mk.transpose(-1, -2);
+}
+
+}  // namespace
+
+std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
+  if (map == "learned-prf")
+    return make_learned_prf(param(*this, "z")[head].detach().clone(), param(*this, "alpha")[head].detach().clone());
+  auto fm = make_feature_map(head_spec(*this, 0, "identity", has_param(*this, "W")));
+  for (auto& [name, t] : fm->named_parameters()) t.copy_(param(*this, name)[head].detach());
+  return fm;
+}
+
+LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
+  LayerMaps m;
+  m.map = o.feature_map;
+  m.activation = o.activation;
+  m.heads = heads;
+  m.d = d;
+  m.features = features;
+  std::vector<std::vector<at::Tensor>> per_param;
+  std::vector<std::string> names;
+  for (int64_t h = 0; h < heads; ++h) {
+    auto fm = make_feature_map(head_spec(m, derive_seed(o.seed, layer, int(h)), o.init, o.tied));
+    const auto np = fm->named_parameters();
+    if (np.empty()) fail("distill", "feature map '" + m.map + "' has nothing to train");
+    if (h == 0) {
+      for (const auto& p : np) names.push_back(p.first);
+      per_param.resize(np.size());
+    }
+    for (size_t i = 0; i < np.size(); ++i) per_param[i].push_back(np[i].second.to(at::kFloat).detach().clone());
+  }
+  for (size_t i = 0; i < names.size(); ++i) m.params.emplace_back(names[i], at::stack(per_param[i]).contiguous());
+  return m;
+}
+
+at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, const std::string& loss,
+                      const at::Tensor& pairs) {
+  const int64_t L = q.size(2);
+  const at::Tensor causal = at::ones({L, L}, q.options().dtype(at::kBool)).tril();
+  const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
+  const at::Tensor log_khat = log_kernel(log_features(m, q, "q."), log_features(m, k, "k."));
+  if (loss == "l2") {
+    if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+    const at::Tensor row_max = std::get<0>(masked.max(-1, true));  // [B, H, L, 1]
+    const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+    const at::Tensor c = row_max.squeeze(-1).index_select(-1, i);
+    const at::Tensor target = at::exp(scores.index_select(2, i).gather(3, j.view({1, 1, -1, 1}).expand({q.size(0), q.size(1), -1, 1})).squeeze(-1) - c);
+    const at::Tensor lk = log_khat.index_select(2, i).gather(3, j.view({1, 1, -1, 1}).expand({q.size(0), q.size(1), -1, 1})).squeeze(-1);
+    // exp of at most 30 above the row's softmax maximum: a diverging pair still has a gradient.
+    const at::Tensor approx = at::exp((lk - c).clamp_max(30.0));
+    return (approx - target).pow(2).mean();
+  }
+  const at::Tensor log_a = at::log_softmax(masked, -1);
+  const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
+  const at::Tensor a = log_a.exp();
+  at::Tensor per_entry;
+  if (loss == "kl") per_entry = a * (log_a - log_ahat);
+  else if (loss == "softmax") per_entry = -a * log_ahat;
+  else fail("distill", "unknown loss '" + loss + "'");
+  // Masked entries are 0 * (-inf - -inf) = NaN: zero them explicitly.
+  return per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).mean();
+}
+
+double layer_kl(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k) {
+  at::NoGradGuard no_grad;
+  return layer_loss(m, q, k, "kl").item<double>();
+}
+
+}  // namespace attnscope

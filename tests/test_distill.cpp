@@ -1,0 +1,330 @@
+// Layerwise distillation (distill.h): the batched log-domain loss against an explicit float64
+// computation from core's own feature maps, training that lowers the loss on the bundled model's
+// capture, resume equal to an uninterrupted run, a cancelled run leaving only complete files, and
+// the errors a user meets.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "attnscope/capture.h"
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/model.h"
+#include "attnscope/safetensors.h"
+#include "test_support.h"
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One capture of the bundled model per test process: 6 windows x 64 tokens.
+const std::string& bundled_capture() {
+  static const std::string dir = [] {
+    std::vector<TextDocument> docs;
+    for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) {
+      std::ifstream in(e.path());
+      docs.push_back({e.path().string(), std::string(std::istreambuf_iterator<char>(in), {})});
+    }
+    std::sort(docs.begin(), docs.end(), [](auto& a, auto& b) { return a.source < b.source; });
+    LoadedModel m = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+    CaptureOptions o;
+    o.seq_len = 64;
+    o.num_seqs = 6;
+    o.seed = 3;
+    const std::string d = test::temp_dir("distill_cap") + "/cap";
+    capture_to_dir(m, docs, o, d);
+    return d;
+  }();
+  return dir;
+}
+
+DistillOptions base_options(const std::string& map, const std::string& loss, int64_t steps) {
+  DistillOptions o;
+  o.capture = bundled_capture();
+  o.feature_map = map;
+  o.loss = loss;
+  o.features = 16;
+  o.steps = steps;
+  o.seed = 11;
+  o.batch = 2;
+  o.l2_pairs = 256;
+  return o;
+}
+
+// Explicit float64 reference of one head: phi from core's FeatureMap, Ahat by its definition.
+struct Ref {
+  double kl = 0, ce = 0, l2 = 0;
+};
+
+Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& pairs) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3);
+  Ref r;
+  double l2_sum = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    auto fm = maps.head_map(h);
+    for (int64_t b = 0; b < B; ++b) {
+      const at::Tensor qd = q[b][h].to(at::kDouble), kd = k[b][h].to(at::kDouble);
+      const at::Tensor pq = fm->query_features(qd), pk = fm->key_features(kd);  // [L, M]
+      auto Q = qd.accessor<double, 2>();
+      auto K = kd.accessor<double, 2>();
+      auto PQ = pq.accessor<double, 2>();
+      auto PK = pk.accessor<double, 2>();
+      std::vector<std::vector<double>> s(L, std::vector<double>(L)), kh(L, std::vector<double>(L));
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0, f = 0;
+          for (int64_t c = 0; c < d; ++c) dot += Q[i][c] * K[j][c];
+          for (int64_t m = 0; m < pq.size(1); ++m) f += PQ[i][m] * PK[j][m];
+          s[i][j] = dot / std::sqrt(double(d));
+          kh[i][j] = f;
+        }
+      std::vector<double> row_max(L);
+      for (int64_t i = 0; i < L; ++i) {
+        double mx = -1e300, z = 0, zh = 0;
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, s[i][j]);
+        row_max[i] = mx;
+        for (int64_t j = 0; j <= i; ++j) z += std::exp(s[i][j] - mx), zh += kh[i][j];
+        for (int64_t j = 0; j <= i; ++j) {
+          const double a = std::exp(s[i][j] - mx) / z, ah = kh[i][j] / zh;
+          r.kl += a * std::log(a / ah);
+          r.ce += -a * std::log(ah);
+        }
+      }
+      auto P = pairs.accessor<int64_t, 2>();
+      for (int64_t p = 0; p < pairs.size(0); ++p) {
+        const int64_t i = P[p][0], j = P[p][1];
+        const double diff = kh[i][j] / std::exp(row_max[i]) - std::exp(s[i][j] - row_max[i]);
+        l2_sum += diff * diff;
+      }
+    }
+  }
+  r.kl /= double(B * H * L);
+  r.ce /= double(B * H * L);
+  r.l2 = l2_sum / double(B * H * pairs.size(0));
+  return r;
+}
+
+std::map<std::string, at::Tensor> read_maps(const std::string& file) {
+  SafetensorsFile f(file);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
+  return out;
+}
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(test::read_file(path)); }
+
+}  // namespace
+
+TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
+  at::manual_seed(5);
+  const at::Tensor q = at::randn({2, 3, 12, 8}) * 1.5, k = at::randn({2, 3, 12, 8}) * 1.5;
+  at::Tensor pairs = at::empty({20, 2}, at::kLong);
+  auto pa = pairs.accessor<int64_t, 2>();
+  for (int64_t p = 0; p < 20; ++p) {
+    pa[p][0] = (p * 7) % 12;
+    pa[p][1] = (p * 7) % 12 * p / 19;
+  }
+  struct Case { std::string map; bool tied; std::string activation; };
+  for (const Case& c : {Case{"learned-prf", true, "exp"}, Case{"hedgehog", true, "exp"}, Case{"hedgehog", false, "exp"},
+                        Case{"hedgehog", true, "softmax"}}) {
+    DistillOptions o;
+    o.feature_map = c.map;
+    o.tied = c.tied;
+    o.activation = c.activation;
+    o.seed = 9;
+    LayerMaps maps = init_layer_maps(o, 1, 3, 8, 16);
+    // Away from the initialization, so alpha, b and every head differ.
+    for (auto& [name, t] : maps.params) t.add_(at::randn(t.sizes()) * 0.3);
+    const Ref ref = reference(maps, q, k, pairs);
+    const double kl = layer_loss(maps, q, k, "kl").item<double>();
+    const double ce = layer_loss(maps, q, k, "softmax").item<double>();
+    const double l2 = layer_loss(maps, q, k, "l2", pairs).item<double>();
+    SCOPED_TRACE(c.map + (c.tied ? " tied " : " untied ") + c.activation);
+    EXPECT_GT(ref.kl, 1e-3);
+    EXPECT_NEAR(kl, ref.kl, 2e-5 + 1e-4 * ref.kl);
+    EXPECT_NEAR(ce, ref.ce, 1e-4 * ref.ce);
+    EXPECT_NEAR(l2, ref.l2, 1e-6 + 1e-4 * ref.l2);
+    EXPECT_NEAR(layer_kl(maps, q, k), ref.kl, 2e-5 + 1e-4 * ref.kl);
+  }
+}
+
+TEST(Distill, LossStaysFiniteForLargeQueryNorms) {
+  // |x|^2 / sqrt(d) of several hundred: phi itself overflows float32, the log-domain loss does not.
+  at::manual_seed(2);
+  const at::Tensor q = at::randn({1, 2, 16, 8}) * 12, k = at::randn({1, 2, 16, 8}) * 12;
+  DistillOptions o;
+  o.feature_map = "learned-prf";
+  LayerMaps maps = init_layer_maps(o, 0, 2, 8, 32);
+  for (auto& p : maps.params) p.second.requires_grad_(true);
+  const at::Tensor loss = layer_loss(maps, q, k, "kl");
+  loss.backward();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  for (auto& p : maps.params) EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
+}
+
+TEST(Distill, TrainingLowersLossAndHeldOutKlOnBundledCapture) {
+  for (const auto& [map, loss] : std::vector<std::pair<std::string, std::string>>{{"learned-prf", "kl"}, {"hedgehog", "softmax"}, {"learned-prf", "l2"}}) {
+    const std::string run = test::temp_dir("distill_train") + "/run";
+    DistillOptions o = base_options(map, loss, 50);
+    const auto t0 = std::chrono::steady_clock::now();
+    const DistillResult r = distill(o, run);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(r.layers.size(), 4u);
+    for (const auto& l : r.layers) {
+      std::printf("%s %s layer %d: loss %.4f -> %.4f, val KL %.4f -> %.4f\n", map.c_str(), loss.c_str(), l.layer,
+                  l.initial_loss, l.final_loss, l.initial_val_kl, l.val_kl);
+      EXPECT_LT(l.final_loss, l.initial_loss) << map << " " << loss << " layer " << l.layer;
+      EXPECT_LT(l.val_kl, l.initial_val_kl) << map << " " << loss << " layer " << l.layer;
+    }
+    double first = 0, last = 0, kl0 = 0, kl1 = 0;
+    for (const auto& l : r.layers) first += l.initial_loss, last += l.final_loss, kl0 += l.initial_val_kl, kl1 += l.val_kl;
+    // The softmax loss is the row entropy of A (fixed) plus the KL: only the KL part can fall.
+    if (loss != "softmax") EXPECT_LT(last, 0.8 * first) << map << " " << loss;
+    EXPECT_LT(kl1, 0.8 * kl0) << map << " " << loss;
+    std::printf("%s %s: %.2f ms per step (4 layers x 4 heads, 2 windows x 64 tokens, M = 16)\n", map.c_str(),
+                loss.c_str(), 1000 * s / 50);
+  }
+}
+
+TEST(Distill, RunDirectoryFilesFollowSpec6And7) {
+  const std::string run = test::temp_dir("distill_files") + "/run";
+  DistillOptions o = base_options("hedgehog", "kl", 12);
+  o.tied = false;
+  o.checkpoint_every = 5;
+  distill(o, run);
+  const auto job = read_json(run + "/job.json");
+  EXPECT_EQ(job["feature_map"]["name"], "hedgehog");
+  EXPECT_EQ(job["steps"], 12);
+  EXPECT_EQ(job["dims"], nlohmann::json({16, 16, 16, 16}));
+  // metrics.jsonl: every line parses; per layer, training steps run 1..12 in order; validation at
+  // 5, 10 and 12.
+  std::istringstream in(test::read_file(run + "/metrics.jsonl"));
+  std::string line;
+  std::map<int, std::vector<int64_t>> train_steps, val_steps;
+  while (std::getline(in, line)) {
+    const auto m = nlohmann::json::parse(line);
+    if (m.contains("loss")) {
+      train_steps[m["layer"].get<int>()].push_back(m["step"].get<int64_t>());
+      EXPECT_TRUE(m.contains("lr") && m.contains("elapsed_s"));
+    } else {
+      val_steps[m["layer"].get<int>()].push_back(m["step"].get<int64_t>());
+      EXPECT_TRUE(m.contains("val_kl") && m.contains("val_loss"));
+    }
+  }
+  ASSERT_EQ(train_steps.size(), 4u);
+  for (auto& [layer, steps] : train_steps) {
+    ASSERT_EQ(steps.size(), 12u);
+    for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], int64_t(i + 1));
+    EXPECT_EQ(val_steps[layer], (std::vector<int64_t>{5, 10, 12}));
+  }
+  const auto rep = read_json(run + "/report.json");
+  ASSERT_EQ(rep["layers"].size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(rep["layers"][s]["layer"], s);
+    EXPECT_TRUE(rep["layers"][s]["final_loss"].is_number());
+    EXPECT_TRUE(rep["layers"][s]["val_kl"].is_number());
+  }
+  // SPEC 7 names and shapes: untied hedgehog, d = 32, M = 16 -> d' = 8.
+  const auto maps = read_maps(run + "/feature_maps.safetensors");
+  EXPECT_EQ(maps.size(), 4u * 4u * 4u);
+  EXPECT_EQ(feature_map_tensor_name(3, 2, "q.W"), "layers.3.heads.2.feature_map.q.W");
+  ASSERT_TRUE(maps.count("layers.3.heads.2.feature_map.k.b"));
+  EXPECT_EQ(maps.at("layers.3.heads.2.feature_map.q.W").sizes(), (at::IntArrayRef{32, 8}));
+  EXPECT_EQ(maps.at("layers.3.heads.2.feature_map.k.b").sizes(), (at::IntArrayRef{8}));
+  EXPECT_EQ(maps.at("layers.0.heads.0.feature_map.q.W").scalar_type(), at::kFloat);
+  EXPECT_FALSE(test::read_file(run + "/log.txt").empty());
+}
+
+TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
+  const std::string root = test::temp_dir("distill_resume");
+  DistillOptions o = base_options("learned-prf", "kl", 20);
+  o.schedule = "cosine";
+  o.checkpoint_every = 10;
+  distill(o, root + "/whole");
+
+  // A run killed at step 13: the checkpoint of step 10 is there, whole, and nothing final is.
+  const ProgressFn kill_at_13 = [](double, const std::string& what) {
+    if (what.rfind("step 13/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(distill(o, root + "/killed", kill_at_13), Cancelled);
+  std::vector<std::string> ck;
+  for (const auto& e : fs::directory_iterator(root + "/killed/checkpoints")) ck.push_back(e.path().filename().string());
+  EXPECT_EQ(ck, std::vector<std::string>{"checkpoint.safetensors"});
+  EXPECT_EQ(SafetensorsFile(root + "/killed/checkpoints/checkpoint.safetensors").metadata().at("step"), "10");
+  EXPECT_FALSE(fs::exists(root + "/killed/report.json"));
+  EXPECT_FALSE(fs::exists(root + "/killed/feature_maps.safetensors"));
+
+  DistillOptions ignored;  // resume reads everything from job.json
+  distill(ignored, root + "/killed", nullptr, /*resume=*/true);
+  const auto a = read_maps(root + "/whole/feature_maps.safetensors");
+  const auto b = read_maps(root + "/killed/feature_maps.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0;
+  for (const auto& [name, t] : a) max_diff = std::max(max_diff, (t - b.at(name)).abs().max().item<double>());
+  std::printf("resume: max |uninterrupted - resumed| = %.3g over %zu tensors\n", max_diff, a.size());
+  EXPECT_LE(max_diff, 1e-6);
+  // The resumed metrics read as one run: the steps after the checkpoint appear once.
+  std::istringstream in(test::read_file(root + "/killed/metrics.jsonl"));
+  std::string line;
+  int64_t prev = 0, n = 0;
+  while (std::getline(in, line)) {
+    const auto m = nlohmann::json::parse(line);
+    if (!m.contains("loss") || m["layer"].get<int>() != 0) continue;
+    EXPECT_EQ(m["step"].get<int64_t>(), prev + 1);
+    prev = m["step"].get<int64_t>();
+    ++n;
+  }
+  EXPECT_EQ(n, 20);
+}
+
+TEST(Distill, ErrorsNameTheProblem) {
+  DistillOptions o = base_options("prf", "kl", 2);
+  const std::string e = test::error_of([&] { distill(o, test::temp_dir("distill_err") + "/run"); });
+  EXPECT_NE(e.find("learned-prf, hedgehog"), std::string::npos) << e;
+
+  const std::string bad = test::temp_dir("distill_alloc") + "/alloc.json";
+  std::ofstream(bad) << "{\"dims\": [16, 16]}";
+  DistillOptions a = base_options("learned-prf", "kl", 2);
+  a.features = 0;
+  a.allocation = bad;
+  const std::string e2 = test::error_of([&] { resolve_dims(a, 4); });
+  EXPECT_NE(e2.find(bad), std::string::npos) << e2;
+  EXPECT_NE(e2.find("2 layers"), std::string::npos) << e2;
+  std::ofstream(bad) << "not json";
+  EXPECT_NE(test::error_of([&] { resolve_dims(a, 4); }).find(bad), std::string::npos);
+  std::ofstream(bad) << "{\"dims\": [8, 16, 24, 32]}";
+  resolve_dims(a, 4);
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{8, 16, 24, 32}));
+
+  const std::string run = test::temp_dir("distill_nock") + "/run";
+  fs::create_directories(run);
+  EXPECT_NE(test::error_of([&] { distill(DistillOptions{}, run, nullptr, true); }).find("job.json"), std::string::npos);
+}
+
+TEST(Distill, CliTrainsListsAndRefusesFixedMaps) {
+  const std::string root = test::temp_dir("distill_cli");
+  std::string out;
+  const std::string cli = test::cli_path();
+  int rc = test::run_command(cli + " distill --capture " + bundled_capture() + " --feature-map elu --features 16 --steps 2 --out " + root + "/x 2>&1", &out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("learned-prf, hedgehog"), std::string::npos) << out;
+  rc = test::run_command(cli + " distill --capture " + bundled_capture() + " --feature-map learned-prf --features 8 --steps 3 --seed 1 --out " + root + "/run 2>&1", &out);
+  ASSERT_EQ(rc, 0) << out;
+  rc = test::run_command(cli + " jobs " + root + "/run 2>&1", &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("finished"), std::string::npos) << out;
+  EXPECT_NE(out.find("3/3"), std::string::npos) << out;
+  EXPECT_NE(out.find("learned-prf"), std::string::npos) << out;
+  fs::remove(root + "/run/checkpoints/checkpoint.safetensors");
+  rc = test::run_command(cli + " distill --resume " + root + "/run 2>&1", &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("checkpoint"), std::string::npos) << out;
+}

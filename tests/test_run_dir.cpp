@@ -1,0 +1,41 @@
+// The run directory (run_dir.h): metrics appended line by line and truncated at a resumed step,
+// checkpoints replaced whole with no temporary left behind.
+#include <gtest/gtest.h>
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "attnscope/run_dir.h"
+#include "attnscope/safetensors.h"
+#include "test_support.h"
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+TEST(RunDir, MetricsTruncateAtResumedStepAndCheckpointsReplaceWhole) {
+  const std::string dir = test::temp_dir("run_dir") + "/run";
+  {
+    RunDir run(dir, true);
+    run.write_job("{\"steps\": 3}\n");
+    run.append_metrics({"{\"step\":1,\"layer\":0,\"loss\":2}", "{\"step\":2,\"layer\":0,\"loss\":1}"});
+    run.append_metric("{\"step\":3,\"layer\":0,\"loss\":0.5}");
+    run.append_metric("{\"step\":4,\"lay");  // cut short by a kill
+    run.write_checkpoint({{"a", at::ones({2})}}, {{"step", "1"}});
+    run.write_checkpoint({{"a", at::full({2}, 3.0)}}, {{"step", "2"}});
+    run.log("hello");
+  }
+  RunDir again(dir, false);
+  again.truncate_metrics_after(2);
+  EXPECT_EQ(test::read_file(dir + "/metrics.jsonl"),
+            "{\"step\":1,\"layer\":0,\"loss\":2}\n{\"step\":2,\"layer\":0,\"loss\":1}\n");
+  again.append_metric("{\"step\":3,\"layer\":0,\"loss\":0.25}");
+  EXPECT_NE(test::read_file(dir + "/metrics.jsonl").find("0.25}\n"), std::string::npos);
+  SafetensorsFile ck(again.checkpoint_path());
+  EXPECT_EQ(ck.metadata().at("step"), "2");
+  EXPECT_EQ(ck.tensor("a")[0].item<float>(), 3.0f);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/checkpoints")) ++files, (void)e;
+  EXPECT_EQ(files, 1);
+  EXPECT_NE(test::read_file(dir + "/log.txt").find("] hello\n"), std::string::npos);
+  EXPECT_ANY_THROW(RunDir(test::temp_dir("run_dir_none"), false));
+}
