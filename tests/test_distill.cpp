@@ -17,6 +17,7 @@
 #include "attnscope/distill.h"
 #include "attnscope/error.h"
 #include "attnscope/model.h"
+#include "attnscope/run_dir.h"
 #include "attnscope/safetensors.h"
 #include "test_support.h"
 
@@ -261,6 +262,8 @@ TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
   EXPECT_EQ(SafetensorsFile(root + "/killed/checkpoints/checkpoint.safetensors").metadata().at("step"), "10");
   EXPECT_FALSE(fs::exists(root + "/killed/report.json"));
   EXPECT_FALSE(fs::exists(root + "/killed/feature_maps.safetensors"));
+  EXPECT_EQ(run_state(root + "/killed"), "killed");
+  EXPECT_EQ(run_state(root + "/whole"), "finished");
 
   DistillOptions ignored;  // resume reads everything from job.json
   distill(ignored, root + "/killed", nullptr, /*resume=*/true);

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "attnscope/run_dir.h"
 #include "attnscope/safetensors.h"
@@ -23,7 +24,12 @@ TEST(RunDir, MetricsTruncateAtResumedStepAndCheckpointsReplaceWhole) {
     run.write_checkpoint({{"a", at::ones({2})}}, {{"step", "1"}});
     run.write_checkpoint({{"a", at::full({2}, 3.0)}}, {{"step", "2"}});
     run.log("hello");
+    run.mark_running();
+    EXPECT_EQ(run_state(dir), "running");  // this process
   }
+  EXPECT_EQ(run_state(dir), "killed");  // stopped without a report
+  std::ofstream(dir + "/running") << "999999999\n";  // a pid no process has: a kill -9
+  EXPECT_EQ(run_state(dir), "killed");
   RunDir again(dir, false);
   again.truncate_metrics_after(2);
   EXPECT_EQ(test::read_file(dir + "/metrics.jsonl"),

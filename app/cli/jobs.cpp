@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "attnscope/error.h"
+#include "attnscope/run_dir.h"
 #include "attnscope/table.h"
 #include "common.h"
 
@@ -58,15 +59,7 @@ void register_jobs(CLI::App& app) {
         }
         if (m.contains("val_kl")) val_kl[layer] = m["val_kl"].get<double>();
       }
-      // finished: report.json exists (written last); killed: no report and no live writer we can
-      // see, so a run that stopped short of its steps; running: recent metrics.
-      std::string state = "killed";
-      if (fs::exists(run + "/report.json")) {
-        state = "finished";
-      } else if (fs::exists(run + "/metrics.jsonl")) {
-        const auto age = fs::file_time_type::clock::now() - fs::last_write_time(run + "/metrics.jsonl");
-        if (age < std::chrono::seconds(60)) state = "running";
-      }
+      const std::string state = run_state(run);
       std::string losses, kls;
       for (const auto& [l, v] : loss) losses += (losses.empty() ? "" : " ") + num(v);
       for (const auto& [l, v] : val_kl) kls += (kls.empty() ? "" : " ") + num(v);

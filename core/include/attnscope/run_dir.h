@@ -6,6 +6,7 @@
 //   RUN/checkpoints/      checkpoint.safetensors: the latest complete checkpoint (written to
 //                         checkpoint.safetensors.tmp and renamed, so a kill leaves the previous one)
 //   RUN/report.json       written last, on success
+//   RUN/running           the pid of the process running the job (absent once it has stopped)
 //
 // Only the file layout lives here; what goes into the files is the job's business (distill.h).
 #pragma once
@@ -24,6 +25,9 @@ class RunDir {
   // Opens RUN, creating it (and checkpoints/) when `create`; else it must exist with a job.json.
   // Throws Error naming the directory.
   RunDir(const std::string& dir, bool create);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
 
   const std::string& dir() const { return dir_; }
   std::string file(const std::string& relative) const { return dir_ + "/" + relative; }
@@ -42,11 +46,22 @@ class RunDir {
   void write_checkpoint(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
   void write_report(const std::string& json_text);  // atomic
 
+  // RUN/running: this process's pid while the job runs, removed when it ends in any way but a
+  // kill, so `attnscope jobs` tells running (pid alive) from killed (file left, pid gone).
+  void mark_running();
+  void clear_running();
+
  private:
   std::string dir_;
   std::mutex mu_;
   std::ofstream metrics_, log_;
   double start_s_ = 0;
+  bool marked_ = false;
 };
 
+}  // namespace attnscope
+
+namespace attnscope {
+// "finished" (report.json), "running" (RUN/running names a live process) or "killed".
+std::string run_state(const std::string& dir);
 }  // namespace attnscope

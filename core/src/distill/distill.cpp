@@ -240,8 +240,11 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
 
   RunDir run(run_dir, !resume);
   if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
+  run.mark_running();
   if (!resume) {
-    run.write_job(options_json(o).dump(2) + "\n");
+    json job = options_json(o);
+    job["model"] = cap.model_path();
+    run.write_job(job.dump(2) + "\n");
     run.log("distill " + o.feature_map + " loss " + o.loss + " on " + o.capture + ", " + std::to_string(o.steps) + " steps");
   }
 
@@ -421,6 +424,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
                     {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
   run.write_report(rep.dump(2) + "\n");
   run.log("finished: mean validation KL " + num_str(sum_kl / double(S)));
+  run.clear_running();
   return r;
 }
 

@@ -1,11 +1,14 @@
 // The run directory of a job (run_dir.h): the files of SPEC 6 and how each is written.
 #include "attnscope/run_dir.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <signal.h>
 #include <sstream>
+#include <unistd.h>
 
 #include "attnscope/error.h"
 #include "attnscope/text_file.h"
@@ -89,6 +92,28 @@ void RunDir::write_checkpoint(const NamedTensors& tensors, const std::map<std::s
   // write_safetensors writes PATH.tmp and renames it over PATH: the old checkpoint stays whole
   // until the new one is.
   write_safetensors(checkpoint_path(), tensors, metadata);
+}
+
+RunDir::~RunDir() { clear_running(); }
+
+void RunDir::mark_running() {
+  write_text_file(file("running"), std::to_string(::getpid()) + "\n");
+  marked_ = true;
+}
+
+void RunDir::clear_running() {
+  if (!marked_) return;
+  std::error_code ec;
+  fs::remove(file("running"), ec);
+  marked_ = false;
+}
+
+std::string run_state(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "report.json")) return "finished";
+  std::ifstream in(fs::path(dir) / "running");
+  long pid = 0;
+  if (in >> pid && pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM)) return "running";
+  return "killed";
 }
 
 void RunDir::write_report(const std::string& json_text) { write_text_file(file("report.json"), json_text); }
