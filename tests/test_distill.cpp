@@ -331,3 +331,34 @@ TEST(Distill, CliTrainsListsAndRefusesFixedMaps) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("checkpoint"), std::string::npos) << out;
 }
+
+TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
+  const std::string root = test::temp_dir("distill_kill9");
+  const std::string cli = test::cli_path();
+  const std::string args = " --capture " + bundled_capture() +
+                           " --feature-map learned-prf --features 8 --steps 300 --checkpoint-every 5 --seed 4 --schedule cosine";
+  std::string out;
+  // Killed (SIGKILL: no handler, no cleanup) as soon as its first checkpoint is on disk.
+  const std::string killed = root + "/killed";
+  int rc = test::run_command("(" + cli + " distill" + args + " --out " + killed + " >/dev/null 2>&1 & pid=$!; " +
+                                 "while [ ! -f " + killed + "/checkpoints/checkpoint.safetensors ]; do sleep 0.01; done; " +
+                                 "kill -9 $pid; wait $pid) 2>&1",
+                             &out);
+  if (fs::exists(killed + "/report.json")) GTEST_SKIP() << "the run finished before the kill";
+  EXPECT_EQ(rc, 137) << out;  // the shell's status of a SIGKILLed child
+  EXPECT_EQ(run_state(killed), "killed");
+  rc = test::run_command(cli + " jobs " + killed + " 2>&1", &out);
+  EXPECT_NE(out.find("killed"), std::string::npos) << out;
+  rc = test::run_command(cli + " distill --resume " + killed + " 2>&1", &out);
+  ASSERT_EQ(rc, 0) << out;
+  rc = test::run_command(cli + " distill" + args + " --out " + root + "/whole 2>&1", &out);
+  ASSERT_EQ(rc, 0) << out;
+  const auto a = read_maps(root + "/whole/feature_maps.safetensors");
+  const auto b = read_maps(killed + "/feature_maps.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0;
+  for (const auto& [name, t] : a) max_diff = std::max(max_diff, (t - b.at(name)).abs().max().item<double>());
+  std::printf("kill -9 + resume: max |uninterrupted - resumed| = %.3g\n", max_diff);
+  EXPECT_LE(max_diff, 1e-6);
+  EXPECT_EQ(run_state(killed), "finished");
+}
