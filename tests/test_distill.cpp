@@ -362,3 +362,41 @@ TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
   EXPECT_LE(max_diff, 1e-6);
   EXPECT_EQ(run_state(killed), "finished");
 }
+
+TEST(Distill, AllocationDimsPerLayerAndValidationCapture) {
+  const std::string root = test::temp_dir("distill_alloc_run");
+  std::ofstream(root + "/alloc.json") << "{\"strategy\": \"dof\", \"dims\": [8, 16, 8, 24]}";
+  DistillOptions o = base_options("learned-prf", "softmax", 3);
+  o.features = 0;
+  o.allocation = root + "/alloc.json";
+  o.val_capture = bundled_capture();
+  const DistillResult r = distill(o, root + "/run");
+  ASSERT_EQ(r.layers.size(), 4u);
+  const auto maps = read_maps(root + "/run/feature_maps.safetensors");
+  const std::vector<int64_t> dims = {8, 16, 8, 24};
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(r.layers[s].features, dims[s]);
+    EXPECT_EQ(maps.at(feature_map_tensor_name(s, 3, "z")).sizes(), (at::IntArrayRef{dims[s], 32}));
+    EXPECT_EQ(maps.at(feature_map_tensor_name(s, 3, "alpha")).sizes(), (at::IntArrayRef{dims[s]}));
+    EXPECT_TRUE(std::isfinite(r.layers[s].val_kl));
+  }
+  // The maps on disk are the trained ones: layer 2's heads read back from the file give the
+  // validation KL the run reported (the validation capture is the whole bundled capture).
+  CaptureStore cap(bundled_capture());
+  const at::Tensor q = cap.layer_tensor(2, "q"), k = cap.layer_tensor(2, "k");
+  LayerMaps m = r.maps[2];
+  m.params = {{"z", at::stack({maps.at(feature_map_tensor_name(2, 0, "z")), maps.at(feature_map_tensor_name(2, 1, "z")),
+                               maps.at(feature_map_tensor_name(2, 2, "z")), maps.at(feature_map_tensor_name(2, 3, "z"))})},
+              {"alpha", at::stack({maps.at(feature_map_tensor_name(2, 0, "alpha")), maps.at(feature_map_tensor_name(2, 1, "alpha")),
+                                   maps.at(feature_map_tensor_name(2, 2, "alpha")), maps.at(feature_map_tensor_name(2, 3, "alpha"))})}};
+  double kl = 0;
+  for (int64_t t = 0; t < q.size(0); t += 4) {
+    const int64_t n = std::min<int64_t>(4, q.size(0) - t);
+    kl += layer_kl(m, q.narrow(0, t, n), k.narrow(0, t, n)) * double(n);
+  }
+  EXPECT_NEAR(kl / double(q.size(0)), r.layers[2].val_kl, 1e-5);
+
+  DistillOptions bad = base_options("hedgehog", "kl", 2);
+  bad.activation = "softmax-joint";
+  EXPECT_NE(test::error_of([&] { distill(bad, root + "/bad"); }).find("activation"), std::string::npos);
+}

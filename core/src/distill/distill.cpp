@@ -190,6 +190,8 @@ void check_distill_options(const DistillOptions& o) {
   if (o.checkpoint_every < 1) fail_value("checkpoint interval", "must be at least 1");
   if (!(o.lr > 0) || !(o.lr_alpha > 0)) fail_value("learning rate", "must be positive");
   if (!(o.val_share >= 0 && o.val_share < 1)) fail_value("validation share", "must be in [0, 1)");
+  if (o.feature_map == "hedgehog" && o.activation != "exp" && o.activation != "softmax")
+    fail_value("activation", "'" + o.activation + "' cannot be trained yet (valid: exp, softmax)");
   if (o.feature_map == "hedgehog")
     for (int64_t m : o.dims)
       if (m % 2) fail_value("feature dimension", std::to_string(m) + " is odd; hedgehog needs an even M ([exp(u), exp(-u)])");
@@ -293,12 +295,14 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   }
 
   int64_t start_step = 0;
+  double elapsed_before = 0;  // training time of the killed run up to its checkpoint
   if (resume) {
     const SafetensorsFile ck(run.checkpoint_path());
     const auto& meta = ck.metadata();
     const auto it = meta.find("step");
     if (it == meta.end()) fail(run.checkpoint_path(), "has no step");
     start_step = std::stoll(it->second);
+    if (meta.count("elapsed_s")) elapsed_before = std::stod(meta.at("elapsed_s"));
     for (int s = 0; s < S; ++s) {
       LayerState& st = layers[size_t(s)];
       for (size_t i = 0; i < st.maps.params.size(); ++i) {
@@ -327,6 +331,8 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   const auto save_checkpoint = [&](int64_t step) {
     std::map<std::string, std::string> meta = {{"step", std::to_string(step)},
                                                {"seed", std::to_string(o.seed)},
+                                               {"elapsed_s", num_str(elapsed_before + std::chrono::duration<double>(
+                                                                         std::chrono::steady_clock::now() - t_start).count())},
                                                {"rng", "derive_seed(seed, stream, step): the state is (seed, step)"}};
     for (int s = 0; s < S; ++s) {
       meta["loss." + std::to_string(s)] = num_str(layers[size_t(s)].last_loss);
@@ -359,7 +365,8 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
         adamw_step(o, st, step + 1);
       }
     });
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const double elapsed =
+        elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     std::vector<std::string> lines;
     for (int s = 0; s < S; ++s) {
       const LayerState& st = layers[size_t(s)];
