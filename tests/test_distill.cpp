@@ -336,7 +336,7 @@ TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
   const std::string root = test::temp_dir("distill_kill9");
   const std::string cli = test::cli_path();
   const std::string args = " --capture " + bundled_capture() +
-                           " --feature-map learned-prf --features 8 --steps 300 --checkpoint-every 5 --seed 4 --schedule cosine";
+                           " --feature-map learned-prf --features 8 --steps 200 --checkpoint-every 5 --seed 4 --schedule cosine";
   std::string out;
   // Killed (SIGKILL: no handler, no cleanup) as soon as its first checkpoint is on disk.
   const std::string killed = root + "/killed";
@@ -399,4 +399,26 @@ TEST(Distill, AllocationDimsPerLayerAndValidationCapture) {
   DistillOptions bad = base_options("hedgehog", "kl", 2);
   bad.activation = "softmax-joint";
   EXPECT_NE(test::error_of([&] { distill(bad, root + "/bad"); }).find("activation"), std::string::npos);
+}
+
+// Not a check: the training cost of one GPT-2-small-shaped layer (12 heads, d = 64, M = 64) on one
+// window of 1024 tokens, forward and backward, per loss. Run with --gtest_also_run_disabled_tests.
+TEST(Distill, DISABLED_BenchGpt2SmallLayer) {
+  at::manual_seed(1);
+  const at::Tensor q = at::randn({1, 12, 1024, 64}), k = at::randn({1, 12, 1024, 64});
+  DistillOptions o;
+  o.feature_map = "learned-prf";
+  LayerMaps maps = init_layer_maps(o, 0, 12, 64, 64);
+  for (auto& p : maps.params) p.second.requires_grad_(true);
+  at::Tensor pairs = at::empty({4096, 2}, at::kLong);
+  auto pa = pairs.accessor<int64_t, 2>();
+  for (int64_t p = 0; p < 4096; ++p) pa[p][0] = (p * 131) % 1024, pa[p][1] = ((p * 131) % 1024) * (p % 7) / 7;
+  for (const std::string loss : {"l2", "softmax", "kl"}) {
+    layer_loss(maps, q, k, loss, pairs).backward();  // warm-up
+    const int reps = 3;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) layer_loss(maps, q, k, loss, pairs).backward();
+    const double ms = 1000 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    std::printf("%s: %.1f ms per layer per 1024-token window; x 12 layers = %.0f ms per sample\n", loss.c_str(), ms, 12 * ms);
+  }
 }

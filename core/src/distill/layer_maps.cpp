@@ -116,18 +116,20 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
-  const at::Tensor log_khat = log_kernel(log_features(m, q, "q."), log_features(m, k, "k."));
+  const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
   if (loss == "l2") {
+    // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
     if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
-    const at::Tensor row_max = std::get<0>(masked.max(-1, true));  // [B, H, L, 1]
     const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
-    const at::Tensor c = row_max.squeeze(-1).index_select(-1, i);
-    const at::Tensor target = at::exp(scores.index_select(2, i).gather(3, j.view({1, 1, -1, 1}).expand({q.size(0), q.size(1), -1, 1})).squeeze(-1) - c);
-    const at::Tensor lk = log_khat.index_select(2, i).gather(3, j.view({1, 1, -1, 1}).expand({q.size(0), q.size(1), -1, 1})).squeeze(-1);
+    const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+    const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+    const at::Tensor log_khat = at::logsumexp(lq.index_select(2, i) + lk.index_select(2, j), -1);
+    const at::Tensor target = at::exp(s_ij - c);
     // exp of at most 30 above the row's softmax maximum: a diverging pair still has a gradient.
-    const at::Tensor approx = at::exp((lk - c).clamp_max(30.0));
+    const at::Tensor approx = at::exp((log_khat - c).clamp_max(30.0));
     return (approx - target).pow(2).mean();
   }
+  const at::Tensor log_khat = log_kernel(lq, lk);
   const at::Tensor log_a = at::log_softmax(masked, -1);
   const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
   const at::Tensor a = log_a.exp();
