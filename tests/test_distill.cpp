@@ -274,6 +274,12 @@ TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
   for (const auto& [name, t] : a) max_diff = std::max(max_diff, (t - b.at(name)).abs().max().item<double>());
   std::printf("resume: max |uninterrupted - resumed| = %.3g over %zu tensors\n", max_diff, a.size());
   EXPECT_LE(max_diff, 1e-6);
+  const auto ra = read_json(root + "/whole/report.json"), rb = read_json(root + "/killed/report.json");
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_DOUBLE_EQ(ra["layers"][s]["final_loss"].get<double>(), rb["layers"][s]["final_loss"].get<double>());
+    EXPECT_DOUBLE_EQ(ra["layers"][s]["initial_loss"].get<double>(), rb["layers"][s]["initial_loss"].get<double>());
+    EXPECT_DOUBLE_EQ(ra["layers"][s]["val_kl"].get<double>(), rb["layers"][s]["val_kl"].get<double>());
+  }
   // The resumed metrics read as one run: the steps after the checkpoint appear once.
   std::istringstream in(test::read_file(root + "/killed/metrics.jsonl"));
   std::string line;

@@ -137,9 +137,9 @@ NamedTensors checkpoint_tensors(const std::vector<LayerState>& layers) {
   return out;
 }
 
-std::string num_str(double v) {
+std::string num_str(double v, int digits = 6) {
   std::ostringstream s;
-  s.precision(6);
+  s.precision(digits);
   s << v;
   return s.str();
 }
@@ -335,8 +335,8 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
                                                                          std::chrono::steady_clock::now() - t_start).count())},
                                                {"rng", "derive_seed(seed, stream, step): the state is (seed, step)"}};
     for (int s = 0; s < S; ++s) {
-      meta["loss." + std::to_string(s)] = num_str(layers[size_t(s)].last_loss);
-      meta["first_loss." + std::to_string(s)] = num_str(layers[size_t(s)].first_loss);
+      meta["loss." + std::to_string(s)] = num_str(layers[size_t(s)].last_loss, 17);
+      meta["first_loss." + std::to_string(s)] = num_str(layers[size_t(s)].first_loss, 17);
     }
     run.write_checkpoint(checkpoint_tensors(layers), meta);
     run.log("checkpoint at step " + std::to_string(step));
