@@ -1,7 +1,5 @@
 // `attnscope jobs RUN...`: a status table of run directories (SPEC 6), read from their files only,
 // so it works on runs of other processes, finished or killed.
-#include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -17,7 +15,6 @@ namespace attnscope::cli {
 namespace {
 
 using json = nlohmann::json;
-namespace fs = std::filesystem;
 
 std::string num(double v) {
   std::ostringstream s;

@@ -198,10 +198,12 @@ void check_distill_options(const DistillOptions& o) {
 }
 
 DistillOptions read_distill_job(const std::string& run_dir) {
-  RunDir run(run_dir, false);
+  const std::string path = run_dir + "/job.json";
+  std::ifstream in(path);
+  if (!in) fail(run_dir, "is not a run directory (no job.json)");
   json j;
   try {
-    j = json::parse(run.read_job());
+    j = json::parse(in);
     DistillOptions o;
     o.command = j.at("command");
     o.capture = j.at("capture");
@@ -228,7 +230,7 @@ DistillOptions read_distill_job(const std::string& run_dir) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(run.file("job.json"), std::string("is not a distillation job: ") + e.what());
+    fail(path, std::string("is not a distillation job: ") + e.what());
   }
 }
 
