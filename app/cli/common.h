@@ -67,5 +67,6 @@ void register_allocate(CLI::App& app);
 void register_metrics(CLI::App& app);
 void register_maps(CLI::App& app);
 void register_report(CLI::App& app);
+void register_convert(CLI::App& app);
 
 }  // namespace attnscope::cli
