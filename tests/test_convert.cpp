@@ -260,3 +260,69 @@ TEST(Convert, PythonModuleMatchesAttnscope) {
     EXPECT_EQ(o, expected + "\n");
   }
 }
+
+namespace {
+
+std::string find_python_with_torch() {
+  std::string o;
+  for (const char* p : {"/usr/bin/python3", "python3"})
+    if (test::run_command(std::string(p) + " -c 'import torch' 2>&1", &o) == 0) return p;
+  return "";
+}
+
+}  // namespace
+
+// `convert --job RUN` with the trained maps of a finished distillation run (a run directory made
+// here: job.json as `distill` writes it, report.json, feature_maps.safetensors of learned-prf).
+TEST(Convert, FromFinishedJob) {
+  const std::string run = test::temp_dir("convert_job") + "/run";
+  fs::create_directories(run);
+  std::ofstream(run + "/job.json") << nlohmann::json{
+      {"kind", "distill"}, {"model", bundled()}, {"feature_map", {{"name", "learned-prf"}, {"init", ""}, {"tied", true}, {"activation", "exp"}, {"seed", 5}}},
+      {"features", 0}, {"allocation", ""}, {"dims", {8, 16, 8, 16}}, {"loss", "kl"}, {"steps", 40}}.dump();
+  NamedTensors maps;
+  at::manual_seed(9);
+  const int64_t dims[] = {8, 16, 8, 16};
+  for (int s = 0; s < 4; ++s)
+    for (int h = 0; h < 4; ++h) {
+      const std::string p = "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".feature_map.";
+      maps.emplace_back(p + "z", at::randn({dims[s], 32}) * 0.5);
+      maps.emplace_back(p + "alpha", at::randn({dims[s]}) * 0.3);
+    }
+  write_safetensors(run + "/feature_maps.safetensors", maps);
+  const std::string cli = test::cli_path(), out = run + "/../out";
+  std::string o;
+  EXPECT_EQ(test::run_command(cli + " convert --job " + run + " --out " + out + " 2>&1", &o), 1) << o;
+  EXPECT_NE(o.find("has not finished"), std::string::npos) << o;
+  std::ofstream(run + "/report.json") << "{}";
+  EXPECT_EQ(test::run_command(cli + " convert --job " + run + " --feature-map prf --out " + out + " 2>&1", &o), 2) << o;
+  ASSERT_EQ(test::run_command(cli + " convert --job " + run + " --out " + out + " 2>&1", &o), 0) << o;
+
+  const auto a = nlohmann::json::parse(test::read_file(out + "/config.json")).at("attnscope");
+  EXPECT_EQ(a.at("loss"), "kl");
+  EXPECT_EQ(a.at("steps"), 40);
+  EXPECT_EQ(a.at("dims"), nlohmann::json({8, 16, 8, 16}));
+  EXPECT_EQ(a.at("job").at("kind"), "distill");
+  LoadedModel m = load_model(out);
+  auto stored = feature_map_tensors(*m.model->linear_attention()->maps[1][2]);
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_TRUE(at::equal(stored[0].second, maps[2 * (4 * 1 + 2)].second));      // z of layer 1 head 2
+  EXPECT_TRUE(at::equal(stored[1].second, maps[2 * (4 * 1 + 2) + 1].second));  // alpha
+
+  at::NoGradGuard ng;
+  const at::Tensor ids = sample_ids(30, 4096, 4);
+  const double rec = (m.model->forward_recurrent(ids) - m.model->forward(ids)).abs().max().item<double>();
+  std::cout << "[ learned-prf ] max |batch - recurrent| logits = " << rec << "\n";
+  EXPECT_LT(rec, 1e-3);
+
+  const std::string python = find_python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
+  ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids 1,2,3,4,5,600,700,8,9 --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
+  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
+      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
+      "print('maxdiff', float((m(ref['ids'].view(1, -1))[0] - ref['logits']).abs().max()))\n";
+  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
+  const double diff = std::stod(o.substr(o.find("maxdiff") + 8));
+  std::cout << "[ learned-prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
+  EXPECT_LT(diff, 1e-4);
+}

@@ -62,6 +62,14 @@ bool is_converted_model(const std::string& dir);
 // --weights reference (Error when that directory is gone).
 std::string converted_weights_dir(const std::string& dir);
 
+// The maps in `file` (layers.{s}.heads.{h}.feature_map.{param}: a converted model's or a finished
+// distillation job's feature_maps.safetensors), head (s, h) a map of `spec` with dims[s][h]
+// features. Every head's tensors must be there with the right shapes and nothing else. Throws
+// Error naming the file and head.
+std::shared_ptr<LinearAttention> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
+                                                   const std::vector<std::vector<int64_t>>& dims,
+                                                   const ModelConfig& config);
+
 // Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
 // model's shape. Throws Error naming the file and head for anything missing or misshapen.
 std::shared_ptr<LinearAttention> load_linear_attention(const std::string& dir, const ModelConfig& config);

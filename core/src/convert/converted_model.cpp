@@ -88,37 +88,42 @@ std::string converted_weights_dir(const std::string& dir) {
   return src;
 }
 
-std::shared_ptr<LinearAttention> load_linear_attention(const std::string& dir, const ModelConfig& config) {
-  const std::string cfg = (fs::path(dir) / "config.json").string();
-  const nlohmann::json j = convert::read_config(dir);
-  const ConvertedHeader hdr = convert::parse_header(j, cfg, config.n_layer, config.n_head);
-  const std::string file = (fs::path(dir) / "feature_maps.safetensors").string();
-  if (!fs::exists(file)) fail(file, "is missing: a converted model stores every head's feature map there");
+std::shared_ptr<LinearAttention> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
+                                                   const std::vector<std::vector<int64_t>>& dims,
+                                                   const ModelConfig& config) {
+  if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
+  if (int(dims.size()) != config.n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(config.n_layer));
   SafetensorsFile st(file);
   auto lin = std::make_shared<LinearAttention>();
   lin->maps.resize(config.n_layer);
   size_t used = 0;
   for (int s = 0; s < config.n_layer; ++s) {
+    if (int(dims[s].size()) != config.n_head) fail(file, "dims of layer " + std::to_string(s) + " do not list " + std::to_string(config.n_head) + " heads");
     for (int h = 0; h < config.n_head; ++h) {
       const std::string prefix = convert::tensor_prefix(s, h);
       std::map<std::string, at::Tensor> tensors;
       for (const auto& e : st.entries())
         if (e.name.rfind(prefix, 0) == 0) tensors[e.name.substr(prefix.size())] = st.tensor(e.name);
       used += tensors.size();
-      const FeatureMapSpec spec = convert::head_spec(hdr.map, config.head_dim, hdr.dims[s][h]);
-      auto map = feature_map_from_tensors(spec, tensors, file + " (layer " + std::to_string(s) + " head " + std::to_string(h) + ")");
-      if (map->feature_dim() != hdr.dims[s][h])
+      const FeatureMapSpec hs = convert::head_spec(spec, config.head_dim, dims[s][h]);
+      auto map = feature_map_from_tensors(hs, tensors, file + " (layer " + std::to_string(s) + " head " + std::to_string(h) + ")");
+      if (map->feature_dim() != dims[s][h])
         fail(file, "layer " + std::to_string(s) + " head " + std::to_string(h) + " has " +
-                       std::to_string(map->feature_dim()) + " features, config.json's dims say " +
-                       std::to_string(hdr.dims[s][h]));
+                       std::to_string(map->feature_dim()) + " features, the dims say " + std::to_string(dims[s][h]));
       lin->maps[s].push_back(std::shared_ptr<FeatureMap>(std::move(map)));
     }
   }
   if (used != st.entries().size())
-    fail(file, "holds " + std::to_string(st.entries().size() - used) +
-                   " tensors outside layers.{0.." + std::to_string(config.n_layer - 1) + "}.heads.{0.." +
-                   std::to_string(config.n_head - 1) + "}.feature_map.*");
+    fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
+                   std::to_string(config.n_layer - 1) + "}.heads.{0.." + std::to_string(config.n_head - 1) +
+                   "}.feature_map.*");
   return lin;
+}
+
+std::shared_ptr<LinearAttention> load_linear_attention(const std::string& dir, const ModelConfig& config) {
+  const std::string cfg = (fs::path(dir) / "config.json").string();
+  const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, config.n_layer, config.n_head);
+  return read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config);
 }
 
 }  // namespace attnscope
