@@ -230,7 +230,9 @@ TEST(Convert, PythonModuleMatchesAttnscope) {
     std::string name, args;
   };
   for (const Case& cs : {Case{"prf", "--allocation " + tmp + "/alloc.json"}, Case{"elu", ""},
-                         Case{"hedgehog", "--features 16 --untied --init random"}}) {
+                         Case{"hedgehog", "--features 16 --untied --init random"},
+                         Case{"prf-hyperbolic", "--features 32"}, Case{"taylor2", ""},
+                         Case{"t2r", "--features 24"}}) {
     SCOPED_TRACE(cs.name);
     const std::string out = tmp + "/" + cs.name;
     ASSERT_EQ(test::run_command(cli + " convert --feature-map " + cs.name + " " + cs.args + " --seed 11 --out " + out + " 2>&1", &o), 0) << o;

@@ -17,7 +17,8 @@ only (the safetensors format is parsed here), so the directory runs where attnsc
     python3 attnscope_linear.py OUT --ids 1,2,3 --new-tokens 20   # greedy continuation ids
 
 Architectures: GPT-2. Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
-(exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2.
+(exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
+flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
 """
 import argparse
 import json
@@ -126,6 +127,17 @@ class FeatureMap:
             return torch.relu(x), zero
         if n == "exp":
             return _shift(self.temperature * x)
+        if n in ("flex-stationary", "flex-nonstationary"):
+            # exp(|x|^2 / e^tau) / sqrt(n) [cos, sin]: the norm factor is the log scale
+            log_scale = (x * x).sum(-1, keepdim=True) * torch.exp(-self.t["tau"]) - 0.5 * math.log(self.t[
+                "omega" if n == "flex-stationary" else "omega1"].shape[0])
+            if n == "flex-stationary":
+                a = x @ self.t["omega"].T
+                return torch.cat([torch.cos(a), torch.sin(a)], -1), log_scale
+            w1, w2 = self.t["omega1"], self.t["omega2"]
+            a = x @ (0.5 * (w1 + w2)).T
+            c = torch.cos(x @ (0.5 * (w1 - w2)).T)
+            return torch.cat([torch.cos(a) * c, torch.sin(a) * c], -1), log_scale
         if n == "taylor2":
             s = d ** 0.25
             xs = x / s
