@@ -13,6 +13,7 @@
 #include "attnscope/feature_map_tensors.h"
 #include "attnscope/model.h"
 #include "attnscope/safetensors.h"
+#include "hf_checkpoint_writer.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -326,5 +327,54 @@ TEST(Convert, FromFinishedJob) {
   ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
   const double diff = std::stod(o.substr(o.find("maxdiff") + 8));
   std::cout << "[ learned-prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
+  EXPECT_LT(diff, 1e-4);
+}
+
+// A Llama (RoPE, RMSNorm, SwiGLU, grouped-query attention: 4 query heads on 2 key/value heads),
+// converted: the recurrent form applies RoPE at each token's own position and agrees with the
+// batch form, and attnscope_linear.py gives the same logits.
+TEST(Convert, LlamaWithGroupedQueryAttention) {
+  test::RefConfig rc;
+  rc.arch = test::RefArch::Llama;
+  rc.n_layer = 2;
+  rc.n_head = 4;
+  rc.n_kv_head = 2;
+  rc.d_model = 32;
+  rc.d_ff = 64;
+  rc.vocab = 4096;  // the bundled tokenizer's
+  rc.n_ctx = 64;
+  const std::string src = test::temp_dir("convert_llama") + "/src";
+  fs::create_directories(src);
+  test::write_hf_checkpoint(src, rc, test::random_weights(rc, 21));
+  fs::copy_file(bundled() + "/tokenizer.json", src + "/tokenizer.json");
+  LoadedModel orig = load_model(src);
+  ConvertOptions o;
+  o.map.name = "prf";
+  o.map.seed = 2;
+  o.dims = {{8, 8, 8, 8}, {16, 16, 24, 24}};
+  o.python_module = python_module();
+  const std::string out = src + "/../out";
+  convert_model(orig, o, out);
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/config.json")).at("attnscope").at("dims"),
+            nlohmann::json({{8, 8, 8, 8}, {16, 16, 24, 24}}));
+  LoadedModel m = load_model(out);
+  at::NoGradGuard ng;
+  const at::Tensor ids = sample_ids(40, 4096, 8);
+  const at::Tensor batch = m.model->forward(ids);
+  const double rec = (m.model->forward_recurrent(ids) - batch).abs().max().item<double>();
+  std::cout << "[ llama prf ] max |batch - recurrent| logits = " << rec << " (max |logit| "
+            << batch.abs().max().item<double>() << ")\n";
+  EXPECT_LT(rec, 1e-4);
+
+  const std::string python = find_python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
+  std::string o2;
+  ASSERT_EQ(test::run_command(test::cli_path() + " logits --model " + out + " --ids 1,2,3,4,5,600,700,8,9,4000 --out " + out + "/ref.safetensors 2>&1", &o2), 0) << o2;
+  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
+      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
+      "print('maxdiff', float((m(ref['ids'].view(1, -1))[0] - ref['logits']).abs().max()))\n";
+  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o2), 0) << o2;
+  const double diff = std::stod(o2.substr(o2.find("maxdiff") + 8));
+  std::cout << "[ llama prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
   EXPECT_LT(diff, 1e-4);
 }

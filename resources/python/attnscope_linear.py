@@ -16,7 +16,7 @@ only (the safetensors format is parsed here), so the directory runs where attnsc
 
     python3 attnscope_linear.py OUT --ids 1,2,3 --new-tokens 20   # greedy continuation ids
 
-Architectures: GPT-2. Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
+Architectures: GPT-2, Llama (grouped-query attention included). Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
 flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
 """
@@ -207,6 +207,62 @@ class LinearGPT2(torch.nn.Module):
         return x @ self.lm_head.T
 
 
+# ---- Llama (HF layout: RMSNorm, rotate-half RoPE, SwiGLU, grouped-query attention) ---------------
+
+class LinearLlama(torch.nn.Module):
+    def __init__(self, config, weights, maps):
+        super().__init__()
+        self.c = config
+        self.w = {k: v.to(torch.float32) for k, v in weights.items()}
+        self.maps = maps
+        self.n_layer = config["num_hidden_layers"]
+        self.d_model = config["hidden_size"]
+        self.n_head = config["num_attention_heads"]
+        self.n_kv = config.get("num_key_value_heads") or self.n_head
+        self.head_dim = config.get("head_dim") or self.d_model // self.n_head
+        self.eps = config.get("rms_norm_eps", 1e-6)
+        self.theta = config.get("rope_theta", 10000.0)
+        tied = config.get("tie_word_embeddings", False)
+        self.lm_head = self.w["lm_head.weight"] if (not tied and "lm_head.weight" in self.w) else self.w["model.embed_tokens.weight"]
+
+    def _rms(self, x, weight):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+    def _rope(self, x, cos, sin):  # x [B, L, heads, d], rotate-half
+        half = self.head_dim // 2
+        a, b = x[..., :half], x[..., half:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+
+    def forward(self, ids):
+        B, L = ids.shape
+        H, Hkv, d = self.n_head, self.n_kv, self.head_dim
+        w = self.w
+        inv = 1.0 / torch.pow(torch.tensor(self.theta, dtype=torch.float64),
+                              torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+        ang = torch.outer(torch.arange(L, dtype=torch.float64), inv)
+        cos, sin = (t.to(torch.float32)[None, :, None, :] for t in (torch.cos(ang), torch.sin(ang)))
+        x = w["model.embed_tokens.weight"][ids]
+        for s in range(self.n_layer):
+            pre = "model.layers.%d." % s
+            h = self._rms(x, w[pre + "input_layernorm.weight"])
+            q = self._rope((h @ w[pre + "self_attn.q_proj.weight"].T).view(B, L, H, d), cos, sin)
+            k = self._rope((h @ w[pre + "self_attn.k_proj.weight"].T).view(B, L, Hkv, d), cos, sin)
+            v = (h @ w[pre + "self_attn.v_proj.weight"].T).view(B, L, Hkv, d)
+            heads = []
+            for j in range(H):
+                kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
+                m = self.maps[s][j]
+                qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
+                heads.append(linear_attention(m.query(qh), m.key(kh), vh))
+            a = torch.cat(heads, -1).to(torch.float32)
+            x = x + a @ w[pre + "self_attn.o_proj.weight"].T
+            h = self._rms(x, w[pre + "post_attention_layernorm.weight"])
+            u = torch.nn.functional.silu(h @ w[pre + "mlp.gate_proj.weight"].T) * (h @ w[pre + "mlp.up_proj.weight"].T)
+            x = x + u @ w[pre + "mlp.down_proj.weight"].T
+        x = self._rms(x, w["model.norm.weight"])
+        return x @ self.lm_head.T
+
+
 def load(directory):
     """The converted model in `directory` as a torch.nn.Module (forward(ids [B, L]) -> logits)."""
     with open(os.path.join(directory, "config.json")) as f:
@@ -215,16 +271,24 @@ def load(directory):
     if not a or a.get("format_version") != 1:
         raise ValueError("%s/config.json has no attnscope object of format_version 1" % directory)
     arch = (config.get("architectures") or [""])[0]
-    if config.get("model_type") != "gpt2" and arch != "GPT2LMHeadModel":
-        raise ValueError("attnscope_linear.py runs GPT-2 models; this is %r" % (arch or config.get("model_type")))
+    if config.get("model_type") == "gpt2" or arch == "GPT2LMHeadModel":
+        kind = LinearGPT2
+    elif config.get("model_type") == "llama" or arch == "LlamaForCausalLM":
+        kind = LinearLlama
+    else:
+        raise ValueError("attnscope_linear.py runs GPT-2 and Llama models; this is %r" % (arch or config.get("model_type")))
     wdir = directory
     if not (os.path.exists(os.path.join(directory, "model.safetensors"))
             or os.path.exists(os.path.join(directory, "model.safetensors.index.json"))):
         wdir = a["source"]["path"]
     weights = read_weights(wdir)
     fm = read_safetensors(os.path.join(directory, "feature_maps.safetensors"))
-    n_layer, n_head = config["n_layer"], config["n_head"]
-    d = config["n_embd"] // n_head
+    if kind is LinearGPT2:
+        n_layer, n_head = config["n_layer"], config["n_head"]
+        d = config["n_embd"] // n_head
+    else:
+        n_layer, n_head = config["num_hidden_layers"], config["num_attention_heads"]
+        d = config.get("head_dim") or config["hidden_size"] // n_head
     maps = []
     for s in range(n_layer):
         dims = a["dims"][s]
@@ -235,7 +299,7 @@ def load(directory):
             M = dims[h] if isinstance(dims, list) else dims
             row.append(FeatureMap(a["feature_map"], tensors, d, M))
         maps.append(row)
-    model = LinearGPT2(config, weights, maps)
+    model = kind(config, weights, maps)
     model.eval()
     return model
 
@@ -243,7 +307,7 @@ def load(directory):
 def generate(model, ids, new_tokens):
     """Greedy continuation: the new ids only."""
     seq = list(ids)
-    n_ctx = model.c.get("n_positions", model.c.get("n_ctx", 1024))
+    n_ctx = model.c.get("n_positions") or model.c.get("max_position_embeddings") or model.c.get("n_ctx", 1024)
     with torch.no_grad():
         for _ in range(new_tokens):
             window = torch.tensor([seq[-n_ctx:]], dtype=torch.long)
