@@ -378,3 +378,40 @@ TEST(Convert, LlamaWithGroupedQueryAttention) {
   std::cout << "[ llama prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
   EXPECT_LT(diff, 1e-4);
 }
+
+// stories260K (a llama2.c .bin) converts to Hugging Face Llama layout: with the maps switched off the
+// converted directory is the original model (query/key rows reordered for rotate-half RoPE), and
+// with them on it equals the original model running the same maps in its own coordinates.
+TEST(Convert, Llama2cCheckpointToHfLayout) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "stories260K is not in ../shared/models";
+  LoadedModel orig = load_model(bin);
+  const auto& c = orig.model->config();
+  ConvertOptions o;
+  o.map.name = "prf";
+  o.map.seed = 4;
+  o.dims.assign(c.n_layer, std::vector<int64_t>(c.n_head, 32));
+  o.python_module = python_module();
+  const std::string out = test::temp_dir("convert_stories") + "/out";
+  convert_model(orig, o, out);
+  EXPECT_TRUE(fs::exists(out + "/tokenizer.bin"));
+  LoadedModel m = load_model(out);
+  EXPECT_EQ(m.model->config().arch, Arch::Llama);
+  EXPECT_EQ(m.tokenizer->vocab_size(), orig.tokenizer->vocab_size());
+  at::NoGradGuard ng;
+  const at::Tensor ids = sample_ids(48, c.vocab_size, 6);
+  const at::Tensor lin = m.model->forward(ids);
+  auto maps = m.model->linear_attention();
+  ASSERT_NE(maps, nullptr);
+  auto keep = std::make_shared<LinearAttention>(*maps);
+  m.model->set_linear_attention(nullptr);
+  const double softmax_diff = (m.model->forward(ids) - orig.model->forward(ids)).abs().max().item<double>();
+  orig.model->set_linear_attention(std::make_shared<LinearAttention>(make_linear_attention(o.map, o.dims, c.n_layer, c.n_head, c.head_dim)));
+  const double linear_diff = (lin - orig.model->forward(ids)).abs().max().item<double>();
+  std::cout << "[ stories260K ] max |converted - original| logits: softmax " << softmax_diff << ", prf linear " << linear_diff << "\n";
+  // llama2.c computes RoPE angles in float32, the HF layout in float64: a few 1e-5 at most.
+  EXPECT_LT(softmax_diff, 1e-3);
+  EXPECT_LT(linear_diff, 1e-3);
+  m.model->set_linear_attention(keep);
+  EXPECT_LT((m.model->forward_recurrent(ids) - lin).abs().max().item<double>(), 1e-3);
+}

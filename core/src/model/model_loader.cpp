@@ -117,7 +117,13 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
   m.model = std::make_unique<Model>(c, load_hf_weights(c, store));
   if (converted) m.model->set_linear_attention(load_linear_attention(m.path, c));
   m.tokenizer_path = fs::absolute(tokenizer.empty() ? m.path : tokenizer).string();
-  m.tokenizer = load_hf_tokenizer(m.tokenizer_path);
+  // A llama2.c model converted to Hugging Face layout keeps its tokenizer.bin.
+  if (tokenizer.empty() && !fs::exists(p / "tokenizer.json") && fs::exists(p / "tokenizer.bin")) {
+    m.tokenizer_path = fs::absolute(p / "tokenizer.bin").string();
+    m.tokenizer = load_llama2c_tokenizer(m.tokenizer_path, c.vocab_size);
+  } else {
+    m.tokenizer = load_hf_tokenizer(m.tokenizer_path);
+  }
   if (m.tokenizer->vocab_size() > c.vocab_size)
     fail(m.path, "tokenizer has " + std::to_string(m.tokenizer->vocab_size()) + " tokens but the model only " +
                      std::to_string(c.vocab_size));
