@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cli::register_info(app);
   cli::register_logits(app);
+  cli::register_convert(app);
   cli::register_generate(app);
   cli::register_eval(app);
   cli::register_capture(app);

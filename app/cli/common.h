@@ -69,5 +69,6 @@ void register_maps(CLI::App& app);
 void register_report(CLI::App& app);
 void register_distill(CLI::App& app);
 void register_jobs(CLI::App& app);
+void register_convert(CLI::App& app);
 
 }  // namespace attnscope::cli

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/converted_model.h"
 #include "common.h"
 
 namespace attnscope::cli {
@@ -41,6 +42,21 @@ void register_info(CLI::App& app) {
                        {"bos_id", m.tokenizer->bos_id()}, {"eos_id", m.tokenizer->eos_id()}}},
         {"weight_files", m.weight_files},
     });
+    // A converted model (SPEC 7) runs linear attention: name the map and its feature dimensions.
+    std::string attention = "softmax";
+    if (const LinearAttention* lin = m.model->linear_attention()) {
+      nlohmann::ordered_json dims = nlohmann::ordered_json::array();
+      attention = "linear (" + lin->maps[0][0]->name() + "), features per layer";
+      for (const auto& layer : lin->maps) {
+        nlohmann::ordered_json heads = nlohmann::ordered_json::array();
+        for (const auto& map : layer) heads.push_back(map->feature_dim());
+        dims.push_back(heads);
+        attention += " " + std::to_string(layer[0]->feature_dim());
+      }
+      j["attention"] = {{"kind", "linear"}, {"feature_map", lin->maps[0][0]->name()}, {"features", dims}};
+    } else {
+      j["attention"] = {{"kind", "softmax"}};
+    }
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -58,6 +74,7 @@ void register_info(CLI::App& app) {
               << "norm          " << (c.rms_norm ? "RMSNorm" : "LayerNorm") << ", eps " << c.norm_eps << "\n"
               << "positions     " << positions(c) << "\n"
               << "residual      " << (c.parallel_residual ? "parallel" : "sequential") << "\n"
+              << "attention     " << attention << "\n"
               << "tokenizer     " << m.tokenizer->kind() << ", " << m.tokenizer->vocab_size() << " tokens\n"
               << "weight files  " << m.weight_files.size() << " (validated)\n";
   });

@@ -48,6 +48,8 @@ struct CaptureHook {
   bool want_probs = false;
 };
 
+struct LinearAttention;  // converted_model.h: the feature map of every head
+
 class Model {
  public:
   Model(ModelConfig config, ModelWeights weights);
@@ -55,6 +57,17 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   ModelWeights& mutable_weights() { return weights_; }  // training (pretrain) updates these
+
+  // A converted model (SPEC 7): every attention layer runs causal linear attention with its heads'
+  // feature maps instead of softmax; everything else is unchanged. Null (the default) = softmax.
+  // Throws Error when the maps do not fit the model (layers, heads, head dimension).
+  void set_linear_attention(std::shared_ptr<const LinearAttention> maps);
+  const LinearAttention* linear_attention() const { return linear_.get(); }
+
+  // The recurrent form of a converted model: one token at a time, per head a state
+  // S = sum phi(k) v^T [M, d_v] and z = sum phi(k) [M] of constant size. Equals forward() up to
+  // float rounding; generate_greedy() decodes this way. Throws Error for a softmax model.
+  at::Tensor forward_recurrent(const at::Tensor& ids) const;
 
   // ids: int64 [B, L] with L <= n_ctx. Returns float32 logits [B, L, V]. Autograd is recorded only
   // when weights require grad; capture runs under inference mode by the caller's choice.
@@ -72,6 +85,7 @@ class Model {
  private:
   ModelConfig config_;
   ModelWeights weights_;
+  std::shared_ptr<const LinearAttention> linear_;
 };
 
 // A model with its tokenizer and where it came from.

@@ -63,6 +63,7 @@ class PositiveRandomFeatures : public FeatureMap {
 
   std::string name_;
   at::Tensor w_;      // [M, d]
+  friend at::Tensor fmap::prf_draws(const FeatureMap& map);
   at::Tensor alpha_;  // [M] or undefined (plain PRF: all a_m = 1)
   bool learnable_;
 };
@@ -90,6 +91,7 @@ class HyperbolicRandomFeatures : public FeatureMap {
   }
 
   at::Tensor w_;  // [M/2, d]
+  friend at::Tensor fmap::prf_draws(const FeatureMap& map);
 };
 
 }  // namespace
@@ -105,6 +107,22 @@ std::unique_ptr<FeatureMap> make_learned_prf(at::Tensor z, at::Tensor alpha) {
 }
 
 namespace fmap {
+
+at::Tensor prf_draws(const FeatureMap& map) {
+  if (map.name() == "learned-prf") return at::Tensor();  // its z is a parameter, not a draw
+  if (auto* p = dynamic_cast<const PositiveRandomFeatures*>(&map)) return p->w_;
+  if (auto* h = dynamic_cast<const HyperbolicRandomFeatures*>(&map)) return h->w_;
+  return at::Tensor();
+}
+
+std::unique_ptr<FeatureMap> make_prf_from_draws(const std::string& name, at::Tensor w) {
+  if (!w.defined() || w.dim() != 2 || w.size(0) < 1 || w.size(1) < 1 || !at::isFloatingType(w.scalar_type()))
+    fail(where(name), "w must be a floating [rows, d] tensor with rows, d >= 1");
+  if (name == "prf-hyperbolic") return std::make_unique<HyperbolicRandomFeatures>(std::move(w));
+  if (name == "prf" || name == "prf-orthogonal")
+    return std::make_unique<PositiveRandomFeatures>(name, std::move(w), at::Tensor(), false);
+  fail(where(name), "is not a random-draw PRF map");
+}
 
 std::unique_ptr<FeatureMap> make_prf(const FeatureMapSpec& spec) {
   const std::string& n = spec.name;

@@ -8,7 +8,9 @@
 
 #include <cmath>
 
+#include "attnscope/converted_model.h"
 #include "attnscope/error.h"
+#include "attnscope/linear_attention.h"
 
 namespace attnscope {
 
@@ -38,13 +40,14 @@ at::Tensor mlp(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x)
 // cos/sin of position * theta^(-2i/rotary_dim), [L, rotary_dim/2], computed in float64 for
 // accuracy at long positions. llama2.c computes its angles in float32 (run.c); matching that keeps
 // greedy decoding bit-for-bit with the reference implementation.
-std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& c, int64_t L, const at::Device& dev) {
+std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& c, int64_t L, const at::Device& dev,
+                                              int64_t start = 0) {
   const int64_t half = c.rotary_dim / 2;
   const bool f32 = c.arch == Arch::Llama2C;
   auto opts = at::TensorOptions().dtype(f32 ? at::kFloat : at::kDouble);
   at::Tensor i = at::arange(half, opts);
   at::Tensor inv_freq = 1.0 / at::pow(at::scalar_tensor(c.rope_theta, opts), (i * 2) / double(c.rotary_dim));
-  at::Tensor ang = at::outer(at::arange(L, opts), inv_freq);
+  at::Tensor ang = at::outer(at::arange(start, start + L, opts), inv_freq);
   return {at::cos(ang).to(at::kFloat).to(dev), at::sin(ang).to(at::kFloat).to(dev)};
 }
 
@@ -71,8 +74,14 @@ at::Tensor causal_mask(int64_t L, const at::Device& dev) {
   return at::full({L, L}, -std::numeric_limits<float>::infinity(), at::TensorOptions().device(dev)).triu(1);
 }
 
-at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x,
-                     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook) {
+// q, k, v [B, H, L, d] of one layer's input x [B, L, D], key/value heads expanded to the H query
+// heads; q/k after RoPE, q_pre/k_pre before it.
+struct Projected {
+  at::Tensor q, k, v, q_pre, k_pre;
+};
+
+Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
+                  const at::Tensor& sin) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, Hkv = c.n_kv_head, d = c.head_dim;
   at::Tensor q = linear(x, w.wq, w.bq).view({B, L, H, d}).transpose(1, 2);    // [B, H, L, d]
   at::Tensor k = linear(x, w.wk, w.bk).view({B, L, Hkv, d}).transpose(1, 2);  // [B, Hkv, L, d]
@@ -85,12 +94,40 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
   // Grouped-query attention: kv head j serves query heads j*g .. j*g+g-1.
   const int64_t g = H / Hkv;
   auto expand = [g](const at::Tensor& t) { return g == 1 ? t : t.repeat_interleave(g, 1); };
-  k = expand(k);
-  v = expand(v);
+  return {q, expand(k), expand(v), q_pre, expand(k_pre)};
+}
 
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d)) + mask;  // [B, H, L, L]
-  at::Tensor probs = at::softmax(scores, -1);
-  at::Tensor out = at::matmul(probs, v);  // [B, H, L, d]
+using HeadMaps = std::vector<std::shared_ptr<FeatureMap>>;
+
+// Causal linear attention, head by head (heads may differ in M): the batch (prefix-sum) form of
+// SPEC 5's Ahat @ v. q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat.
+at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        at::Tensor* probs) {
+  std::vector<at::Tensor> outs, maps_out;
+  for (int64_t h = 0; h < q.size(1); ++h) {
+    const Features fq = maps[h]->scaled_query_features(q.select(1, h));
+    const Features fk = maps[h]->scaled_key_features(k.select(1, h));
+    outs.push_back(linear_attention_output(fq, fk, v.select(1, h)));
+    if (probs) maps_out.push_back(linear_map(fq, fk).map);
+  }
+  if (probs) *probs = at::stack(maps_out, 1);
+  return at::stack(outs, 1);
+}
+
+at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x,
+                     const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook,
+                     const HeadMaps* maps) {
+  const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
+  auto [q, k, v, q_pre, k_pre] = project(c, w, x, cos, sin);
+
+  at::Tensor probs, out;
+  if (maps) {
+    out = linear_heads(*maps, q, k, v, hook && hook->want_probs ? &probs : nullptr);
+  } else {
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d)) + mask;  // [B, H, L, L]
+    probs = at::softmax(scores, -1);
+    out = at::matmul(probs, v);  // [B, H, L, d]
+  }
 
   if (hook && hook->on_layer) {
     AttentionActivations a;
@@ -98,7 +135,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
     a.q = q;
     a.k = k;
     a.q_pre = q_pre;
-    a.k_pre = expand(k_pre);
+    a.k_pre = k_pre;
     a.v = v;
     a.out = out;
     if (hook->want_probs) a.probs = probs;
@@ -107,7 +144,112 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
   return linear(out.transpose(1, 2).reshape({B, L, H * d}), w.wo, w.bo);
 }
 
+// The recurrent form of linear attention through the whole model. Per layer and head the running
+// sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
+// [B, M] are carried relative to c = the largest key log scale seen so far (as
+// linear_attention_output does), so phi never overflows and a token costs the same at every position.
+class Recurrent {
+ public:
+  Recurrent(const ModelConfig& c, const ModelWeights& w, const LinearAttention& lin)
+      : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {}
+
+  // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
+  at::Tensor step(const at::Tensor& ids, int64_t pos) {
+    const int64_t B = ids.size(0), H = c_.n_head, d = c_.head_dim;
+    at::Tensor x = at::embedding(w_.tok_emb, ids).unsqueeze(1);  // [B, 1, D]
+    if (c_.rotary_dim == 0) x = x + w_.pos_emb.narrow(0, pos, 1);
+    at::Tensor cos, sin;
+    if (c_.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c_, 1, x.device(), pos);
+    for (int s = 0; s < c_.n_layer; ++s) {
+      const LayerWeights& w = w_.layers[s];
+      const Projected p = project(c_, w, norm(c_, x, w.ln1_w, w.ln1_b), cos, sin);
+      std::vector<at::Tensor> ys;
+      for (int64_t h = 0; h < H; ++h) ys.push_back(head_step(state_[s][h], *lin_.maps[s][h], p, h));
+      at::Tensor a = linear(at::stack(ys, 1).reshape({B, 1, H * d}), w.wo, w.bo);
+      if (c_.parallel_residual) {
+        x = x + a + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
+      } else {
+        x = x + a;
+        x = x + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
+      }
+    }
+    x = norm(c_, x, w_.lnf_w, w_.lnf_b);
+    return at::matmul(x, w_.lm_head.t()).squeeze(1);
+  }
+
+ private:
+  struct Head {
+    at::Tensor S, z, c;  // [B, M, d], [B, M], [B, 1]
+  };
+
+  // Adds this token's key and value to the head's sums and reads its query: y [B, d].
+  static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h) {
+    const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]
+    const Features fk = map.scaled_key_features(p.k.select(1, h));
+    const at::Tensor kv = fk.values.squeeze(1), ls = fk.log_scale.squeeze(1), v = p.v.select(1, h).squeeze(1);
+    if (!st.S.defined()) {
+      st.c = ls;
+      st.S = kv.unsqueeze(2) * v.unsqueeze(1);
+      st.z = kv;
+    } else {
+      const at::Tensor c = at::maximum(st.c, ls);
+      const at::Tensor keep = at::exp(st.c - c), add = at::exp(ls - c) * kv;  // [B, 1], [B, M]
+      st.S = st.S * keep.unsqueeze(2) + add.unsqueeze(2) * v.unsqueeze(1);
+      st.z = st.z * keep + add;
+      st.c = c;
+    }
+    const at::Tensor qv = fq.values.squeeze(1);  // the query's own scale cancels
+    return at::bmm(qv.unsqueeze(1), st.S).squeeze(1) / (qv * st.z).sum(-1, /*keepdim=*/true);
+  }
+
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  const LinearAttention& lin_;
+  std::vector<std::vector<Head>> state_;
+};
+
+void check_ids(const ModelConfig& c, const at::Tensor& ids) {
+  if (ids.dim() != 2 || ids.scalar_type() != at::kLong) fail("forward", "ids must be int64 [batch, length]");
+  const int64_t L = ids.size(1);
+  if (L < 1 || L > c.n_ctx)
+    fail("forward", "sequence length " + std::to_string(L) + " is outside 1.." + std::to_string(c.n_ctx) +
+                        " (the model's context length)");
+  if (ids.numel() && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= c.vocab_size))
+    fail("forward", "token id out of range 0.." + std::to_string(c.vocab_size - 1));
+}
+
 }  // namespace
+
+void Model::set_linear_attention(std::shared_ptr<const LinearAttention> maps) {
+  if (maps) {
+    const ModelConfig& c = config_;
+    if (int(maps->maps.size()) != c.n_layer)
+      fail("linear attention", std::to_string(maps->maps.size()) + " layers of feature maps for a model of " +
+                                   std::to_string(c.n_layer) + " layers");
+    for (int s = 0; s < c.n_layer; ++s) {
+      if (int(maps->maps[s].size()) != c.n_head)
+        fail("linear attention", "layer " + std::to_string(s) + " has " + std::to_string(maps->maps[s].size()) +
+                                     " feature maps for " + std::to_string(c.n_head) + " heads");
+      for (int h = 0; h < c.n_head; ++h) {
+        const auto& m = maps->maps[s][h];
+        if (!m) fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + " has no feature map");
+        if (m->input_dim() != c.head_dim)
+          fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + ": feature map input " +
+                                       std::to_string(m->input_dim()) + " != head dimension " + std::to_string(c.head_dim));
+      }
+    }
+  }
+  linear_ = std::move(maps);
+}
+
+at::Tensor Model::forward_recurrent(const at::Tensor& ids) const {
+  if (!linear_) fail("forward", "the recurrent form needs a converted (linear-attention) model");
+  check_ids(config_, ids);
+  Recurrent r(config_, weights_, *linear_);
+  std::vector<at::Tensor> logits;
+  for (int64_t t = 0; t < ids.size(1); ++t) logits.push_back(r.step(ids.select(1, t), t));
+  return at::stack(logits, 1);
+}
 
 Model::Model(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
@@ -118,13 +260,8 @@ Model::Model(ModelConfig config, ModelWeights weights)
 
 at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const {
   const ModelConfig& c = config_;
-  if (ids.dim() != 2 || ids.scalar_type() != at::kLong) fail("forward", "ids must be int64 [batch, length]");
+  check_ids(c, ids);
   const int64_t L = ids.size(1);
-  if (L < 1 || L > c.n_ctx)
-    fail("forward", "sequence length " + std::to_string(L) + " is outside 1.." + std::to_string(c.n_ctx) +
-                        " (the model's context length)");
-  if (ids.numel() && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= c.vocab_size))
-    fail("forward", "token id out of range 0.." + std::to_string(c.vocab_size - 1));
 
   at::Tensor x = at::embedding(weights_.tok_emb, ids);  // [B, L, D]
   if (c.rotary_dim == 0) x = x + weights_.pos_emb.narrow(0, 0, L);
@@ -134,7 +271,8 @@ at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const 
 
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights& w = weights_.layers[s];
-    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook);
+    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook,
+                             linear_ ? &linear_->maps[s] : nullptr);
     if (c.parallel_residual) {
       x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
     } else {
@@ -173,6 +311,31 @@ std::vector<int64_t> Model::generate_greedy(
     const std::function<void(const std::vector<int64_t>&)>& on_token) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
   at::NoGradGuard no_grad;
+  if (linear_) {  // recurrent form: constant work per new token
+    std::unique_ptr<Recurrent> r;
+    int64_t pos = 0;
+    at::Tensor logits;
+    // From scratch over the last n_ctx tokens: at the start, and when positions run out (the
+    // sliding window the softmax path uses below).
+    auto restart = [&] {
+      r = std::make_unique<Recurrent>(config_, weights_, *linear_);
+      pos = 0;
+      const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
+      for (size_t i = prompt.size() - n; i < prompt.size(); ++i)
+        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}), pos++);
+    };
+    restart();
+    for (int i = 0; i < steps; ++i) {
+      const int64_t next = logits.select(0, 0).argmax().item<int64_t>();
+      if (next == stop_id) break;
+      prompt.push_back(next);
+      if (on_token) on_token(prompt);
+      if (i + 1 == steps) break;
+      if (pos >= config_.n_ctx) restart();
+      else logits = r->step(at::tensor(std::vector<int64_t>{next}), pos++);
+    }
+    return prompt;
+  }
   for (int i = 0; i < steps; ++i) {
     const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
     at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1});

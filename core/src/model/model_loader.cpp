@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "attnscope/converted_model.h"
 #include "attnscope/error.h"
 #include "attnscope/llama2c.h"
 #include "attnscope/model.h"
@@ -102,17 +103,27 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
   }
   const fs::path cfg = p / "config.json";
   const bool has_st = fs::exists(p / "model.safetensors") || fs::exists(p / "model.safetensors.index.json");
-  if (!has_st) {
+  if (!has_st && !fs::exists(p / "feature_maps.safetensors")) {
     for (const char* pk : {"pytorch_model.bin", "pytorch_model.bin.index.json"})
       if (fs::exists(p / pk)) fail((p / pk).string(), kPickleRefusal);
   }
   if (!fs::exists(cfg)) fail(m.path, "not a model directory: no config.json");
   ModelConfig c = load_hf_config(cfg.string());
-  WeightStore store(m.path);
+  // A converted model (SPEC 7): the original weights (here, or where attnscope.source points) with
+  // every attention layer run as linear attention by the stored feature maps.
+  const bool converted = is_converted_model(m.path);
+  WeightStore store(converted ? converted_weights_dir(m.path) : m.path);
   store.validate_all();
   m.model = std::make_unique<Model>(c, load_hf_weights(c, store));
+  if (converted) m.model->set_linear_attention(load_linear_attention(m.path, c));
   m.tokenizer_path = fs::absolute(tokenizer.empty() ? m.path : tokenizer).string();
-  m.tokenizer = load_hf_tokenizer(m.tokenizer_path);
+  // A llama2.c model converted to Hugging Face layout keeps its tokenizer.bin.
+  if (tokenizer.empty() && !fs::exists(p / "tokenizer.json") && fs::exists(p / "tokenizer.bin")) {
+    m.tokenizer_path = fs::absolute(p / "tokenizer.bin").string();
+    m.tokenizer = load_llama2c_tokenizer(m.tokenizer_path, c.vocab_size);
+  } else {
+    m.tokenizer = load_hf_tokenizer(m.tokenizer_path);
+  }
   if (m.tokenizer->vocab_size() > c.vocab_size)
     fail(m.path, "tokenizer has " + std::to_string(m.tokenizer->vocab_size()) + " tokens but the model only " +
                      std::to_string(c.vocab_size));

@@ -1,0 +1,176 @@
+// `attnscope convert`: a model with feature maps in place of softmax attention, written as a
+// converted model directory (SPEC 7) that attnscope and plain PyTorch load. The maps are a
+// finished distillation job's (--job RUN) or untrained ones (--feature-map with --features or
+// --allocation: the Performer-style baselines).
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "attnscope/converted_model.h"
+#include "attnscope/error.h"
+#include "common.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope::cli {
+
+namespace {
+
+// `attnscope allocate --json` output: dims per layer ([M_s]) or per head ([[M_sh]]), with strategy,
+// lambda and budget.
+void read_allocation(const std::string& file, int n_layer, int n_head, ConvertOptions& o) {
+  std::ifstream in(file);
+  if (!in) fail(file, "cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(file, std::string("is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("dims") || !j["dims"].is_array())
+    fail(file, "has no \"dims\" array (expected the output of `attnscope allocate --json`)");
+  if (int(j["dims"].size()) != n_layer)
+    fail(file, "allocates " + std::to_string(j["dims"].size()) + " layers, the model has " + std::to_string(n_layer));
+  o.dims.clear();
+  for (const auto& d : j["dims"]) {
+    std::vector<int64_t> row;
+    if (d.is_number_integer()) row.assign(n_head, d.get<int64_t>());
+    else if (d.is_array() && int(d.size()) == n_head)
+      for (const auto& m : d) row.push_back(m.is_number_integer() ? m.get<int64_t>() : 0);
+    else fail(file, "layer " + std::to_string(o.dims.size()) + " of dims is neither M nor " + std::to_string(n_head) + " values");
+    for (int64_t m : row)
+      if (m < 1) fail(file, "layer " + std::to_string(o.dims.size()) + " has a feature dimension < 1");
+    o.dims.push_back(row);
+  }
+  if (j.contains("strategy") && j["strategy"].is_string()) o.strategy = j["strategy"];
+  if (j.contains("lambda") && j["lambda"].is_number()) o.lambda = j["lambda"];
+  if (j.contains("budget") && j["budget"].is_number_integer()) o.budget = j["budget"];
+}
+
+nlohmann::json read_json(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) fail(file, "cannot be read");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(file, std::string("is not valid JSON: ") + e.what());
+  }
+}
+
+// A finished distillation job: its job.json says which model, map and dimensions; its
+// feature_maps.safetensors holds the trained maps.
+void from_job(const std::string& run, const std::string& model_override, const ModelArgs& args, ConvertOptions& o,
+              LoadedModel& m) {
+  const fs::path dir(run);
+  const std::string job_file = (dir / "job.json").string();
+  if (!fs::is_regular_file(job_file)) fail(run, "is not a run directory (no job.json)");
+  if (!fs::is_regular_file(dir / "report.json"))
+    fail(run, "has not finished (no report.json): let it finish, or continue it with --resume");
+  const nlohmann::json j = read_json(job_file);
+  ModelArgs a = args;
+  if (model_override.empty()) {
+    if (!j.contains("model") || !j["model"].is_string()) fail(job_file, "names no model (give --model)");
+    a.model = j["model"];
+  }
+  m = a.load();
+  const ModelConfig& c = m.model->config();
+  if (!j.contains("feature_map") || !j["feature_map"].is_object() || !j["feature_map"].contains("name"))
+    fail(job_file, "has no feature_map {name, ...}");
+  const auto& fm = j["feature_map"];
+  o.map.name = fm["name"];
+  if (fm.contains("activation") && fm["activation"].is_string()) o.map.activation = fm["activation"];
+  if (fm.contains("tied") && fm["tied"].is_boolean()) o.map.tied = fm["tied"];
+  if (fm.contains("init") && fm["init"].is_string()) o.map.init = fm["init"];
+  if (fm.contains("seed") && fm["seed"].is_number_unsigned()) o.map.seed = fm["seed"];
+  if (!j.contains("dims") || !j["dims"].is_array() || int(j["dims"].size()) != c.n_layer)
+    fail(job_file, "dims must list the model's " + std::to_string(c.n_layer) + " layers");
+  o.dims.clear();
+  for (const auto& d : j["dims"]) {
+    if (d.is_number_integer()) o.dims.emplace_back(c.n_head, d.get<int64_t>());
+    else if (d.is_array() && int(d.size()) == c.n_head) o.dims.push_back(d.get<std::vector<int64_t>>());
+    else fail(job_file, "dims of layer " + std::to_string(o.dims.size()) + " are neither M nor one per head");
+  }
+  o.budget = j.value("features", int64_t(0));
+  o.strategy = "fix";
+  const std::string alloc = j.contains("allocation") && j["allocation"].is_string() ? j["allocation"].get<std::string>() : "";
+  if (!alloc.empty() && fs::is_regular_file(alloc)) {
+    const nlohmann::json aj = read_json(alloc);
+    if (aj.contains("strategy") && aj["strategy"].is_string()) o.strategy = aj["strategy"];
+    if (aj.contains("lambda") && aj["lambda"].is_number()) o.lambda = aj["lambda"];
+    if (aj.contains("budget") && aj["budget"].is_number_integer()) o.budget = aj["budget"];
+  }
+  if (j.contains("loss") && j["loss"].is_string()) o.loss = j["loss"];
+  if (j.contains("steps") && j["steps"].is_number_integer()) o.steps = j["steps"];
+  o.job_json = j.dump();
+  o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), o.map, o.dims, c);
+}
+
+}  // namespace
+
+void register_convert(CLI::App& app) {
+  auto* cmd = app.add_subcommand("convert", "Write a converted model: linear attention with a feature map per head (SPEC 7)");
+  auto args = std::make_shared<ModelArgs>();
+  auto o = std::make_shared<ConvertOptions>();
+  auto features = std::make_shared<int64_t>(0);
+  auto allocation = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto weights = std::make_shared<std::string>("copy");
+  auto untied = std::make_shared<bool>(false);
+  auto job = std::make_shared<std::string>();
+  args->add_to(cmd);
+  auto* j = cmd->add_option("--job", *job, "a finished distillation run directory: convert with its trained maps");
+  auto* fmo = cmd->add_option("--feature-map", o->map.name, "untrained map of every head (prf, elu, hedgehog, learned-prf, ...)")
+      ->check(feature_map_validator());
+  j->excludes(fmo);
+  auto* f = cmd->add_option("-M,--features", *features, "feature dimension M of every head")->check(CLI::PositiveNumber);
+  auto* a = cmd->add_option("--allocation", *allocation, "per-layer dimensions from `attnscope allocate --json`");
+  f->excludes(a);
+  j->excludes(f);
+  j->excludes(a);
+  cmd->add_option("--seed", o->map.seed, "seed of the maps' random draws (head (s, h) uses derive_seed(seed, s, h))")
+      ->capture_default_str();
+  cmd->add_option("--init", o->map.init, "initialization (family default when empty)");
+  cmd->add_option("--activation", o->map.activation, "hedgehog: exp | softmax | softmax-joint")->capture_default_str();
+  cmd->add_flag("--untied", *untied, "hedgehog, t2r: separate query and key maps");
+  cmd->add_option("--temperature", o->map.temperature, "exp: t in exp(t x)")->capture_default_str();
+  cmd->add_option("-o,--out", *out, "output directory (written atomically)")->required();
+  cmd->add_option("--weights", *weights, "copy the original weights, or reference them by path")
+      ->check(CLI::IsMember({"copy", "reference"}))
+      ->capture_default_str();
+  cmd->callback([=] {
+    if (!job->empty()) {
+      ConvertOptions opt;
+      opt.copy_weights = *weights == "copy";
+      opt.python_module = resources_dir() + "/python/attnscope_linear.py";
+      LoadedModel m;
+      from_job(*job, cmd->get_option("--model")->count() ? args->model : "", *args, opt, m);
+      convert_model(m, opt, *out);
+      std::cout << "wrote " << fs::absolute(*out).lexically_normal().string() << " (" << opt.map.name
+                << " linear attention trained by " << *job << ")\n";
+      return;
+    }
+    if (o->map.name.empty()) throw CLI::ValidationError("--feature-map", "give --job RUN, or --feature-map NAME for untrained maps");
+    const bool fixed = feature_map_has_fixed_size(o->map.name);
+    if (!fixed && *features == 0 && allocation->empty())
+      throw CLI::ValidationError("--features", "feature map " + o->map.name + " needs --features M or --allocation FILE");
+    LoadedModel m = args->load();
+    const ModelConfig& c = m.model->config();
+    ConvertOptions opt = *o;
+    opt.map.tied = !*untied;
+    opt.copy_weights = *weights == "copy";
+    opt.python_module = resources_dir() + "/python/attnscope_linear.py";
+    if (!allocation->empty()) {
+      read_allocation(*allocation, c.n_layer, c.n_head, opt);
+    } else {
+      const int64_t M = *features > 0 ? *features : 0;
+      opt.dims.assign(c.n_layer, std::vector<int64_t>(c.n_head, M));
+      opt.strategy = "fix";
+      opt.budget = M;
+    }
+    convert_model(m, opt, *out);
+    std::cout << "wrote " << fs::absolute(*out).lexically_normal().string() << " (" << o->map.name
+              << " linear attention, " << c.n_layer << " layers x " << c.n_head << " heads)\n";
+  });
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,194 @@
+// Writing a converted model (SPEC 7). Everything goes through OutputDir: a killed convert leaves
+// no directory at OUT, and an earlier OUT stays whole until the new one is complete.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/converted_model.h"
+#include "attnscope/error.h"
+#include "attnscope/feature_map_tensors.h"
+#include "attnscope/model.h"
+#include "attnscope/output_dir.h"
+#include "attnscope/safetensors.h"
+#include "attnscope/text_file.h"
+#include "convert/converted_json.h"
+#include "convert/sha256.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope {
+
+namespace {
+
+// Files a tokenizer may consist of in a Hugging Face directory; whichever exist are copied.
+const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
+                                 "vocab.json",       "merges.txt",            "tokenizer.model",
+                                 "generation_config.json", "added_tokens.json"};
+
+std::string readme(const nlohmann::ordered_json& a, const ModelConfig& c, bool copied) {
+  const auto& fm = a["feature_map"];
+  std::string s = "# Converted model: linear attention with feature map `" + fm["name"].get<std::string>() + "`\n\n";
+  s += "Made by `attnscope convert` from `" + a["source"]["path"].get<std::string>() + "` (sha256 of its weights " +
+       a["source"]["sha256"].get<std::string>() + ").\n";
+  s += "Every attention layer (" + std::to_string(c.n_layer) + " layers x " + std::to_string(c.n_head) +
+       " heads) runs causal linear attention\n\n    Ahat_ij = phi(q_i).phi(k_j) / sum_{m<=i} phi(q_i).phi(k_m)\n\n"
+       "with one feature map phi per head; everything else is the original model.\n";
+  s += a["loss"].is_null() ? "The feature maps are untrained (as initialized, seed " + fm["seed"].dump() + ").\n"
+                           : "The feature maps were trained with loss `" + a["loss"].get<std::string>() + "` for " +
+                                 a["steps"].dump() + " steps.\n";
+  s += "Feature dimensions per layer: `" + a["dims"].dump() + "`.\n\n## Files\n\n";
+  s += "- `config.json`: the original config plus the `attnscope` object (format_version 1)\n";
+  s += copied ? "- `model.safetensors`: the original weights, unchanged\n"
+              : "- weights: not copied; `attnscope.source.path` points at the original model directory\n";
+  s += "- `feature_maps.safetensors`: `layers.{s}.heads.{h}.feature_map.{param}` (float32), every tensor each map "
+       "needs, random draws included\n- tokenizer files, copied\n- `attnscope_linear.py`: runs this directory with "
+       "PyTorch alone\n\n## Loading\n\n    attnscope generate --model THIS_DIR --prompt \"...\"\n"
+       "    python3 attnscope_linear.py THIS_DIR --ids 1,2,3 --new-tokens 20\n\n"
+       "    import attnscope_linear; m = attnscope_linear.load(\"THIS_DIR\"); logits = m(ids)\n";
+  return s;
+}
+
+// llama2.c checkpoints (a .bin, no config.json) are exported in Hugging Face Llama layout, so that
+// OUT is an ordinary model directory. llama2.c rotates pairs (2i, 2i+1), HF Llama rotate-half pairs
+// (i, i + d/2): every head's query and key rows are reordered to [0, 2, 4, ..., 1, 3, 5, ...] (as
+// Hugging Face's own llama conversion does), which turns one rotation into the other. Attention
+// scores do not change; feature maps see the reordered coordinates, so their input axis is
+// reordered the same way.
+struct HfExport {
+  nlohmann::ordered_json config;
+  NamedTensors weights;
+  at::Tensor perm;  // [d] int64: new coordinate i is old coordinate perm[i]
+};
+
+HfExport export_llama2c(const Model& model) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  HfExport e;
+  const int64_t d = c.head_dim, half = d / 2;
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < half; ++i) perm.push_back(2 * i);
+  for (int64_t i = 0; i < half; ++i) perm.push_back(2 * i + 1);
+  e.perm = at::tensor(perm);
+  auto reorder_rows = [&](const at::Tensor& m, int64_t heads) {  // [heads*d, D]
+    return m.view({heads, d, -1}).index_select(1, e.perm).reshape({heads * d, -1}).contiguous();
+  };
+  e.config = {{"architectures", {"LlamaForCausalLM"}},
+              {"model_type", "llama"},
+              {"hidden_size", c.d_model},
+              {"intermediate_size", c.d_ff},
+              {"num_hidden_layers", c.n_layer},
+              {"num_attention_heads", c.n_head},
+              {"num_key_value_heads", c.n_kv_head},
+              {"vocab_size", c.vocab_size},
+              {"max_position_embeddings", c.n_ctx},
+              {"rms_norm_eps", c.norm_eps},
+              {"rope_theta", c.rope_theta},
+              {"hidden_act", "silu"},
+              {"tie_word_embeddings", c.tied_embeddings},
+              {"torch_dtype", "float32"}};
+  auto add = [&](const std::string& name, const at::Tensor& t) { e.weights.emplace_back(name, t.contiguous()); };
+  add("model.embed_tokens.weight", w.tok_emb);
+  for (int s = 0; s < c.n_layer; ++s) {
+    const LayerWeights& l = w.layers[s];
+    const std::string p = "model.layers." + std::to_string(s) + ".";
+    add(p + "input_layernorm.weight", l.ln1_w);
+    add(p + "self_attn.q_proj.weight", reorder_rows(l.wq, c.n_head));
+    add(p + "self_attn.k_proj.weight", reorder_rows(l.wk, c.n_kv_head));
+    add(p + "self_attn.v_proj.weight", l.wv);
+    add(p + "self_attn.o_proj.weight", l.wo);
+    add(p + "post_attention_layernorm.weight", l.ln2_w);
+    add(p + "mlp.gate_proj.weight", l.w_gate);
+    add(p + "mlp.up_proj.weight", l.w_up);
+    add(p + "mlp.down_proj.weight", l.w_down);
+  }
+  add("model.norm.weight", w.lnf_w);
+  if (!c.tied_embeddings) add("lm_head.weight", w.lm_head);
+  return e;
+}
+
+// The axis of a map tensor that runs over the head's coordinates (see feature_map_tensors.h).
+int64_t input_axis(const std::string& name) {
+  if (name == "w" || name == "z" || name == "omega" || name == "omega1" || name == "omega2") return 1;
+  if (name == "W" || name == "q.W" || name == "k.W") return 0;
+  return -1;  // alpha, b, tau: per feature
+}
+
+}  // namespace
+
+void convert_model(const LoadedModel& original, const ConvertOptions& o, const std::string& out) {
+  const fs::path src = fs::absolute(original.path);
+  const bool llama2c = original.model->config().arch == Arch::Llama2C;
+  if (!llama2c && (!fs::is_directory(src) || !fs::exists(src / "config.json")))
+    fail(original.path, "convert needs a Hugging Face model directory (config.json + safetensors) or a llama2.c .bin");
+  if (llama2c && !o.copy_weights)
+    fail(original.path, "a llama2.c checkpoint is converted to Hugging Face layout: --weights reference is not possible");
+  HfExport hf;
+  if (llama2c) hf = export_llama2c(*original.model);
+  if (original.model->linear_attention()) fail(original.path, "is already a converted model; convert the original");
+  const ModelConfig& c = original.model->config();
+  if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
+    fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
+
+  std::shared_ptr<const LinearAttention> maps = o.maps;
+  if (!maps) maps = std::make_shared<LinearAttention>(make_linear_attention(o.map, o.dims, c.n_layer, c.n_head, c.head_dim));
+  // Check the maps fit before anything is written (a throw-away copy of the model is not needed:
+  // set_linear_attention's checks are the same ones load_model will run).
+  Model probe(c, original.model->weights());
+  probe.set_linear_attention(maps);
+
+  std::vector<std::vector<int64_t>> dims(c.n_layer);
+  NamedTensors tensors;
+  for (int s = 0; s < c.n_layer; ++s)
+    for (int h = 0; h < c.n_head; ++h) {
+      FeatureMap& m = *maps->maps[s][h];
+      dims[s].push_back(m.feature_dim());
+      for (const auto& [name, t] : feature_map_tensors(m)) {
+        at::Tensor v = t.detach().to(at::kFloat);
+        if (llama2c && input_axis(name) >= 0) v = v.index_select(input_axis(name), hf.perm);
+        tensors.emplace_back(convert::tensor_prefix(s, h) + name, v.contiguous().clone());
+      }
+    }
+
+  const bool sharded = !llama2c && fs::exists(src / "model.safetensors.index.json");
+  const fs::path weights_id = llama2c ? src : sharded ? src / "model.safetensors.index.json" : src / "model.safetensors";
+  if (!fs::exists(weights_id)) fail(src.string(), "has no model.safetensors or model.safetensors.index.json");
+
+  nlohmann::ordered_json cfg = hf.config;
+  if (!llama2c) {
+    std::ifstream in(src / "config.json");
+    cfg = nlohmann::ordered_json::parse(in);
+  }
+  nlohmann::ordered_json a;
+  a["format_version"] = 1;
+  a["feature_map"] = convert::feature_map_json(o.map);
+  a["dims"] = convert::dims_json(dims);
+  a["strategy"] = o.strategy;
+  a["lambda"] = o.lambda;
+  a["budget"] = o.budget;
+  a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
+  a["steps"] = o.steps;
+  a["source"] = {{"path", src.lexically_normal().string()}, {"sha256", convert::sha256_file(weights_id.string())}};
+  a["job"] = o.job_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(o.job_json);
+  cfg["attnscope"] = a;
+
+  OutputDir dir(out);
+  write_text_file(dir.file("config.json"), cfg.dump(2) + "\n");
+  if (llama2c) {
+    write_safetensors(dir.file("model.safetensors"), hf.weights, {{"format", "pt"}});
+    fs::copy_file(original.tokenizer_path, dir.file("tokenizer.bin"));
+  } else if (o.copy_weights) {
+    if (sharded) fs::copy_file(weights_id, dir.file("model.safetensors.index.json"));
+    for (const std::string& f : original.weight_files)
+      fs::copy_file(f, dir.file(fs::path(f).filename().string()), fs::copy_options::overwrite_existing);
+  }
+  write_safetensors(dir.file("feature_maps.safetensors"), tensors, {{"format", "pt"}});
+  for (const char* t : kTokenizerFiles)
+    if (!llama2c && fs::exists(src / t)) fs::copy_file(src / t, dir.file(t));
+  fs::copy_file(o.python_module, dir.file("attnscope_linear.py"));
+  write_text_file(dir.file("README.md"), readme(a, c, o.copy_weights));
+  dir.commit();
+}
+
+}  // namespace attnscope

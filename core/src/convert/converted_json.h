@@ -1,0 +1,32 @@
+// The "attnscope" object of a converted model's config.json (SPEC 7), shared by the writer
+// (convert_model.cpp) and the reader (converted_model.cpp).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnscope/feature_map.h"
+
+namespace attnscope {
+
+struct ConvertedHeader {
+  FeatureMapSpec map;                      // name, activation, tied, seed, init, temperature
+  std::vector<std::vector<int64_t>> dims;  // [S][H], expanded from per-layer dims
+};
+
+namespace convert {
+
+nlohmann::json read_config(const std::string& dir);  // DIR/config.json; Error naming it
+// The spec of head (s, h)'s map: `base` with d and M (M = 0 for fixed-size maps).
+FeatureMapSpec head_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features);
+std::string tensor_prefix(int s, int h);  // "layers.{s}.heads.{h}.feature_map."
+
+// The "feature_map" object and dims from the maps' spec and per-head sizes.
+nlohmann::ordered_json feature_map_json(const FeatureMapSpec& spec);
+nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims);
+// Parses and checks config.json's "attnscope" object against the model's layers and heads.
+ConvertedHeader parse_header(const nlohmann::json& config, const std::string& file, int n_layer, int n_head);
+
+}  // namespace convert
+}  // namespace attnscope

@@ -1,0 +1,129 @@
+// Reading a converted model (SPEC 7): its "attnscope" object and the feature map of every head.
+// Fresh maps for untrained baselines are made here too, so writer and reader share one
+// description of a head's map (the FeatureMapSpec below).
+#include "attnscope/converted_model.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/error.h"
+#include "attnscope/feature_map_tensors.h"
+#include "attnscope/model_config.h"
+#include "attnscope/random.h"
+#include "attnscope/safetensors.h"
+#include "convert/converted_json.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope {
+
+namespace convert {
+
+nlohmann::json read_config(const std::string& dir) {
+  const fs::path p = fs::path(dir) / "config.json";
+  std::ifstream in(p);
+  if (!in) fail(p.string(), "cannot be read");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(p.string(), std::string("is not valid JSON: ") + e.what());
+  }
+}
+
+FeatureMapSpec head_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features) {
+  FeatureMapSpec s = base;
+  s.d = head_dim;
+  s.features = feature_map_has_fixed_size(base.name) ? 0 : features;
+  return s;
+}
+
+std::string tensor_prefix(int s, int h) {
+  return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".feature_map.";
+}
+
+}  // namespace convert
+
+LinearAttention make_linear_attention(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
+                                      int n_layer, int n_head, int head_dim) {
+  if (spec.name == "cosformer")
+    fail("feature map cosformer", "depends on token positions and a horizon; it cannot run as a converted model");
+  if (int(dims.size()) != n_layer) fail("dims", std::to_string(dims.size()) + " layers for a model of " + std::to_string(n_layer));
+  LinearAttention lin;
+  lin.maps.resize(n_layer);
+  for (int s = 0; s < n_layer; ++s) {
+    if (int(dims[s].size()) != n_head)
+      fail("dims", "layer " + std::to_string(s) + " has " + std::to_string(dims[s].size()) + " heads, the model " +
+                       std::to_string(n_head));
+    for (int h = 0; h < n_head; ++h) {
+      FeatureMapSpec hs = convert::head_spec(spec, head_dim, dims[s][h]);
+      hs.seed = derive_seed(spec.seed, s, h);
+      lin.maps[s].push_back(std::shared_ptr<FeatureMap>(make_feature_map(hs)));
+    }
+  }
+  return lin;
+}
+
+bool is_converted_model(const std::string& dir) {
+  const fs::path p = fs::path(dir) / "config.json";
+  if (!fs::is_regular_file(p)) return false;
+  const nlohmann::json j = convert::read_config(dir);
+  return j.is_object() && j.contains("attnscope");
+}
+
+std::string converted_weights_dir(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "model.safetensors") || fs::exists(fs::path(dir) / "model.safetensors.index.json"))
+    return dir;
+  const nlohmann::json j = convert::read_config(dir);
+  const std::string cfg = (fs::path(dir) / "config.json").string();
+  const auto& a = j.at("attnscope");
+  if (!a.contains("source") || !a["source"].contains("path") || !a["source"]["path"].is_string())
+    fail(cfg, "has no model.safetensors beside it and no attnscope.source.path to the original weights");
+  const std::string src = a["source"]["path"];
+  if (!fs::exists(fs::path(src) / "model.safetensors") && !fs::exists(fs::path(src) / "model.safetensors.index.json"))
+    fail(cfg, "refers to the original weights at " + src + ", which hold no model.safetensors (moved or deleted?)");
+  return src;
+}
+
+std::shared_ptr<LinearAttention> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
+                                                   const std::vector<std::vector<int64_t>>& dims,
+                                                   const ModelConfig& config) {
+  if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
+  if (int(dims.size()) != config.n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(config.n_layer));
+  SafetensorsFile st(file);
+  auto lin = std::make_shared<LinearAttention>();
+  lin->maps.resize(config.n_layer);
+  size_t used = 0;
+  for (int s = 0; s < config.n_layer; ++s) {
+    if (int(dims[s].size()) != config.n_head) fail(file, "dims of layer " + std::to_string(s) + " do not list " + std::to_string(config.n_head) + " heads");
+    for (int h = 0; h < config.n_head; ++h) {
+      const std::string prefix = convert::tensor_prefix(s, h);
+      std::map<std::string, at::Tensor> tensors;
+      for (const auto& e : st.entries())
+        if (e.name.rfind(prefix, 0) == 0) tensors[e.name.substr(prefix.size())] = st.tensor(e.name);
+      used += tensors.size();
+      const FeatureMapSpec hs = convert::head_spec(spec, config.head_dim, dims[s][h]);
+      auto map = feature_map_from_tensors(hs, tensors, file + " (layer " + std::to_string(s) + " head " + std::to_string(h) + ")");
+      if (map->feature_dim() != dims[s][h])
+        fail(file, "layer " + std::to_string(s) + " head " + std::to_string(h) + " has " +
+                       std::to_string(map->feature_dim()) + " features, the dims say " + std::to_string(dims[s][h]));
+      lin->maps[s].push_back(std::shared_ptr<FeatureMap>(std::move(map)));
+    }
+  }
+  if (used != st.entries().size())
+    fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
+                   std::to_string(config.n_layer - 1) + "}.heads.{0.." + std::to_string(config.n_head - 1) +
+                   "}.feature_map.*");
+  return lin;
+}
+
+std::shared_ptr<LinearAttention> load_linear_attention(const std::string& dir, const ModelConfig& config) {
+  const std::string cfg = (fs::path(dir) / "config.json").string();
+  const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, config.n_layer, config.n_head);
+  return read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config);
+}
+
+}  // namespace attnscope
