@@ -24,6 +24,7 @@ packages=(
   libeigen3-dev libspectra-dev liblapacke-dev libblas-dev   # DoF spectra: Eigen, Lanczos, dsyevd, cblas.h
   libgtest-dev libgmock-dev libbenchmark-dev
   clang                             # libFuzzer target for the safetensors parser
+  python3 python3-torch python3-numpy   # tests: a converted model's attnscope_linear.py runs in plain PyTorch
 )
 if [ "$gui" = ON ]; then
   packages+=(qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev)
