@@ -415,3 +415,44 @@ TEST(Convert, Llama2cCheckpointToHfLayout) {
   m.model->set_linear_attention(keep);
   EXPECT_LT((m.model->forward_recurrent(ids) - lin).abs().max().item<double>(), 1e-3);
 }
+
+// The whole path a researcher takes, through the CLI: capture the bundled model, distill
+// learned-prf maps layerwise, convert the finished job, and run the converted model both in
+// attnscope and in plain PyTorch. The converted model carries exactly the trained tensors, and the
+// trained maps imitate softmax better than the same maps at initialization (held-out KL from
+// report.json, which the job measures on windows it never trained on).
+TEST(Convert, DistilledJobConvertsAndRunsInPyTorch) {
+  const std::string dir = test::temp_dir("distill_convert"), cli = test::cli_path();
+  const std::string texts = test::source_dir() + "/resources/texts/*.txt";
+  std::string o;
+  ASSERT_EQ(test::run_command(cli + " capture --text " + texts + " -L 64 -T 8 --seed 3 --out " + dir + "/cap 2>&1", &o), 0) << o;
+  ASSERT_EQ(test::run_command(cli + " distill --capture " + dir + "/cap --feature-map learned-prf --features 16 --loss kl --steps 40 --seed 2 --out " +
+                                  dir + "/run 2>&1", &o), 0) << o;
+  const auto report = nlohmann::json::parse(test::read_file(dir + "/run/report.json"));
+  ASSERT_EQ(report.at("layers").size(), 4u);
+  for (const auto& l : report.at("layers")) EXPECT_LT(l.at("val_kl").get<double>(), l.at("initial_val_kl").get<double>()) << l.dump();
+
+  ASSERT_EQ(test::run_command(cli + " convert --job " + dir + "/run --out " + dir + "/out 2>&1", &o), 0) << o;
+  const auto a = nlohmann::json::parse(test::read_file(dir + "/out/config.json")).at("attnscope");
+  EXPECT_EQ(a.at("feature_map").at("name"), "learned-prf");
+  EXPECT_EQ(a.at("dims"), nlohmann::json({16, 16, 16, 16}));
+  EXPECT_EQ(a.at("steps"), 40);
+  const SafetensorsFile trained(dir + "/run/feature_maps.safetensors"), converted(dir + "/out/feature_maps.safetensors");
+  ASSERT_EQ(trained.entries().size(), 32u);  // z and alpha of 16 heads
+  for (const auto& e : trained.entries()) EXPECT_TRUE(at::equal(trained.tensor(e.name), converted.tensor(e.name))) << e.name;
+
+  LoadedModel m = load_model(dir + "/out");
+  at::NoGradGuard ng;
+  const at::Tensor ids = sample_ids(40, 4096, 6);
+  EXPECT_LT((m.model->forward_recurrent(ids) - m.model->forward(ids)).abs().max().item<double>(), 1e-3);
+
+  const std::string python = find_python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
+  const std::string out = dir + "/out";
+  ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids 11,22,33,44,55,600,700,8,9,1000 --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
+  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
+      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
+      "print('maxdiff', float((m(ref['ids'].view(1, -1))[0] - ref['logits']).abs().max()))\n";
+  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
+  EXPECT_LT(std::stod(o.substr(o.find("maxdiff") + 8)), 1e-4) << o;
+}
