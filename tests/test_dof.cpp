@@ -640,7 +640,7 @@ TEST(Dof, LoadRejectsMissingCorruptAndForeignFiles) {
 
   DofSpectra sp;
   sp.num_layers = 1, sp.num_heads = 1, sp.head_dim = 8;
-  sp.heads.push_back({{0.6, 0.3, 0.1}, 1.0, 3, true});
+  sp.heads.push_back({{0.6, 0.3, 0.1}, 1.0, 3, true, 0.0, 0.0, nullptr});
   save_spectra(dir + "/good.safetensors", sp);
   std::string bytes;
   {
@@ -657,7 +657,7 @@ TEST(Dof, LoadRejectsMissingCorruptAndForeignFiles) {
   sp.heads[0].eigenvalues = {0.1, 0.3, 0.6};
   save_spectra(dir + "/ascending.safetensors", sp);
   expect_error(dir + "/ascending.safetensors", "descending");
-  sp.heads[0] = {{0.6, 0.3, 0.1}, 1.0, 2, false};
+  sp.heads[0] = {{0.6, 0.3, 0.1}, 1.0, 2, false, 0.0, 0.0, nullptr};
   save_spectra(dir + "/count.safetensors", sp);
   expect_error(dir + "/count.safetensors", "sample count");
 
@@ -687,7 +687,7 @@ TEST(Dof, ParseLambdaAndNormalize) {
 }
 
 TEST(Dof, BadInputsFail) {
-  HeadSpectrum sp{{0.5, 0.5}, 1.0, 2, true};
+  HeadSpectrum sp{{0.5, 0.5}, 1.0, 2, true, 0.0, 0.0, nullptr};
   EXPECT_THROW(dof_at(sp, 0), Error);
   EXPECT_THROW(dof_at(sp, -1), Error);
   EXPECT_THROW(dof_at(sp, NAN), Error);
