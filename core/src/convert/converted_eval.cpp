@@ -1,0 +1,156 @@
+// evaluate_converted: loss, per-layer closeness and speed of a converted model against the same
+// weights with softmax attention.
+#include "attnscope/converted_eval.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "attnscope/converted_model.h"
+#include "attnscope/error.h"
+#include "attnscope/head_metrics.h"
+#include "attnscope/linear_attention.h"
+#include "attnscope/model.h"
+
+namespace attnscope {
+namespace {
+
+// Tokens per second of `run`, which handles `tokens` tokens per call. Repeats until min_seconds
+// have passed (at least twice) so short calls are not timed by the clock's resolution.
+template <class F>
+double tokens_per_second(F&& run, int64_t tokens, double min_seconds, bool warm_up) {
+  using clock = std::chrono::steady_clock;
+  if (warm_up) run();  // first-call allocations and thread-pool start-up are not the steady rate
+  int reps = 0;
+  const auto start = clock::now();
+  double elapsed = 0;
+  do {
+    run();
+    ++reps;
+    elapsed = std::chrono::duration<double>(clock::now() - start).count();
+  } while (reps < 2 || elapsed < min_seconds);
+  return double(tokens) * reps / elapsed;
+}
+
+// The text's tokens repeated (or cut) to exactly L, so every speed measurement runs real tokens.
+at::Tensor window_of(const std::vector<int64_t>& ids, int L) {
+  std::vector<int64_t> w(L);
+  for (int i = 0; i < L; ++i) w[i] = ids[i % ids.size()];
+  return at::tensor(w).view({1, L});
+}
+
+}  // namespace
+
+std::vector<int> default_speed_lengths(int n_ctx) {
+  std::vector<int> out;
+  for (int L = 64; L < n_ctx; L *= 2) out.push_back(L);
+  out.push_back(n_ctx);
+  return out;
+}
+
+ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector<int64_t>& ids,
+                                       const ConvertedEvalOptions& options, const ProgressFn& progress) {
+  const LinearAttention* linear = converted.linear_attention();
+  if (!linear) fail("eval", "the model is not a converted model (it runs softmax attention)");
+  const ModelConfig& c = converted.config();
+  if (ids.size() < 2) fail("eval", "the text has fewer than 2 tokens");
+  const int L = options.seq_len > 0 ? options.seq_len : c.n_ctx;
+  if (L < 2 || L > c.n_ctx)
+    fail_value("sequence length", std::to_string(L) + " must be in 2.." + std::to_string(c.n_ctx));
+  if (options.closeness_windows < 1) fail_value("closeness windows", std::to_string(options.closeness_windows) + " must be >= 1");
+  const std::vector<int> lengths = options.speed_lengths.empty() ? default_speed_lengths(c.n_ctx) : options.speed_lengths;
+  for (int s : lengths)
+    if (s < 2 || s > c.n_ctx)
+      fail_value("speed length", std::to_string(s) + " must be in 2.." + std::to_string(c.n_ctx));
+
+  // The original: the same weight tensors (shared, not copied) with softmax attention.
+  const Model original(c, converted.weights());
+  auto report = [&](double f, const std::string& what) {
+    if (progress) progress(f, what);
+  };
+
+  ConvertedEvaluation r;
+  r.seq_len = L;
+  r.tokens = int64_t(ids.size());
+  report(0.0, "original loss");
+  r.original_loss = original.mean_loss(ids, L);
+  report(0.15, "converted loss");
+  r.converted_loss = converted.mean_loss(ids, L);
+
+  // Closeness, teacher-forced: the original model's q, k, v and softmax output of every layer, and
+  // each head's linear map of those same q, k (the converted model's own activations would drift
+  // with the errors of earlier layers, mixing layers up).
+  report(0.3, "attention KL");
+  at::NoGradGuard no_grad;
+  std::vector<std::pair<size_t, size_t>> windows;  // [start, length)
+  for (size_t s = 0; s + L <= ids.size() && int(windows.size()) < options.closeness_windows; s += L)
+    windows.push_back({s, size_t(L)});
+  if (windows.empty()) windows.push_back({0, ids.size()});  // a text shorter than one window
+  r.closeness_windows = int(windows.size());
+  std::vector<double> kl_sum(c.n_layer, 0), kl_rows(c.n_layer, 0), err_num(c.n_layer, 0), err_den(c.n_layer, 0);
+  for (const auto& [start, n] : windows) {
+    const at::Tensor w =
+        at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + n)).view({1, int64_t(n)});
+    CaptureHook hook;
+    hook.want_probs = true;
+    hook.on_layer = [&](const AttentionActivations& a) {
+      const int s = a.layer;
+      const at::Tensor q = a.q.select(0, 0), k = a.k.select(0, 0), v = a.v.select(0, 0);  // [H, L, d]
+      std::vector<at::Tensor> maps, outs;
+      for (int64_t h = 0; h < q.size(0); ++h) {
+        const auto& phi = linear->maps[s][h];
+        const Features fq = phi->scaled_query_features(q.select(0, h));
+        const Features fk = phi->scaled_key_features(k.select(0, h));
+        maps.push_back(linear_map(fq, fk).map);
+        outs.push_back(linear_attention_output(fq, fk, v.select(0, h)));
+      }
+      HeadMetricsInput in;
+      in.map = at::stack(maps, 0);
+      in.reference = a.probs.select(0, 0);
+      const HeadMetrics m = compute_head_metrics(in);
+      const double rows = double(in.map.size(0) * in.map.size(1) - m.undefined_rows);
+      if (rows > 0) {
+        kl_sum[s] += *m.kl * rows;
+        kl_rows[s] += rows;
+      }
+      const at::Tensor y = a.out.select(0, 0).to(at::kDouble);
+      err_num[s] += (at::stack(outs, 0).to(at::kDouble) - y).pow(2).sum().item<double>();
+      err_den[s] += y.pow(2).sum().item<double>();
+    };
+    original.forward(w, &hook);
+  }
+  for (int s = 0; s < c.n_layer; ++s)
+    r.layers.push_back({s, kl_rows[s] > 0 ? kl_sum[s] / kl_rows[s] : std::nan(""),
+                        err_den[s] > 0 ? std::sqrt(err_num[s] / err_den[s]) : std::nan("")});
+
+  // Speed: batch forward at each length, then greedy generation of a sequence of that length from
+  // one token (the converted model decodes with its recurrent form, the original re-runs softmax).
+  const size_t steps = lengths.size() * 2;
+  size_t done = 0;
+  for (bool generate : {false, true}) {
+    for (int len : lengths) {
+      report(0.4 + 0.6 * double(done++) / steps, std::string(generate ? "generate" : "batch") + " speed at " + std::to_string(len));
+      SpeedEntry e;
+      e.seq_len = len;
+      e.generate = generate;
+      if (!generate) {
+        const at::Tensor w = window_of(ids, len);
+        e.softmax_tokens_per_s = tokens_per_second([&] { original.forward(w); }, len, options.min_seconds, true);
+        e.linear_tokens_per_s = tokens_per_second([&] { converted.forward(w); }, len, options.min_seconds, true);
+      } else {
+        const std::vector<int64_t> prompt{ids[0]};
+        e.softmax_tokens_per_s = tokens_per_second([&] { original.generate_greedy(prompt, len - 1); }, len - 1,
+                                                   options.min_seconds, false);
+        e.linear_tokens_per_s = tokens_per_second([&] { converted.generate_greedy(prompt, len - 1); }, len - 1,
+                                                  options.min_seconds, false);
+      }
+      r.speed.push_back(e);
+    }
+  }
+  report(1.0, "done");
+  return r;
+}
+
+}  // namespace attnscope
