@@ -2,6 +2,8 @@
 // (distill.h). log phi is written out per map so that no feature is ever exponentiated on its own:
 //   learned-prf  log phi_m(x) = z_m.x' - |x'|^2/2 + alpha_m/2 - log(M)/2,  x' = x / d^(1/4)
 //   hedgehog     u = x W + b;  exp: [u, -u];  softmax: [log_softmax(u), log_softmax(-u)]
+//   t2r          phi = ReLU(x W + b), formed directly: its features are exactly 0 where ReLU cuts,
+//                where a log would be -inf with a NaN gradient, and nothing in it can overflow
 // the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
 #include <ATen/ATen.h>
 
@@ -14,7 +16,7 @@
 
 namespace attnscope {
 
-std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog"}; }
+std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog", "t2r"}; }
 std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2"}; }
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
@@ -63,6 +65,34 @@ at::Tensor log_features(const LayerMaps& m, const at::Tensor& x, const std::stri
   const at::Tensor u = at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2);
   if (m.activation == "softmax") return at::cat({at::log_softmax(u, -1), at::log_softmax(-u, -1)}, -1);
   return at::cat({u, -u}, -1);
+}
+
+// t2r's features ReLU(x W + b) [B, H, L, M]; `side` as for log_features.
+at::Tensor relu_features(const LayerMaps& m, const at::Tensor& x, const std::string& side) {
+  const std::string pre = has_param(m, "W") ? "" : side;
+  const at::Tensor W = param(m, pre + "W");  // [H, d, M]
+  const at::Tensor b = param(m, pre + "b");  // [H, M]
+  return at::relu(at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2));
+}
+
+// The kl / softmax loss of t2r, from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
+// A row whose weights j <= i are all 0 has no distribution Ahat (core's undefined rows,
+// linear_attention.h): it is left out of the mean, which is over the defined rows only (and 0, with
+// no gradient, when no row is defined). In a defined row an entry Ahat_ij = 0 would make the loss
+// infinite; its log is floored at log(1e-30) (no gradient through that entry, as through the ReLU
+// that zeroed it), the same floor as log_kernel's.
+at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& causal,
+                         const std::string& loss) {
+  const at::Tensor z = khat.sum(-1, true);  // [B, H, L, 1]
+  const at::Tensor defined = z.squeeze(-1) > 0;
+  const at::Tensor log_ahat = at::log((khat / z.clamp_min(1e-30)).clamp_min(1e-30));
+  const at::Tensor a = log_a.exp();
+  at::Tensor per_entry;
+  if (loss == "kl") per_entry = a * (log_a - log_ahat);
+  else if (loss == "softmax") per_entry = -a * log_ahat;
+  else fail("distill", "unknown loss '" + loss + "'");
+  const at::Tensor rows = per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).masked_fill(defined.logical_not(), 0.0);
+  return rows.sum() / defined.sum().clamp_min(1).to(rows.scalar_type());
 }
 
 // log Khat_ij = logsumexp_m(lq_im + lk_jm), by taking each vector's largest log feature out before
@@ -116,6 +146,20 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
+  if (m.map == "t2r") {
+    const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
+    if (loss == "l2") {
+      if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+      const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+      const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+      const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+      const at::Tensor khat = (pq.index_select(2, i) * pk.index_select(2, j)).sum(-1);
+      // Khat exp(-c): exp(-c) capped at e^80 so that a row with a very negative maximum stays finite.
+      return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
+    }
+    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
+    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
+  }
   const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
   if (loss == "l2") {
     // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
