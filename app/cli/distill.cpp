@@ -20,7 +20,7 @@ void register_distill(CLI::App& app) {
   cmd->add_option("--val-capture", o->val_capture, "held-out capture for validation (default: a share of the windows)");
   cmd->add_option("--val-share", o->val_share, "share of the windows held out when there is no --val-capture")
       ->capture_default_str();
-  cmd->add_option("--feature-map", o->feature_map, "learned-prf | hedgehog | t2r")->capture_default_str();
+  cmd->add_option("--feature-map", o->feature_map, "learned-prf | hedgehog | t2r | flex-stationary")->capture_default_str();
   cmd->add_option("--init", o->init, "initialization of the map (learned-prf: gaussian | orthogonal; hedgehog: identity | random)");
   cmd->add_flag("--untied", *untied, "hedgehog, t2r: separate layers for queries and keys");
   cmd->add_option("--activation", o->activation, "hedgehog: exp | softmax")->capture_default_str();

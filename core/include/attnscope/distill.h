@@ -4,7 +4,8 @@
 // is stacked over heads ([H, ...]), and layers run concurrently (at::parallel_for).
 //
 // Trainable maps: learned-prf (z, alpha; lr and lr_alpha), hedgehog (W, b; tied or q.* / k.*),
-// t2r (W [d, M], b [M]: ReLU(x W + b); tied or q.* / k.*).
+// t2r (W [d, M], b [M]: ReLU(x W + b); tied or q.* / k.*), flex-stationary (omega [M/2, d], tau;
+// its kernel can be negative and is clamped at 0 like linear attention's, SPEC 5).
 // Losses, per query row i over keys j <= i (A = softmax attention, Ahat = the linear map):
 //   kl       mean row KL(A || Ahat)
 //   softmax  mean row cross-entropy -sum_j A_ij log Ahat_ij
@@ -31,7 +32,7 @@ namespace attnscope {
 class CaptureStore;
 
 // The maps distill can train, and the losses it knows.
-std::vector<std::string> trainable_feature_maps();  // learned-prf, hedgehog, t2r
+std::vector<std::string> trainable_feature_maps();  // learned-prf, hedgehog, t2r, flex-stationary
 std::vector<std::string> distill_losses();          // kl, softmax, l2
 
 // SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}".

@@ -209,7 +209,7 @@ void resolve_dims(DistillOptions& o, const CaptureStore& capture) {
 void check_distill_options(const DistillOptions& o) {
   const auto maps = trainable_feature_maps();
   if (std::find(maps.begin(), maps.end(), o.feature_map) == maps.end())
-    fail_value("feature map", "'" + o.feature_map + "' cannot be trained (trainable maps: learned-prf, hedgehog, t2r)");
+    fail_value("feature map", "'" + o.feature_map + "' cannot be trained (trainable maps: learned-prf, hedgehog, t2r, flex-stationary)");
   const auto losses = distill_losses();
   if (std::find(losses.begin(), losses.end(), o.loss) == losses.end())
     fail_value("loss", "'" + o.loss + "' is unknown (valid: kl, softmax, l2)");
@@ -225,6 +225,9 @@ void check_distill_options(const DistillOptions& o) {
   if (o.feature_map == "hedgehog")
     for (int64_t m : o.dims)
       if (m % 2) fail_value("feature dimension", std::to_string(m) + " is odd; hedgehog needs an even M ([exp(u), exp(-u)])");
+  if (o.feature_map == "flex-stationary")
+    for (int64_t m : o.dims)
+      if (m % 2) fail_value("feature dimension", std::to_string(m) + " is odd; flex-stationary needs an even M ([cos, sin])");
 }
 
 DistillOptions read_distill_job(const std::string& run_dir) {

@@ -4,6 +4,10 @@
 //   hedgehog     u = x W + b;  exp: [u, -u];  softmax: [log_softmax(u), log_softmax(-u)]
 //   t2r          phi = ReLU(x W + b), formed directly: its features are exactly 0 where ReLU cuts,
 //                where a log would be -inf with a NaN gradient, and nothing in it can overflow
+//   flex-stationary  phi(x) = exp(ls(x)) [cos(w.x), sin(w.x)], ls(x) = |x|^2 e^-tau - log(n)/2: the
+//                kernel exp(ls_i + ls_j) V_ij (V = the cos/sin dot products) can be negative and is
+//                clamped at 0 as linear attention does (SPEC 5); ls_i cancels in a row, ls_j is
+//                taken relative to the row's largest (a running max over j <= i), so nothing overflows
 // the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
 #include <ATen/ATen.h>
 
@@ -16,7 +20,7 @@
 
 namespace attnscope {
 
-std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog", "t2r"}; }
+std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog", "t2r", "flex-stationary"}; }
 std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2"}; }
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
@@ -75,7 +79,16 @@ at::Tensor relu_features(const LayerMaps& m, const at::Tensor& x, const std::str
   return at::relu(at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2));
 }
 
-// The kl / softmax loss of t2r, from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
+// flex-stationary: the cos/sin values [B, H, L, M] and the log scale ls [B, H, L] of x.
+std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at::Tensor& x) {
+  const at::Tensor omega = param(m, "omega");  // [H, n, d]
+  const at::Tensor tau = param(m, "tau");      // [H, 1]
+  const at::Tensor a = at::matmul(x, omega.unsqueeze(0).transpose(-1, -2));  // [B, H, L, n]
+  const at::Tensor ls = (x * x).sum(-1) * at::exp(-tau).unsqueeze(0) - 0.5 * std::log(double(omega.size(1)));
+  return {at::cat({at::cos(a), at::sin(a)}, -1), ls};
+}
+
+// The kl / softmax loss of t2r and flex-stationary (clamped kernels), from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
 // A row whose weights j <= i are all 0 has no distribution Ahat (core's undefined rows,
 // linear_attention.h): it is left out of the mean, which is over the defined rows only (and 0, with
 // no gradient, when no row is defined). In a defined row an entry Ahat_ij = 0 would make the loss
@@ -111,7 +124,8 @@ at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
 std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
   if (map == "learned-prf")
     return make_learned_prf(param(*this, "z")[head].detach().clone(), param(*this, "alpha")[head].detach().clone());
-  auto fm = make_feature_map(head_spec(*this, 0, "identity", has_param(*this, "W")));
+  // The map's default initialization: every parameter is overwritten below.
+  auto fm = make_feature_map(head_spec(*this, 0, "", !has_param(*this, "q.W")));
   for (auto& [name, t] : fm->named_parameters()) t.copy_(param(*this, name)[head].detach());
   return fm;
 }
@@ -146,6 +160,25 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
+  if (m.map == "flex-stationary") {
+    const auto [vq, lsq] = fourier_features(m, q);
+    const auto [vk, lsk] = fourier_features(m, k);
+    const at::Tensor v = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
+    if (loss == "l2") {
+      if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+      const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+      const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+      const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+      const at::Tensor v_ij = at::relu((vq.index_select(2, i) * vk.index_select(2, j)).sum(-1));
+      const at::Tensor log_scale = lsq.index_select(-1, i) + lsk.index_select(-1, j) - c;
+      return (v_ij * at::exp(log_scale.clamp_max(30.0)) - at::exp(s_ij - c)).pow(2).mean();
+    }
+    // exp(ls_j - max_{j' <= i} ls_j'): at most 1 on j <= i, and -inf (0) above the diagonal.
+    const at::Tensor run_max = std::get<0>(at::cummax(lsk, -1)).detach();  // [B, H, L]
+    const at::Tensor rel = (lsk.unsqueeze(-2) - run_max.unsqueeze(-1)).masked_fill(causal.logical_not(), ninf);
+    const at::Tensor khat = (v * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
+    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
+  }
   if (m.map == "t2r") {
     const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
     if (loss == "l2") {
