@@ -63,6 +63,7 @@ DistillOptions base_options(const std::string& map, const std::string& loss, int
 // Explicit float64 reference of one head: phi from core's FeatureMap, Ahat by its definition.
 struct Ref {
   double kl = 0, ce = 0, l2 = 0;
+  int64_t undefined_rows = 0, zero_entries = 0;  // t2r: rows with no positive weight, Khat_ij = 0 in defined rows
 };
 
 Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& pairs) {
@@ -85,7 +86,7 @@ Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, c
           for (int64_t c = 0; c < d; ++c) dot += Q[i][c] * K[j][c];
           for (int64_t m = 0; m < pq.size(1); ++m) f += PQ[i][m] * PK[j][m];
           s[i][j] = dot / std::sqrt(double(d));
-          kh[i][j] = f;
+          kh[i][j] = std::max(f, 0.0);  // signed (Fourier) kernels are clamped at 0 (SPEC 5)
         }
       std::vector<double> row_max(L);
       for (int64_t i = 0; i < L; ++i) {
@@ -93,8 +94,15 @@ Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, c
         for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, s[i][j]);
         row_max[i] = mx;
         for (int64_t j = 0; j <= i; ++j) z += std::exp(s[i][j] - mx), zh += kh[i][j];
+        // A row with no positive weight has no Ahat: left out (core's undefined rows); a zero entry
+        // of a defined row has its Ahat floored at 1e-30 (distill.h).
+        if (!(zh > 0)) {
+          ++r.undefined_rows;
+          continue;
+        }
         for (int64_t j = 0; j <= i; ++j) {
-          const double a = std::exp(s[i][j] - mx) / z, ah = kh[i][j] / zh;
+          if (kh[i][j] == 0) ++r.zero_entries;
+          const double a = std::exp(s[i][j] - mx) / z, ah = std::max(kh[i][j] / zh, 1e-30);
           r.kl += a * std::log(a / ah);
           r.ce += -a * std::log(ah);
         }
@@ -107,8 +115,8 @@ Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, c
       }
     }
   }
-  r.kl /= double(B * H * L);
-  r.ce /= double(B * H * L);
+  r.kl /= double(B * H * L - r.undefined_rows);
+  r.ce /= double(B * H * L - r.undefined_rows);
   r.l2 = l2_sum / double(B * H * pairs.size(0));
   return r;
 }
@@ -135,7 +143,8 @@ TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
   }
   struct Case { std::string map; bool tied; std::string activation; };
   for (const Case& c : {Case{"learned-prf", true, "exp"}, Case{"hedgehog", true, "exp"}, Case{"hedgehog", false, "exp"},
-                        Case{"hedgehog", true, "softmax"}}) {
+                        Case{"hedgehog", true, "softmax"}, Case{"t2r", true, "exp"}, Case{"t2r", false, "exp"},
+                        Case{"flex-stationary", true, "exp"}}) {
     DistillOptions o;
     o.feature_map = c.map;
     o.tied = c.tied;
@@ -150,10 +159,42 @@ TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
     const double l2 = layer_loss(maps, q, k, "l2", pairs).item<double>();
     SCOPED_TRACE(c.map + (c.tied ? " tied " : " untied ") + c.activation);
     EXPECT_GT(ref.kl, 1e-3);
+    // The Fourier kernel goes negative here: the clamp at 0 is exercised, not just stated.
+    if (c.map == "flex-stationary") EXPECT_GT(ref.zero_entries, 0);
     EXPECT_NEAR(kl, ref.kl, 2e-5 + 1e-4 * ref.kl);
     EXPECT_NEAR(ce, ref.ce, 1e-4 * ref.ce);
     EXPECT_NEAR(l2, ref.l2, 1e-6 + 1e-4 * ref.l2);
     EXPECT_NEAR(layer_kl(maps, q, k), ref.kl, 2e-5 + 1e-4 * ref.kl);
+  }
+}
+
+TEST(Distill, T2rLossLeavesOutRowsWithNoPositiveWeight) {
+  // Biases pushed down so that ReLU cuts most features: rows with no positive weight and zero
+  // entries in defined rows, where a log-domain loss would be -inf or NaN.
+  at::manual_seed(6);
+  const at::Tensor q = at::randn({2, 3, 12, 8}), k = at::randn({2, 3, 12, 8});
+  at::Tensor pairs = at::empty({20, 2}, at::kLong);
+  auto pa = pairs.accessor<int64_t, 2>();
+  for (int64_t p = 0; p < 20; ++p) pa[p][0] = (p * 5) % 12, pa[p][1] = (p * 5) % 12 * p / 19;
+  DistillOptions o;
+  o.feature_map = "t2r";
+  o.tied = false;
+  LayerMaps maps = init_layer_maps(o, 0, 3, 8, 6);
+  for (auto& [name, t] : maps.params)
+    if (name.size() >= 1 && name.back() == 'b') t.sub_(at::full(t.sizes(), 0.9));
+  const Ref ref = reference(maps, q, k, pairs);
+  ASSERT_GT(ref.undefined_rows, 0);
+  ASSERT_LT(ref.undefined_rows, 2 * 3 * 12);
+  ASSERT_GT(ref.zero_entries, 0);
+  for (auto& p : maps.params) p.second.requires_grad_(true);
+  const at::Tensor kl = layer_loss(maps, q, k, "kl");
+  EXPECT_NEAR(kl.item<double>(), ref.kl, 1e-4 * ref.kl);
+  EXPECT_NEAR(layer_loss(maps, q, k, "softmax").item<double>(), ref.ce, 1e-4 * ref.ce);
+  EXPECT_NEAR(layer_loss(maps, q, k, "l2", pairs).item<double>(), ref.l2, 1e-6 + 1e-4 * ref.l2);
+  kl.backward();
+  for (auto& p : maps.params) {
+    EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
+    EXPECT_GT(p.second.grad().abs().sum().item<double>(), 0) << p.first;
   }
 }
 
@@ -172,7 +213,7 @@ TEST(Distill, LossStaysFiniteForLargeQueryNorms) {
 }
 
 TEST(Distill, TrainingLowersLossAndHeldOutKlOnBundledCapture) {
-  for (const auto& [map, loss] : std::vector<std::pair<std::string, std::string>>{{"learned-prf", "kl"}, {"hedgehog", "softmax"}, {"learned-prf", "l2"}}) {
+  for (const auto& [map, loss] : std::vector<std::pair<std::string, std::string>>{{"learned-prf", "kl"}, {"hedgehog", "softmax"}, {"learned-prf", "l2"}, {"t2r", "kl"}, {"flex-stationary", "kl"}}) {
     const std::string run = test::temp_dir("distill_train") + "/run";
     DistillOptions o = base_options(map, loss, 50);
     const auto t0 = std::chrono::steady_clock::now();
@@ -195,6 +236,40 @@ TEST(Distill, TrainingLowersLossAndHeldOutKlOnBundledCapture) {
     std::printf("%s %s: %.2f ms per step (4 layers x 4 heads, 2 windows x 64 tokens, M = 16)\n", map.c_str(),
                 loss.c_str(), 1000 * s / 50);
   }
+}
+
+TEST(Distill, StrategyDimsAreThoseOfAllocate) {
+  const std::string root = test::temp_dir("distill_strategy");
+  const std::string cli = test::cli_path();
+  for (const std::string strategy : {"dof", "dof-clip", "fix"}) {
+    std::string out;
+    const std::string dof_args = " --capture " + bundled_capture() + " --strategy " + strategy + " --budget 24 --lambda 2^-6 --samples 128";
+    int rc = test::run_command("(" + cli + " allocate" + dof_args + " --json 2>/dev/null)", &out);  // stdout alone
+    ASSERT_EQ(rc, 0) << out;
+    const auto want = nlohmann::json::parse(out)["dims"].get<std::vector<int64_t>>();
+    ASSERT_EQ(want.size(), 4u);
+    const std::string run = root + "/" + strategy;
+    rc = test::run_command(cli + " distill" + dof_args + " --feature-map learned-prf --steps 1 --out " + run + " 2>&1", &out);
+    ASSERT_EQ(rc, 0) << out;
+    const auto job = read_json(run + "/job.json");
+    EXPECT_EQ(job["dims"].get<std::vector<int64_t>>(), want) << strategy;
+    EXPECT_EQ(job["strategy"], strategy);
+    const auto maps = read_maps(run + "/feature_maps.safetensors");
+    for (int s = 0; s < 4; ++s)
+      EXPECT_EQ(maps.at(feature_map_tensor_name(s, 0, "z")).size(0), want[size_t(s)]) << strategy << " layer " << s;
+    if (strategy == "dof") {
+      std::printf("dof dims at C = 24, lambda 2^-6: %d %d %d %d\n", int(want[0]), int(want[1]), int(want[2]), int(want[3]));
+      EXPECT_NE(want, std::vector<int64_t>(4, 24));  // the bundled model's layers differ in DoF
+    }
+  }
+  std::string out;
+  const std::string base = cli + " distill --capture " + bundled_capture() + " --feature-map learned-prf --steps 1 --out " + root + "/x";
+  EXPECT_EQ(test::run_command(base + " --features 8 --strategy dof --budget 8 2>&1", &out), 2) << out;
+  EXPECT_EQ(test::run_command(base + " 2>&1", &out), 2) << out;
+  EXPECT_EQ(test::run_command(base + " --strategy dof 2>&1", &out), 2) << out;
+  EXPECT_EQ(test::run_command(base + " --strategy per-head --budget 8 --samples 64 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("dof-clip"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/x/report.json"));
 }
 
 TEST(Distill, RunDirectoryFilesFollowSpec6And7) {

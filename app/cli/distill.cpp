@@ -20,13 +20,19 @@ void register_distill(CLI::App& app) {
   cmd->add_option("--val-capture", o->val_capture, "held-out capture for validation (default: a share of the windows)");
   cmd->add_option("--val-share", o->val_share, "share of the windows held out when there is no --val-capture")
       ->capture_default_str();
-  cmd->add_option("--feature-map", o->feature_map, "learned-prf | hedgehog")->capture_default_str();
+  cmd->add_option("--feature-map", o->feature_map, "learned-prf | hedgehog | t2r | flex-stationary")->capture_default_str();
   cmd->add_option("--init", o->init, "initialization of the map (learned-prf: gaussian | orthogonal; hedgehog: identity | random)");
-  cmd->add_flag("--untied", *untied, "hedgehog: separate layers for queries and keys");
+  cmd->add_flag("--untied", *untied, "hedgehog, t2r: separate layers for queries and keys");
   cmd->add_option("--activation", o->activation, "hedgehog: exp | softmax")->capture_default_str();
   auto* f = cmd->add_option("-M,--features", o->features, "feature dimension M for every layer");
   auto* a = cmd->add_option("--allocation", o->allocation, "per-layer dimensions: `attnscope allocate --json` output");
   f->excludes(a);
+  cmd->add_option("--strategy", o->strategy, "per-layer dimensions from the capture's DoF, as `attnscope allocate`: fix | dof | dof-clip")
+      ->check(CLI::IsMember({"fix", "dof", "dof-clip", "per-head"}));
+  cmd->add_option("-C,--budget", o->budget, "with --strategy: cost C, the mean feature dimension");
+  cmd->add_option("--lambda", o->lambda, "with --strategy: DoF tolerance lambda (2^-8, 0.0625, 1e-3)")->capture_default_str();
+  cmd->add_option("-J,--samples", o->dof_samples, "with --strategy: vectors sampled per head for the DoF")
+      ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   cmd->add_option("--loss", o->loss, "kl | softmax | l2")->capture_default_str();
   cmd->add_option("--steps", o->steps, "training steps")->capture_default_str();
   cmd->add_option("--lr", o->lr, "learning rate of z (learned-prf) or W, b (hedgehog)")->capture_default_str();
@@ -45,17 +51,25 @@ void register_distill(CLI::App& app) {
       if (o->capture.empty()) throw CLI::RequiredError("--capture");
       if (out->empty()) throw CLI::RequiredError("--out");
       const auto maps = trainable_feature_maps();
-      if (std::find(maps.begin(), maps.end(), o->feature_map) == maps.end())
-        throw CLI::ValidationError("--feature-map", "'" + o->feature_map +
-                                                        "' cannot be trained; trainable maps: learned-prf, hedgehog");
-      if (o->features <= 0 && o->allocation.empty())
-        throw CLI::RequiredError("--features M or --allocation FILE");
+      if (std::find(maps.begin(), maps.end(), o->feature_map) == maps.end()) {
+        std::string names;
+        for (const auto& m : maps) names += (names.empty() ? "" : ", ") + m;
+        throw CLI::ValidationError("--feature-map", "'" + o->feature_map + "' cannot be trained; trainable maps: " + names);
+      }
+      const int given = int(o->features > 0) + int(!o->allocation.empty()) + int(!o->strategy.empty());
+      if (given != 1)
+        throw CLI::ValidationError("dimensions", "give exactly one of --features M, --allocation FILE or "
+                                                 "--strategy S (with --budget C --lambda X)");
+      if (!o->strategy.empty() && o->budget < 1) throw CLI::RequiredError("--budget C (with --strategy)");
     }
     std::ostringstream line;
     line << "attnscope distill";
     if (!resume->empty()) line << " --resume " << *resume;
     else line << " --capture " << o->capture << " --feature-map " << o->feature_map << " --loss " << o->loss
               << " --steps " << o->steps << " --seed " << o->seed << " --out " << *out;
+    if (resume->empty() && !o->strategy.empty())
+      line << " --strategy " << o->strategy << " --budget " << o->budget << " --lambda " << o->lambda << " --samples "
+           << o->dof_samples;
     o->command = line.str();
     const std::string run = resume->empty() ? *out : *resume;
     DistillResult r;

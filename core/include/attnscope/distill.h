@@ -3,7 +3,9 @@
 // layers are independent. All heads of a layer train as one batched computation: every parameter
 // is stacked over heads ([H, ...]), and layers run concurrently (at::parallel_for).
 //
-// Trainable maps: learned-prf (z, alpha; lr and lr_alpha), hedgehog (W, b; tied or q.* / k.*).
+// Trainable maps: learned-prf (z, alpha; lr and lr_alpha), hedgehog (W, b; tied or q.* / k.*),
+// t2r (W [d, M], b [M]: ReLU(x W + b); tied or q.* / k.*), flex-stationary (omega [M/2, d], tau;
+// its kernel can be negative and is clamped at 0 like linear attention's, SPEC 5).
 // Losses, per query row i over keys j <= i (A = softmax attention, Ahat = the linear map):
 //   kl       mean row KL(A || Ahat)
 //   softmax  mean row cross-entropy -sum_j A_ij log Ahat_ij
@@ -11,7 +13,8 @@
 //            row's largest softmax kernel value exp(max_j q_i.k_j / sqrt d), which attention
 //            ignores and which keeps the values in range
 // Everything is computed from log phi (log domain): log Khat_ij = logsumexp_m(log phi_q + log phi_k),
-// so exp never overflows on real heads.
+// so exp never overflows on real heads. t2r's features are exactly 0 wherever ReLU cuts, so its
+// kernel is formed directly (no exp to overflow) and rows with no positive weight are left out.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -26,8 +29,10 @@
 
 namespace attnscope {
 
+class CaptureStore;
+
 // The maps distill can train, and the losses it knows.
-std::vector<std::string> trainable_feature_maps();  // learned-prf, hedgehog
+std::vector<std::string> trainable_feature_maps();  // learned-prf, hedgehog, t2r, flex-stationary
 std::vector<std::string> distill_losses();          // kl, softmax, l2
 
 // SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}".
@@ -42,7 +47,11 @@ struct DistillOptions {
   bool tied = true;                 // hedgehog
   std::string activation = "exp";   // hedgehog: exp | softmax
   int64_t features = 0;             // M for every layer, or
-  std::string allocation;           // `attnscope allocate --json` output: per-layer "dims"
+  std::string allocation;           // `attnscope allocate --json` output: per-layer "dims", or
+  std::string strategy;             // fix | dof | dof-clip: allocate() on the capture's DoF (per-head: Error)
+  int64_t budget = 0;               // C, with strategy
+  std::string lambda = "2^-8";      // DoF tolerance, with strategy (parse_lambda's forms)
+  int64_t dof_samples = 1024;       // J per head for the spectra, with strategy (DoF seed 0, trace)
   std::vector<int64_t> dims;        // resolved per layer (filled by resolve_dims)
   std::string loss = "kl";
   int64_t steps = 100;
@@ -59,8 +68,12 @@ struct DistillOptions {
 
 // Fills options.dims for `num_layers` layers from --features or the allocation file. Throws Error
 // naming the file when it is unreadable, has no per-layer "dims", per-head dims, or the wrong layer
-// count; a usage Error when neither or both are given.
+// count; a usage Error when not exactly one is given (a strategy needs the capture: below).
 void resolve_dims(DistillOptions& options, int num_layers);
+// The same, and with a strategy: the dims `attnscope allocate --capture DIR --budget C --strategy S
+// --lambda X --samples J --json` prints (same spectra settings, same allocation). per-head is an
+// Error naming the per-layer strategies, as distill trains one dimension per layer.
+void resolve_dims(DistillOptions& options, const CaptureStore& capture);
 
 // Checks the names (map, loss, schedule) and numbers; a fixed map gets an Error naming the trainable
 // maps (quantity "feature map"). Throws Error.

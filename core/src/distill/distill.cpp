@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attnscope/allocation.h"
 #include "attnscope/capture.h"
+#include "attnscope/dof.h"
 #include "attnscope/distill.h"
 #include "attnscope/error.h"
 #include "attnscope/random.h"
@@ -44,6 +46,10 @@ json options_json(const DistillOptions& o) {
                       {"seed", o.seed}};
   j["features"] = o.features;
   j["allocation"] = o.allocation;
+  j["strategy"] = o.strategy;
+  j["budget"] = o.budget;
+  j["lambda"] = o.lambda;
+  j["dof_samples"] = o.dof_samples;
   j["dims"] = o.dims;
   j["loss"] = o.loss;
   j["optimizer"] = {{"name", "adamw"}, {"lr", o.lr}, {"lr_alpha", o.lr_alpha}, {"betas", {kBeta1, kBeta2}},
@@ -147,13 +153,16 @@ std::string num_str(double v, int digits = 6) {
 }  // namespace
 
 void resolve_dims(DistillOptions& o, int num_layers) {
-  if (o.features > 0 && !o.allocation.empty())
-    fail_value("feature dimension", "comes from either --features or --allocation, not both");
+  const int given = int(o.features > 0) + int(!o.allocation.empty()) + int(!o.strategy.empty());
+  if (given > 1)
+    fail_value("feature dimension", "comes from exactly one of --features, --allocation or --strategy, not several");
+  if (!o.strategy.empty()) fail_value("feature dimension", "from --strategy needs the capture's spectra");
   if (o.features > 0) {
     o.dims.assign(size_t(num_layers), o.features);
     return;
   }
-  if (o.allocation.empty()) fail_value("feature dimension", "is missing: give --features M or --allocation FILE");
+  if (o.allocation.empty())
+    fail_value("feature dimension", "is missing: give --features M, --allocation FILE or --strategy S --budget C");
   std::ifstream in(o.allocation);
   if (!in) fail(o.allocation, "cannot be read (allocation file)");
   json j;
@@ -176,10 +185,31 @@ void resolve_dims(DistillOptions& o, int num_layers) {
   }
 }
 
+void resolve_dims(DistillOptions& o, const CaptureStore& capture) {
+  if (o.strategy.empty()) return resolve_dims(o, capture.num_layers());
+  if (o.features > 0 || !o.allocation.empty())
+    fail_value("feature dimension", "comes from exactly one of --features, --allocation or --strategy, not several");
+  const AllocStrategy strategy = parse_alloc_strategy(o.strategy);
+  if (strategy == AllocStrategy::PerHead)
+    fail_value("allocation strategy", "per-head gives every head its own dimension, but distill trains one dimension "
+                                      "per layer (all heads as one tensor); use fix, dof or dof-clip");
+  if (o.budget < 1) fail_value("budget", "must be a positive integer (--budget C with --strategy)");
+  // The spectra exactly as `attnscope allocate --capture` computes them with its defaults (seed 0,
+  // trace normalization, exact_limit and top_k), so the dims are the ones that command prints.
+  DofSettings settings;
+  settings.samples = o.dof_samples;
+  const DofSpectra spectra = compute_spectra(capture, settings);
+  AllocOptions a;
+  a.strategy = strategy;
+  a.budget = o.budget;
+  a.head_dim = spectra.head_dim;
+  o.dims = allocate(dof_values(head_dofs(spectra, parse_lambda(o.lambda))), a).layer_dims();
+}
+
 void check_distill_options(const DistillOptions& o) {
   const auto maps = trainable_feature_maps();
   if (std::find(maps.begin(), maps.end(), o.feature_map) == maps.end())
-    fail_value("feature map", "'" + o.feature_map + "' cannot be trained (trainable maps: learned-prf, hedgehog)");
+    fail_value("feature map", "'" + o.feature_map + "' cannot be trained (trainable maps: learned-prf, hedgehog, t2r, flex-stationary)");
   const auto losses = distill_losses();
   if (std::find(losses.begin(), losses.end(), o.loss) == losses.end())
     fail_value("loss", "'" + o.loss + "' is unknown (valid: kl, softmax, l2)");
@@ -195,6 +225,9 @@ void check_distill_options(const DistillOptions& o) {
   if (o.feature_map == "hedgehog")
     for (int64_t m : o.dims)
       if (m % 2) fail_value("feature dimension", std::to_string(m) + " is odd; hedgehog needs an even M ([exp(u), exp(-u)])");
+  if (o.feature_map == "flex-stationary")
+    for (int64_t m : o.dims)
+      if (m % 2) fail_value("feature dimension", std::to_string(m) + " is odd; flex-stationary needs an even M ([cos, sin])");
 }
 
 DistillOptions read_distill_job(const std::string& run_dir) {
@@ -215,6 +248,11 @@ DistillOptions read_distill_job(const std::string& run_dir) {
     o.activation = j.at("feature_map").at("activation");
     o.features = j.at("features");
     o.allocation = j.at("allocation");
+    // Jobs written before --strategy existed have none of these.
+    o.strategy = j.value("strategy", std::string());
+    o.budget = j.value("budget", int64_t(0));
+    o.lambda = j.value("lambda", std::string("2^-8"));
+    o.dof_samples = j.value("dof_samples", int64_t(1024));
     o.dims = j.at("dims").get<std::vector<int64_t>>();
     o.loss = j.at("loss");
     o.lr = j.at("optimizer").at("lr");
@@ -238,7 +276,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   const auto t_start = std::chrono::steady_clock::now();
   if (resume) o = read_distill_job(run_dir);
   const CaptureStore cap(o.capture);
-  if (!resume) resolve_dims(o, cap.num_layers());
+  if (!resume) resolve_dims(o, cap);
   check_distill_options(o);
   if (int(o.dims.size()) != cap.num_layers()) fail(run_dir + "/job.json", "dims do not match the capture's layers");
 

@@ -2,6 +2,12 @@
 // (distill.h). log phi is written out per map so that no feature is ever exponentiated on its own:
 //   learned-prf  log phi_m(x) = z_m.x' - |x'|^2/2 + alpha_m/2 - log(M)/2,  x' = x / d^(1/4)
 //   hedgehog     u = x W + b;  exp: [u, -u];  softmax: [log_softmax(u), log_softmax(-u)]
+//   t2r          phi = ReLU(x W + b), formed directly: its features are exactly 0 where ReLU cuts,
+//                where a log would be -inf with a NaN gradient, and nothing in it can overflow
+//   flex-stationary  phi(x) = exp(ls(x)) [cos(w.x), sin(w.x)], ls(x) = |x|^2 e^-tau - log(n)/2: the
+//                kernel exp(ls_i + ls_j) V_ij (V = the cos/sin dot products) can be negative and is
+//                clamped at 0 as linear attention does (SPEC 5); ls_i cancels in a row, ls_j is
+//                taken relative to the row's largest (a running max over j <= i), so nothing overflows
 // the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
 #include <ATen/ATen.h>
 
@@ -14,7 +20,7 @@
 
 namespace attnscope {
 
-std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog"}; }
+std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog", "t2r", "flex-stationary"}; }
 std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2"}; }
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
@@ -65,6 +71,43 @@ at::Tensor log_features(const LayerMaps& m, const at::Tensor& x, const std::stri
   return at::cat({u, -u}, -1);
 }
 
+// t2r's features ReLU(x W + b) [B, H, L, M]; `side` as for log_features.
+at::Tensor relu_features(const LayerMaps& m, const at::Tensor& x, const std::string& side) {
+  const std::string pre = has_param(m, "W") ? "" : side;
+  const at::Tensor W = param(m, pre + "W");  // [H, d, M]
+  const at::Tensor b = param(m, pre + "b");  // [H, M]
+  return at::relu(at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2));
+}
+
+// flex-stationary: the cos/sin values [B, H, L, M] and the log scale ls [B, H, L] of x.
+std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at::Tensor& x) {
+  const at::Tensor omega = param(m, "omega");  // [H, n, d]
+  const at::Tensor tau = param(m, "tau");      // [H, 1]
+  const at::Tensor a = at::matmul(x, omega.unsqueeze(0).transpose(-1, -2));  // [B, H, L, n]
+  const at::Tensor ls = (x * x).sum(-1) * at::exp(-tau).unsqueeze(0) - 0.5 * std::log(double(omega.size(1)));
+  return {at::cat({at::cos(a), at::sin(a)}, -1), ls};
+}
+
+// The kl / softmax loss of t2r and flex-stationary (clamped kernels), from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
+// A row whose weights j <= i are all 0 has no distribution Ahat (core's undefined rows,
+// linear_attention.h): it is left out of the mean, which is over the defined rows only (and 0, with
+// no gradient, when no row is defined). In a defined row an entry Ahat_ij = 0 would make the loss
+// infinite; its log is floored at log(1e-30) (no gradient through that entry, as through the ReLU
+// that zeroed it), the same floor as log_kernel's.
+at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& causal,
+                         const std::string& loss) {
+  const at::Tensor z = khat.sum(-1, true);  // [B, H, L, 1]
+  const at::Tensor defined = z.squeeze(-1) > 0;
+  const at::Tensor log_ahat = at::log((khat / z.clamp_min(1e-30)).clamp_min(1e-30));
+  const at::Tensor a = log_a.exp();
+  at::Tensor per_entry;
+  if (loss == "kl") per_entry = a * (log_a - log_ahat);
+  else if (loss == "softmax") per_entry = -a * log_ahat;
+  else fail("distill", "unknown loss '" + loss + "'");
+  const at::Tensor rows = per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).masked_fill(defined.logical_not(), 0.0);
+  return rows.sum() / defined.sum().clamp_min(1).to(rows.scalar_type());
+}
+
 // log Khat_ij = logsumexp_m(lq_im + lk_jm), by taking each vector's largest log feature out before
 // the matrix product: exact up to rounding, and no [L, L, M] tensor.
 at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
@@ -81,7 +124,8 @@ at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
 std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
   if (map == "learned-prf")
     return make_learned_prf(param(*this, "z")[head].detach().clone(), param(*this, "alpha")[head].detach().clone());
-  auto fm = make_feature_map(head_spec(*this, 0, "identity", has_param(*this, "W")));
+  // The map's default initialization: every parameter is overwritten below.
+  auto fm = make_feature_map(head_spec(*this, 0, "", !has_param(*this, "q.W")));
   for (auto& [name, t] : fm->named_parameters()) t.copy_(param(*this, name)[head].detach());
   return fm;
 }
@@ -116,6 +160,39 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
+  if (m.map == "flex-stationary") {
+    const auto [vq, lsq] = fourier_features(m, q);
+    const auto [vk, lsk] = fourier_features(m, k);
+    const at::Tensor v = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
+    if (loss == "l2") {
+      if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+      const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+      const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+      const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+      const at::Tensor v_ij = at::relu((vq.index_select(2, i) * vk.index_select(2, j)).sum(-1));
+      const at::Tensor log_scale = lsq.index_select(-1, i) + lsk.index_select(-1, j) - c;
+      return (v_ij * at::exp(log_scale.clamp_max(30.0)) - at::exp(s_ij - c)).pow(2).mean();
+    }
+    // exp(ls_j - max_{j' <= i} ls_j'): at most 1 on j <= i, and -inf (0) above the diagonal.
+    const at::Tensor run_max = std::get<0>(at::cummax(lsk, -1)).detach();  // [B, H, L]
+    const at::Tensor rel = (lsk.unsqueeze(-2) - run_max.unsqueeze(-1)).masked_fill(causal.logical_not(), ninf);
+    const at::Tensor khat = (v * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
+    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
+  }
+  if (m.map == "t2r") {
+    const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
+    if (loss == "l2") {
+      if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+      const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+      const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+      const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+      const at::Tensor khat = (pq.index_select(2, i) * pk.index_select(2, j)).sum(-1);
+      // Khat exp(-c): exp(-c) capped at e^80 so that a row with a very negative maximum stays finite.
+      return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
+    }
+    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
+    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
+  }
   const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
   if (loss == "l2") {
     // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
