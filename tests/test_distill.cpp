@@ -160,7 +160,9 @@ TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
     SCOPED_TRACE(c.map + (c.tied ? " tied " : " untied ") + c.activation);
     EXPECT_GT(ref.kl, 1e-3);
     // The Fourier kernel goes negative here: the clamp at 0 is exercised, not just stated.
-    if (c.map == "flex-stationary") EXPECT_GT(ref.zero_entries, 0);
+    if (c.map == "flex-stationary") {
+      EXPECT_GT(ref.zero_entries, 0);
+    }
     EXPECT_NEAR(kl, ref.kl, 2e-5 + 1e-4 * ref.kl);
     EXPECT_NEAR(ce, ref.ce, 1e-4 * ref.ce);
     EXPECT_NEAR(l2, ref.l2, 1e-6 + 1e-4 * ref.l2);
