@@ -456,3 +456,40 @@ TEST(Convert, DistilledJobConvertsAndRunsInPyTorch) {
   ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
   EXPECT_LT(std::stod(o.substr(o.find("maxdiff") + 8)), 1e-4) << o;
 }
+
+// ReLU-type maps (t2r at initialization) leave some queries with no positive weight on real text:
+// 0/0 in SPEC 5's formula. The converted model reads 0 from that head for that token, in the batch
+// and the recurrent form and in attnscope_linear.py alike, instead of NaN that would poison every
+// later layer (eval used to fail with "phi_q has non-finite entries" in the next layer).
+TEST(Convert, QueriesWithoutPositiveWeightReadNothing) {
+  const std::string dir = test::temp_dir("convert_t2r"), cli = test::cli_path(), out = dir + "/out";
+  std::string o;
+  ASSERT_EQ(test::run_command(cli + " convert --feature-map t2r --features 16 --seed 0 --out " + out + " 2>&1", &o), 0) << o;
+  const std::string text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";
+  ASSERT_EQ(test::run_command(cli + " eval --model " + out + " --text " + text + " --seq-len 128 --speed-lengths 32 --json 2>&1", &o), 0) << o;
+  const auto ev = nlohmann::json::parse(o.substr(o.find('{')));
+  EXPECT_TRUE(std::isfinite(ev.at("converted").at("loss").get<double>())) << o;
+  EXPECT_LT(ev.at("converted").at("loss").get<double>(), 3 * ev.at("original").at("loss").get<double>()) << o;
+
+  // The same text's tokens through both forms: finite and equal.
+  LoadedModel m = load_model(out);
+  const std::vector<int64_t> tok = m.tokenizer->encode(test::read_file(text).substr(0, 600));
+  const at::Tensor ids = at::tensor(std::vector<int64_t>(tok.begin(), tok.begin() + std::min<size_t>(tok.size(), 100))).view({1, -1});
+  at::NoGradGuard ng;
+  const at::Tensor batch = m.model->forward(ids), rec = m.model->forward_recurrent(ids);
+  ASSERT_TRUE(at::isfinite(batch).all().item<bool>());
+  EXPECT_LT((batch - rec).abs().max().item<double>(), 1e-3);
+
+  const std::string python = find_python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
+  std::string id_list;
+  for (int64_t i = 0; i < ids.size(1); ++i) id_list += (i ? "," : "") + std::to_string(ids[0][i].item<int64_t>());
+  ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids " + id_list + " --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
+  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
+      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
+      "y = m(ref['ids'].view(1, -1))[0]\n"
+      "print('finite', bool(torch.isfinite(y).all()), 'maxdiff', float((y - ref['logits']).abs().max()))\n";
+  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
+  EXPECT_NE(o.find("finite True"), std::string::npos) << o;
+  EXPECT_LT(std::stod(o.substr(o.find("maxdiff") + 8)), 1e-4) << o;
+}

@@ -157,7 +157,9 @@ def linear_attention(fq, fk, v):
     kern = vq @ vk.transpose(1, 2)
     L = kern.shape[-1]
     kern = kern * torch.ones(L, L, dtype=kern.dtype).tril()
-    return (kern @ v) / kern.sum(-1, keepdim=True)
+    # A query with no positive weight (ReLU-type maps) is 0/0: that head contributes 0, as in attnscope.
+    y = (kern @ v) / kern.sum(-1, keepdim=True)
+    return torch.where(torch.isnan(y), torch.zeros_like(y), y)
 
 
 # ---- GPT-2 -------------------------------------------------------------------------------------

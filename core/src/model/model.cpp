@@ -99,6 +99,12 @@ Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor&
 
 using HeadMaps = std::vector<std::shared_ptr<FeatureMap>>;
 
+// A query that sees no key with positive weight (ReLU-type maps: t2r, relu, cosformer, when every
+// visible phi(q).phi(k) is 0) has no attention distribution: its output is 0/0. The model reads
+// nothing from that head for that token (output 0), as a head with an all-zero kernel row would
+// contribute nothing; leaving NaN would poison every later layer. attnscope_linear.py does the same.
+at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan(y), at::zeros_like(y), y); }
+
 // Causal linear attention, head by head (heads may differ in M): the batch (prefix-sum) form of
 // SPEC 5's Ahat @ v. q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat.
 at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -107,7 +113,7 @@ at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Ten
   for (int64_t h = 0; h < q.size(1); ++h) {
     const Features fq = maps[h]->scaled_query_features(q.select(1, h));
     const Features fk = maps[h]->scaled_key_features(k.select(1, h));
-    outs.push_back(linear_attention_output(fq, fk, v.select(1, h)));
+    outs.push_back(zero_undefined_rows(linear_attention_output(fq, fk, v.select(1, h))));
     if (probs) maps_out.push_back(linear_map(fq, fk).map);
   }
   if (probs) *probs = at::stack(maps_out, 1);
@@ -199,7 +205,7 @@ class Recurrent {
       st.c = c;
     }
     const at::Tensor qv = fq.values.squeeze(1);  // the query's own scale cancels
-    return at::bmm(qv.unsqueeze(1), st.S).squeeze(1) / (qv * st.z).sum(-1, /*keepdim=*/true);
+    return zero_undefined_rows(at::bmm(qv.unsqueeze(1), st.S).squeeze(1) / (qv * st.z).sum(-1, /*keepdim=*/true));
   }
 
   const ModelConfig& c_;
