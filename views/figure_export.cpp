@@ -11,6 +11,7 @@
 #include <qcustomplot.h>
 
 #include "attnscope/error.h"
+#include "plot_style.h"
 
 namespace attnscope::views {
 
@@ -63,16 +64,6 @@ QSharedPointer<QCPAxisTickerText> label_ticker(const std::vector<std::string>& l
   return t;
 }
 
-// Perceptually uniform and readable in greyscale print (matplotlib's default).
-QCPColorGradient viridis() {
-  QCPColorGradient g;
-  g.setColorStopAt(0.00, QColor(68, 1, 84));
-  g.setColorStopAt(0.25, QColor(59, 82, 139));
-  g.setColorStopAt(0.50, QColor(33, 145, 140));
-  g.setColorStopAt(0.75, QColor(94, 201, 98));
-  g.setColorStopAt(1.00, QColor(253, 231, 37));
-  return g;
-}
 
 }  // namespace
 
@@ -145,7 +136,7 @@ void save_heatmap(const HeatmapFigure& fig, const std::string& path) {
     map->setGradient(g);
     map->setDataRange(QCPRange(-a, a));
   } else {
-    map->setGradient(viridis());
+    map->setGradient(sequential_gradient());
     map->setDataRange(QCPRange(lo, hi > lo ? hi : lo + 1));
   }
   map->setInterpolate(false);
