@@ -127,6 +127,16 @@ void Workbench::stop_stages() {
   maps_pending_ = false;
 }
 
+void Workbench::clear_results() {
+  spectra_.reset();
+  dof_state_.reset();
+  analysis_.clear();
+  has_analysis_ = false;
+  thumbnails_.clear();
+  thumbnails_seq_ = -1;
+  head_view_.reset();
+}
+
 void Workbench::fail(const QString& title, const std::exception& e) { emit error(title, QString::fromUtf8(e.what())); }
 
 std::vector<JobStatus> Workbench::jobs() const {
@@ -226,13 +236,7 @@ void Workbench::after_model_loaded() {
     // A new model: what was measured belongs to the old one.
     stop_stages();
     capture_.reset();
-    spectra_.reset();
-    analysis_.clear();
-    has_analysis_ = false;
-    thumbnails_.clear();
-    thumbnails_seq_ = -1;
-    head_view_.reset();
-    dof_state_.reset();
+    clear_results();
     session_.capture_dir.clear();
     session_.spectra.clear();
     workspace_dir_.clear();
@@ -342,13 +346,7 @@ void Workbench::use_capture(std::shared_ptr<const CaptureStore> store, bool keep
   capture_ = std::move(store);
   session_.capture_dir = capture_->dir();
   if (!keep_spectra_path) session_.spectra.clear();
-  spectra_.reset();
-  dof_state_.reset();
-  analysis_.clear();
-  has_analysis_ = false;
-  thumbnails_.clear();
-  thumbnails_seq_ = -1;
-  head_view_.reset();
+  clear_results();
   pipeline_announced_ = false;
   // The selection stays where it was when the new capture has that head and window.
   if (session_.layer >= capture_->num_layers()) session_.layer = 0;
@@ -424,25 +422,30 @@ int Workbench::recompute_spectra() {
   return spectra_job_;
 }
 
+views::DofState compute_dof_state(const DofSpectra& spectra, double lambda, int64_t budget, AllocStrategy strategy,
+                                  int64_t multiple) {
+  views::DofState st;
+  st.lambda = lambda;
+  st.budget = budget;
+  st.strategy = strategy;
+  st.head_dof = head_dofs(spectra, lambda);
+  st.convergence = head_convergence(spectra, lambda);
+  AllocOptions o;
+  o.strategy = strategy;
+  o.budget = budget;
+  o.head_dim = spectra.head_dim;
+  o.multiple = multiple;
+  st.allocation = allocate(dof_values(st.head_dof), o);
+  return st;
+}
+
 std::optional<views::DofState> Workbench::set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy) {
   session_.lambda = lambda;
   session_.budget = budget;
   session_.strategy = strategy;
   if (!spectra_) return std::nullopt;
   try {
-    views::DofState st;
-    st.lambda = lambda;
-    st.budget = budget;
-    st.strategy = strategy;
-    st.head_dof = head_dofs(*spectra_, lambda);
-    st.convergence = head_convergence(*spectra_, lambda);
-    AllocOptions o;
-    o.strategy = strategy;
-    o.budget = budget;
-    o.head_dim = spectra_->head_dim;
-    o.multiple = session_.multiple;
-    st.allocation = allocate(dof_values(st.head_dof), o);
-    dof_state_ = std::move(st);
+    dof_state_ = compute_dof_state(*spectra_, lambda, budget, strategy, session_.multiple);
     emit dofStateChanged();
     return dof_state_;
   } catch (const std::exception& e) {
@@ -617,13 +620,7 @@ bool Workbench::open_session(const QString& path) {
   workspace_dir_.clear();
   text_file_.clear();
   capture_.reset();
-  spectra_.reset();
-  analysis_.clear();
-  has_analysis_ = false;
-  thumbnails_.clear();
-  thumbnails_seq_ = -1;
-  head_view_.reset();
-  dof_state_.reset();
+  clear_results();
   pipeline_announced_ = false;
   emit sessionLoaded();
   restoring_session_ = true;

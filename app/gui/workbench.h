@@ -30,6 +30,11 @@
 
 namespace attnscope::gui {
 
+// What the DoF view shows for (lambda, budget, strategy): every head's DoF and convergence at lambda
+// from the kept spectra and Algorithm 1's allocation. O(S H J): the slider path, on the UI thread.
+views::DofState compute_dof_state(const DofSpectra& spectra, double lambda, int64_t budget, AllocStrategy strategy,
+                                  int64_t multiple = 1);
+
 class Workbench : public QObject {
   Q_OBJECT
  public:
@@ -157,7 +162,9 @@ class Workbench : public QObject {
   void use_capture(std::shared_ptr<const CaptureStore> store, bool keep_spectra_path);
   void after_model_loaded();
   void check_pipeline();
-  void stop_stages();  // cancels capture, spectra, metrics and maps jobs and forgets them
+  void stop_stages();
+  // Forgets what was measured on the capture (spectra, DoF state, metrics, thumbnails, head view).
+  void clear_results();  // cancels capture, spectra, metrics and maps jobs and forgets them
   QString new_workspace();
 
   std::unique_ptr<JobRunner> runner_;

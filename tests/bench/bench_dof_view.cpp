@@ -26,6 +26,7 @@
 #include "attnscope/allocation.h"
 #include "attnscope/dof.h"
 #include "dof_view.h"
+#include "workbench.h"
 #include "figure_export.h"
 
 using namespace attnscope;
@@ -63,22 +64,6 @@ std::shared_ptr<const DofSpectra> synthetic_spectra(int S, int H, int J = 1024) 
   return sp;
 }
 
-// The window's answer to settingsChanged (app/gui does the same calls).
-views::DofState compute_state(const DofSpectra& sp, double lambda, int64_t budget, AllocStrategy strategy) {
-  views::DofState st;
-  st.lambda = lambda;
-  st.budget = budget;
-  st.strategy = strategy;
-  st.head_dof = head_dofs(sp, lambda);
-  st.convergence = head_convergence(sp, lambda);
-  AllocOptions o;
-  o.strategy = strategy;
-  o.budget = budget;
-  o.head_dim = sp.head_dim;
-  st.allocation = allocate(dof_values(st.head_dof), o);
-  return st;
-}
-
 struct Bench {
   std::shared_ptr<const DofSpectra> spectra;
   std::unique_ptr<views::DofView> view;
@@ -92,11 +77,11 @@ struct Bench {
     view->set_spectra(spectra);
     QObject::connect(view.get(), &views::DofView::settingsChanged, view.get(),
                      [this](double lambda, qint64 budget, AllocStrategy strategy) {
-                       view->show_state(compute_state(*spectra, lambda, budget, strategy));
+                       view->show_state(gui::compute_dof_state(*spectra, lambda, budget, strategy));
                      });
     for (views::PlotPanel* p : view->panels())
       QObject::connect(p->plot(), &QCustomPlot::afterReplot, [this] { ++replots; });
-    view->show_state(compute_state(*spectra, view->lambda(), view->budget(), view->strategy()));
+    view->show_state(gui::compute_dof_state(*spectra, view->lambda(), view->budget(), view->strategy()));
     view->show();
     settle();
   }
@@ -137,7 +122,7 @@ void run_budget(benchmark::State& state, std::shared_ptr<const DofSpectra> sp) {
 void run_compute(benchmark::State& state, std::shared_ptr<const DofSpectra> sp) {
   int i = 0;
   for (auto _ : state) {
-    const auto st = compute_state(*sp, std::exp2((-48 + (i++ * 7) % 49) / 4.0), 64, AllocStrategy::Dof);
+    const auto st = gui::compute_dof_state(*sp, std::exp2((-48 + (i++ * 7) % 49) / 4.0), 64, AllocStrategy::Dof);
     benchmark::DoNotOptimize(st.allocation.mean_cost);
   }
 }

@@ -25,6 +25,7 @@
 #include "attnscope/dof.h"
 #include "attnscope/table.h"
 #include "dof_view.h"
+#include "workbench.h"
 #include "figure_export.h"
 #include "plot_style.h"
 #include "test_support.h"
@@ -70,22 +71,6 @@ std::shared_ptr<DofSpectra> synthetic_spectra(int S, int H, int J) {
   return sp;
 }
 
-// What the window does on settingsChanged.
-DofState compute_state(const DofSpectra& sp, double lambda, int64_t budget, AllocStrategy strategy) {
-  DofState st;
-  st.lambda = lambda;
-  st.budget = budget;
-  st.strategy = strategy;
-  st.head_dof = head_dofs(sp, lambda);
-  st.convergence = head_convergence(sp, lambda);
-  AllocOptions o;
-  o.strategy = strategy;
-  o.budget = budget;
-  o.head_dim = sp.head_dim;
-  st.allocation = allocate(dof_values(st.head_dof), o);
-  return st;
-}
-
 struct Fixture {
   std::shared_ptr<DofSpectra> spectra = synthetic_spectra(4, 5, 96);
   std::unique_ptr<DofView> view;
@@ -97,10 +82,10 @@ struct Fixture {
     view->set_spectra(spectra);
     QObject::connect(view.get(), &DofView::settingsChanged, view.get(),
                      [this](double lambda, qint64 budget, AllocStrategy strategy) {
-                       last = compute_state(*spectra, lambda, budget, strategy);
+                       last = gui::compute_dof_state(*spectra, lambda, budget, strategy);
                        view->show_state(last);
                      });
-    last = compute_state(*spectra, view->lambda(), view->budget(), view->strategy());
+    last = gui::compute_dof_state(*spectra, view->lambda(), view->budget(), view->strategy());
     view->show_state(last);
     view->show();
     QCoreApplication::processEvents();
@@ -166,7 +151,7 @@ TEST(DofView, LambdaSliderEmitsQuarterPowersOfTwoAndTheBarsFollowCore) {
   EXPECT_EQ(f.view->lambda_label()->text(), QStringLiteral("λ = 2^-5 = 0.031"));
 
   // The allocation drawn is core's for the same inputs, independently recomputed here.
-  const DofState expect = compute_state(*f.spectra, 1.0 / 32, f.view->budget(), AllocStrategy::Dof);
+  const DofState expect = gui::compute_dof_state(*f.spectra, 1.0 / 32, f.view->budget(), AllocStrategy::Dof);
   EXPECT_EQ(f.view->drawn_layer_dims(), as_double(expect.allocation.layer_dims()));
   EXPECT_EQ(f.view->mean_cost_text(),
             QString("mean cost %1 of budget %2").arg(QString::fromStdString(fmt_number(expect.allocation.mean_cost, 1))).arg(f.view->budget()));
@@ -290,7 +275,7 @@ TEST(DofView, BudgetSpinBoxAndStrategyEmitOnceAndPerHeadDrawsTheLayerMaximum) {
   f.view->strategy_box()->setCurrentIndex(3);
   ASSERT_EQ(spy.count(), before + 1);
   EXPECT_EQ(spy.last().at(2).value<AllocStrategy>(), AllocStrategy::PerHead);
-  const DofState expect = compute_state(*f.spectra, f.view->lambda(), 96, AllocStrategy::PerHead);
+  const DofState expect = gui::compute_dof_state(*f.spectra, f.view->lambda(), 96, AllocStrategy::PerHead);
   EXPECT_EQ(f.view->drawn_layer_dims(), as_double(expect.allocation.layer_dims()));
   // The per-head dots are every head's dimension.
   QCustomPlot* plot = f.view->panels()[3]->plot();
