@@ -273,6 +273,31 @@ std::string find_python_with_torch() {
   return "";
 }
 
+
+// OUT's attnscope_linear.py against attnscope on the same ids: `attnscope logits` writes the
+// reference, the Python runner recomputes the logits. ran is false (output says why) when either
+// command fails.
+struct PythonCheck {
+  bool ran = false;
+  bool finite = false;  // every Python logit finite
+  double maxdiff = 0;   // max |Python - attnscope| logit
+  std::string output;
+};
+PythonCheck python_against_attnscope(const std::string& python, const std::string& out, const std::string& ids) {
+  PythonCheck r;
+  if (test::run_command(test::cli_path() + " logits --model " + out + " --ids " + ids + " --out " + out + "/ref.safetensors 2>&1",
+                        &r.output) != 0)
+    return r;
+  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
+      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
+      "y = m(ref['ids'].view(1, -1))[0]\n"
+      "print('finite', bool(torch.isfinite(y).all()), 'maxdiff', float((y - ref['logits']).abs().max()))\n";
+  if (test::run_command(python + " " + out + "/check.py 2>&1", &r.output) != 0) return r;
+  r.ran = true;
+  r.finite = r.output.find("finite True") != std::string::npos;
+  r.maxdiff = std::stod(r.output.substr(r.output.find("maxdiff") + 8));
+  return r;
+}
 }  // namespace
 
 // `convert --job RUN` with the trained maps of a finished distillation run (a run directory made
@@ -320,12 +345,9 @@ TEST(Convert, FromFinishedJob) {
 
   const std::string python = find_python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
-  ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids 1,2,3,4,5,600,700,8,9 --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
-  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
-      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
-      "print('maxdiff', float((m(ref['ids'].view(1, -1))[0] - ref['logits']).abs().max()))\n";
-  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
-  const double diff = std::stod(o.substr(o.find("maxdiff") + 8));
+  const PythonCheck py = python_against_attnscope(python, out, "1,2,3,4,5,600,700,8,9");
+  ASSERT_TRUE(py.ran) << py.output;
+  const double diff = py.maxdiff;
   std::cout << "[ learned-prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
   EXPECT_LT(diff, 1e-4);
 }
@@ -368,13 +390,9 @@ TEST(Convert, LlamaWithGroupedQueryAttention) {
 
   const std::string python = find_python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
-  std::string o2;
-  ASSERT_EQ(test::run_command(test::cli_path() + " logits --model " + out + " --ids 1,2,3,4,5,600,700,8,9,4000 --out " + out + "/ref.safetensors 2>&1", &o2), 0) << o2;
-  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
-      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
-      "print('maxdiff', float((m(ref['ids'].view(1, -1))[0] - ref['logits']).abs().max()))\n";
-  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o2), 0) << o2;
-  const double diff = std::stod(o2.substr(o2.find("maxdiff") + 8));
+  const PythonCheck py = python_against_attnscope(python, out, "1,2,3,4,5,600,700,8,9,4000");
+  ASSERT_TRUE(py.ran) << py.output;
+  const double diff = py.maxdiff;
   std::cout << "[ llama prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
   EXPECT_LT(diff, 1e-4);
 }
@@ -449,12 +467,9 @@ TEST(Convert, DistilledJobConvertsAndRunsInPyTorch) {
   const std::string python = find_python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   const std::string out = dir + "/out";
-  ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids 11,22,33,44,55,600,700,8,9,1000 --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
-  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
-      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
-      "print('maxdiff', float((m(ref['ids'].view(1, -1))[0] - ref['logits']).abs().max()))\n";
-  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
-  EXPECT_LT(std::stod(o.substr(o.find("maxdiff") + 8)), 1e-4) << o;
+  const PythonCheck py = python_against_attnscope(python, out, "11,22,33,44,55,600,700,8,9,1000");
+  ASSERT_TRUE(py.ran) << py.output;
+  EXPECT_LT(py.maxdiff, 1e-4) << py.output;
 }
 
 // ReLU-type maps (t2r at initialization) leave some queries with no positive weight on real text:
@@ -484,12 +499,8 @@ TEST(Convert, QueriesWithoutPositiveWeightReadNothing) {
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   std::string id_list;
   for (int64_t i = 0; i < ids.size(1); ++i) id_list += (i ? "," : "") + std::to_string(ids[0][i].item<int64_t>());
-  ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids " + id_list + " --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
-  std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
-      "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
-      "y = m(ref['ids'].view(1, -1))[0]\n"
-      "print('finite', bool(torch.isfinite(y).all()), 'maxdiff', float((y - ref['logits']).abs().max()))\n";
-  ASSERT_EQ(test::run_command(python + " " + out + "/check.py 2>&1", &o), 0) << o;
-  EXPECT_NE(o.find("finite True"), std::string::npos) << o;
-  EXPECT_LT(std::stod(o.substr(o.find("maxdiff") + 8)), 1e-4) << o;
+  const PythonCheck py = python_against_attnscope(python, out, id_list);
+  ASSERT_TRUE(py.ran) << py.output;
+  EXPECT_TRUE(py.finite) << py.output;
+  EXPECT_LT(py.maxdiff, 1e-4) << py.output;
 }
