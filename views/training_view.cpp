@@ -59,13 +59,18 @@ struct TrainingView::Impl {
   QDoubleSpinBox *lr = nullptr, *lr_alpha = nullptr;
   QRadioButton *from_allocation = nullptr, *fixed = nullptr;
   QLabel *allocation_text = nullptr, *run_label = nullptr, *run_dir = nullptr;
-  QPushButton *train = nullptr, *resume = nullptr, *convert = nullptr;
+  QPushButton *train = nullptr, *resume = nullptr, *convert = nullptr, *open_run = nullptr;
   PlotPanel *loss_panel = nullptr, *kl_panel = nullptr;
   QTableWidget* table_widget = nullptr;
   QToolButton* table_button = nullptr;
   Table table;
   RunMetrics metrics;
+  qint64 total_steps = 0;
+  QCPItemText* empty_note = nullptr;  // "press Train" over an empty plot
   std::vector<double> layer_kl;
+  // The user's choice of dimensions: the allocation comes back when it is available again (spectra
+  // computed after the form was shown) unless the user picked a fixed M.
+  bool prefer_allocation = true;
 
   explicit Impl(TrainingView* v) : view(v) {}
 
@@ -118,6 +123,8 @@ struct TrainingView::Impl {
     form->addRow(QString(), allocation_text);
     form->addRow(QString(), fixed_row);
     QObject::connect(fixed, &QRadioButton::toggled, features, &QSpinBox::setEnabled);
+    QObject::connect(group, &QButtonGroup::buttonClicked, view,
+                     [this](QAbstractButton* b) { prefer_allocation = b == from_allocation; });
     features->setEnabled(false);
 
     steps = new QSpinBox(box);
@@ -183,6 +190,10 @@ struct TrainingView::Impl {
     convert->setObjectName("convert_button");
     convert->setToolTip(tr("Write the converted model to RUN/converted, then compare it with the original on the sample texts"));
     convert->setEnabled(false);
+    open_run = new QPushButton(tr("Open run…"), box);
+    open_run->setObjectName("open_run_button");
+    open_run->setToolTip(tr("Show a run folder (one of an earlier session, or an `attnscope distill` run) to resume or convert it"));
+    buttons->addWidget(open_run);
     buttons->addWidget(resume);
     buttons->addWidget(convert, 1);
     form->addRow(buttons);
@@ -203,6 +214,10 @@ struct TrainingView::Impl {
     p->yAxis->setNumberPrecision(0);
     p->legend->setVisible(false);
     p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    empty_note = new QCPItemText(p);
+    empty_note->position->setType(QCPItemPosition::ptAxisRectRatio);
+    empty_note->position->setCoords(0.5, 0.5);
+    empty_note->setText(tr("No run yet: the loss of every layer appears here as it trains"));
     loss_panel->set_csv([this] {
       std::string csv = "series,layer,step,value\n";
       for (const TrainingPoint& t : metrics.training)
@@ -214,7 +229,7 @@ struct TrainingView::Impl {
   }
 
   void build_kl_panel() {
-    kl_panel = new PlotPanel(tr("Attention KL per layer, converted vs original"), view);
+    kl_panel = new PlotPanel(tr("Attention KL per layer (converted)"), view);
     QCustomPlot* p = kl_panel->plot();
     p->setMinimumSize(260, 200);
     p->xAxis->setLabel(tr("layer"));
@@ -256,12 +271,13 @@ struct TrainingView::Impl {
     for (const ValidationPoint& v : metrics.validation)
       if (v.val_kl > 0 && std::isfinite(v.val_kl)) p->graph(2 * v.layer + 1)->addData(double(v.step), v.val_kl);
     p->legend->setVisible(layers > 0 && layers <= 16);
+    empty_note->setVisible(layers == 0);
     if (layers > 0) {
       p->rescaleAxes();
       const QCPRange y = p->yAxis->range();
       if (y.lower > 0) p->yAxis->setRange(y.lower / 1.3, y.upper * 1.3);
       const QCPRange x = p->xAxis->range();
-      p->xAxis->setRange(std::min(0.0, x.lower), std::max(x.upper, 1.0));
+      p->xAxis->setRange(0, std::max({x.upper, double(total_steps), 1.0}));
     }
     p->replot();
   }
@@ -363,6 +379,7 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
 
   connect(d_->train, &QPushButton::clicked, this, &TrainingView::trainRequested);
   connect(d_->resume, &QPushButton::clicked, this, &TrainingView::resumeRequested);
+  connect(d_->open_run, &QPushButton::clicked, this, &TrainingView::openRunRequested);
   connect(d_->convert, &QPushButton::clicked, this, &TrainingView::convertRequested);
   d_->draw_curves();
   d_->draw_kl();
@@ -403,6 +420,7 @@ void TrainingView::set_form(const TrainForm& f) {
   select_text(d_->device, f.device);
   d_->checkpoint->setValue(int(f.checkpoint_every));
   d_->features->setValue(int(f.features));
+  d_->prefer_allocation = f.use_allocation;
   if (f.use_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
   else d_->fixed->setChecked(true);
 }
@@ -410,7 +428,8 @@ void TrainingView::set_form(const TrainForm& f) {
 void TrainingView::set_allocation(const QString& text, bool available) {
   d_->allocation_text->setText(text);
   d_->from_allocation->setEnabled(available);
-  if (!available && d_->from_allocation->isChecked()) d_->fixed->setChecked(true);
+  if (!available) d_->fixed->setChecked(true);
+  else if (d_->prefer_allocation) d_->from_allocation->setChecked(true);
 }
 
 void TrainingView::set_run(const QString& dir, const QString& status, bool can_train, bool can_resume, bool can_convert) {
@@ -424,8 +443,9 @@ void TrainingView::set_run(const QString& dir, const QString& status, bool can_t
 
 void TrainingView::set_commands(const QString& distill_command) { d_->loss_panel->set_command(distill_command); }
 
-void TrainingView::set_curves(const RunMetrics& metrics) {
+void TrainingView::set_curves(const RunMetrics& metrics, qint64 total_steps) {
   d_->metrics = metrics;
+  d_->total_steps = total_steps;
   d_->draw_curves();
 }
 
@@ -453,6 +473,7 @@ std::vector<PlotPanel*> TrainingView::panels() const { return {d_->loss_panel, d
 QTableWidget* TrainingView::comparison_table() const { return d_->table_widget; }
 QPushButton* TrainingView::train_button() const { return d_->train; }
 QPushButton* TrainingView::resume_button() const { return d_->resume; }
+QPushButton* TrainingView::open_run_button() const { return d_->open_run; }
 QPushButton* TrainingView::convert_button() const { return d_->convert; }
 QComboBox* TrainingView::map_box() const { return d_->map; }
 QSpinBox* TrainingView::steps_box() const { return d_->steps; }

@@ -56,8 +56,9 @@ class TrainingView : public QWidget {
   void set_run(const QString& dir, const QString& status, bool can_train, bool can_resume, bool can_convert);
   void set_commands(const QString& distill_command);  // "Copy as command" of the loss figure
 
-  // The loss curves: one line per layer (training loss per step), validation KL as dots.
-  void set_curves(const RunMetrics& metrics);
+  // The loss curves: one line per layer (training loss per step), validation KL as dots; the step
+  // axis spans the run's `total_steps` (0: the steps there are), so a running curve grows to the right.
+  void set_curves(const RunMetrics& metrics, qint64 total_steps = 0);
   // The comparison table and the per-layer attention KL of the converted model (empty: cleared).
   void set_comparison(const Table& table, const std::vector<double>& layer_kl);
 
@@ -72,6 +73,7 @@ class TrainingView : public QWidget {
   QTableWidget* comparison_table() const;
   QPushButton* train_button() const;
   QPushButton* resume_button() const;
+  QPushButton* open_run_button() const;
   QPushButton* convert_button() const;
   QComboBox* map_box() const;
   QSpinBox* steps_box() const;
@@ -83,6 +85,7 @@ class TrainingView : public QWidget {
  signals:
   void trainRequested();
   void resumeRequested();
+  void openRunRequested();  // "Open run…": the window asks for the folder
   void convertRequested();
 
  private:

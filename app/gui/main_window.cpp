@@ -342,6 +342,16 @@ void MainWindow::connect_views() {
 
   connect(training_, &views::TrainingView::trainRequested, this, &MainWindow::start_training);
   connect(training_, &views::TrainingView::resumeRequested, this, [this] { workbench_->resume_distill(); });
+  connect(training_, &views::TrainingView::openRunRequested, this, [this] {
+    const QString start = workbench_->run_dir().isEmpty() ? workbench_->workspace_root() : workbench_->run_dir() + "/..";
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a distillation run (a folder with job.json)"), start);
+    if (dir.isEmpty()) return;
+    if (!QFileInfo::exists(dir + "/job.json")) {
+      show_error(tr("Open run"), tr("%1 is not a run directory (no job.json)").arg(dir));
+      return;
+    }
+    workbench_->open_run(dir);
+  });
   connect(training_, &views::TrainingView::convertRequested, this, [this] { workbench_->convert_and_evaluate(); });
 
   connect(heads_, &views::HeadsView::headSelected, this, &MainWindow::select_head);
@@ -830,17 +840,27 @@ void MainWindow::update_training() {
   QString status;
   if (state.isEmpty()) status = tr("No run yet: choose the options and press Train");
   else if (state == "running") status = tr("Training: step %1 of %2").arg(step).arg(steps);
-  else if (state == "stopped")
+  else if (state == "stopped") {
+    const qint64 checkpoint = workbench_->checkpoint_step();
     status = tr("Stopped at step %1 of %2").arg(step).arg(steps) +
-             (workbench_->can_resume() || workbench_->converting() ? tr(": Resume continues from its last checkpoint")
-                                                                    : tr(": no checkpoint yet, train it again"));
-  else if (state == "finished") status = tr("Finished: %1 steps").arg(steps);
+             (checkpoint > 0 ? tr(": Resume continues from the checkpoint at step %1").arg(checkpoint)
+                             : tr(": no checkpoint yet, train it again"));
+  }
+  else if (state == "finished") {
+    // The last validation KL of each layer, averaged: the run's one number.
+    std::map<int, double> last_kl;
+    for (const ValidationPoint& v : m.validation) last_kl[v.layer] = v.val_kl;
+    double sum = 0;
+    for (const auto& [layer, kl] : last_kl) sum += kl;
+    status = tr("Finished: %1 steps").arg(steps);
+    if (!last_kl.empty()) status += tr(", validation KL %1 (mean of layers)").arg(sum / double(last_kl.size()), 0, 'g', 4);
+  }
   else if (state == "failed") status = tr("Failed before training began (see the Jobs tab)");
   else status = state;
   if (workbench_->converting()) status += tr(" · converting and evaluating…");
   const bool can_train = workbench_->capture_store() != nullptr && !workbench_->training_running();
   training_->set_run(workbench_->run_dir(), status, can_train, workbench_->can_resume(), workbench_->can_convert());
-  training_->set_curves(m);
+  training_->set_curves(m, steps);
   training_->set_commands(q(workbench_->run_command()));
 }
 

@@ -149,6 +149,8 @@ class Workbench : public QObject {
   // "finished" (report.json), "running", "stopped" (cancelled or killed) or "" (no run).
   QString run_state() const;
   bool can_resume() const;   // stopped, with a checkpoint, and nothing of the run running
+  // The step of the run's last complete checkpoint (where Resume continues), 0 when there is none.
+  int64_t checkpoint_step() const;
   bool can_convert() const;  // finished, and no conversion running
   // The steps the current run asks for (job.json), 0 when unknown.
   int64_t run_steps() const { return run_steps_; }

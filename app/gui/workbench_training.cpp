@@ -14,6 +14,7 @@
 #include "attnscope/convert_job.h"
 #include "attnscope/error.h"
 #include "attnscope/run_dir.h"
+#include "attnscope/safetensors.h"
 #include "attnscope/text_file.h"
 #include "attnscope/text_ids.h"
 #include "attnscope/text_source.h"
@@ -54,6 +55,18 @@ QString Workbench::run_state() const {
 bool Workbench::can_resume() const {
   return run_state() == "stopped" && fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors") &&
          !converting();
+}
+
+int64_t Workbench::checkpoint_step() const {
+  const std::string path = to_std(run_dir_) + "/checkpoints/checkpoint.safetensors";
+  if (run_dir_.isEmpty() || !fs::is_regular_file(path)) return 0;
+  try {
+    const SafetensorsFile ck(path);
+    const auto it = ck.metadata().find("step");
+    return it == ck.metadata().end() ? 0 : std::stoll(it->second);
+  } catch (const std::exception&) {
+    return 0;  // unreadable: Resume will say why
+  }
 }
 
 bool Workbench::can_convert() const { return run_state() == "finished" && !converting(); }

@@ -16,6 +16,8 @@
 #include <qcustomplot.h>
 
 #include "attnscope/converted_eval.h"
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
 #include "attnscope/model.h"
 #include "attnscope/run_metrics.h"
 #include "attnscope/text_source.h"
@@ -175,7 +177,9 @@ TEST_F(TrainingTest, ShortRunDrawsMetricsJsonlAndItsCommandReproducesIt) {
 TEST_F(TrainingTest, DofViewAllocationGivesTheRunItsDims) {
   auto w = make_window();
   capture_bundled(*w);
+  // Spectra came after the form was built: the allocation is offered, and chosen by default.
   ASSERT_TRUE(w->training_view()->allocation_radio()->isEnabled());
+  EXPECT_TRUE(w->training_view()->allocation_radio()->isChecked());
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
   train(*w, 2, 0, 2);
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
@@ -313,4 +317,42 @@ TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
   EXPECT_EQ(w->workbench()->resume_distill(), 0);
   EXPECT_EQ(w->workbench()->convert_and_evaluate(), 0);
   EXPECT_EQ(errors.count(), 3);
+}
+
+TEST_F(TrainingTest, AKilledRunOfAnotherProcessOpensAndResumes) {
+  auto w = make_window();
+  capture_bundled(*w);
+  // A run stopped after step 5 (checkpoints every 2 steps), its process gone without a word: the
+  // pid file of a kill -9 is left behind.
+  const std::string run = test::temp_dir("killed_run") + "/run";
+  DistillOptions o;
+  o.capture = w->workbench()->session().capture_dir;
+  o.features = 16;
+  o.steps = 12;
+  o.checkpoint_every = 2;
+  EXPECT_THROW(distill(o, run,
+                       [](double fraction, const std::string&) {
+                         if (fraction >= 5.0 / 12 - 1e-9) throw Cancelled();
+                       }),
+               Cancelled);
+  std::ofstream(run + "/running") << "999999999\n";
+
+  w->show_view("training");
+  w->workbench()->open_run(QString::fromStdString(run));
+  EXPECT_EQ(w->workbench()->run_state(), "stopped");
+  EXPECT_EQ(w->training_view()->run_label()->text().toStdString(),
+            "Stopped at step 5 of 12: Resume continues from the checkpoint at step 4");
+  EXPECT_EQ(graph_points(graph_named(w->training_view()->loss_panel()->plot(), "layer 0")).size(), 5u);
+  ASSERT_TRUE(w->training_view()->resume_button()->isEnabled());
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  QTest::mouseClick(w->training_view()->resume_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_TRUE(fs::is_regular_file(run + "/report.json"));
+  const Curves c = read_curves(run);
+  for (const auto& [layer, points] : c.loss) {
+    ASSERT_EQ(points.size(), 12u) << "layer " << layer;
+    for (size_t i = 0; i < points.size(); ++i) EXPECT_EQ(points[i].first, double(i + 1));
+  }
 }
