@@ -368,6 +368,8 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   d_->table_widget->setAlternatingRowColors(true);
   d_->table_widget->horizontalHeader()->setStretchLastSection(true);
   d_->table_widget->setMinimumSize(360, 160);
+  // Compact rows: the whole comparison (a dozen rows for a small model) fits without scrolling.
+  d_->table_widget->verticalHeader()->setDefaultSectionSize(d_->table_widget->fontMetrics().height() + 6);
   tl->addWidget(d_->table_widget, 1);
   bl->addWidget(table_box, 3);
   d_->build_kl_panel();
@@ -441,7 +443,10 @@ void TrainingView::set_run(const QString& dir, const QString& status, bool can_t
   d_->convert->setEnabled(can_convert);
 }
 
-void TrainingView::set_commands(const QString& distill_command) { d_->loss_panel->set_command(distill_command); }
+void TrainingView::set_commands(const QString& distill_command, const QString& eval_command) {
+  d_->loss_panel->set_command(distill_command);
+  d_->kl_panel->set_command(eval_command);
+}
 
 void TrainingView::set_curves(const RunMetrics& metrics, qint64 total_steps) {
   d_->metrics = metrics;

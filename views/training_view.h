@@ -54,7 +54,9 @@ class TrainingView : public QWidget {
   void set_allocation(const QString& text, bool available);
   // The current run: its folder, a line about its state, and which buttons apply.
   void set_run(const QString& dir, const QString& status, bool can_train, bool can_resume, bool can_convert);
-  void set_commands(const QString& distill_command);  // "Copy as command" of the loss figure
+  // "Copy as command" of the loss figure (the run's `attnscope distill ...`) and of the KL bars
+  // (`attnscope eval --model RUN/converted ...`).
+  void set_commands(const QString& distill_command, const QString& eval_command);
 
   // The loss curves: one line per layer (training loss per step), validation KL as dots; the step
   // axis spans the run's `total_steps` (0: the steps there are), so a running curve grows to the right.

@@ -328,6 +328,7 @@ void MainWindow::connect_workbench() {
     std::vector<double> kl;
     for (const LayerCloseness& l : e->layers) kl.push_back(l.attention_kl);
     training_->set_comparison(comparison_table(*e), kl);
+    training_->set_commands(q(workbench_->run_command()), q(workbench_->eval_command()));
     statusBar()->showMessage(tr("Converted model evaluated: see the Train tab"), 8000);
   });
   connect(w, &Workbench::message, this, [this](const QString& text) { statusBar()->showMessage(text, 10000); });
@@ -861,7 +862,9 @@ void MainWindow::update_training() {
   const bool can_train = workbench_->capture_store() != nullptr && !workbench_->training_running();
   training_->set_run(workbench_->run_dir(), status, can_train, workbench_->can_resume(), workbench_->can_convert());
   training_->set_curves(m, steps);
-  training_->set_commands(q(workbench_->run_command()));
+  // A comparison belongs to the run it was made of: gone with a new run, a resume or a conversion.
+  if (!workbench_->evaluation() && !training_->table().rows.empty()) training_->set_comparison({}, {});
+  training_->set_commands(q(workbench_->run_command()), q(workbench_->eval_command()));
 }
 
 void MainWindow::open_job_result(int id) {

@@ -155,6 +155,8 @@ class Workbench : public QObject {
   // The steps the current run asks for (job.json), 0 when unknown.
   int64_t run_steps() const { return run_steps_; }
   std::string run_command() const { return run_command_; }  // its `attnscope distill ...`
+  // The `attnscope eval ...` line of the last evaluation of the current run ("" before one).
+  std::string eval_command() const { return eval_command_; }
   // The last evaluation of the current run's converted model (null before one).
   std::shared_ptr<const ConvertedEvaluation> evaluation() const { return evaluation_; }
   // What the evaluation measures (window length 0 = the capture's; speed lengths; timing).
@@ -243,7 +245,7 @@ class Workbench : public QObject {
   MetricsTail metrics_tail_;
   QTimer* metrics_timer_ = nullptr;  // tails metrics.jsonl while distill runs
   int64_t run_steps_ = 0;
-  std::string run_command_;
+  std::string run_command_, eval_command_;
   int distill_job_ = 0, convert_job_ = 0, eval_job_ = 0;
   std::shared_ptr<const ConvertedEvaluation> evaluation_;
   ConvertedEvalOptions eval_options_;

@@ -80,6 +80,7 @@ void Workbench::open_run(const QString& dir) {
   metrics_tail_ = MetricsTail(to_std(run_dir_));
   metrics_tail_.poll();
   evaluation_.reset();
+  eval_command_.clear();
   run_steps_ = 0;
   run_command_.clear();
   try {
@@ -143,6 +144,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     run_dir_ = dir;
     metrics_tail_ = MetricsTail(run);
     evaluation_.reset();
+    eval_command_.clear();
     run_steps_ = o.steps;
     run_command_ = o.command;
     const std::string title = "distill " + o.feature_map + " (" + o.loss + ", " + std::to_string(o.steps) + " steps)";
@@ -177,6 +179,7 @@ int Workbench::resume_distill() {
                            : std::string(" and has no checkpoint yet (train it again)")));
     const std::string run = to_std(run_dir_);
     evaluation_.reset();
+    eval_command_.clear();
     const int id = start(
         "distill", "resume " + fs::path(run).filename().string(), distill_resume_command(run),
         [run](Job& job) -> Apply {
@@ -211,6 +214,7 @@ int Workbench::convert_and_evaluate() {
     auto current = model_;
     const std::string module = python_module_;
     evaluation_.reset();
+    eval_command_.clear();
     const int id = start(
         "convert", "convert " + fs::path(run).filename().string(), convert_job_command(run, out),
         [run, out, current, module](Job& job) -> Apply {
@@ -245,16 +249,18 @@ int Workbench::start_evaluation() {
   ConvertedEvalOptions eo = eval_options_;
   if (eo.seq_len <= 0 && capture_) eo.seq_len = int(capture_->seq_len());
   const std::string dir = to_std(converted_dir()), run = to_std(run_dir_);
+  const std::string command = eval_converted_command(dir, texts, eo);
   return start(
-      "eval", "evaluate " + fs::path(run).filename().string() + "/converted", eval_converted_command(dir, texts, eo),
-      [this, dir, run, texts, eo](Job& job) -> Apply {
+      "eval", "evaluate " + fs::path(run).filename().string() + "/converted", command,
+      [this, dir, run, texts, eo, command](Job& job) -> Apply {
         job.progress()(0, "loading " + dir);
         const LoadedModel m = load_model(dir);
         const std::vector<int64_t> ids = text_token_ids(*m.tokenizer, read_text_documents(texts));
         auto e = std::make_shared<const ConvertedEvaluation>(evaluate_converted(*m.model, ids, eo, job.progress()));
-        return [this, e, run] {
+        return [this, e, run, command] {
           if (to_std(run_dir_) != run) return;  // another run was opened meanwhile
           evaluation_ = e;
+          eval_command_ = command;
           emit evaluationReady();
         };
       },

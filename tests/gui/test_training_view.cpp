@@ -302,6 +302,14 @@ TEST_F(TrainingTest, ConvertAndEvaluateShowsCoresComparison) {
   w->training_view()->export_table(QString::fromStdString(csv));
   EXPECT_NE(test::read_file(md).find("| loss (nats/token) | " + shown["loss (nats/token)"].first), std::string::npos);
   EXPECT_NE(test::read_file(csv).find("perplexity," + shown["perplexity"].first), std::string::npos);
+  // The KL bars copy as the eval command that measured them.
+  EXPECT_EQ(w->training_view()->kl_panel()->command().toStdString(), last_job(*w, "eval").command);
+
+  // A new run clears the comparison of the old one.
+  train(*w, 2, 16, 2);
+  EXPECT_EQ(w->training_view()->comparison_table()->rowCount(), 0);
+  EXPECT_FALSE(w->training_view()->convert_button()->isEnabled());
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
 }
 
 TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
