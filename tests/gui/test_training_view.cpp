@@ -302,8 +302,15 @@ TEST_F(TrainingTest, ConvertAndEvaluateShowsCoresComparison) {
   w->training_view()->export_table(QString::fromStdString(csv));
   EXPECT_NE(test::read_file(md).find("| loss (nats/token) | " + shown["loss (nats/token)"].first), std::string::npos);
   EXPECT_NE(test::read_file(csv).find("perplexity," + shown["perplexity"].first), std::string::npos);
-  // The KL bars copy as the eval command that measured them.
-  EXPECT_EQ(w->training_view()->kl_panel()->command().toStdString(), last_job(*w, "eval").command);
+  // The KL bars copy as the eval command that measured them; run headless it prints the same losses.
+  const std::string eval_command = last_job(*w, "eval").command;
+  EXPECT_EQ(w->training_view()->kl_panel()->command().toStdString(), eval_command);
+  std::string json_text;
+  const std::string cli = test::cli_path() + eval_command.substr(std::string("attnscope").size());
+  ASSERT_EQ(test::run_command(cli + " 2>/dev/null", &json_text), 0) << cli << "\n" << json_text;
+  const auto j = nlohmann::json::parse(json_text);
+  EXPECT_NEAR(j.at("converted").at("loss").get<double>(), e.converted_loss, 1e-9);
+  EXPECT_NEAR(j.at("layers").at(2).at("attention_kl").get<double>(), e.layers[2].attention_kl, 1e-9);
 
   // A new run clears the comparison of the old one.
   train(*w, 2, 16, 2);
