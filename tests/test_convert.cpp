@@ -1,6 +1,7 @@
 // Converted models (SPEC 7): `convert` writes them, load_model runs them as linear attention in the
 // batch and the recurrent form, and attnscope_linear.py runs them with PyTorch alone.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 #include <gtest/gtest.h>
 
 #include <cmath>
