@@ -568,3 +568,25 @@ TEST(Convert, QueriesWithoutPositiveWeightReadNothing) {
   EXPECT_TRUE(py.finite) << py.output;
   EXPECT_LT(py.maxdiff, 1e-4) << py.output;
 }
+
+// `convert` killed with SIGKILL while it writes (as soon as the weights are in its partial directory)
+// leaves no OUT; the next convert to OUT writes a complete model and removes the killed one's debris.
+TEST(Convert, KilledConvertLeavesNoDirectory) {
+  const std::string root = test::temp_dir("convert_kill9"), out = root + "/out", cli = test::cli_path();
+  const std::string cmd = cli + " convert --model " + bundled() + " --feature-map prf --features 64 --out " + out;
+  // bash builtins only in the wait loop (compgen, kill -0): no process start between checks.
+  std::ofstream(root + "/kill.sh") << "out=$1; shift; \"$@\" >/dev/null 2>&1 & pid=$!\n"
+                                      "until compgen -G \"$out.partial-*/model.safetensors\" >/dev/null || ! kill -0 $pid 2>/dev/null; do :; done\n"
+                                      "kill -9 $pid; wait $pid\n";
+  std::string o;
+  const int rc = test::run_command("bash " + root + "/kill.sh " + out + " " + cmd, &o);
+  if (fs::exists(out + "/config.json")) GTEST_SKIP() << "convert finished before the kill";
+  EXPECT_EQ(rc, 137) << o;
+  EXPECT_FALSE(fs::exists(out)) << "a killed convert must leave no OUT";
+  ASSERT_EQ(test::run_command(cmd + " 2>&1", &o), 0) << o;
+  EXPECT_TRUE(is_converted_model(out));
+  EXPECT_NO_THROW(load_model(out));
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.path().filename() != "kill.sh") EXPECT_EQ(e.path().filename().string(), "out") << "debris left: " << e.path();
+  }
+}
