@@ -677,6 +677,7 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   EXPECT_EQ(rep["layers"][0]["head_features"], nlohmann::json(dims[0]));
   EXPECT_FALSE(rep["layers"][1].contains("head_features"));  // one group: as a per-layer run
   ASSERT_EQ(r.groups.size(), 4u);
+  EXPECT_TRUE(r.maps.empty());  // per-layer LayerMaps only where every layer is one group
   EXPECT_EQ(r.groups[2].size(), 2u);
   EXPECT_EQ(r.groups[2][1].heads, std::vector<int64_t>{2});
   const auto maps = read_maps(root + "/run/feature_maps.safetensors");

@@ -150,7 +150,7 @@ struct DistillResult {
   std::vector<DistillLayerResult> layers;
   int64_t steps = 0;
   double seconds = 0;
-  std::vector<LayerMaps> maps;                 // layer s's maps when it is one group (per-layer dims)
+  std::vector<LayerMaps> maps;                 // layer s's maps with per-layer dims; empty with per-head
   std::vector<std::vector<HeadGroup>> groups;  // [layer][group]: always
   double initial_val_loss = 0, val_loss = 0;   // direct: held-out next-token loss (nats); NaN otherwise
 };

@@ -353,6 +353,7 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
     if (one_group(st)) r.maps.push_back(st.groups[0].group.maps);
     r.groups.push_back(std::move(groups));
   }
+  if (int(r.maps.size()) != S) r.maps.clear();  // per-head dims: r.groups only
   rep["mean_val_kl"] = sum_kl / double(S);
   for (auto it = extra.begin(); it != extra.end(); ++it) rep[it.key()] = it.value();
   write_safetensors(run.file("feature_maps.safetensors"), maps_out,
