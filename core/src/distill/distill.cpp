@@ -472,12 +472,6 @@ void check_distill_options(const DistillOptions& o) {
   if (std::find(losses.begin(), losses.end(), o.loss) == losses.end())
     fail_value("loss", "'" + o.loss + "' is unknown (valid: " + join(losses) + ")");
   if (o.loss == "direct" && o.text.empty()) fail_value("text", "loss direct trains on a text: give --text FILE");
-  // In the model a t2r query with no positive weight reads 0 from its head (0/0, zeroed), whose
-  // gradient is NaN and would reach every parameter: direct training of t2r needs a guarded
-  // linear attention first.
-  if (o.loss == "direct" && o.feature_map == "t2r")
-    fail_value("feature map", "t2r cannot be trained with --loss direct yet (a query row with no positive weight has "
-                              "no gradient); use a layerwise loss, or learned-prf, hedgehog, flex-stationary, flex-nonstationary");
   if (o.seq_len < 0 || o.seq_len == 1) fail_value("sequence length", "must be at least 2 (or 0 for the default)");
   if (o.schedule != "constant" && o.schedule != "cosine")
     fail_value("schedule", "'" + o.schedule + "' is unknown (valid: constant, cosine)");
