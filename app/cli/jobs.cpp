@@ -48,8 +48,9 @@ void register_jobs(CLI::App& app) {
       std::string line;
       while (std::getline(mf, line)) {
         const json m = json::parse(line, nullptr, false);
-        if (m.is_discarded() || !m.contains("layer")) continue;  // a line cut by a kill
-        const int layer = m["layer"].get<int>();
+        if (m.is_discarded() || !m.contains("step")) continue;  // a line cut by a kill
+        // Direct training's lines are the whole model's (no "layer"): shown first, as layer -1.
+        const int layer = m.contains("layer") ? m["layer"].get<int>() : -1;
         if (m.contains("loss")) {
           loss[layer] = m["loss"].get<double>();
           step = std::max(step, m["step"].get<int64_t>());
