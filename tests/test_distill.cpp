@@ -4,6 +4,7 @@
 // the errors a user meets.
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <chrono>
 #include <cmath>

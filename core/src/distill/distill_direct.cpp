@@ -9,6 +9,7 @@
 // q, k of up to 4 held-out windows through the original softmax model: the model is frozen, so
 // these are fixed, and the KL is layer_kl's, the layerwise runs' measure.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <algorithm>
 #include <chrono>
