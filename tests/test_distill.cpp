@@ -536,3 +536,78 @@ TEST(Distill, LearnedPrfFarBelowUntrainedOnSpikyStories260KHeads) {
     EXPECT_LT(l.val_kl, 0.2 * l.initial_val_kl) << "layer " << l.layer;
   }
 }
+
+// --device cuda trains the same maps as the CPU (float tolerance) for every code path of the loss
+// (log domain, ReLU kernel, clamped Fourier kernel, l2 pairs), writes the CPU files' format, and a
+// CUDA run resumes on the CPU. Skipped where there is no CUDA; the lead runs it on the GPU machine.
+TEST(DistillDevice, CudaEqualsCpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA here (CPU-only LibTorch or no GPU): run on a GPU machine";
+  const std::string root = test::temp_dir("distill_cuda");
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"learned-prf", "kl"}, {"learned-prf", "l2"}, {"t2r", "softmax"}, {"flex-stationary", "kl"}};
+  for (const auto& [map, loss] : runs) {
+    const std::string name = map + "-" + loss;
+    DistillOptions o = base_options(map, loss, 20);
+    distill(o, root + "/cpu-" + name);
+    o.device = "cuda";
+    const DistillResult r = distill(o, root + "/cuda-" + name);
+    EXPECT_EQ(read_json(root + "/cuda-" + name + "/job.json")["device"], "cuda");
+    EXPECT_EQ(r.maps[0].params[0].second.device().type(), at::kCPU);
+    const auto a = read_maps(root + "/cpu-" + name + "/feature_maps.safetensors");
+    const auto b = read_maps(root + "/cuda-" + name + "/feature_maps.safetensors");
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (const auto& [tensor, t] : a) {
+      ASSERT_EQ(b.at(tensor).scalar_type(), at::kFloat) << tensor;
+      const double scale = std::max(1.0, t.abs().max().item<double>());
+      worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>() / scale);
+    }
+    std::printf("%s: max |cpu - cuda| / max(1, |cpu|) = %.3g after 20 steps\n", name.c_str(), worst);
+    EXPECT_LE(worst, 1e-4) << name;
+    const auto ra = read_json(root + "/cpu-" + name + "/report.json"), rb = read_json(root + "/cuda-" + name + "/report.json");
+    for (int s = 0; s < 4; ++s)
+      EXPECT_NEAR(ra["layers"][s]["final_loss"].get<double>(), rb["layers"][s]["final_loss"].get<double>(),
+                  1e-4 * std::max(1.0, std::abs(ra["layers"][s]["final_loss"].get<double>())))
+          << name << " layer " << s;
+  }
+  // Cancelled on CUDA at step 13, resumed on the CPU from the step-10 checkpoint.
+  DistillOptions o = base_options("learned-prf", "kl", 20);
+  o.checkpoint_every = 10;
+  o.device = "cuda";
+  const ProgressFn cancel_at_13 = [](double, const std::string& what) {
+    if (what.rfind("step 13/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(distill(o, root + "/moved", cancel_at_13), Cancelled);
+  DistillOptions on_cpu;
+  on_cpu.device = "cpu";
+  distill(on_cpu, root + "/moved", nullptr, /*resume=*/true);
+  const auto a = read_maps(root + "/cpu-learned-prf-kl/feature_maps.safetensors");
+  const auto b = read_maps(root + "/moved/feature_maps.safetensors");
+  double worst = 0;
+  for (const auto& [tensor, t] : a) worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>());
+  EXPECT_LE(worst, 1e-4);
+}
+
+TEST(DistillDevice, UnknownDeviceIsAUsageErrorAndMissingCudaIsClear) {
+  const std::string root = test::temp_dir("distill_device_err");
+  const std::string cli = test::cli_path();
+  const std::string args = " distill --capture " + bundled_capture() + " --feature-map learned-prf --features 8 --steps 2";
+  std::string out;
+  int rc = test::run_command(cli + args + " --device tpu --out " + root + "/tpu 2>&1", &out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("tpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("cpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("cuda"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/tpu"));
+  DistillOptions o = base_options("learned-prf", "kl", 2);
+  o.device = "cuda:7";
+  const std::string e = test::error_of([&] { distill(o, root + "/core"); });
+  EXPECT_NE(e.find("'cuda:7' is unknown (valid: cpu, cuda)"), std::string::npos) << e;
+  if (at::hasCUDA()) return;  // the GPU machine runs CudaEqualsCpu instead
+  rc = test::run_command(cli + args + " --device cuda --out " + root + "/cuda 2>&1", &out);
+  EXPECT_EQ(rc, 1) << out;
+  const bool says_why = out.find("this build has no CUDA") != std::string::npos || out.find("no CUDA device") != std::string::npos;
+  EXPECT_TRUE(says_why) << out;
+  EXPECT_NE(out.find("--device"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/cuda/job.json")) << "nothing is written for a device that is not there";
+}

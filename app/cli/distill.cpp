@@ -42,11 +42,14 @@ void register_distill(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "windows per mini-batch")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of the maps, the split and the mini-batches")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")->capture_default_str();
+  auto* dev = cmd->add_option("--device", o->device, "cpu | cuda (with --resume: the job's unless given)")
+                  ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   auto* op = cmd->add_option("-o,--out", *out, "run directory to create");
   auto* rp = cmd->add_option("--resume", *resume, "continue the killed job in this run directory");
   op->excludes(rp);
   cmd->callback([=] {
     o->tied = !*untied;
+    if (!resume->empty() && dev->count() == 0) o->device = "";  // resume on the job's device
     if (resume->empty()) {
       if (o->capture.empty()) throw CLI::RequiredError("--capture");
       if (out->empty()) throw CLI::RequiredError("--out");
@@ -66,7 +69,7 @@ void register_distill(CLI::App& app) {
     line << "attnscope distill";
     if (!resume->empty()) line << " --resume " << *resume;
     else line << " --capture " << o->capture << " --feature-map " << o->feature_map << " --loss " << o->loss
-              << " --steps " << o->steps << " --seed " << o->seed << " --out " << *out;
+              << " --steps " << o->steps << " --seed " << o->seed << " --device " << o->device << " --out " << *out;
     if (resume->empty() && !o->strategy.empty())
       line << " --strategy " << o->strategy << " --budget " << o->budget << " --lambda " << o->lambda << " --samples "
            << o->dof_samples;

@@ -63,6 +63,10 @@ struct DistillOptions {
   int64_t l2_pairs = 4096;            // sampled (i, j) pairs per mini-batch for l2
   uint64_t seed = 0;
   int64_t checkpoint_every = 100;
+  // cpu | cuda: where the captured q, k, the maps and their AdamW moments live. Checkpoints and
+  // outputs are float32 CPU copies either way, so a run resumes on either device. With resume, ""
+  // keeps the job's device.
+  std::string device = "cpu";
   std::string command;  // the command line, for job.json
 };
 
@@ -75,7 +79,7 @@ void resolve_dims(DistillOptions& options, int num_layers);
 // Error naming the per-layer strategies, as distill trains one dimension per layer.
 void resolve_dims(DistillOptions& options, const CaptureStore& capture);
 
-// Checks the names (map, loss, schedule) and numbers; a fixed map gets an Error naming the trainable
+// Checks the names (map, loss, schedule, device) and numbers; a fixed map gets an Error naming the trainable
 // maps (quantity "feature map"). Throws Error.
 void check_distill_options(const DistillOptions& options);
 

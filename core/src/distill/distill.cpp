@@ -60,7 +60,7 @@ json options_json(const DistillOptions& o) {
   j["l2_pairs"] = o.l2_pairs;
   j["seed"] = o.seed;
   j["checkpoint_every"] = o.checkpoint_every;
-  j["device"] = "cpu";
+  j["device"] = o.device;
   j["world_size"] = 1;
   return j;
 }
@@ -96,6 +96,20 @@ void adamw_step(const DistillOptions& o, LayerState& s, int64_t step /* 1-based 
   }
 }
 
+// Runs f(layer) for every layer. Layers are independent: on the CPU one task each (ATen ops inside
+// run single-threaded there); on CUDA one after another on the one stream, as the GPU is already
+// parallel within a layer and concurrent host threads would only contend for the same stream.
+template <class F>
+void for_each_layer(const at::Device& device, int S, const F& f) {
+  if (device.is_cuda()) {
+    for (int64_t s = 0; s < S; ++s) f(s);
+    return;
+  }
+  at::parallel_for(0, S, 1, [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s) f(s);
+  });
+}
+
 at::Tensor step_pairs(const DistillOptions& o, int64_t L, int64_t step) {
   Rng rng(derive_seed(derive_seed(o.seed, kPairStream), uint64_t(step)));
   at::Tensor pairs = at::empty({o.l2_pairs, 2}, at::kLong);
@@ -119,7 +133,7 @@ std::pair<double, double> validate(const DistillOptions& o, const LayerState& s)
   at::NoGradGuard no_grad;
   const int64_t T = s.val_q.size(0);
   double loss = 0, kl = 0;
-  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, s.val_q.size(2), -1) : at::Tensor();
+  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, s.val_q.size(2), -1).to(s.val_q.device()) : at::Tensor();
   for (int64_t t0 = 0; t0 < T; t0 += 4) {
     const int64_t n = std::min<int64_t>(4, T - t0);
     const at::Tensor q = s.val_q.narrow(0, t0, n), k = s.val_k.narrow(0, t0, n);
@@ -136,11 +150,33 @@ NamedTensors checkpoint_tensors(const std::vector<LayerState>& layers) {
   for (size_t s = 0; s < layers.size(); ++s)
     for (size_t i = 0; i < layers[s].maps.params.size(); ++i) {
       const std::string base = "layers." + std::to_string(s) + "." + layers[s].maps.params[i].first;
-      out.emplace_back(base, layers[s].maps.params[i].second.detach());
-      out.emplace_back(base + ".adamw.exp_avg", layers[s].exp_avg[i]);
-      out.emplace_back(base + ".adamw.exp_avg_sq", layers[s].exp_avg_sq[i]);
+      out.emplace_back(base, layers[s].maps.params[i].second.detach().to(at::kCPU));
+      out.emplace_back(base + ".adamw.exp_avg", layers[s].exp_avg[i].to(at::kCPU));
+      out.emplace_back(base + ".adamw.exp_avg_sq", layers[s].exp_avg_sq[i].to(at::kCPU));
     }
   return out;
+}
+
+// The device of a run. at::hasCUDA() is false both in a CPU-only LibTorch and on a machine without a
+// GPU; the build knows which (ATTNSCOPE_TORCH_CUDA, set by CMake when Torch has CUDA libraries).
+at::Device distill_device(const std::string& name) {
+  if (name != "cuda") return at::Device(at::kCPU);
+#ifndef ATTNSCOPE_TORCH_CUDA
+  fail_value("device", "cuda is not available: this build has no CUDA (its LibTorch is CPU-only; build against a "
+                       "CUDA LibTorch, or use --device cpu)");
+#else
+  if (!at::hasCUDA())
+    fail_value("device", "cuda is not available: no CUDA device (check the driver and CUDA_VISIBLE_DEVICES, or use "
+                         "--device cpu)");
+  return at::Device(at::kCUDA, 0);
+#endif
+}
+
+// A CPU copy of a layer's maps (float32): what callers and files get, whatever the device.
+LayerMaps cpu_copy(const LayerMaps& maps) {
+  LayerMaps m = maps;
+  for (auto& p : m.params) p.second = p.second.detach().to(at::kCPU, at::kFloat);
+  return m;
 }
 
 std::string num_str(double v, int digits = 6) {
@@ -218,6 +254,7 @@ void check_distill_options(const DistillOptions& o) {
   if (o.steps < 1) fail_value("steps", "must be at least 1");
   if (o.batch < 1) fail_value("batch", "must be at least 1");
   if (o.checkpoint_every < 1) fail_value("checkpoint interval", "must be at least 1");
+  if (o.device != "cpu" && o.device != "cuda") fail_value("device", "'" + o.device + "' is unknown (valid: cpu, cuda)");
   if (!(o.lr > 0) || !(o.lr_alpha > 0)) fail_value("learning rate", "must be positive");
   if (!(o.val_share >= 0 && o.val_share < 1)) fail_value("validation share", "must be in [0, 1)");
   if (o.feature_map == "hedgehog" && o.activation != "exp" && o.activation != "softmax")
@@ -264,6 +301,7 @@ DistillOptions read_distill_job(const std::string& run_dir) {
     o.l2_pairs = j.at("l2_pairs");
     o.seed = j.at("seed");
     o.checkpoint_every = j.at("checkpoint_every");
+    o.device = j.value("device", std::string("cpu"));
     return o;
   } catch (const Error&) {
     throw;
@@ -274,10 +312,15 @@ DistillOptions read_distill_job(const std::string& run_dir) {
 
 DistillResult distill(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
   const auto t_start = std::chrono::steady_clock::now();
-  if (resume) o = read_distill_job(run_dir);
+  if (resume) {
+    const std::string device = o.device;
+    o = read_distill_job(run_dir);
+    if (!device.empty()) o.device = device;  // a run resumes on either device
+  }
   const CaptureStore cap(o.capture);
   if (!resume) resolve_dims(o, cap);
   check_distill_options(o);
+  const at::Device device = distill_device(o.device);
   if (int(o.dims.size()) != cap.num_layers()) fail(run_dir + "/job.json", "dims do not match the capture's layers");
 
   RunDir run(run_dir, !resume);
@@ -316,18 +359,19 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   for (int s = 0; s < S; ++s) {
     LayerState& st = layers[size_t(s)];
     const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
-    st.q = q.index_select(0, train_t).contiguous();
-    st.k = k.index_select(0, train_t).contiguous();
+    st.q = q.index_select(0, train_t).contiguous().to(device);
+    st.k = k.index_select(0, train_t).contiguous().to(device);
     if (val_cap) {
-      st.val_q = val_cap->layer_tensor(s, "q");
-      st.val_k = val_cap->layer_tensor(s, "k");
+      st.val_q = val_cap->layer_tensor(s, "q").to(device);
+      st.val_k = val_cap->layer_tensor(s, "k").to(device);
     } else if (!val_idx.empty()) {
       const at::Tensor v = at::tensor(val_idx, at::kLong);
-      st.val_q = q.index_select(0, v).contiguous();
-      st.val_k = k.index_select(0, v).contiguous();
+      st.val_q = q.index_select(0, v).contiguous().to(device);
+      st.val_k = k.index_select(0, v).contiguous().to(device);
     }
     st.maps = init_layer_maps(o, s, cap.num_heads(), cap.head_dim(), o.dims[size_t(s)]);
     for (auto& [name, p] : st.maps.params) {
+      p = p.to(device);
       st.exp_avg.push_back(at::zeros_like(p));
       st.exp_avg_sq.push_back(at::zeros_like(p));
     }
@@ -362,7 +406,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
       if (meta.count("first_loss." + std::to_string(s))) st.first_loss = std::stod(meta.at("first_loss." + std::to_string(s)));
     }
     run.truncate_metrics_after(start_step);
-    run.log("resumed at step " + std::to_string(start_step));
+    run.log("resumed at step " + std::to_string(start_step) + " on " + o.device);
   }
   for (auto& st : layers)
     for (auto& p : st.maps.params) p.second.requires_grad_(true);
@@ -392,18 +436,15 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   };
 
   for (int64_t step = start_step; step < o.steps; ++step) {
-    const at::Tensor batch = step_batch(o, int64_t(train_idx.size()), step);
-    const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, L, step) : at::Tensor();
-    // Layers are independent: one task each (ATen ops inside run single-threaded there).
-    at::parallel_for(0, S, 1, [&](int64_t b, int64_t e) {
-      for (int64_t s = b; s < e; ++s) {
-        LayerState& st = layers[size_t(s)];
-        const at::Tensor loss = layer_loss(st.maps, st.q.index_select(0, batch), st.k.index_select(0, batch), o.loss, pairs);
-        loss.backward();
-        st.last_loss = loss.item<double>();
-        if (step == 0) st.first_loss = st.last_loss;
-        adamw_step(o, st, step + 1);
-      }
+    const at::Tensor batch = step_batch(o, int64_t(train_idx.size()), step).to(device);
+    const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, L, step).to(device) : at::Tensor();
+    for_each_layer(device, S, [&](int64_t s) {
+      LayerState& st = layers[size_t(s)];
+      const at::Tensor loss = layer_loss(st.maps, st.q.index_select(0, batch), st.k.index_select(0, batch), o.loss, pairs);
+      loss.backward();
+      st.last_loss = loss.item<double>();
+      if (step == 0) st.first_loss = st.last_loss;
+      adamw_step(o, st, step + 1);
     });
     const double elapsed =
         elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -441,9 +482,10 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   for (int s = 0; s < S; ++s) {
     LayerState& st = layers[size_t(s)];
     for (auto& p : st.maps.params) p.second = p.second.detach().requires_grad_(false);
+    const LayerMaps cpu_maps = cpu_copy(st.maps);
     for (int64_t h = 0; h < st.maps.heads; ++h)
-      for (const auto& [name, t] : st.maps.params)
-        maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[h].contiguous().to(at::kFloat));
+      for (const auto& [name, t] : cpu_maps.params)
+        maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[h].contiguous());
     DistillLayerResult lr;
     lr.layer = s;
     lr.features = st.maps.features;
@@ -461,7 +503,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
       jl["val_kl"] = nullptr;
     }
     rep["layers"].push_back(jl);
-    r.maps.push_back(st.maps);
+    r.maps.push_back(cpu_maps);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   rep["mean_val_kl"] = sum_kl / double(S);
