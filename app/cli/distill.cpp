@@ -1,14 +1,30 @@
 // `attnscope distill`: layerwise distillation of trainable feature maps on a capture (SPEC 6 job).
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <iostream>
 #include <sstream>
 
 #include "attnscope/distill.h"
+#include "attnscope/distributed.h"
 #include "attnscope/error.h"
 #include "attnscope/job.h"
 #include "common.h"
 
 namespace attnscope::cli {
+namespace {
+
+// SIGINT and SIGTERM (Ctrl-C; torchrun or Slurm stopping the job) cancel at the next step: the last
+// checkpoint stays whole for --resume and, in a distributed run, the other ranks stop at the same
+// step. A second signal acts as usual (the default handler is back).
+std::atomic<bool> stop_requested{false};
+extern "C" void request_stop(int sig) {
+  stop_requested.store(true);
+  std::signal(sig, SIG_DFL);
+}
+
+}  // namespace
+
 
 void register_distill(CLI::App& app) {
   auto* cmd = app.add_subcommand("distill", "Train feature maps layerwise on a capture (a job in a run directory)");
@@ -75,9 +91,24 @@ void register_distill(CLI::App& app) {
            << o->dof_samples;
     o->command = line.str();
     const std::string run = resume->empty() ? *out : *resume;
+    // The other ranks of a distributed run (WORLD_SIZE > 1, distributed.h) work quietly: rank 0
+    // reports and writes.
+    const bool rank0 = dist_env_from_environment().rank == 0;
     DistillResult r;
-    run_job("distill", "distill " + o->feature_map, o->command,
-            [&](Job& job) { r = distill(*o, run, job.progress(), !resume->empty()); }, terminal_progress("distill"));
+    std::signal(SIGINT, request_stop);
+    std::signal(SIGTERM, request_stop);
+    try {
+      run_job("distill", "distill " + o->feature_map, o->command,
+              [&](Job& job) {
+                r = distill(*o, run, sub_progress(job.progress(), 0, 1, &stop_requested), !resume->empty());
+              },
+              rank0 ? terminal_progress("distill") : nullptr);
+    } catch (const Cancelled&) {
+      if (rank0) std::cerr << "\ndistill: stopped; continue with: attnscope distill --resume " << run << "\n";
+      else std::cerr << "distill: rank " << dist_env_from_environment().rank << " stopped with the job\n";
+      throw;
+    }
+    if (!rank0) return;
     std::cout << "layer  M  first loss  final loss  val KL (initial -> final)\n";
     for (const auto& l : r.layers)
       std::cout << l.layer << "  " << l.features << "  " << l.initial_loss << "  " << l.final_loss << "  "

@@ -23,8 +23,10 @@ namespace attnscope {
 class RunDir {
  public:
   // Opens RUN, creating it (and checkpoints/) when `create`; else it must exist with a job.json.
-  // Throws Error naming the directory.
-  RunDir(const std::string& dir, bool create);
+  // Throws Error naming the directory. With `writes` false the run directory is only read: nothing
+  // is created and every write below does nothing (the other ranks of a distributed job, whose
+  // results rank 0 writes).
+  RunDir(const std::string& dir, bool create, bool writes = true);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
@@ -57,6 +59,7 @@ class RunDir {
   std::ofstream metrics_, log_;
   double start_s_ = 0;
   bool marked_ = false;
+  bool writes_ = true;
 };
 
 }  // namespace attnscope

@@ -19,6 +19,7 @@
 #include "attnscope/capture.h"
 #include "attnscope/dof.h"
 #include "attnscope/distill.h"
+#include "attnscope/distributed.h"
 #include "attnscope/error.h"
 #include "attnscope/random.h"
 #include "attnscope/run_dir.h"
@@ -74,8 +75,9 @@ double lr_at(const DistillOptions& o, double base, int64_t step) {
 struct LayerState {
   LayerMaps maps;
   std::vector<at::Tensor> exp_avg, exp_avg_sq;
-  at::Tensor q, k, val_q, val_k;  // [T, H, L, d]
+  at::Tensor q, k, val_q, val_k;  // [T, H, L, d]; in a distributed run only on the layer's rank
   double last_loss = 0, first_loss = 0, initial_val_kl = 0;
+  double val_loss = 0, val_kl = 0;  // of the last validation
 };
 
 double base_lr(const DistillOptions& o, const std::string& param) { return param == "alpha" ? o.lr_alpha : o.lr; }
@@ -177,6 +179,39 @@ LayerMaps cpu_copy(const LayerMaps& maps) {
   LayerMaps m = maps;
   for (auto& p : m.params) p.second = p.second.detach().to(at::kCPU, at::kFloat);
   return m;
+}
+
+// Distributed runs (distributed.h): every rank trains the layers it owns (layer s: rank s % world)
+// and these two put the owners' results on every rank, where rank 0 writes them. With one rank
+// they do nothing.
+
+// Sums `fields` of every layer over the ranks, each contributing only its own layers (0 for the
+// rest, so the owner's value arrives exactly), with `stop` riding along: true when any rank asked
+// to stop, so that a cancel on one rank stops all of them at the same step.
+bool share_layer_values(DistGroup& dist, std::vector<LayerState>& layers,
+                        const std::vector<double LayerState::*>& fields, bool stop = false) {
+  if (dist.world() == 1) return stop;
+  std::vector<double> v;
+  for (size_t s = 0; s < layers.size(); ++s)
+    for (const auto f : fields) v.push_back(dist.owns(int(s)) ? layers[s].*f : 0.0);
+  v.push_back(stop ? 1.0 : 0.0);
+  dist.all_reduce_sum(v);
+  size_t i = 0;
+  for (auto& st : layers)
+    for (const auto f : fields) st.*f = v[i++];
+  return v.back() > 0;
+}
+
+// Every layer's maps and AdamW moments from its owner.
+void share_layer_tensors(DistGroup& dist, std::vector<LayerState>& layers) {
+  if (dist.world() == 1) return;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    std::vector<at::Tensor> t;
+    for (auto& p : layers[s].maps.params) t.push_back(p.second);
+    t.insert(t.end(), layers[s].exp_avg.begin(), layers[s].exp_avg.end());
+    t.insert(t.end(), layers[s].exp_avg_sq.begin(), layers[s].exp_avg_sq.end());
+    dist.broadcast(t, int(s) % dist.world());
+  }
 }
 
 std::string num_str(double v, int digits = 6) {
@@ -310,25 +345,24 @@ DistillOptions read_distill_job(const std::string& run_dir) {
   }
 }
 
-DistillResult distill(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+namespace {
+
+DistillResult train_layers(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume,
+                           DistGroup& dist) {
   const auto t_start = std::chrono::steady_clock::now();
-  if (resume) {
-    const std::string device = o.device;
-    o = read_distill_job(run_dir);
-    if (!device.empty()) o.device = device;  // a run resumes on either device
-  }
   const CaptureStore cap(o.capture);
   if (!resume) resolve_dims(o, cap);
   check_distill_options(o);
   const at::Device device = distill_device(o.device);
   if (int(o.dims.size()) != cap.num_layers()) fail(run_dir + "/job.json", "dims do not match the capture's layers");
 
-  RunDir run(run_dir, !resume);
+  RunDir run(run_dir, !resume, /*writes=*/dist.rank() == 0);
   if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
   run.mark_running();
   if (!resume) {
     json job = options_json(o);
     job["model"] = cap.model_path();
+    job["world_size"] = dist.world();
     run.write_job(job.dump(2) + "\n");
     run.log("distill " + o.feature_map + " loss " + o.loss + " on " + o.capture + ", " + std::to_string(o.steps) + " steps");
   }
@@ -345,6 +379,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   } else {
     for (int64_t t = 0; t < T; ++t) train_idx.push_back(t);
   }
+  const bool has_val = !o.val_capture.empty() || !val_idx.empty();
   std::unique_ptr<CaptureStore> val_cap;
   if (!o.val_capture.empty()) {
     val_cap = std::make_unique<CaptureStore>(o.val_capture);
@@ -358,16 +393,18 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   const at::Tensor train_t = at::tensor(train_idx, at::kLong);
   for (int s = 0; s < S; ++s) {
     LayerState& st = layers[size_t(s)];
-    const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
-    st.q = q.index_select(0, train_t).contiguous().to(device);
-    st.k = k.index_select(0, train_t).contiguous().to(device);
-    if (val_cap) {
-      st.val_q = val_cap->layer_tensor(s, "q").to(device);
-      st.val_k = val_cap->layer_tensor(s, "k").to(device);
-    } else if (!val_idx.empty()) {
-      const at::Tensor v = at::tensor(val_idx, at::kLong);
-      st.val_q = q.index_select(0, v).contiguous().to(device);
-      st.val_k = k.index_select(0, v).contiguous().to(device);
+    if (dist.owns(s)) {
+      const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
+      st.q = q.index_select(0, train_t).contiguous().to(device);
+      st.k = k.index_select(0, train_t).contiguous().to(device);
+      if (val_cap) {
+        st.val_q = val_cap->layer_tensor(s, "q").to(device);
+        st.val_k = val_cap->layer_tensor(s, "k").to(device);
+      } else if (!val_idx.empty()) {
+        const at::Tensor v = at::tensor(val_idx, at::kLong);
+        st.val_q = q.index_select(0, v).contiguous().to(device);
+        st.val_k = k.index_select(0, v).contiguous().to(device);
+      }
     }
     st.maps = init_layer_maps(o, s, cap.num_heads(), cap.head_dim(), o.dims[size_t(s)]);
     for (auto& [name, p] : st.maps.params) {
@@ -377,6 +414,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
     }
     if (st.val_q.defined()) st.initial_val_kl = validate(o, st).second;
   }
+  share_layer_values(dist, layers, {&LayerState::initial_val_kl});
 
   int64_t start_step = 0;
   double elapsed_before = 0;  // training time of the killed run up to its checkpoint
@@ -413,6 +451,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
 
   const int64_t L = cap.seq_len();
   const auto save_checkpoint = [&](int64_t step) {
+    share_layer_tensors(dist, layers);
     std::map<std::string, std::string> meta = {{"step", std::to_string(step)},
                                                {"seed", std::to_string(o.seed)},
                                                {"elapsed_s", num_str(elapsed_before + std::chrono::duration<double>(
@@ -425,12 +464,18 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
     run.write_checkpoint(checkpoint_tensors(layers), meta);
     run.log("checkpoint at step " + std::to_string(step));
   };
+  const auto validate_layers = [&] {
+    for (auto& st : layers)
+      if (st.val_q.defined()) std::tie(st.val_loss, st.val_kl) = validate(o, st);
+    share_layer_values(dist, layers, {&LayerState::val_loss, &LayerState::val_kl});
+  };
   const auto validation_lines = [&](int64_t step) {
+    validate_layers();
     std::vector<std::string> lines;
     for (int s = 0; s < S; ++s) {
-      if (!layers[size_t(s)].val_q.defined()) continue;
-      const auto [vl, vk] = validate(o, layers[size_t(s)]);
-      lines.push_back(json{{"step", step}, {"layer", s}, {"val_loss", vl}, {"val_kl", vk}}.dump());
+      if (!has_val) continue;
+      const LayerState& st = layers[size_t(s)];
+      lines.push_back(json{{"step", step}, {"layer", s}, {"val_loss", st.val_loss}, {"val_kl", st.val_kl}}.dump());
     }
     run.append_metrics(lines);
   };
@@ -439,6 +484,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
     const at::Tensor batch = step_batch(o, int64_t(train_idx.size()), step).to(device);
     const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, L, step).to(device) : at::Tensor();
     for_each_layer(device, S, [&](int64_t s) {
+      if (!dist.owns(int(s))) return;
       LayerState& st = layers[size_t(s)];
       const at::Tensor loss = layer_loss(st.maps, st.q.index_select(0, batch), st.k.index_select(0, batch), o.loss, pairs);
       loss.backward();
@@ -446,6 +492,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
       if (step == 0) st.first_loss = st.last_loss;
       adamw_step(o, st, step + 1);
     });
+    if (share_layer_values(dist, layers, {&LayerState::last_loss, &LayerState::first_loss})) throw Cancelled();
     const double elapsed =
         elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     std::vector<std::string> lines;
@@ -464,10 +511,18 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
       save_checkpoint(step + 1);
     }
     // Cancellation lands here: after a complete step, its checkpoint (if due) already written.
-    report_progress(progress, double(step + 1) / double(o.steps),
-                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " +
-                        num_str(layers[0].last_loss));
+    try {
+      report_progress(progress, double(step + 1) / double(o.steps),
+                      "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " +
+                          num_str(layers[0].last_loss));
+    } catch (const Cancelled&) {
+      // The other ranks are in the next step's sharing of losses: this one tells them to stop.
+      share_layer_values(dist, layers, {&LayerState::last_loss, &LayerState::first_loss}, /*stop=*/true);
+      throw;
+    }
   }
+  share_layer_tensors(dist, layers);
+  validate_layers();
 
   // Final outputs: the maps under SPEC 7's names, then the report, last.
   DistillResult r;
@@ -492,11 +547,11 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
     lr.initial_loss = st.first_loss;
     lr.final_loss = st.last_loss;
     lr.initial_val_kl = st.initial_val_kl;
-    lr.val_kl = st.val_q.defined() ? validate(o, st).second : std::nan("");
+    lr.val_kl = has_val ? st.val_kl : std::nan("");
     sum_kl += lr.val_kl;
     r.layers.push_back(lr);
     json jl = {{"layer", s}, {"features", lr.features}, {"initial_loss", lr.initial_loss}, {"final_loss", lr.final_loss}};
-    if (st.val_q.defined()) {
+    if (has_val) {
       jl["initial_val_kl"] = lr.initial_val_kl;
       jl["val_kl"] = lr.val_kl;
     } else {
@@ -509,12 +564,41 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   rep["mean_val_kl"] = sum_kl / double(S);
   rep["seconds"] = r.seconds;
   rep["seconds_per_step"] = r.seconds / double(std::max<int64_t>(1, o.steps - start_step));
-  write_safetensors(run.file("feature_maps.safetensors"), maps_out,
-                    {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
+  if (dist.rank() == 0)
+    write_safetensors(run.file("feature_maps.safetensors"), maps_out,
+                      {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
   run.write_report(rep.dump(2) + "\n");
   run.log("finished: mean validation KL " + num_str(sum_kl / double(S)));
   run.clear_running();
+  dist.barrier();  // every rank returns once rank 0's files are complete
   return r;
+}
+
+}  // namespace
+
+DistillResult distill(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+  if (resume) {
+    const std::string device = o.device;
+    o = read_distill_job(run_dir);
+    if (!device.empty()) o.device = device;  // a run resumes on either device
+  }
+  const DistEnv env = dist_env_from_environment();
+  if (env.world == 1) {
+    DistGroup one(env, o.device);
+    return train_layers(o, run_dir, progress, resume, one);
+  }
+  // Which rank failed: the others fail too (their collectives lose it), each saying its own rank.
+  const std::string rank = "rank " + std::to_string(env.rank) + ": ";
+  try {
+    DistGroup ranks(env, o.device);
+    return train_layers(o, run_dir, progress, resume, ranks);
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(rank + e.what(), e.quantity());
+  } catch (const std::exception& e) {
+    throw Error(rank + e.what());
+  }
 }
 
 }  // namespace attnscope
