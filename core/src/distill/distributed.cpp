@@ -16,6 +16,7 @@
 
 #if defined(ATTNSCOPE_HAVE_GLOO) || defined(ATTNSCOPE_HAVE_NCCL)
 #define ATTNSCOPE_HAVE_C10D 1
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 #ifdef ATTNSCOPE_HAVE_GLOO
@@ -152,13 +153,22 @@ DistGroup::DistGroup(const DistEnv& env, const std::string& device) : env_(env) 
   const auto timeout = std::chrono::milliseconds(int64_t(impl_->timeout_s * 1000));
   const std::string where = env_.master_addr + ":" + std::to_string(env_.master_port);
   try {
+    // Under torchrun the agent already hosts the store on MASTER_PORT and says so; every rank then
+    // connects to it, under the prefix of this attempt, as torch.distributed does.
+    const char* agent = env_value("TORCHELASTIC_USE_AGENT_STORE");
+    const bool agent_store = agent && std::string(agent) == "True";
     c10d::TCPStoreOptions so;
     so.port = uint16_t(env_.master_port);
-    so.isServer = env_.rank == 0;
+    so.isServer = env_.rank == 0 && !agent_store;
     so.numWorkers = size_t(env_.world);
-    so.waitWorkers = true;
+    so.waitWorkers = !agent_store;
     so.timeout = timeout;
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, so);
+    if (agent_store) {
+      const char* attempt = env_value("TORCHELASTIC_RESTART_COUNT");
+      impl_->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::string(attempt ? attempt : "0"),
+                                                            impl_->store);
+    }
   } catch (const c10::Error& e) {
     fail("MASTER_ADDR:MASTER_PORT " + where, std::string("rendezvous of ") + std::to_string(env_.world) +
                                                  " ranks failed (port taken, or a rank missing after " +
