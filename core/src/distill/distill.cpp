@@ -5,6 +5,7 @@
 // alone, so the random state of a run at step t is (seed, t): a resumed run draws exactly what the
 // uninterrupted one would have, and the checkpoint's "rng" metadata records just that.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 #include <ATen/Parallel.h>
 
 #include <algorithm>

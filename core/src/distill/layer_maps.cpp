@@ -10,6 +10,7 @@
 //                taken relative to the row's largest (a running max over j <= i), so nothing overflows
 // the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <cmath>
 #include <limits>
