@@ -5,18 +5,24 @@
 #include <gtest/gtest.h>
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "attnscope/capture.h"
 #include "attnscope/converted_model.h"
 #include "attnscope/distill.h"
+#include "attnscope/distributed.h"
 #include "attnscope/error.h"
 #include "attnscope/job.h"
 #include "attnscope/model.h"
@@ -964,4 +970,281 @@ TEST(DistillGroups, StepSecondsHookTrainsWhatItTimes) {
     EXPECT_GT(seconds, 0);
     EXPECT_LT(after, before);
   }
+}
+
+// --device cuda trains the same maps as the CPU (float tolerance) for every code path of the loss
+// (log domain, ReLU kernel, clamped Fourier kernel, l2 pairs), writes the CPU files' format, and a
+// CUDA run resumes on the CPU. Skipped where there is no CUDA; the lead runs it on the GPU machine.
+TEST(DistillDevice, CudaEqualsCpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA here (CPU-only LibTorch or no GPU): run on a GPU machine";
+  const std::string root = test::temp_dir("distill_cuda");
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"learned-prf", "kl"}, {"learned-prf", "l2"}, {"t2r", "softmax"}, {"flex-stationary", "kl"}};
+  for (const auto& [map, loss] : runs) {
+    const std::string name = map + "-" + loss;
+    DistillOptions o = base_options(map, loss, 20);
+    distill(o, root + "/cpu-" + name);
+    o.device = "cuda";
+    const DistillResult r = distill(o, root + "/cuda-" + name);
+    EXPECT_EQ(read_json(root + "/cuda-" + name + "/job.json")["device"], "cuda");
+    EXPECT_EQ(r.maps[0].params[0].second.device().type(), at::kCPU);
+    const auto a = read_maps(root + "/cpu-" + name + "/feature_maps.safetensors");
+    const auto b = read_maps(root + "/cuda-" + name + "/feature_maps.safetensors");
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (const auto& [tensor, t] : a) {
+      ASSERT_EQ(b.at(tensor).scalar_type(), at::kFloat) << tensor;
+      const double scale = std::max(1.0, t.abs().max().item<double>());
+      worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>() / scale);
+    }
+    std::printf("%s: max |cpu - cuda| / max(1, |cpu|) = %.3g after 20 steps\n", name.c_str(), worst);
+    EXPECT_LE(worst, 1e-4) << name;
+    const auto ra = read_json(root + "/cpu-" + name + "/report.json"), rb = read_json(root + "/cuda-" + name + "/report.json");
+    for (int s = 0; s < 4; ++s)
+      EXPECT_NEAR(ra["layers"][s]["final_loss"].get<double>(), rb["layers"][s]["final_loss"].get<double>(),
+                  1e-4 * std::max(1.0, std::abs(ra["layers"][s]["final_loss"].get<double>())))
+          << name << " layer " << s;
+  }
+  // Cancelled on CUDA at step 13, resumed on the CPU from the step-10 checkpoint.
+  DistillOptions o = base_options("learned-prf", "kl", 20);
+  o.checkpoint_every = 10;
+  o.device = "cuda";
+  const ProgressFn cancel_at_13 = [](double, const std::string& what) {
+    if (what.rfind("step 13/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(distill(o, root + "/moved", cancel_at_13), Cancelled);
+  DistillOptions on_cpu;
+  on_cpu.device = "cpu";
+  distill(on_cpu, root + "/moved", nullptr, /*resume=*/true);
+  const auto a = read_maps(root + "/cpu-learned-prf-kl/feature_maps.safetensors");
+  const auto b = read_maps(root + "/moved/feature_maps.safetensors");
+  double worst = 0;
+  for (const auto& [tensor, t] : a) worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>());
+  EXPECT_LE(worst, 1e-4);
+}
+
+TEST(DistillDevice, UnknownDeviceIsAUsageErrorAndMissingCudaIsClear) {
+  const std::string root = test::temp_dir("distill_device_err");
+  const std::string cli = test::cli_path();
+  const std::string args = " distill --capture " + bundled_capture() + " --feature-map learned-prf --features 8 --steps 2";
+  std::string out;
+  int rc = test::run_command(cli + args + " --device tpu --out " + root + "/tpu 2>&1", &out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("tpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("cpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("cuda"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/tpu"));
+  DistillOptions o = base_options("learned-prf", "kl", 2);
+  o.device = "cuda:7";
+  const std::string e = test::error_of([&] { distill(o, root + "/core"); });
+  EXPECT_NE(e.find("'cuda:7' is unknown (valid: cpu, cuda)"), std::string::npos) << e;
+  if (at::hasCUDA()) return;  // the GPU machine runs CudaEqualsCpu instead
+  rc = test::run_command(cli + args + " --device cuda --out " + root + "/cuda 2>&1", &out);
+  EXPECT_EQ(rc, 1) << out;
+  const bool says_why = out.find("this build has no CUDA") != std::string::npos || out.find("no CUDA device") != std::string::npos;
+  EXPECT_TRUE(says_why) << out;
+  EXPECT_NE(out.find("--device"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/cuda/job.json")) << "nothing is written for a device that is not there";
+}
+
+namespace {
+
+// A TCP port free on the loopback right now (the kernel's pick for port 0).
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("no free loopback port");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Two ranks of the real CLI on the loopback, each with its own arguments after `distill`, its output
+// in root/rank{0,1}.log; returns "rc0 rc1". Bounded: 120 s per rank, and the ranks' own c10d timeout.
+std::string run_two_ranks(const std::string& root, const std::string& args0, const std::string& args1) {
+  const std::string env = "export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(free_loopback_port()) + " ATTNSCOPE_DIST_TIMEOUT_S=30 OMP_NUM_THREADS=1; ";
+  const std::string cli = " timeout 120 " + test::cli_path() + " distill ";
+  std::string out;
+  test::run_command("cd " + root + "/cwd1 && " + env + "RANK=1" + cli + args1 + " > " + root + "/rank1.log 2>&1 & p1=$!; " +
+                        "cd " + root + " && " + env + "RANK=0" + cli + args0 + " > " + root + "/rank0.log 2>&1; r0=$?; " +
+                        "wait $p1; echo \"$r0 $?\"",
+                    &out);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+// Layers 0, 2 train on rank 0 and 1, 3 on rank 1 (c10d Gloo over the loopback); rank 0's run
+// directory equals the single process's (maps, losses, checkpoint with the AdamW moments, every
+// layer's metrics), and rank 1 writes nothing, not even the run directory it was given.
+TEST(DistillDistributed, TwoRanksOnLoopbackEqualOneProcess) {
+  const std::string root = test::temp_dir("distill_dist");
+  fs::create_directories(root + "/cwd1");
+  const std::string args = "--capture " + bundled_capture() +
+                           " --feature-map learned-prf --features 8 --steps 10 --checkpoint-every 4 --seed 2 --schedule cosine";
+  std::string out;
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + test::cli_path() + " distill " + args + " --out " + root + "/one 2>&1", &out), 0) << out;
+  const std::string rc = run_two_ranks(root, args + " --out " + root + "/two", args + " --out " + root + "/rank1-out");
+  ASSERT_EQ(rc, "0 0") << test::read_file(root + "/rank0.log") << test::read_file(root + "/rank1.log");
+  EXPECT_FALSE(fs::exists(root + "/rank1-out")) << "rank 1 created its run directory";
+  EXPECT_TRUE(fs::is_empty(root + "/cwd1")) << "rank 1 wrote into its working directory";
+
+  EXPECT_EQ(read_json(root + "/two/job.json")["world_size"], 2);
+  EXPECT_EQ(read_json(root + "/one/job.json")["world_size"], 1);
+  double worst = 0;
+  for (const std::string file : {"feature_maps.safetensors", "checkpoints/checkpoint.safetensors"}) {
+    const auto a = read_maps(root + "/one/" + file), b = read_maps(root + "/two/" + file);
+    ASSERT_EQ(a.size(), b.size()) << file;
+    for (const auto& [name, t] : a) {
+      ASSERT_TRUE(b.count(name)) << file << " " << name;
+      worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
+    }
+  }
+  std::printf("2 ranks against 1 process: max |difference| of maps and AdamW moments = %.3g\n", worst);
+  EXPECT_LE(worst, 1e-6);
+  const auto ra = read_json(root + "/one/report.json"), rb = read_json(root + "/two/report.json");
+  ASSERT_EQ(rb["layers"].size(), 4u);
+  for (int s = 0; s < 4; ++s)
+    for (const std::string key : {"initial_loss", "final_loss", "initial_val_kl", "val_kl"})
+      EXPECT_NEAR(ra["layers"][s][key].get<double>(), rb["layers"][s][key].get<double>(), 1e-6) << key << " layer " << s;
+  // metrics.jsonl: each step has every layer's training loss, equal to the single process's.
+  const auto losses = [](const std::string& file) {
+    std::map<std::pair<int64_t, int>, double> m;
+    std::istringstream in(test::read_file(file));
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) m[{j["step"].get<int64_t>(), j["layer"].get<int>()}] = j["loss"].get<double>();
+    }
+    return m;
+  };
+  const auto la = losses(root + "/one/metrics.jsonl"), lb = losses(root + "/two/metrics.jsonl");
+  ASSERT_EQ(lb.size(), 40u);
+  for (const auto& [key, loss] : la) EXPECT_NEAR(lb.at(key), loss, 1e-6) << "step " << key.first << " layer " << key.second;
+}
+
+// A rank that fails makes the other fail too, soon (not after a hang), each naming its rank, and
+// nothing final is written.
+TEST(DistillDistributed, AFailingRankStopsTheOthersWithAClearError) {
+  const std::string root = test::temp_dir("distill_dist_fail");
+  fs::create_directories(root + "/cwd1");
+  const std::string args = " --feature-map learned-prf --features 8 --steps 10 --out " + root + "/run";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string rc = run_two_ranks(root, "--capture " + bundled_capture() + args, "--capture " + root + "/no-such-capture" + args);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log0 = test::read_file(root + "/rank0.log"), log1 = test::read_file(root + "/rank1.log");
+  EXPECT_EQ(rc, "1 1") << log0 << log1;
+  EXPECT_NE(log1.find("rank 1: "), std::string::npos) << log1;
+  EXPECT_NE(log1.find("no-such-capture"), std::string::npos) << log1;
+  EXPECT_NE(log0.find("rank 0: "), std::string::npos) << log0;
+  EXPECT_NE(log0.find("other ranks"), std::string::npos) << log0;
+  EXPECT_FALSE(fs::exists(root + "/run/report.json"));
+  EXPECT_LT(seconds, 60) << "the surviving rank should not wait for the whole timeout";
+}
+
+// The environment is read in this process (setenv), and once through the CLI for the exit code and
+// that nothing is written.
+TEST(DistillDistributed, BadEnvironmentNamesTheVariable) {
+  const std::vector<std::string> names = {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "ATTNSCOPE_DIST_TIMEOUT_S"};
+  std::map<std::string, std::string> saved;
+  for (const auto& n : names)
+    if (const char* v = std::getenv(n.c_str())) saved[n] = v;
+  const auto set_env = [&](const std::map<std::string, std::string>& env) {
+    for (const auto& n : names) ::unsetenv(n.c_str());
+    for (const auto& [n, v] : env) ::setenv(n.c_str(), v.c_str(), 1);
+  };
+  const std::map<std::string, std::string> ok = {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  const auto with = [&](const std::string& name, const char* value) {
+    auto env = ok;
+    if (value) env[name] = value;
+    else env.erase(name);
+    return env;
+  };
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> cases = {
+      {with("WORLD_SIZE", "two"), "WORLD_SIZE: 'two' is not an integer"},
+      {with("WORLD_SIZE", "0"), "WORLD_SIZE: 0 is out of range"},
+      {with("RANK", nullptr), "RANK: is not set"},
+      {with("RANK", "2"), "RANK: 2 is not below WORLD_SIZE 2"},
+      {with("RANK", "-1"), "RANK: -1 is out of range"},
+      {with("RANK", "1x"), "RANK: '1x' is not an integer"},
+      {with("MASTER_ADDR", nullptr), "MASTER_ADDR: is not set"},
+      {with("MASTER_PORT", "http"), "MASTER_PORT: 'http' is not an integer"},
+      {with("MASTER_PORT", "70000"), "MASTER_PORT: 70000 is out of range"}};
+  for (const auto& [env, want] : cases) {
+    set_env(env);
+    const std::string e = test::error_of([] { dist_env_from_environment(); });
+    EXPECT_NE(e.find("environment variable " + want), std::string::npos) << want << ": " << e;
+  }
+  set_env(with("ATTNSCOPE_DIST_TIMEOUT_S", "soon"));
+  EXPECT_NE(test::error_of([] { dist_timeout_s(); }).find("ATTNSCOPE_DIST_TIMEOUT_S: 'soon' is not a positive number"),
+            std::string::npos);
+  set_env(ok);
+  const DistEnv env = dist_env_from_environment();
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world, 2);
+  EXPECT_EQ(env.master_port, 29500);
+  set_env({{"WORLD_SIZE", "1"}, {"RANK", "5"}});  // one process: the rest is not read
+  EXPECT_EQ(dist_env_from_environment().world, 1);
+  set_env(saved);
+
+  const std::string root = test::temp_dir("distill_dist_env");
+  std::string out;
+  const int rc = test::run_command("env WORLD_SIZE=2 RANK=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + test::cli_path() +
+                                       " distill --capture " + bundled_capture() +
+                                       " --feature-map learned-prf --features 8 --steps 2 --out " + root + "/run 2>&1",
+                                   &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("environment variable RANK: 2 is not below WORLD_SIZE 2"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/run"));
+}
+
+// SIGTERM to rank 0 alone (as a scheduler stopping the job might) stops both ranks at the same step
+// boundary, leaving rank 0's checkpoint whole; resumed with 2 ranks, the run ends where an
+// uninterrupted single process does.
+TEST(DistillDistributed, StopOnRankZeroStopsAllAndResumeEqualsUninterrupted) {
+  const std::string root = test::temp_dir("distill_dist_stop");
+  fs::create_directories(root + "/cwd1");
+  const std::string args = "--capture " + bundled_capture() +
+                           " --feature-map learned-prf --features 8 --steps 40 --checkpoint-every 5 --seed 5 --schedule cosine";
+  const std::string run = root + "/two";
+  // Rank 0 in the background; SIGTERM once its first checkpoint is on disk.
+  const std::string env = "export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_loopback_port()) +
+                          " ATTNSCOPE_DIST_TIMEOUT_S=30 OMP_NUM_THREADS=1; ";
+  const std::string cli = " timeout 120 " + test::cli_path() + " distill ";
+  std::string out;
+  test::run_command("cd " + root + "/cwd1 && " + env + "RANK=1" + cli + args + " --out " + run + " > " + root +
+                        "/rank1.log 2>&1 & p1=$!; cd " + root + " && " + env + "RANK=0" + cli + args + " --out " + run +
+                        " > " + root + "/rank0.log 2>&1 & p0=$!; " + "while [ ! -f " + run +
+                        "/checkpoints/checkpoint.safetensors ] && kill -0 $p0 2>/dev/null; do sleep 0.01; done; " +
+                        "kill -TERM $p0; wait $p0; r0=$?; wait $p1; echo \"$r0 $?\"",
+                    &out);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (fs::exists(run + "/report.json")) GTEST_SKIP() << "the run finished before the signal";
+  const std::string log0 = test::read_file(root + "/rank0.log"), log1 = test::read_file(root + "/rank1.log");
+  EXPECT_EQ(out, "1 1") << log0 << log1;
+  EXPECT_NE(log0.find("cancelled"), std::string::npos) << log0;
+  EXPECT_NE(log1.find("rank 1 stopped with the job"), std::string::npos) << log1;
+  EXPECT_NE(log0.find("--resume " + run), std::string::npos) << log0;
+  const int64_t stopped_at = std::stoll(SafetensorsFile(run + "/checkpoints/checkpoint.safetensors").metadata().at("step"));
+  EXPECT_LT(stopped_at, 40);
+
+  // Resume with the same 2 ranks (their options come from job.json), against one whole process.
+  const std::string rc = run_two_ranks(root, "--resume " + run, "--resume " + run);
+  ASSERT_EQ(rc, "0 0") << test::read_file(root + "/rank0.log") << test::read_file(root + "/rank1.log");
+  ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + test::cli_path() + " distill " + args + " --out " + root + "/one 2>&1", &out), 0) << out;
+  const auto a = read_maps(root + "/one/feature_maps.safetensors"), b = read_maps(run + "/feature_maps.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (const auto& [name, t] : a) worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
+  std::printf("stopped at step %lld, resumed on 2 ranks: max |difference| from one whole process = %.3g\n",
+              (long long)stopped_at, worst);
+  EXPECT_LE(worst, 1e-6);
+  EXPECT_TRUE(fs::is_empty(root + "/cwd1"));
 }

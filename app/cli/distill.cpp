@@ -1,15 +1,31 @@
 // `attnscope distill`: layerwise distillation of trainable feature maps on a capture (SPEC 6 job).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <iostream>
 #include <sstream>
 
 #include "attnscope/distill.h"
+#include "attnscope/distributed.h"
 #include "attnscope/error.h"
 #include "attnscope/job.h"
 #include "common.h"
 
 namespace attnscope::cli {
+namespace {
+
+// SIGINT and SIGTERM (Ctrl-C; torchrun or Slurm stopping the job) cancel at the next step: the last
+// checkpoint stays whole for --resume and, in a distributed run, the other ranks stop at the same
+// step. A second signal acts as usual (the default handler is back).
+std::atomic<bool> stop_requested{false};
+extern "C" void request_stop(int sig) {
+  stop_requested.store(true);
+  std::signal(sig, SIG_DFL);
+}
+
+}  // namespace
+
 
 void register_distill(CLI::App& app) {
   auto* cmd = app.add_subcommand("distill", "Train feature maps layerwise on a capture, or directly in the model on a "
@@ -49,11 +65,14 @@ void register_distill(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "windows per mini-batch")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of the maps, the split and the mini-batches")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints")->capture_default_str();
+  auto* dev = cmd->add_option("--device", o->device, "cpu | cuda (with --resume: the job's unless given)")
+                  ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   auto* op = cmd->add_option("-o,--out", *out, "run directory to create");
   auto* rp = cmd->add_option("--resume", *resume, "continue the killed job in this run directory");
   op->excludes(rp);
   cmd->callback([=] {
     o->tied = !*untied;
+    if (!resume->empty() && dev->count() == 0) o->device = "";  // resume on the job's device
     if (resume->empty()) {
       if (o->loss == "direct") {
         if (o->text.empty()) throw CLI::RequiredError("--text FILE (with --loss direct)");
@@ -79,15 +98,30 @@ void register_distill(CLI::App& app) {
     if (!resume->empty()) line << " --resume " << *resume;
     else line << (o->capture.empty() ? "" : " --capture " + o->capture) << (o->model.empty() ? "" : " --model " + o->model)
               << (o->text.empty() ? "" : " --text " + o->text) << " --feature-map " << o->feature_map << " --loss "
-              << o->loss << " --steps " << o->steps << " --seed " << o->seed << " --out " << *out;
+              << o->loss << " --steps " << o->steps << " --seed " << o->seed << " --device " << o->device << " --out " << *out;
     if (resume->empty() && !o->strategy.empty())
       line << " --strategy " << o->strategy << " --budget " << o->budget << " --lambda " << o->lambda << " --samples "
            << o->dof_samples;
     o->command = line.str();
     const std::string run = resume->empty() ? *out : *resume;
+    // The other ranks of a distributed run (WORLD_SIZE > 1, distributed.h) work quietly: rank 0
+    // reports and writes.
+    const bool rank0 = dist_env_from_environment().rank == 0;
     DistillResult r;
-    run_job("distill", "distill " + o->feature_map, o->command,
-            [&](Job& job) { r = distill(*o, run, job.progress(), !resume->empty()); }, terminal_progress("distill"));
+    std::signal(SIGINT, request_stop);
+    std::signal(SIGTERM, request_stop);
+    try {
+      run_job("distill", "distill " + o->feature_map, o->command,
+              [&](Job& job) {
+                r = distill(*o, run, sub_progress(job.progress(), 0, 1, &stop_requested), !resume->empty());
+              },
+              rank0 ? terminal_progress("distill") : nullptr);
+    } catch (const Cancelled&) {
+      if (rank0) std::cerr << "\ndistill: stopped; continue with: attnscope distill --resume " << run << "\n";
+      else std::cerr << "distill: rank " << dist_env_from_environment().rank << " stopped with the job\n";
+      throw;
+    }
+    if (!rank0) return;
     std::cout << "layer  M  first loss  final loss  val KL (initial -> final)\n";
     for (const auto& l : r.layers)
       std::cout << l.layer << "  " << l.features << "  " << l.initial_loss << "  " << l.final_loss << "  "

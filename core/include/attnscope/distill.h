@@ -76,6 +76,10 @@ struct DistillOptions {
   int64_t l2_pairs = 4096;            // sampled (i, j) pairs per mini-batch for l2
   uint64_t seed = 0;
   int64_t checkpoint_every = 100;
+  // cpu | cuda: where the captured q, k, the maps and their AdamW moments live. Checkpoints and
+  // outputs are float32 CPU copies either way, so a run resumes on either device. With resume, ""
+  // keeps the job's device.
+  std::string device = "cpu";
   std::string command;  // the command line, for job.json
 };
 
@@ -91,7 +95,7 @@ void resolve_dims(DistillOptions& options, const CaptureStore& capture);
 // Head h of layer s's feature dimension M (from dims or head_dims).
 int64_t head_features(const DistillOptions& options, int layer, int64_t head);
 
-// Checks the names (map, loss, schedule) and numbers; a fixed map gets an Error naming the trainable
+// Checks the names (map, loss, schedule, device) and numbers; a fixed map gets an Error naming the trainable
 // maps (quantity "feature map"). Throws Error.
 void check_distill_options(const DistillOptions& options);
 

@@ -21,6 +21,7 @@
 #include "attnscope/capture.h"
 #include "attnscope/dof.h"
 #include "attnscope/distill.h"
+#include "attnscope/distributed.h"
 #include "attnscope/error.h"
 #include "attnscope/random.h"
 #include "attnscope/run_dir.h"
@@ -65,7 +66,7 @@ json options_json(const DistillOptions& o) {
   j["l2_pairs"] = o.l2_pairs;
   j["seed"] = o.seed;
   j["checkpoint_every"] = o.checkpoint_every;
-  j["device"] = "cpu";
+  j["device"] = o.device;
   j["world_size"] = 1;
   return j;
 }
@@ -94,6 +95,34 @@ std::string group_prefix(const LayerState& st, int layer, const GroupState& g) {
 }
 
 }  // namespace
+
+void to_device(LayerState& st, const at::Device& device) {
+  for (GroupState& g : st.groups) {
+    for (auto& p : g.group.maps.params) p.second = p.second.to(device);
+    for (auto& t : g.exp_avg) t = t.to(device);
+    for (auto& t : g.exp_avg_sq) t = t.to(device);
+    g.head_index = g.head_index.to(device);
+  }
+}
+
+LayerMaps cpu_copy(const LayerMaps& maps) {
+  LayerMaps m = maps;
+  for (auto& p : m.params) p.second = p.second.detach().to(at::kCPU, at::kFloat);
+  return m;
+}
+
+at::Device distill_device(const std::string& name) {
+  if (name != "cuda") return at::Device(at::kCPU);
+#ifndef ATTNSCOPE_TORCH_CUDA
+  fail_value("device", "cuda is not available: this build has no CUDA (its LibTorch is CPU-only; build against a "
+                       "CUDA LibTorch, or use --device cpu)");
+#else
+  if (!at::hasCUDA())
+    fail_value("device", "cuda is not available: no CUDA device (check the driver and CUDA_VISIBLE_DEVICES, or use "
+                         "--device cpu)");
+  return at::Device(at::kCUDA, 0);
+#endif
+}
 
 GroupState group_state(HeadGroup group) {
   GroupState g;
@@ -199,7 +228,7 @@ std::pair<double, double> validate(const DistillOptions& o, const LayerState& st
   const int64_t T = st.val_q.size(0);
   const bool direct = o.loss == "direct";
   std::vector<double> losses, kls;
-  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, st.val_q.size(2), -1) : at::Tensor();
+  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, st.val_q.size(2), -1).to(st.val_q.device()) : at::Tensor();
   for (const GroupState& g : st.groups) {
     const at::Tensor gq = group_heads(st, g, st.val_q), gk = group_heads(st, g, st.val_k);
     double loss = 0, kl = 0;
@@ -232,9 +261,9 @@ void save_checkpoint(RunDir& run, const DistillOptions& o, const std::vector<Lay
       const LayerMaps& maps = g.group.maps;
       for (size_t i = 0; i < maps.params.size(); ++i) {
         const std::string base = group_prefix(layers[s], int(s), g) + maps.params[i].first;
-        tensors.emplace_back(base, maps.params[i].second.detach());
-        tensors.emplace_back(base + ".adamw.exp_avg", g.exp_avg[i]);
-        tensors.emplace_back(base + ".adamw.exp_avg_sq", g.exp_avg_sq[i]);
+        tensors.emplace_back(base, maps.params[i].second.detach().to(at::kCPU));
+        tensors.emplace_back(base + ".adamw.exp_avg", g.exp_avg[i].to(at::kCPU));
+        tensors.emplace_back(base + ".adamw.exp_avg_sq", g.exp_avg_sq[i].to(at::kCPU));
       }
     }
   std::map<std::string, std::string> meta = {{"step", std::to_string(step)},
@@ -331,34 +360,36 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
         for (size_t i = 0; i < g.group.heads.size(); ++i)
           if (g.group.heads[i] == h)
             for (const auto& [name, t] : g.group.maps.params)
-              maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[int64_t(i)].contiguous().to(at::kFloat));
+              maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[int64_t(i)].to(at::kCPU, at::kFloat).contiguous());
     lr.layer = s;
     lr.features = *std::max_element(lr.head_features.begin(), lr.head_features.end());
     lr.initial_loss = st.first_loss;
     lr.final_loss = st.last_loss;
     lr.initial_val_kl = st.initial_val_kl;
-    lr.val_kl = st.val_q.defined() ? validate(o, st).second : std::nan("");
+    lr.val_kl = st.has_val ? st.val_kl : std::nan("");
     sum_kl += lr.val_kl;
     r.layers.push_back(lr);
     json jl = {{"layer", s}, {"features", lr.features}};
     if (!one_group(st)) jl["head_features"] = lr.head_features;
     jl["initial_loss"] = lr.initial_loss;
     jl["final_loss"] = lr.final_loss;
-    if (st.val_q.defined()) {
+    if (st.has_val) {
       jl["initial_val_kl"] = lr.initial_val_kl;
       jl["val_kl"] = lr.val_kl;
     } else {
       jl["val_kl"] = nullptr;
     }
     rep["layers"].push_back(jl);
-    if (one_group(st)) r.maps.push_back(st.groups[0].group.maps);
+    for (HeadGroup& g : groups) g.maps = cpu_copy(g.maps);
+    if (one_group(st)) r.maps.push_back(groups[0].maps);
     r.groups.push_back(std::move(groups));
   }
   if (int(r.maps.size()) != S) r.maps.clear();  // per-head dims: r.groups only
   rep["mean_val_kl"] = sum_kl / double(S);
   for (auto it = extra.begin(); it != extra.end(); ++it) rep[it.key()] = it.value();
-  write_safetensors(run.file("feature_maps.safetensors"), maps_out,
-                    {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
+  if (run.writes())
+    write_safetensors(run.file("feature_maps.safetensors"), maps_out,
+                      {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
   run.write_report(rep.dump(2) + "\n");
   run.log("finished: mean validation KL " + num_str(sum_kl / double(S)));
 }
@@ -373,6 +404,55 @@ std::string join(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
+}
+
+// Runs f(layer) for every layer. Layers are independent: on the CPU one task each (ATen ops inside
+// run single-threaded there); on CUDA one after another on the one stream, as the GPU is already
+// parallel within a layer and concurrent host threads would only contend for the same stream.
+template <class F>
+void for_each_layer(const at::Device& device, int S, const F& f) {
+  if (device.is_cuda()) {
+    for (int64_t s = 0; s < S; ++s) f(s);
+    return;
+  }
+  at::parallel_for(0, S, 1, [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s) f(s);
+  });
+}
+
+// Distributed runs (distributed.h): every rank trains the layers it owns (layer s: rank s % world)
+// and these two put the owners' results on every rank, where rank 0 writes them. With one rank
+// they do nothing.
+
+// Sums `fields` of every layer over the ranks, each contributing only its own layers (0 for the
+// rest, so the owner's value arrives exactly), with `stop` riding along: true when any rank asked
+// to stop, so that a cancel on one rank stops all of them at the same step.
+bool share_layer_values(DistGroup& dist, std::vector<LayerState>& layers,
+                        const std::vector<double LayerState::*>& fields, bool stop = false) {
+  if (dist.world() == 1) return stop;
+  std::vector<double> v;
+  for (size_t s = 0; s < layers.size(); ++s)
+    for (const auto f : fields) v.push_back(dist.owns(int(s)) ? layers[s].*f : 0.0);
+  v.push_back(stop ? 1.0 : 0.0);
+  dist.all_reduce_sum(v);
+  size_t i = 0;
+  for (auto& st : layers)
+    for (const auto f : fields) st.*f = v[i++];
+  return v.back() > 0;
+}
+
+// Every layer's maps and AdamW moments (every group's) from its owner.
+void share_layer_tensors(DistGroup& dist, std::vector<LayerState>& layers) {
+  if (dist.world() == 1) return;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    std::vector<at::Tensor> t;
+    for (GroupState& g : layers[s].groups) {
+      for (auto& p : g.group.maps.params) t.push_back(p.second);
+      t.insert(t.end(), g.exp_avg.begin(), g.exp_avg.end());
+      t.insert(t.end(), g.exp_avg_sq.begin(), g.exp_avg_sq.end());
+    }
+    dist.broadcast(t, int(s) % dist.world());
+  }
 }
 
 // Every head's M, for the checks that hold per dimension.
@@ -479,6 +559,7 @@ void check_distill_options(const DistillOptions& o) {
   if (o.steps < 1) fail_value("steps", "must be at least 1");
   if (o.batch < 1) fail_value("batch", "must be at least 1");
   if (o.checkpoint_every < 1) fail_value("checkpoint interval", "must be at least 1");
+  if (o.device != "cpu" && o.device != "cuda") fail_value("device", "'" + o.device + "' is unknown (valid: cpu, cuda)");
   if (!(o.lr > 0) || !(o.lr_alpha > 0)) fail_value("learning rate", "must be positive");
   if (!(o.val_share >= 0 && o.val_share < 1)) fail_value("validation share", "must be in [0, 1)");
   if (o.feature_map == "hedgehog" && o.activation != "exp" && o.activation != "softmax")
@@ -530,6 +611,7 @@ DistillOptions read_distill_job(const std::string& run_dir) {
     o.l2_pairs = j.at("l2_pairs");
     o.seed = j.at("seed");
     o.checkpoint_every = j.at("checkpoint_every");
+    o.device = j.value("device", std::string("cpu"));
     return o;
   } catch (const Error&) {
     throw;
@@ -538,21 +620,24 @@ DistillOptions read_distill_job(const std::string& run_dir) {
   }
 }
 
-DistillResult distill(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+namespace {
+
+DistillResult train_layers(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume,
+                           DistGroup& dist) {
   const auto t_start = std::chrono::steady_clock::now();
-  if (resume) o = read_distill_job(run_dir);
-  if (o.loss == "direct") return distill_direct(o, run_dir, progress, resume);
   const CaptureStore cap(o.capture);
   if (!resume) resolve_dims(o, cap);
   check_distill_options(o);
+  const at::Device device = distill_device(o.device);
   check_dims(o, cap.num_layers(), cap.num_heads(), run_dir + "/job.json");
 
-  RunDir run(run_dir, !resume);
+  RunDir run(run_dir, !resume, /*writes=*/dist.rank() == 0);
   if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
   run.mark_running();
   if (!resume) {
     json job = options_json(o);
     job["model"] = cap.model_path();
+    job["world_size"] = dist.world();
     run.write_job(job.dump(2) + "\n");
     run.log("distill " + o.feature_map + " loss " + o.loss + " on " + o.capture + ", " + std::to_string(o.steps) + " steps");
   }
@@ -565,6 +650,7 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   } else {
     for (int64_t t = 0; t < T; ++t) train_idx.push_back(t);
   }
+  const bool has_val = !o.val_capture.empty() || !val_idx.empty();
   std::unique_ptr<CaptureStore> val_cap;
   if (!o.val_capture.empty()) {
     val_cap = std::make_unique<CaptureStore>(o.val_capture);
@@ -578,48 +664,59 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   const at::Tensor train_t = at::tensor(train_idx, at::kLong);
   for (int s = 0; s < S; ++s) {
     LayerState& st = layers[size_t(s)];
-    const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
-    st.q = q.index_select(0, train_t).contiguous();
-    st.k = k.index_select(0, train_t).contiguous();
-    if (val_cap) {
-      st.val_q = val_cap->layer_tensor(s, "q");
-      st.val_k = val_cap->layer_tensor(s, "k");
-    } else if (!val_idx.empty()) {
-      const at::Tensor v = at::tensor(val_idx, at::kLong);
-      st.val_q = q.index_select(0, v).contiguous();
-      st.val_k = k.index_select(0, v).contiguous();
+    st.has_val = has_val;
+    if (dist.owns(s)) {  // a rank holds only its own layers' windows
+      const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
+      st.q = q.index_select(0, train_t).contiguous().to(device);
+      st.k = k.index_select(0, train_t).contiguous().to(device);
+      if (val_cap) {
+        st.val_q = val_cap->layer_tensor(s, "q").to(device);
+        st.val_k = val_cap->layer_tensor(s, "k").to(device);
+      } else if (!val_idx.empty()) {
+        const at::Tensor v = at::tensor(val_idx, at::kLong);
+        st.val_q = q.index_select(0, v).contiguous().to(device);
+        st.val_k = k.index_select(0, v).contiguous().to(device);
+      }
     }
     init_layer_state(o, s, cap.num_heads(), cap.head_dim(), st);
+    to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(o, st).second;
   }
+  share_layer_values(dist, layers, {&LayerState::initial_val_kl});
 
   double elapsed_before = 0;  // training time of the killed run up to its checkpoint
   const int64_t start_step = start_training(run, resume, layers, elapsed_before);
+  if (resume) run.log("resumed on " + o.device);
 
   const int64_t L = cap.seq_len();
   const auto elapsed = [&] {
     return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
+  const auto validate_layers = [&] {
+    for (auto& st : layers)
+      if (st.val_q.defined()) std::tie(st.val_loss, st.val_kl) = validate(o, st);
+    share_layer_values(dist, layers, {&LayerState::val_loss, &LayerState::val_kl});
+  };
   const auto validation_lines = [&](int64_t step) {
+    if (!has_val) return;
+    validate_layers();
     std::vector<std::string> lines;
     for (int s = 0; s < S; ++s) {
-      if (!layers[size_t(s)].val_q.defined()) continue;
-      const auto [vl, vk] = validate(o, layers[size_t(s)]);
-      lines.push_back(json{{"step", step}, {"layer", s}, {"val_loss", vl}, {"val_kl", vk}}.dump());
+      const LayerState& st = layers[size_t(s)];
+      lines.push_back(json{{"step", step}, {"layer", s}, {"val_loss", st.val_loss}, {"val_kl", st.val_kl}}.dump());
     }
     run.append_metrics(lines);
   };
 
   for (int64_t step = start_step; step < o.steps; ++step) {
-    const at::Tensor batch = step_batch(o, int64_t(train_idx.size()), step);
-    const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, L, step) : at::Tensor();
-    // Layers are independent: one task each (ATen ops inside run single-threaded there).
-    at::parallel_for(0, S, 1, [&](int64_t b, int64_t e) {
-      for (int64_t s = b; s < e; ++s) {
-        LayerState& st = layers[size_t(s)];
-        train_layer_step(o, st, st.q.index_select(0, batch), st.k.index_select(0, batch), pairs, step);
-      }
+    const at::Tensor batch = step_batch(o, int64_t(train_idx.size()), step).to(device);
+    const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, L, step).to(device) : at::Tensor();
+    for_each_layer(device, S, [&](int64_t s) {
+      if (!dist.owns(int(s))) return;
+      LayerState& st = layers[size_t(s)];
+      train_layer_step(o, st, st.q.index_select(0, batch), st.k.index_select(0, batch), pairs, step);
     });
+    if (share_layer_values(dist, layers, {&LayerState::last_loss, &LayerState::first_loss})) throw Cancelled();
     const double elapsed_s = elapsed();
     std::vector<std::string> lines;
     for (int s = 0; s < S; ++s) {
@@ -634,13 +731,22 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
     const bool last = step + 1 == o.steps;
     if ((step + 1) % o.checkpoint_every == 0 || last) {
       validation_lines(step + 1);
+      share_layer_tensors(dist, layers);
       save_checkpoint(run, o, layers, step + 1, elapsed());
     }
     // Cancellation lands here: after a complete step, its checkpoint (if due) already written.
-    report_progress(progress, double(step + 1) / double(o.steps),
-                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " +
-                        num_str(layers[0].last_loss));
+    try {
+      report_progress(progress, double(step + 1) / double(o.steps),
+                      "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " +
+                          num_str(layers[0].last_loss));
+    } catch (const Cancelled&) {
+      // The other ranks are in the next step's sharing of losses: this one tells them to stop.
+      share_layer_values(dist, layers, {&LayerState::last_loss, &LayerState::first_loss}, /*stop=*/true);
+      throw;
+    }
   }
+  share_layer_tensors(dist, layers);
+  if (has_val) validate_layers();
 
   // Final outputs: the maps under SPEC 7's names, then the report, last.
   DistillResult r;
@@ -652,7 +758,41 @@ DistillResult distill(DistillOptions o, const std::string& run_dir, const Progre
   extra["seconds_per_step"] = r.seconds / double(std::max<int64_t>(1, o.steps - start_step));
   write_outputs(run, o, layers, extra, r);
   run.clear_running();
+  dist.barrier();  // every rank returns once rank 0's files are complete
   return r;
+}
+
+}  // namespace
+
+DistillResult distill(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+  if (resume) {
+    const std::string device = o.device;
+    o = read_distill_job(run_dir);
+    if (!device.empty()) o.device = device;  // a run resumes on either device
+  }
+  const DistEnv env = dist_env_from_environment();
+  if (o.loss == "direct") {
+    if (env.world > 1)
+      fail_value("loss", "direct trains the whole model in one process; run it without WORLD_SIZE (ranks shard "
+                         "the layers of layerwise losses only)");
+    return distill_direct(o, run_dir, progress, resume);
+  }
+  if (env.world == 1) {
+    DistGroup one(env, o.device);
+    return train_layers(o, run_dir, progress, resume, one);
+  }
+  // Which rank failed: the others fail too (their collectives lose it), each saying its own rank.
+  const std::string rank = "rank " + std::to_string(env.rank) + ": ";
+  try {
+    DistGroup ranks(env, o.device);
+    return train_layers(o, run_dir, progress, resume, ranks);
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(rank + e.what(), e.quantity());
+  } catch (const std::exception& e) {
+    throw Error(rank + e.what());
+  }
 }
 
 double distill_step_seconds(DistillBench& b) {
@@ -661,15 +801,19 @@ double distill_step_seconds(DistillBench& b) {
   const int S = int(b.groups.size());
   if (int(b.q.size()) != S || int(b.k.size()) != S) fail("distill bench", "q and k must hold one tensor per layer");
   std::vector<LayerState> layers = bench_layers(b.groups);
-  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, b.q[0].size(2), 0) : at::Tensor();
+  const at::Tensor pairs = o.loss == "l2" ? step_pairs(o, b.q[0].size(2), 0).to(b.q[0].device()) : at::Tensor();
   const auto one_step = [&](int64_t step) {
-    at::parallel_for(0, S, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t s = lo; s < hi; ++s) train_layer_step(o, layers[size_t(s)], b.q[size_t(s)], b.k[size_t(s)], pairs, step);
+    for_each_layer(b.q[0].device(), S, [&](int64_t s) {
+      train_layer_step(o, layers[size_t(s)], b.q[size_t(s)], b.k[size_t(s)], pairs, step);
     });
   };
+  // Reading a parameter back waits for every queued kernel on the device (CUDA runs asynchronously).
+  const auto finished = [&] { (void)layers[0].groups[0].group.maps.params[0].second.sum().item<double>(); };
   one_step(0);  // warm-up
+  finished();
   const auto t0 = std::chrono::steady_clock::now();
   one_step(1);
+  finished();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -193,6 +193,10 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
   }
   extra["seconds"] = r.seconds;
   extra["seconds_per_step"] = r.seconds / double(std::max<int64_t>(1, o.steps - start_step));
+  for (LayerState& st : layers) {
+    st.has_val = st.val_q.defined();
+    if (st.has_val) st.val_kl = validate(o, st).second;
+  }
   write_outputs(run, o, layers, extra, r);
   run.clear_running();
   return r;

@@ -30,14 +30,25 @@ struct GroupState {
 
 // A layer in training: its groups and its train/validation tensors [T, H, L, d] (layerwise; direct
 // keeps only the validation windows' q, k, for the held-out attention KL).
+// In a distributed run q, k, val_q, val_k are only on the layer's own rank; the numbers below are
+// shared with every rank (distill.cpp).
 struct LayerState {
   std::vector<GroupState> groups;
   int64_t heads = 0;
   at::Tensor q, k, val_q, val_k;
   double last_loss = 0, first_loss = 0, initial_val_kl = 0;
+  bool has_val = false;             // the job holds out windows (report.json gets val_kl)
+  double val_loss = 0, val_kl = 0;  // of the last validation
 };
 
 json options_json(const DistillOptions& o);
+// --device cpu | cuda as an at::Device; cuda without CUDA is an Error that says which is missing
+// (this build's LibTorch, or a GPU on this machine).
+at::Device distill_device(const std::string& name);
+// Moves a layer's maps, AdamW moments and head indices to `device`.
+void to_device(LayerState& st, const at::Device& device);
+// A float32 CPU copy of maps: what callers and files get, whatever the device.
+LayerMaps cpu_copy(const LayerMaps& maps);
 double lr_at(const DistillOptions& o, double base, int64_t step);
 // A group with zero AdamW moments (its tensors are the group's own, not copies).
 GroupState group_state(HeadGroup group);
@@ -67,7 +78,8 @@ int64_t start_training(RunDir& run, bool resume, std::vector<LayerState>& layers
 // Layer states over the given groups' own tensors (the benchmark hook trains them in place).
 std::vector<LayerState> bench_layers(const std::vector<std::vector<HeadGroup>>& groups);
 // feature_maps.safetensors (SPEC 7 names per head), then report.json (with `extra` fields), last;
-// fills r.layers, r.maps and r.groups. val_kl per layer from validate() where there are val_q.
+// fills r.layers, r.maps and r.groups (CPU copies). val_kl per layer is st.val_kl where st.has_val.
+// Writes nothing on a run directory that does not write (ranks other than 0).
 void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>& layers, const json& extra,
                    DistillResult& r);
 std::string num_str(double v, int digits = 6);
