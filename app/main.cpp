@@ -22,7 +22,8 @@ std::string with_option(const attnscope::Error& e) {
       {"sample texts", "--text"},       {"model", "--model"},
       {"normalization", "--normalize"}, {"strategy", "--strategy"},
       {"feature map", "--feature-map"}, {"feature dimension", "--features"}, {"loss", "--loss"},
-      {"schedule", "--schedule"}, {"steps", "--steps"}, {"checkpoint interval", "--checkpoint-every"}, {"activation", "--activation"}};
+      {"schedule", "--schedule"}, {"steps", "--steps"}, {"checkpoint interval", "--checkpoint-every"}, {"activation", "--activation"},
+      {"device", "--device"}};
   const auto it = option.find(e.quantity());
   return it == option.end() ? e.what() : std::string(e.what()) + " (" + it->second + ")";
 }

@@ -18,6 +18,7 @@ jobs=${JOBS:-$(nproc)}
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libtorch-dev                      # tensors, autograd, optimizers (CPU LibTorch 1.13)
+  libgloo-dev                       # headers LibTorch's c10d Gloo needs: `distill` across ranks (WORLD_SIZE > 1)
   libjemalloc-dev                   # malloc that keeps LibTorch's large buffers instead of mmap-ing them each step
   libopenblas0-openmp               # an optimized BLAS for LibTorch; Debian otherwise links the reference one
   nlohmann-json3-dev libcli11-dev libpcre2-dev

@@ -1,6 +1,7 @@
 // Converted models (SPEC 7): `convert` writes them, load_model runs them as linear attention in the
 // batch and the recurrent form, and attnscope_linear.py runs them with PyTorch alone.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -298,6 +299,19 @@ PythonCheck python_against_attnscope(const std::string& python, const std::strin
   r.maxdiff = std::stod(r.output.substr(r.output.find("maxdiff") + 8));
   return r;
 }
+
+// `attnscope_linear.py OUT --ids PROMPT --new-tokens n` (recurrent generation in PyTorch) against
+// attnscope's generate_greedy on the same model: both outputs as space-separated new ids.
+void expect_same_greedy_ids(const std::string& python, const std::string& out, const std::vector<int64_t>& prompt, int n) {
+  std::string ids, o;
+  for (size_t i = 0; i < prompt.size(); ++i) ids += (i ? "," : "") + std::to_string(prompt[i]);
+  ASSERT_EQ(test::run_command(python + " " + out + "/attnscope_linear.py " + out + " --ids " + ids + " --new-tokens " +
+                                  std::to_string(n) + " 2>&1", &o), 0) << o;
+  const auto gen = load_model(out).model->generate_greedy(prompt, n);
+  std::string expected;
+  for (size_t i = prompt.size(); i < gen.size(); ++i) expected += (i > prompt.size() ? " " : "") + std::to_string(gen[i]);
+  EXPECT_EQ(o, expected + "\n");
+}
 }  // namespace
 
 // `convert --job RUN` with the trained maps of a finished distillation run (a run directory made
@@ -395,6 +409,56 @@ TEST(Convert, LlamaWithGroupedQueryAttention) {
   const double diff = py.maxdiff;
   std::cout << "[ llama prf ] max |attnscope - attnscope_linear.py| logits = " << diff << "\n";
   EXPECT_LT(diff, 1e-4);
+  // Generation past the 64-token context: the recurrent state restarts over the last 64 tokens.
+  std::vector<int64_t> prompt;
+  for (int i = 0; i < 60; ++i) prompt.push_back(int64_t(i * 37 % 4096));
+  expect_same_greedy_ids(python, out, prompt, 8);
+}
+
+// GPT-NeoX (Pythia layout: fused per-head qkv, RoPE on a quarter of each head, parallel or
+// sequential residual), converted: batch = recurrent, and attnscope_linear.py gives the same logits
+// and, generating in its recurrent form past the 24-token context, the same greedy ids.
+TEST(Convert, GptNeoXRunsInPyTorch) {
+  for (const bool parallel : {true, false}) {
+    test::RefConfig rc;
+    rc.arch = test::RefArch::GPTNeoX;
+    rc.n_layer = 2;
+    rc.n_head = 4;
+    rc.d_model = 64;
+    rc.d_ff = 96;
+    rc.vocab = 4096;  // the bundled tokenizer's
+    rc.n_ctx = 24;
+    rc.rotary_pct = 0.25;
+    rc.parallel_residual = parallel;
+    const std::string src = test::temp_dir(parallel ? "convert_neox_par" : "convert_neox_seq") + "/src";
+    fs::create_directories(src);
+    test::write_hf_checkpoint(src, rc, test::random_weights(rc, parallel ? 31 : 32));
+    fs::copy_file(bundled() + "/tokenizer.json", src + "/tokenizer.json");
+    ConvertOptions o;
+    o.map.name = "prf";
+    o.map.seed = 3;
+    o.dims = {{8, 16, 8, 16}, {16, 16, 16, 16}};
+    o.python_module = python_module();
+    const std::string out = src + "/../out";
+    convert_model(load_model(src), o, out);
+    LoadedModel m = load_model(out);
+    ASSERT_EQ(m.model->config().arch, Arch::GPTNeoX);
+    ASSERT_EQ(m.model->config().rotary_dim, 4);
+    at::NoGradGuard ng;
+    const at::Tensor ids = sample_ids(20, 4096, 5);
+    const at::Tensor batch = m.model->forward(ids);
+    EXPECT_LT((m.model->forward_recurrent(ids) - batch).abs().max().item<double>(), 1e-4);
+
+    const std::string python = find_python_with_torch();
+    if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
+    const PythonCheck py = python_against_attnscope(python, out, "1,2,3,4,5,600,700,8,9,4000,11,12");
+    ASSERT_TRUE(py.ran) << py.output;
+    std::cout << "[ neox " << (parallel ? "parallel" : "sequential") << " ] max |attnscope - attnscope_linear.py| logits = "
+              << py.maxdiff << "\n";
+    EXPECT_TRUE(py.finite);
+    EXPECT_LT(py.maxdiff, 1e-4);
+    expect_same_greedy_ids(python, out, {7, 300, 12, 4000, 5, 9, 18, 22, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 10);
+  }
 }
 
 // stories260K (a llama2.c .bin) converts to Hugging Face Llama layout: with the maps switched off the
@@ -503,4 +567,27 @@ TEST(Convert, QueriesWithoutPositiveWeightReadNothing) {
   ASSERT_TRUE(py.ran) << py.output;
   EXPECT_TRUE(py.finite) << py.output;
   EXPECT_LT(py.maxdiff, 1e-4) << py.output;
+}
+
+// `convert` killed with SIGKILL while it writes (as soon as the weights are in its partial directory)
+// leaves no OUT; the next convert to OUT writes a complete model and removes the killed one's debris.
+TEST(Convert, KilledConvertLeavesNoDirectory) {
+  const std::string root = test::temp_dir("convert_kill9"), out = root + "/out", cli = test::cli_path();
+  const std::string cmd = cli + " convert --model " + bundled() + " --feature-map prf --features 64 --out " + out;
+  // bash builtins only in the wait loop (compgen, kill -0): no process start between checks.
+  std::ofstream(root + "/kill.sh") << "out=$1; shift; \"$@\" >/dev/null 2>&1 & pid=$!\n"
+                                      "until compgen -G \"$out.partial-*/model.safetensors\" >/dev/null || ! kill -0 $pid 2>/dev/null; do :; done\n"
+                                      "kill -9 $pid; wait $pid\n";
+  std::string o;
+  const int rc = test::run_command("bash " + root + "/kill.sh " + out + " " + cmd, &o);
+  if (fs::exists(out + "/config.json")) GTEST_SKIP() << "convert finished before the kill";
+  EXPECT_EQ(rc, 137) << o;
+  EXPECT_FALSE(fs::exists(out)) << "a killed convert must leave no OUT";
+  ASSERT_EQ(test::run_command(cmd + " 2>&1", &o), 0) << o;
+  EXPECT_TRUE(is_converted_model(out));
+  EXPECT_NO_THROW(load_model(out));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(root)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"kill.sh", "out"})) << "debris of the killed convert is left";
 }

@@ -1,6 +1,7 @@
 // `attnscope eval` on a converted model (SPEC 7): original and converted loss, per-layer attention
 // KL and output error checked against an independent float64 computation, and the speed table.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 #include <gtest/gtest.h>
 
 #include <algorithm>

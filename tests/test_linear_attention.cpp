@@ -414,7 +414,9 @@ TEST(LinearAttention, RowsWithoutWeightAreUndefinedNotUniform) {
   for (int64_t i = 0; i < 6; ++i) {
     const bool undefined = i == 2 || i == 4;
     EXPECT_EQ(at::isnan(lm.map[i].narrow(0, 0, i + 1)).all().item<bool>(), undefined) << i;
-    if (!undefined) EXPECT_NEAR(lm.map[i].sum().item<double>(), 1.0, 1e-12) << i;
+    if (!undefined) {
+      EXPECT_NEAR(lm.map[i].sum().item<double>(), 1.0, 1e-12) << i;
+    }
   }
   // The relu map does this on real data: a query with no positive coordinate.
   auto relu = make_feature_map([] {

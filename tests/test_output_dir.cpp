@@ -72,3 +72,24 @@ TEST(OutputDir, RefusesAMissingParentOrAFileInTheWay) {
     EXPECT_NE(std::string(e.what()).find("not a directory"), std::string::npos) << e.what();
   }
 }
+
+// A writer killed with SIGKILL leaves DIR.partial-PID behind; the next writer of DIR removes the
+// debris of processes that are gone and keeps that of a live one (pid 1 always runs).
+TEST(OutputDir, TheNextWriterRemovesDebrisOfKilledWriters) {
+  const fs::path root = test::temp_dir("outdir_debris");
+  const fs::path final_dir = root / "result";
+  // A pid above the kernel's limit (pid_max is at most 2^22) names no process.
+  const fs::path dead = root / "result.partial-99999999", dead_old = root / "result.old-99999998";
+  const fs::path live = root / "result.partial-1", other = root / "results.partial-99999999";
+  for (const auto& p : {dead, dead_old, live, other}) fs::create_directories(p / "half");
+  {
+    OutputDir d(final_dir.string());
+    write_text_file(d.file("a.txt"), "whole");
+    d.commit();
+  }
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_FALSE(fs::exists(dead_old));
+  EXPECT_TRUE(fs::exists(live)) << "a running writer's directory is not debris";
+  EXPECT_TRUE(fs::exists(other)) << "another output's sibling is not ours";
+  EXPECT_EQ(test::read_file((final_dir / "a.txt").string()), "whole");
+}

@@ -45,3 +45,21 @@ TEST(RunDir, MetricsTruncateAtResumedStepAndCheckpointsReplaceWhole) {
   EXPECT_NE(test::read_file(dir + "/log.txt").find("] hello\n"), std::string::npos);
   EXPECT_ANY_THROW(RunDir(test::temp_dir("run_dir_none"), false));
 }
+
+// The other ranks of a distributed job open the run directory without writing: nothing is created,
+// and every write is skipped; opening one that is not a run directory is still an error.
+TEST(RunDir, ReadOnlyRunDirWritesNothing) {
+  const std::string dir = test::temp_dir("run_dir_ro") + "/run";
+  {
+    RunDir run(dir, /*create=*/true, /*writes=*/false);
+    run.mark_running();
+    run.write_job("{}\n");
+    run.append_metric("{\"step\": 1}");
+    run.log("hello");
+    run.write_checkpoint({{"a", at::ones({2})}}, {{"step", "1"}});
+    run.write_report("{}\n");
+    EXPECT_FALSE(run.has_checkpoint());
+  }
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_ANY_THROW(RunDir(test::temp_dir("run_dir_ro_none"), false, false));
+}

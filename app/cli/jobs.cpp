@@ -43,7 +43,8 @@ void register_jobs(CLI::App& app) {
         fail(run + "/job.json", std::string("is not JSON: ") + e.what());
       }
       const int64_t steps = job.value("steps", int64_t(0));
-      // The last value of each layer (a line cut by a kill is skipped by the reader).
+      // The last value of each layer (a line cut by a kill is skipped by the reader); direct
+      // training's lines are the whole model's, layer -1, shown first.
       const RunMetrics metrics = read_run_metrics(run);
       std::map<int, double> loss, val_kl;
       for (const TrainingPoint& p : metrics.training) loss[p.layer] = p.loss;

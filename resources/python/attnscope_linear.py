@@ -16,7 +16,11 @@ only (the safetensors format is parsed here), so the directory runs where attnsc
 
     python3 attnscope_linear.py OUT --ids 1,2,3 --new-tokens 20   # greedy continuation ids
 
-Architectures: GPT-2, Llama (grouped-query attention included). Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
+Generation runs the recurrent form: per head a state S = sum phi(k) v^T [M, d] and z = sum phi(k)
+[M] carries the prefix, so each new token costs the same at every position (model(ids, cache, pos)
+with a cache from model.new_cache()).
+
+Architectures: GPT-2, GPT-NeoX (Pythia), Llama (grouped-query attention included). Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
 flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
 """
@@ -146,20 +150,57 @@ class FeatureMap:
         raise ValueError("feature map %r is not supported by attnscope_linear.py" % n)
 
 
-def linear_attention(fq, fk, v):
+def linear_attention(fq, fk, v, state=None):
     """Causal linear attention; fq, fk (values [B, L, M], log_scale [B, L, 1]), v [B, L, d], float64.
 
-    Keys are weighted by exp(log_scale - max over the sequence); the query's scale cancels.
+    Keys are weighted by exp(log_scale - c), c the largest key log scale seen so far; the query's
+    scale cancels. `state` (a dict, empty at the start) carries the keys and values of earlier
+    calls: S = sum phi(k) v^T [B, M, d], z = sum phi(k) [B, M] relative to c [B, 1, 1]; it is
+    updated with this call's keys, so a sequence can be fed in pieces (one token at a time).
     """
     vq, _ = fq
     vk, lk = fk
-    vk = vk * torch.exp(lk - lk.max(1, keepdim=True).values)
+    c = lk.max(1, keepdim=True).values
+    if state:
+        c = torch.maximum(c, state["c"])
+    vk = vk * torch.exp(lk - c)
     kern = vq @ vk.transpose(1, 2)
     L = kern.shape[-1]
     kern = kern * torch.ones(L, L, dtype=kern.dtype).tril()
+    num, den = kern @ v, kern.sum(-1, keepdim=True)
+    if state:
+        keep = torch.exp(state["c"] - c)
+        S, z = state["S"] * keep, state["z"] * keep.squeeze(-1)
+        num = num + vq @ S
+        den = den + (vq * z.unsqueeze(1)).sum(-1, keepdim=True)
+    if state is not None:
+        S_new = vk.transpose(1, 2) @ v
+        z_new = vk.sum(1)
+        if state:
+            S_new, z_new = S_new + S, z_new + z
+        state.update(S=S_new, z=z_new, c=c)
     # A query with no positive weight (ReLU-type maps) is 0/0: that head contributes 0, as in attnscope.
-    y = (kern @ v) / kern.sum(-1, keepdim=True)
+    y = num / den
     return torch.where(torch.isnan(y), torch.zeros_like(y), y)
+
+
+def _cache(n_layer, n_head):
+    return [[{} for _ in range(n_head)] for _ in range(n_layer)]
+
+
+def _rope_tables(theta, rotary_dim, pos, L):
+    """cos, sin [1, L, 1, rotary_dim / 2] of positions pos .. pos + L - 1 (float64, then float32)."""
+    inv = 1.0 / torch.pow(torch.tensor(theta, dtype=torch.float64),
+                          torch.arange(0, rotary_dim // 2, dtype=torch.float64) * 2 / rotary_dim)
+    ang = torch.outer(torch.arange(pos, pos + L, dtype=torch.float64), inv)
+    return (t.to(torch.float32)[None, :, None, :] for t in (torch.cos(ang), torch.sin(ang)))
+
+
+def _rotate_half(x, cos, sin, rotary_dim):
+    """RoPE on the first rotary_dim dims of x [B, L, heads, d] (rotate-half layout)."""
+    half = rotary_dim // 2
+    a, b, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin, rest], -1)
 
 
 # ---- GPT-2 -------------------------------------------------------------------------------------
@@ -183,12 +224,15 @@ class LinearGPT2(torch.nn.Module):
     def _ln(self, x, name):
         return torch.nn.functional.layer_norm(x, (self.d_model,), self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
 
-    def forward(self, ids):
+    def new_cache(self):
+        return _cache(self.n_layer, self.n_head)
+
+    def forward(self, ids, cache=None, pos=0):
         B, L = ids.shape
         D, H = self.d_model, self.n_head
         d = D // H
         w = self.w
-        x = w["wte.weight"][ids] + w["wpe.weight"][:L]
+        x = w["wte.weight"][ids] + w["wpe.weight"][pos:pos + L]
         for s in range(self.n_layer):
             pre = "h.%d." % s
             h = self._ln(x, pre + "ln_1")
@@ -199,7 +243,7 @@ class LinearGPT2(torch.nn.Module):
                 sl = slice(j * d, (j + 1) * d)
                 qh, kh, vh = (t[..., sl].to(torch.float64) for t in (q, k, v))
                 m = self.maps[s][j]
-                heads.append(linear_attention(m.query(qh), m.key(kh), vh))
+                heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
             x = x + a @ w[pre + "attn.c_proj.weight"] + w[pre + "attn.c_proj.bias"]
             h = self._ln(x, pre + "ln_2")
@@ -230,38 +274,96 @@ class LinearLlama(torch.nn.Module):
     def _rms(self, x, weight):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
 
-    def _rope(self, x, cos, sin):  # x [B, L, heads, d], rotate-half
-        half = self.head_dim // 2
-        a, b = x[..., :half], x[..., half:]
-        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+    def new_cache(self):
+        return _cache(self.n_layer, self.n_head)
 
-    def forward(self, ids):
+    def forward(self, ids, cache=None, pos=0):
         B, L = ids.shape
         H, Hkv, d = self.n_head, self.n_kv, self.head_dim
         w = self.w
-        inv = 1.0 / torch.pow(torch.tensor(self.theta, dtype=torch.float64),
-                              torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
-        ang = torch.outer(torch.arange(L, dtype=torch.float64), inv)
-        cos, sin = (t.to(torch.float32)[None, :, None, :] for t in (torch.cos(ang), torch.sin(ang)))
+        cos, sin = _rope_tables(self.theta, d, pos, L)
         x = w["model.embed_tokens.weight"][ids]
         for s in range(self.n_layer):
             pre = "model.layers.%d." % s
             h = self._rms(x, w[pre + "input_layernorm.weight"])
-            q = self._rope((h @ w[pre + "self_attn.q_proj.weight"].T).view(B, L, H, d), cos, sin)
-            k = self._rope((h @ w[pre + "self_attn.k_proj.weight"].T).view(B, L, Hkv, d), cos, sin)
+            q = _rotate_half((h @ w[pre + "self_attn.q_proj.weight"].T).view(B, L, H, d), cos, sin, d)
+            k = _rotate_half((h @ w[pre + "self_attn.k_proj.weight"].T).view(B, L, Hkv, d), cos, sin, d)
             v = (h @ w[pre + "self_attn.v_proj.weight"].T).view(B, L, Hkv, d)
             heads = []
             for j in range(H):
                 kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
                 m = self.maps[s][j]
                 qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
-                heads.append(linear_attention(m.query(qh), m.key(kh), vh))
+                heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
             x = x + a @ w[pre + "self_attn.o_proj.weight"].T
             h = self._rms(x, w[pre + "post_attention_layernorm.weight"])
             u = torch.nn.functional.silu(h @ w[pre + "mlp.gate_proj.weight"].T) * (h @ w[pre + "mlp.up_proj.weight"].T)
             x = x + u @ w[pre + "mlp.down_proj.weight"].T
         x = self._rms(x, w["model.norm.weight"])
+        return x @ self.lm_head.T
+
+
+# ---- GPT-NeoX (Pythia: fused per-head qkv [H, 3, d], partial rotary, parallel residual) ---------
+
+class LinearNeoX(torch.nn.Module):
+    def __init__(self, config, weights, maps):
+        super().__init__()
+        self.c = config
+        self.w = {k[len("gpt_neox."):] if k.startswith("gpt_neox.") else k: v.to(torch.float32) for k, v in weights.items()}
+        self.maps = maps
+        self.n_layer = config["num_hidden_layers"]
+        self.d_model = config["hidden_size"]
+        self.n_head = config["num_attention_heads"]
+        self.head_dim = self.d_model // self.n_head
+        self.eps = config.get("layer_norm_eps", 1e-5)
+        pct = config.get("rotary_pct", config.get("partial_rotary_factor", 1.0))
+        self.rotary_dim = int(self.head_dim * pct)  # HF truncates, as attnscope does
+        self.theta = config.get("rotary_emb_base", config.get("rope_theta", 10000.0))
+        self.parallel = config.get("use_parallel_residual", True)
+        act = config.get("hidden_act", "gelu")
+        self.gelu_approx = "none" if act == "gelu" else "tanh"
+        tied = config.get("tie_word_embeddings", False)
+        self.lm_head = self.w["embed_in.weight"] if tied else self.w["embed_out.weight"]
+
+    def new_cache(self):
+        return _cache(self.n_layer, self.n_head)
+
+    def _ln(self, x, name):
+        return torch.nn.functional.layer_norm(x, (self.d_model,), self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
+
+    def _linear(self, x, name):
+        y = x @ self.w[name + ".weight"].T
+        return y + self.w[name + ".bias"] if name + ".bias" in self.w else y
+
+    def forward(self, ids, cache=None, pos=0):
+        B, L = ids.shape
+        H, d, r = self.n_head, self.head_dim, self.rotary_dim
+        cos, sin = _rope_tables(self.theta, r, pos, L)
+        x = self.w["embed_in.weight"][ids]
+        for s in range(self.n_layer):
+            pre = "layers.%d." % s
+            h = self._ln(x, pre + "input_layernorm")
+            qkv = self._linear(h, pre + "attention.query_key_value").view(B, L, H, 3, d)
+            q = _rotate_half(qkv[..., 0, :], cos, sin, r)
+            k = _rotate_half(qkv[..., 1, :], cos, sin, r)
+            v = qkv[..., 2, :]
+            heads = []
+            for j in range(H):
+                m = self.maps[s][j]
+                qh, kh, vh = (t[:, :, j].to(torch.float64) for t in (q, k, v))
+                heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
+            a = self._linear(torch.cat(heads, -1).to(torch.float32), pre + "attention.dense")
+
+            def mlp(t):
+                u = torch.nn.functional.gelu(self._linear(t, pre + "mlp.dense_h_to_4h"), approximate=self.gelu_approx)
+                return self._linear(u, pre + "mlp.dense_4h_to_h")
+            if self.parallel:
+                x = x + a + mlp(self._ln(x, pre + "post_attention_layernorm"))
+            else:
+                x = x + a
+                x = x + mlp(self._ln(x, pre + "post_attention_layernorm"))
+        x = self._ln(x, "final_layer_norm")
         return x @ self.lm_head.T
 
 
@@ -277,8 +379,10 @@ def load(directory):
         kind = LinearGPT2
     elif config.get("model_type") == "llama" or arch == "LlamaForCausalLM":
         kind = LinearLlama
+    elif config.get("model_type") == "gpt_neox" or arch == "GPTNeoXForCausalLM":
+        kind = LinearNeoX
     else:
-        raise ValueError("attnscope_linear.py runs GPT-2 and Llama models; this is %r" % (arch or config.get("model_type")))
+        raise ValueError("attnscope_linear.py runs GPT-2, GPT-NeoX and Llama models; this is %r" % (arch or config.get("model_type")))
     wdir = directory
     if not (os.path.exists(os.path.join(directory, "model.safetensors"))
             or os.path.exists(os.path.join(directory, "model.safetensors.index.json"))):
@@ -307,13 +411,26 @@ def load(directory):
 
 
 def generate(model, ids, new_tokens):
-    """Greedy continuation: the new ids only."""
+    """Greedy continuation (the new ids only) in the recurrent form: the prompt fills the state once,
+    then each token is one step. When positions run out the state restarts over the last n_ctx
+    tokens, as attnscope's generate does."""
     seq = list(ids)
     n_ctx = model.c.get("n_positions") or model.c.get("max_position_embeddings") or model.c.get("n_ctx", 1024)
     with torch.no_grad():
-        for _ in range(new_tokens):
-            window = torch.tensor([seq[-n_ctx:]], dtype=torch.long)
-            seq.append(int(model(window)[0, -1].argmax()))
+        def restart():
+            cache = model.new_cache()
+            window = seq[-n_ctx:]
+            return cache, model(torch.tensor([window], dtype=torch.long), cache, 0)[0, -1], len(window)
+        cache, logits, pos = restart()
+        for i in range(new_tokens):
+            seq.append(int(logits.argmax()))
+            if i + 1 == new_tokens:
+                break
+            if pos >= n_ctx:
+                cache, logits, pos = restart()
+            else:
+                logits = model(torch.tensor([[seq[-1]]], dtype=torch.long), cache, pos)[0, -1]
+                pos += 1
     return seq[len(ids):]
 
 

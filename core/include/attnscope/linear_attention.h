@@ -59,7 +59,8 @@ LinearMap linear_map(const Features& phi_q, const Features& phi_k);
 // log scale it can see, c_i = max_{j<=i} log_scale(k_j) (the carried sums are rescaled when c
 // grows, as online softmax does), so the dominant visible key always enters with factor 1. A key
 // whose log scale lies more than ~700 (float64; ~87 in float32) below c_i contributes exactly 0
-// to y_i; if that leaves no key with values(q_i).values(k_j) > 0, y_i is 0/0 = NaN. (linear_map
+// to y_i; if that leaves no key with values(q_i).values(k_j) > 0, y_i is 0/0 = NaN (with a zero,
+// not NaN, gradient flowing back from it into the features). (linear_map
 // shifts each row by its largest log weight instead, so its row may still be defined there.)
 //
 // Kernel values are used raw (clamping entries needs the L x L map), so with signed maps a row

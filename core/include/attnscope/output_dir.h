@@ -2,6 +2,8 @@
 // (DIR.partial-PID); commit() moves it over DIR in two renames (the old DIR aside, the new one in,
 // the old one removed), so at every moment one complete version exists. Destroyed without
 // commit() (an error, a cancellation), it removes the sibling and leaves any earlier DIR untouched.
+// A writer killed outright (SIGKILL) cannot clean up: the next OutputDir for the same DIR removes
+// the siblings of writers that no longer run.
 // Captures, pretrained models, reports, and later jobs and converted models all write this way.
 #pragma once
 #include <string>

@@ -23,8 +23,10 @@ namespace attnscope {
 class RunDir {
  public:
   // Opens RUN, creating it (and checkpoints/) when `create`; else it must exist with a job.json.
-  // Throws Error naming the directory.
-  RunDir(const std::string& dir, bool create);
+  // Throws Error naming the directory. With `writes` false the run directory is only read: nothing
+  // is created and every write below does nothing (the other ranks of a distributed job, whose
+  // results rank 0 writes).
+  RunDir(const std::string& dir, bool create, bool writes = true);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
@@ -33,6 +35,7 @@ class RunDir {
   std::string file(const std::string& relative) const { return dir_ + "/" + relative; }
   std::string checkpoint_path() const { return file("checkpoints/checkpoint.safetensors"); }
   bool has_checkpoint() const;
+  bool writes() const { return writes_; }  // false on ranks other than 0
 
   void write_job(const std::string& json_text);  // atomic
   std::string read_job() const;                  // Error naming job.json when missing
@@ -57,6 +60,7 @@ class RunDir {
   std::ofstream metrics_, log_;
   double start_s_ = 0;
   bool marked_ = false;
+  bool writes_ = true;
 };
 
 }  // namespace attnscope

@@ -3,6 +3,7 @@
 #include "attnscope/feature_map_tensors.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include "attnscope/error.h"
 #include "feature_map_families.h"

@@ -152,7 +152,11 @@ at::Tensor linear_attention_output(const Features& phi_q, const Features& phi_k,
     const at::Tensor carried = at::exp(c - ci);  // [..., len, 1]
     const at::Tensor num = at::matmul(w, vc) + carried * at::matmul(qc, S);
     const at::Tensor den = w.sum(-1, /*keepdim=*/true) + carried * at::matmul(qc, z);
-    chunks.push_back(num / den);
+    // A query with no weight (den = 0, so num = 0 for non-negative features) is 0/0: NaN, as the
+    // division gives, but divided by 1 first so that a gradient through the result (direct
+    // distillation trains maps through the model, which zeroes such rows) is 0 there, not NaN.
+    const at::Tensor none = den == 0;
+    chunks.push_back(at::where(none, at::full({}, std::nan(""), den.options()), num / at::where(none, at::ones_like(den), den)));
     // Carry: c becomes the largest key log scale up to the chunk's end.
     const at::Tensor c_new = ci.narrow(-2, len - 1, 1);
     const at::Tensor kc_scaled = kc * at::exp(lc - c_new);

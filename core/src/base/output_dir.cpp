@@ -1,7 +1,9 @@
 #include "attnscope/output_dir.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 
 #include "attnscope/error.h"
@@ -9,6 +11,28 @@
 namespace fs = std::filesystem;
 
 namespace attnscope {
+
+namespace {
+
+// Removes DIR.partial-PID and DIR.old-PID siblings whose process is gone: what a writer killed
+// with SIGKILL (no destructor ran) left behind. A live writer's sibling is kept.
+void remove_debris_of_dead_writers(const fs::path& final_dir) {
+  std::error_code ec;
+  const std::string stem = final_dir.filename().string();
+  for (const auto& e : fs::directory_iterator(final_dir.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    for (const std::string tag : {".partial-", ".old-"}) {
+      if (name.rfind(stem + tag, 0) != 0) continue;
+      const std::string pid = name.substr(stem.size() + tag.size());
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+      if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+      std::error_code ignored;
+      fs::remove_all(e.path(), ignored);
+    }
+  }
+}
+
+}  // namespace
 
 OutputDir::OutputDir(const std::string& final_dir) {
   fs::path out = fs::absolute(final_dir).lexically_normal();
@@ -19,6 +43,7 @@ OutputDir::OutputDir(const std::string& final_dir) {
   tmp_ = final_ + ".partial-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp_, ec);  // left over by a process with our pid that was killed
+  remove_debris_of_dead_writers(out);
   if (!fs::create_directory(tmp_, ec) || ec) fail(final_dir, "cannot create " + tmp_ + ": " + ec.message());
 }
 

@@ -8,20 +8,27 @@
 //                kernel exp(ls_i + ls_j) V_ij (V = the cos/sin dot products) can be negative and is
 //                clamped at 0 as linear attention does (SPEC 5); ls_i cancels in a row, ls_j is
 //                taken relative to the row's largest (a running max over j <= i), so nothing overflows
+//   flex-nonstationary  the same with [cos(w1'.x) cos(w2'.x), sin(w1'.x) cos(w2'.x)], w1' = (w1 + w2)/2,
+//                w2' = (w1 - w2)/2 (omega1 = w1, omega2 = w2): the same clamped kernel
 // the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <cmath>
 #include <limits>
 
+#include "attnscope/converted_model.h"
 #include "attnscope/distill.h"
 #include "attnscope/error.h"
+#include "attnscope/model.h"
 #include "attnscope/random.h"
 
 namespace attnscope {
 
-std::vector<std::string> trainable_feature_maps() { return {"learned-prf", "hedgehog", "t2r", "flex-stationary"}; }
-std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2"}; }
+std::vector<std::string> trainable_feature_maps() {
+  return {"learned-prf", "hedgehog", "t2r", "flex-stationary", "flex-nonstationary"};
+}
+std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2", "direct"}; }
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
   return "layers." + std::to_string(layer) + ".heads." + std::to_string(head) + ".feature_map." + param;
@@ -79,13 +86,23 @@ at::Tensor relu_features(const LayerMaps& m, const at::Tensor& x, const std::str
   return at::relu(at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2));
 }
 
-// flex-stationary: the cos/sin values [B, H, L, M] and the log scale ls [B, H, L] of x.
+bool is_fourier(const std::string& map) { return map == "flex-stationary" || map == "flex-nonstationary"; }
+
+// flex-stationary and flex-nonstationary: the cos/sin values [B, H, L, M] and the log scale ls
+// [B, H, L] of x.
 std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at::Tensor& x) {
-  const at::Tensor omega = param(m, "omega");  // [H, n, d]
-  const at::Tensor tau = param(m, "tau");      // [H, 1]
-  const at::Tensor a = at::matmul(x, omega.unsqueeze(0).transpose(-1, -2));  // [B, H, L, n]
-  const at::Tensor ls = (x * x).sum(-1) * at::exp(-tau).unsqueeze(0) - 0.5 * std::log(double(omega.size(1)));
-  return {at::cat({at::cos(a), at::sin(a)}, -1), ls};
+  const at::Tensor tau = param(m, "tau");  // [H, 1]
+  const bool stationary = m.map == "flex-stationary";
+  const at::Tensor w1 = param(m, stationary ? "omega" : "omega1");  // [H, n, d]
+  const at::Tensor ls = (x * x).sum(-1) * at::exp(-tau).unsqueeze(0) - 0.5 * std::log(double(w1.size(1)));
+  if (stationary) {
+    const at::Tensor a = at::matmul(x, w1.unsqueeze(0).transpose(-1, -2));  // [B, H, L, n]
+    return {at::cat({at::cos(a), at::sin(a)}, -1), ls};
+  }
+  const at::Tensor w2 = param(m, "omega2");
+  const at::Tensor a = at::matmul(x, (0.5 * (w1 + w2)).unsqueeze(0).transpose(-1, -2));           // w1'.x
+  const at::Tensor c = at::cos(at::matmul(x, (0.5 * (w1 - w2)).unsqueeze(0).transpose(-1, -2)));  // cos(w2'.x)
+  return {at::cat({at::cos(a) * c, at::sin(a) * c}, -1), ls};
 }
 
 // The kl / softmax loss of t2r and flex-stationary (clamped kernels), from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
@@ -130,27 +147,141 @@ std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
   return fm;
 }
 
-LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
+namespace {
+
+// One head of stacked maps as a core FeatureMap, computed from the stacked tensors (a slice of them
+// at each call, so the autograd graph of every forward pass reaches the stacked leaves). The
+// features are layer_maps' own formulas on one head, as scaled features: the largest log feature
+// taken out (learned-prf, hedgehog; the scale is detached: the kernel does not depend on it), the
+// norm factor as the scale (flex-*: it carries tau's gradient), or no scale (t2r).
+class HeadView : public FeatureMap {
+ public:
+  HeadView(LayerMaps maps, int64_t head) : maps_(std::move(maps)), head_(head) {}
+  std::string name() const override { return maps_.map; }
+  int64_t input_dim() const override { return maps_.d; }
+  int64_t feature_dim() const override { return maps_.features; }
+  at::Tensor query_features(const at::Tensor& x) const override {
+    const Features f = scaled_query_features(x);
+    return f.values * at::exp(f.log_scale);
+  }
+  at::Tensor key_features(const at::Tensor& x) const override {
+    const Features f = scaled_key_features(x);
+    return f.values * at::exp(f.log_scale);
+  }
+  Features scaled_query_features(const at::Tensor& x) const override { return features(x, "q."); }
+  Features scaled_key_features(const at::Tensor& x) const override { return features(x, "k."); }
+
+ private:
+  Features features(const at::Tensor& x, const std::string& side) const {
+    if (x.dim() < 2 || x.size(-1) != maps_.d)
+      fail("feature map " + maps_.map, "input must be [..., L, " + std::to_string(maps_.d) + "]");
+    LayerMaps one = maps_;
+    one.heads = 1;
+    for (auto& [name, t] : one.params) t = t.narrow(0, head_, 1).to(x.scalar_type());
+    std::vector<int64_t> lead(x.sizes().begin(), x.sizes().end() - 1);  // [..., L]
+    const at::Tensor x4 = x.reshape({-1, 1, x.size(-2), maps_.d});
+    at::Tensor values, log_scale;
+    if (is_fourier(one.map)) {
+      auto [v, ls] = fourier_features(one, x4);
+      values = v;
+      log_scale = ls.unsqueeze(-1);
+    } else if (one.map == "t2r") {
+      values = relu_features(one, x4, side);
+      log_scale = at::zeros_like(values.narrow(-1, 0, 1));
+    } else {
+      const at::Tensor l = log_features(one, x4, side);
+      log_scale = std::get<0>(l.max(-1, true)).detach();
+      values = at::exp(l - log_scale);
+    }
+    std::vector<int64_t> vshape = lead, sshape = lead;
+    vshape.push_back(values.size(-1));
+    sshape.push_back(1);
+    return {values.reshape(vshape), log_scale.reshape(sshape)};
+  }
+
+  LayerMaps maps_;
+  int64_t head_;
+};
+
+// Maps for the given heads of a layer, stacked in that order; head h has seed derive_seed(seed, layer, h).
+LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_t>& head_ids, int64_t d,
+                    int64_t features) {
   LayerMaps m;
   m.map = o.feature_map;
   m.activation = o.activation;
-  m.heads = heads;
+  m.heads = int64_t(head_ids.size());
   m.d = d;
   m.features = features;
   std::vector<std::vector<at::Tensor>> per_param;
   std::vector<std::string> names;
-  for (int64_t h = 0; h < heads; ++h) {
+  for (size_t i = 0; i < head_ids.size(); ++i) {
+    const int64_t h = head_ids[i];
     auto fm = make_feature_map(head_spec(m, derive_seed(o.seed, layer, int(h)), o.init, o.tied));
     const auto np = fm->named_parameters();
     if (np.empty()) fail("distill", "feature map '" + m.map + "' has nothing to train");
-    if (h == 0) {
+    if (i == 0) {
       for (const auto& p : np) names.push_back(p.first);
       per_param.resize(np.size());
     }
-    for (size_t i = 0; i < np.size(); ++i) per_param[i].push_back(np[i].second.to(at::kFloat).detach().clone());
+    for (size_t j = 0; j < np.size(); ++j) per_param[j].push_back(np[j].second.to(at::kFloat).detach().clone());
   }
-  for (size_t i = 0; i < names.size(); ++i) m.params.emplace_back(names[i], at::stack(per_param[i]).contiguous());
+  for (size_t j = 0; j < names.size(); ++j) m.params.emplace_back(names[j], at::stack(per_param[j]).contiguous());
   return m;
+}
+
+}  // namespace
+
+std::shared_ptr<FeatureMap> LayerMaps::head_view(int64_t head) const {
+  if (head < 0 || head >= heads) fail("distill", "head " + std::to_string(head) + " outside the stacked maps");
+  return std::make_shared<HeadView>(*this, head);
+}
+
+LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
+  std::vector<int64_t> all(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) all[size_t(h)] = h;
+  return init_maps(o, layer, all, d, features);
+}
+
+std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, int64_t heads, int64_t d) {
+  std::vector<HeadGroup> groups;
+  std::vector<int64_t> group_m;
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t m = head_features(o, layer, h);
+    size_t g = 0;
+    while (g < group_m.size() && group_m[g] != m) ++g;
+    if (g == group_m.size()) {
+      group_m.push_back(m);
+      groups.emplace_back();
+    }
+    groups[g].heads.push_back(h);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].maps = init_maps(o, layer, groups[g].heads, d, group_m[g]);
+  return groups;
+}
+
+std::shared_ptr<LinearAttention> group_linear_attention(const std::vector<std::vector<HeadGroup>>& groups) {
+  auto lin = std::make_shared<LinearAttention>();
+  for (const auto& layer : groups) {
+    int64_t n = 0;
+    for (const auto& g : layer) n += int64_t(g.heads.size());
+    std::vector<std::shared_ptr<FeatureMap>> heads(static_cast<size_t>(n));
+    for (const auto& g : layer)
+      for (size_t i = 0; i < g.heads.size(); ++i) {
+        if (g.heads[i] < 0 || g.heads[i] >= n || heads[size_t(g.heads[i])])
+          fail("distill", "head groups do not cover each head of a layer once");
+        heads[size_t(g.heads[i])] = g.maps.head_view(int64_t(i));
+      }
+    lin->maps.push_back(std::move(heads));
+  }
+  return lin;
+}
+
+at::Tensor direct_loss(const Model& model, const at::Tensor& ids) {
+  if (ids.dim() != 2 || ids.size(1) < 2) fail("distill", "direct loss needs windows ids [B, L] with L >= 2");
+  const int64_t L = ids.size(1);
+  const at::Tensor logits = model.forward(ids);  // [B, L, V]
+  return at::cross_entropy_loss(logits.narrow(1, 0, L - 1).reshape({-1, logits.size(-1)}),
+                                ids.narrow(1, 1, L - 1).reshape({-1}));
 }
 
 at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, const std::string& loss,
@@ -160,7 +291,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
-  if (m.map == "flex-stationary") {
+  if (is_fourier(m.map)) {
     const auto [vq, lsq] = fourier_features(m, q);
     const auto [vk, lsk] = fourier_features(m, k);
     const at::Tensor v = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5

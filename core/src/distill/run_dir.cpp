@@ -32,8 +32,12 @@ std::string read_all(const std::string& path) {
 
 }  // namespace
 
-RunDir::RunDir(const std::string& dir, bool create) : dir_(dir), start_s_(now_s()) {
+RunDir::RunDir(const std::string& dir, bool create, bool writes) : dir_(dir), start_s_(now_s()), writes_(writes) {
   std::error_code ec;
+  if (!writes_) {
+    if (!create && !fs::is_regular_file(fs::path(dir_) / "job.json")) fail(dir_, "is not a run directory (no job.json)");
+    return;
+  }
   if (create) {
     fs::create_directories(fs::path(dir_) / "checkpoints", ec);
     if (ec) fail(dir_, "cannot create the run directory: " + ec.message());
@@ -48,7 +52,9 @@ RunDir::RunDir(const std::string& dir, bool create) : dir_(dir), start_s_(now_s(
 
 bool RunDir::has_checkpoint() const { return fs::is_regular_file(checkpoint_path()); }
 
-void RunDir::write_job(const std::string& json_text) { write_text_file(file("job.json"), json_text); }
+void RunDir::write_job(const std::string& json_text) {
+  if (writes_) write_text_file(file("job.json"), json_text);
+}
 
 std::string RunDir::read_job() const {
   if (!fs::is_regular_file(file("job.json"))) fail(file("job.json"), "missing");
@@ -58,6 +64,7 @@ std::string RunDir::read_job() const {
 void RunDir::append_metric(const std::string& json_line) { append_metrics({json_line}); }
 
 void RunDir::append_metrics(const std::vector<std::string>& json_lines) {
+  if (!writes_) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& l : json_lines) metrics_ << l << '\n';
   metrics_.flush();
@@ -65,6 +72,7 @@ void RunDir::append_metrics(const std::vector<std::string>& json_lines) {
 }
 
 void RunDir::truncate_metrics_after(int64_t step) {
+  if (!writes_) return;
   std::lock_guard<std::mutex> lock(mu_);
   metrics_.close();
   std::istringstream in(read_all(file("metrics.jsonl")));
@@ -81,6 +89,7 @@ void RunDir::truncate_metrics_after(int64_t step) {
 }
 
 void RunDir::log(const std::string& line) {
+  if (!writes_) return;
   std::lock_guard<std::mutex> lock(mu_);
   char stamp[32];
   std::snprintf(stamp, sizeof stamp, "[%7.1f s] ", now_s() - start_s_);
@@ -91,12 +100,13 @@ void RunDir::log(const std::string& line) {
 void RunDir::write_checkpoint(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   // write_safetensors writes PATH.tmp and renames it over PATH: the old checkpoint stays whole
   // until the new one is.
-  write_safetensors(checkpoint_path(), tensors, metadata);
+  if (writes_) write_safetensors(checkpoint_path(), tensors, metadata);
 }
 
 RunDir::~RunDir() { clear_running(); }
 
 void RunDir::mark_running() {
+  if (!writes_) return;
   write_text_file(file("running"), std::to_string(::getpid()) + "\n");
   marked_ = true;
 }
@@ -116,6 +126,8 @@ std::string run_state(const std::string& dir) {
   return "killed";
 }
 
-void RunDir::write_report(const std::string& json_text) { write_text_file(file("report.json"), json_text); }
+void RunDir::write_report(const std::string& json_text) {
+  if (writes_) write_text_file(file("report.json"), json_text);
+}
 
 }  // namespace attnscope

@@ -5,6 +5,7 @@
 #include "attnscope/model.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <cmath>
 

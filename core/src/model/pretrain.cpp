@@ -2,6 +2,7 @@
 #include "attnscope/pretrain.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 #include <torch/optim/adamw.h>  // before clip_grad.h, which needs torch::Tensor declared
 #include <torch/nn/utils/clip_grad.h>
 

@@ -1,0 +1,217 @@
+// Direct training (distill.h, paper 000's `direct`): the whole model runs with linear attention in
+// place, every head its trainable map (LayerMaps::head_view, so the autograd graph of
+// Model::forward reaches the stacked parameters), on seeded mini-batches of windows of a text; only
+// the maps learn, from the next-token cross-entropy (the model's weights have no gradient). The
+// run directory, checkpoints, resume and cancel are the layerwise job's (distill_parts.h).
+//
+// Held out: a seeded share of the windows gives the validation loss and perplexity. Each layer's
+// attention KL against softmax (report.json's per-layer "val_kl", as layerwise) is measured on the
+// q, k of up to 4 held-out windows through the original softmax model: the model is frozen, so
+// these are fixed, and the KL is layer_kl's, the layerwise runs' measure.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "attnscope/capture.h"
+#include "attnscope/converted_model.h"
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/model.h"
+#include "attnscope/text_source.h"
+#include "distill/distill_parts.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope {
+
+using namespace distill_parts;
+
+namespace {
+
+constexpr int64_t kKlWindows = 4;  // held-out windows for the per-layer attention KL
+
+// The text's token ids as `attnscope eval` reads a text (documents joined, EOS between them where
+// the tokenizer has one and adds no BOS). Error naming the file when it is missing or has no text.
+std::vector<int64_t> text_ids(const std::string& file, const LoadedModel& m) {
+  if (!fs::is_regular_file(file)) fail(file, "cannot be read (training text for --loss direct)");
+  if (fs::file_size(file) == 0) fail(file, "is empty: direct training needs text");
+  std::vector<int64_t> ids;
+  for (const auto& d : read_text_documents({file})) {
+    const auto t = m.tokenizer->encode_for_model(d.text);
+    ids.insert(ids.end(), t.begin(), t.end());
+    if (m.tokenizer->eos_id() >= 0 && !m.tokenizer->adds_bos()) ids.push_back(m.tokenizer->eos_id());
+  }
+  return ids;
+}
+
+// Mean next-token loss over windows [T, L], a few at a time (equal lengths: the mean of means).
+double mean_window_loss(const Model& model, const at::Tensor& windows) {
+  at::NoGradGuard no_grad;
+  const int64_t T = windows.size(0);
+  double sum = 0;
+  for (int64_t t0 = 0; t0 < T; t0 += 4) {
+    const int64_t n = std::min<int64_t>(4, T - t0);
+    sum += direct_loss(model, windows.narrow(0, t0, n)).item<double>() * double(n);
+  }
+  return sum / double(T);
+}
+
+// One direct step: the loss of the mini-batch, its gradient in every map, AdamW on every group.
+double direct_step(const DistillOptions& o, const Model& model, std::vector<LayerState>& layers, const at::Tensor& ids,
+                   int64_t step /* 0-based */) {
+  const at::Tensor loss = direct_loss(model, ids);
+  loss.backward();
+  for (LayerState& st : layers)
+    for (GroupState& g : st.groups) adamw_step(o, g, step + 1);
+  return loss.item<double>();
+}
+
+std::vector<std::vector<HeadGroup>> groups_of(const std::vector<LayerState>& layers) {
+  std::vector<std::vector<HeadGroup>> out;
+  for (const LayerState& st : layers) {
+    out.emplace_back();
+    for (const GroupState& g : st.groups) out.back().push_back(g.group);
+  }
+  return out;
+}
+
+}  // namespace
+
+DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+  const auto t_start = std::chrono::steady_clock::now();
+  std::unique_ptr<CaptureStore> cap;
+  if (!o.capture.empty()) cap = std::make_unique<CaptureStore>(o.capture);
+  const std::string model_spec = !o.model.empty() ? o.model : cap ? cap->model_path() : "";
+  if (model_spec.empty()) fail_value("model", "direct training needs --model M or a --capture of the model");
+  LoadedModel lm = load_model(model_spec);
+  Model& model = *lm.model;
+  const ModelConfig& c = model.config();
+  if (cap && (cap->num_layers() != c.n_layer || cap->num_heads() != c.n_head || cap->head_dim() != c.head_dim))
+    fail(o.capture, "is a capture of another model shape than " + model_spec);
+  if (!resume) {
+    if (cap) resolve_dims(o, *cap);
+    else resolve_dims(o, c.n_layer);
+    if (o.seq_len == 0) o.seq_len = cap ? std::min<int64_t>(cap->seq_len(), c.n_ctx) : std::min<int64_t>(128, c.n_ctx);
+  }
+  check_distill_options(o);
+  check_dims(o, c.n_layer, c.n_head, run_dir + "/job.json");
+  if (o.seq_len > c.n_ctx)
+    fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));
+
+  // Windows of the text: seeded held-out share, as the layerwise capture windows.
+  const std::vector<int64_t> ids = text_ids(o.text, lm);
+  const int64_t L = o.seq_len, T = int64_t(ids.size()) / L;
+  if (T < 2)
+    fail(o.text, "has " + std::to_string(ids.size()) + " tokens: too few for two windows of " + std::to_string(L) +
+                     " (one to train on, one held out); give a longer text or a smaller --seq-len");
+  const at::Tensor windows = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T * L), at::kLong).view({T, L});
+  const auto [train_idx, val_idx] = split_windows(o, T, o.text);
+  const at::Tensor train_w = windows.index_select(0, at::tensor(train_idx, at::kLong));
+  const at::Tensor val_w = val_idx.empty() ? at::Tensor() : windows.index_select(0, at::tensor(val_idx, at::kLong));
+
+  RunDir run(run_dir, !resume);
+  if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
+  run.mark_running();
+  if (!resume) {
+    json job = options_json(o);
+    job["model"] = lm.path;
+    run.write_job(job.dump(2) + "\n");
+    run.log("distill " + o.feature_map + " loss direct on " + o.text + " (" + std::to_string(train_idx.size()) +
+            " windows of " + std::to_string(L) + " tokens, " + std::to_string(val_idx.size()) + " held out), " +
+            std::to_string(o.steps) + " steps");
+  }
+
+  const int S = c.n_layer;
+  std::vector<LayerState> layers(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) init_layer_state(o, s, c.n_head, c.head_dim, layers[size_t(s)]);
+  // The softmax model's q, k on held-out windows (it is frozen: they never change).
+  if (val_w.defined()) {
+    at::NoGradGuard no_grad;
+    CaptureHook hook;
+    hook.on_layer = [&](const AttentionActivations& a) {
+      layers[size_t(a.layer)].val_q = a.q.detach().contiguous();
+      layers[size_t(a.layer)].val_k = a.k.detach().contiguous();
+    };
+    model.forward(val_w.narrow(0, 0, std::min<int64_t>(kKlWindows, val_w.size(0))), &hook);
+    for (LayerState& st : layers) st.initial_val_kl = validate(o, st).second;
+  }
+  model.set_linear_attention(group_linear_attention(groups_of(layers)));
+  const double initial_val_loss = val_w.defined() ? mean_window_loss(model, val_w) : std::nan("");
+
+  double elapsed_before = 0;
+  const int64_t start_step = start_training(run, resume, layers, elapsed_before);
+  const auto elapsed = [&] {
+    return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
+
+  for (int64_t step = start_step; step < o.steps; ++step) {
+    const at::Tensor batch = step_batch(o, train_w.size(0), step);
+    const double loss = direct_step(o, model, layers, train_w.index_select(0, batch), step);
+    if (!std::isfinite(loss)) fail("distill", "loss is not finite at step " + std::to_string(step + 1) + " (lower --lr)");
+    for (LayerState& st : layers) {
+      st.last_loss = loss;
+      if (step == 0) st.first_loss = loss;
+    }
+    run.append_metric(json{{"step", step + 1}, {"loss", loss}, {"lr", lr_at(o, o.lr, step)}, {"elapsed_s", elapsed()}}.dump());
+    const bool last = step + 1 == o.steps;
+    if (((step + 1) % o.checkpoint_every == 0 || last) && val_w.defined()) {
+      const double vl = mean_window_loss(model, val_w);
+      std::vector<std::string> lines = {
+          json{{"step", step + 1}, {"val_loss", vl}, {"val_perplexity", std::exp(vl)}}.dump()};
+      for (int s = 0; s < S; ++s)
+        lines.push_back(json{{"step", step + 1}, {"layer", s}, {"val_kl", validate(o, layers[size_t(s)]).second}}.dump());
+      run.append_metrics(lines);
+    }
+    if ((step + 1) % o.checkpoint_every == 0 || last) save_checkpoint(run, o, layers, step + 1, elapsed());
+    // Cancellation lands here: after a complete step, its checkpoint (if due) already written.
+    report_progress(progress, double(step + 1) / double(o.steps),
+                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " + num_str(loss));
+  }
+
+  DistillResult r;
+  r.steps = o.steps;
+  r.initial_val_loss = initial_val_loss;
+  r.val_loss = val_w.defined() ? mean_window_loss(model, val_w) : std::nan("");
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  json extra;
+  extra["text"] = o.text;
+  extra["seq_len"] = L;
+  extra["train_windows"] = train_idx.size();
+  extra["val_windows"] = val_idx.size();
+  if (val_w.defined()) {
+    extra["initial_val_loss"] = r.initial_val_loss;
+    extra["initial_val_perplexity"] = std::exp(r.initial_val_loss);
+    extra["val_loss"] = r.val_loss;
+    extra["val_perplexity"] = std::exp(r.val_loss);
+  } else {
+    extra["val_loss"] = nullptr;
+    extra["val_perplexity"] = nullptr;
+  }
+  extra["seconds"] = r.seconds;
+  extra["seconds_per_step"] = r.seconds / double(std::max<int64_t>(1, o.steps - start_step));
+  for (LayerState& st : layers) {
+    st.has_val = st.val_q.defined();
+    if (st.has_val) st.val_kl = validate(o, st).second;
+  }
+  write_outputs(run, o, layers, extra, r);
+  run.clear_running();
+  return r;
+}
+
+double direct_step_seconds(DistillBench& b) {
+  if (!b.model) fail("distill bench", "loss direct needs a model");
+  if (!b.ids.defined() || b.ids.dim() != 2) fail("distill bench", "loss direct needs ids [B, L]");
+  std::vector<LayerState> layers = bench_layers(b.groups);
+  Model model(b.model->config(), b.model->weights());  // shares the weights; gets the maps
+  model.set_linear_attention(group_linear_attention(b.groups));
+  direct_step(b.options, model, layers, b.ids, 0);  // warm-up
+  const auto t0 = std::chrono::steady_clock::now();
+  direct_step(b.options, model, layers, b.ids, 1);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace attnscope

@@ -1,0 +1,95 @@
+// Pieces of the distillation job (distill.cpp) that direct training (distill_direct.cpp) shares:
+// the per-layer training state, AdamW, the seeded draws, checkpoints and the final outputs.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnscope/distill.h"
+#include "attnscope/run_dir.h"
+
+namespace attnscope::distill_parts {
+
+using json = nlohmann::ordered_json;
+
+constexpr uint64_t kSplitStream = 0x5B117;   // train / validation split of the windows
+constexpr uint64_t kBatchStream = 0xBA7C4;   // mini-batch of step t
+constexpr uint64_t kPairStream = 0x9A125;    // l2 pairs of step t
+
+// A group of heads in training: its maps and their AdamW moments.
+struct GroupState {
+  HeadGroup group;
+  at::Tensor head_index;  // int64 [n] of group.heads
+  std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  double last_loss = 0;
+};
+
+// A layer in training: its groups and its train/validation tensors [T, H, L, d] (layerwise; direct
+// keeps only the validation windows' q, k, for the held-out attention KL).
+// In a distributed run q, k, val_q, val_k are only on the layer's own rank; the numbers below are
+// shared with every rank (distill.cpp).
+struct LayerState {
+  std::vector<GroupState> groups;
+  int64_t heads = 0;
+  at::Tensor q, k, val_q, val_k;
+  double last_loss = 0, first_loss = 0, initial_val_kl = 0;
+  bool has_val = false;             // the job holds out windows (report.json gets val_kl)
+  double val_loss = 0, val_kl = 0;  // of the last validation
+};
+
+json options_json(const DistillOptions& o);
+// --device cpu | cuda as an at::Device; cuda without CUDA is an Error that says which is missing
+// (this build's LibTorch, or a GPU on this machine).
+at::Device distill_device(const std::string& name);
+// Moves a layer's maps, AdamW moments and head indices to `device`.
+void to_device(LayerState& st, const at::Device& device);
+// A float32 CPU copy of maps: what callers and files get, whatever the device.
+LayerMaps cpu_copy(const LayerMaps& maps);
+double lr_at(const DistillOptions& o, double base, int64_t step);
+// A group with zero AdamW moments (its tensors are the group's own, not copies).
+GroupState group_state(HeadGroup group);
+// Layer s's groups (init_layer_groups) with zero AdamW moments.
+void init_layer_state(const DistillOptions& o, int layer, int64_t heads, int64_t d, LayerState& st);
+// One AdamW update of a group's maps from their gradients (step is 1-based); the gradients are zeroed.
+void adamw_step(const DistillOptions& o, GroupState& g, int64_t step);
+// The resolved dims against the model's layers and heads (Error naming `where`).
+void check_dims(const DistillOptions& o, int layers, int64_t heads, const std::string& where);
+at::Tensor step_batch(const DistillOptions& o, int64_t n_train, int64_t step);
+// The seeded train / held-out split of T windows (Error naming `source` when too few to hold out).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> split_windows(const DistillOptions& o, int64_t T,
+                                                                    const std::string& source);
+// The head-weighted mean over a layer's groups of a per-group value (exactly the value itself for
+// one group).
+double head_weighted(const LayerState& st, const std::vector<double>& per_group);
+// Held-out (loss, KL) of a layer on its val_q, val_k; direct's loss is the KL.
+std::pair<double, double> validate(const DistillOptions& o, const LayerState& st);
+// Checkpoint tensors and metadata of the layers at `step`, and the inverse (returns the step).
+void save_checkpoint(RunDir& run, const DistillOptions& o, const std::vector<LayerState>& layers, int64_t step,
+                     double elapsed_s, const std::map<std::string, std::string>& extra_meta = {});
+int64_t load_checkpoint(RunDir& run, std::vector<LayerState>& layers, double& elapsed_s,
+                        std::map<std::string, std::string>& meta);
+// Resumes from the checkpoint (truncating metrics after its step) when `resume`, then sets every
+// map parameter to require grad; returns the first step to run.
+int64_t start_training(RunDir& run, bool resume, std::vector<LayerState>& layers, double& elapsed_s);
+// Layer states over the given groups' own tensors (the benchmark hook trains them in place).
+std::vector<LayerState> bench_layers(const std::vector<std::vector<HeadGroup>>& groups);
+// feature_maps.safetensors (SPEC 7 names per head), then report.json (with `extra` fields), last;
+// fills r.layers, r.maps and r.groups (CPU copies). val_kl per layer is st.val_kl where st.has_val.
+// Writes nothing on a run directory that does not write (ranks other than 0).
+void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>& layers, const json& extra,
+                   DistillResult& r);
+std::string num_str(double v, int digits = 6);
+
+}  // namespace attnscope::distill_parts
+
+namespace attnscope {
+// Direct training (distill_direct.cpp): distill() hands loss "direct" to it, and
+// distill_step_seconds its benchmark step.
+DistillResult distill_direct(DistillOptions options, const std::string& run_dir, const ProgressFn& progress,
+                             bool resume);
+double direct_step_seconds(DistillBench& bench);
+}  // namespace attnscope
