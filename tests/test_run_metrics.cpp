@@ -47,19 +47,22 @@ TEST(RunMetrics, TailReadsCompleteLinesOnlyAndSkipsBrokenOnes) {
   append(file, "ss\":1.25,\"lr\":0.02,\"elapsed_s\":0.2}\n"
                "not json\n"
                "{\"step\":2,\"layer\":0,\"val_loss\":0.7,\"val_kl\":0.05}\n"
-               "{\"step\":3,\"loss\":1}\n");  // no layer: skipped
+               "{\"step\":3,\"loss\":1}\n"  // no layer: the whole model's (direct training)
+               "{\"layer\":0,\"loss\":1}\n");  // no step: skipped
   EXPECT_TRUE(tail.poll());
-  ASSERT_EQ(tail.metrics().training.size(), 3u);
+  ASSERT_EQ(tail.metrics().training.size(), 4u);
+  EXPECT_EQ(tail.metrics().training[3].layer, kModelLayer);
+  EXPECT_EQ(tail.metrics().num_layers(), 2);
   EXPECT_EQ(tail.metrics().training[2].step, 2);
   EXPECT_DOUBLE_EQ(tail.metrics().training[2].loss, 1.25);
   ASSERT_EQ(tail.metrics().validation.size(), 1u);
   EXPECT_DOUBLE_EQ(tail.metrics().validation[0].val_kl, 0.05);
   EXPECT_DOUBLE_EQ(tail.metrics().validation[0].val_loss, 0.7);
-  EXPECT_EQ(tail.metrics().last_step(), 2);
+  EXPECT_EQ(tail.metrics().last_step(), 3);
 
   // The same file read at once gives the same.
   const RunMetrics all = read_run_metrics(dir);
-  EXPECT_EQ(all.training.size(), 3u);
+  EXPECT_EQ(all.training.size(), 4u);
   EXPECT_EQ(all.validation.size(), 1u);
 }
 

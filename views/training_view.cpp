@@ -20,6 +20,7 @@
 #include <qcustomplot.h>
 
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "attnscope/error.h"
@@ -254,22 +255,28 @@ struct TrainingView::Impl {
   void draw_curves() {
     QCustomPlot* p = loss_panel->plot();
     p->clearGraphs();
-    const int layers = metrics.num_layers();
-    for (int l = 0; l < layers; ++l) {
-      QCPGraph* g = p->addGraph();
-      g->setName(tr("layer %1").arg(l));
-      g->setPen(QPen(series_color(l), 1.6));
-      QCPGraph* v = p->addGraph();
-      v->setName(tr("layer %1 validation KL").arg(l));
-      v->setLineStyle(QCPGraph::lsNone);
-      v->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, series_color(l), series_color(l), 7));
-      v->removeFromLegend();
+    // A line and a set of dots per layer; direct training's whole-model loss (kModelLayer) first.
+    std::map<int, std::pair<QCPGraph*, QCPGraph*>> graphs;
+    for (const TrainingPoint& t : metrics.training) graphs[t.layer];
+    for (const ValidationPoint& v : metrics.validation) graphs[v.layer];
+    for (auto& [l, g] : graphs) {
+      const QColor c = l == kModelLayer ? QColor(128, 128, 128) : series_color(l);  // grey reads on both palettes
+      const QString name = l == kModelLayer ? tr("model (next-token loss)") : tr("layer %1").arg(l);
+      g.first = p->addGraph();
+      g.first->setName(name);
+      g.first->setPen(QPen(c, l == kModelLayer ? 2.2 : 1.6));
+      g.second = p->addGraph();
+      g.second->setName(name + tr(" validation KL"));
+      g.second->setLineStyle(QCPGraph::lsNone);
+      g.second->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, c, c, 7));
+      g.second->removeFromLegend();
     }
     // Only positive values can sit on a log axis (every loss here is, but a KL can round to 0).
     for (const TrainingPoint& t : metrics.training)
-      if (t.loss > 0 && std::isfinite(t.loss)) p->graph(2 * t.layer)->addData(double(t.step), t.loss);
+      if (t.loss > 0 && std::isfinite(t.loss)) graphs[t.layer].first->addData(double(t.step), t.loss);
     for (const ValidationPoint& v : metrics.validation)
-      if (v.val_kl > 0 && std::isfinite(v.val_kl)) p->graph(2 * v.layer + 1)->addData(double(v.step), v.val_kl);
+      if (v.val_kl > 0 && std::isfinite(v.val_kl)) graphs[v.layer].second->addData(double(v.step), v.val_kl);
+    const int layers = int(graphs.size());
     p->legend->setVisible(layers > 0 && layers <= 16);
     empty_note->setVisible(layers == 0);
     if (layers > 0) {
@@ -328,6 +335,7 @@ struct TrainingView::Impl {
   }
 
   static QString tr(const char* s) { return TrainingView::tr(s); }
+
 };
 
 TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)) {

@@ -173,7 +173,9 @@ std::string info_command(const Session& s) {
 std::string distill_command(const DistillOptions& o, const std::string& run_dir) {
   std::vector<std::string> a = {"distill", "--capture", o.capture, "--feature-map", o.feature_map};
   if (!o.tied) a.push_back("--untied");
-  a.insert(a.end(), {"--loss", o.loss, "--steps", str(o.steps), "--lr", number_arg(o.lr), "--lr-alpha",
+  a.insert(a.end(), {"--loss", o.loss});
+  if (!o.text.empty()) a.insert(a.end(), {"--text", o.text});
+  a.insert(a.end(), {"--steps", str(o.steps), "--lr", number_arg(o.lr), "--lr-alpha",
                      number_arg(o.lr_alpha), "--batch", str(o.batch), "--schedule", o.schedule, "--seed", str(o.seed),
                      "--checkpoint-every", str(o.checkpoint_every)});
   if (o.features > 0) a.insert(a.end(), {"--features", str(o.features)});
@@ -181,6 +183,7 @@ std::string distill_command(const DistillOptions& o, const std::string& run_dir)
   if (!o.strategy.empty())
     a.insert(a.end(), {"--strategy", o.strategy, "--budget", str(o.budget), "--lambda", o.lambda, "--samples",
                        str(o.dof_samples)});
+  if (o.device != "cpu") a.insert(a.end(), {"--device", o.device});
   a.insert(a.end(), {"--out", run_dir});
   return attnscope_command(a);
 }

@@ -50,9 +50,9 @@ std::string maps_command(const std::string& capture_dir, int layer, int head, in
 std::string report_command(const Session& s, const std::vector<std::string>& texts, const std::string& out_dir);
 // attnscope info --model M (what opening a model checks)
 std::string info_command(const Session& s);
-// attnscope distill --capture DIR --feature-map F [--untied] --loss L --steps N --lr X --lr-alpha Y
-//   --batch B --schedule S --seed S --checkpoint-every K (--features M | --strategy S --budget C
-//   --lambda X --samples J) --out RUN
+// attnscope distill --capture DIR --feature-map F [--untied] --loss L [--text F] --steps N --lr X
+//   --lr-alpha Y --batch B --schedule S --seed S --checkpoint-every K (--features M | --allocation F |
+//   --strategy S --budget C --lambda X --samples J) [--device cuda] --out RUN
 std::string distill_command(const DistillOptions& o, const std::string& run_dir);
 // attnscope distill --resume RUN
 std::string distill_resume_command(const std::string& run_dir);

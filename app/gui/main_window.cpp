@@ -829,9 +829,8 @@ void MainWindow::update_training_allocation() {
                      .arg(q(alloc_strategy_name(s.strategy)))
                      .arg(s.budget)
                      .arg(q(lambda_arg(s.lambda)), dims);
-  const bool per_head = s.strategy == AllocStrategy::PerHead;
-  if (per_head) text += tr(" (per-head cannot be trained: one M per layer; pick another strategy)");
-  training_->set_allocation(text, !per_head);
+  if (s.strategy == AllocStrategy::PerHead) text += tr(" (the layer's largest; every head its own M)");
+  training_->set_allocation(text, true);
 }
 
 void MainWindow::update_training() {

@@ -132,7 +132,8 @@ class Workbench : public QObject {
   // WORKSPACE/runs/<time>/, which becomes the current run. `o` holds the map, loss, steps, learning
   // rates, batch, schedule, seed and checkpoint interval; o.features = M for every layer, or 0 for
   // the DoF view's allocation (the session's strategy, budget and lambda: distill computes the same
-  // spectra from the capture). Returns the job id, 0 (and error()) when it cannot start.
+  // spectra from the capture). Loss "direct" trains on the session's texts. Returns the job id, 0
+  // (and error()) when it cannot start.
   int start_distill(DistillOptions o, const QString& device = "cpu");
   // Continues the current run from its last checkpoint (distill(..., resume = true)).
   int resume_distill();

@@ -98,10 +98,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     if (closing_) return 0;
     if (!capture_) throw Error("Nothing is captured yet: run Analysis > Capture first.");
     if (distill_job_ != 0) throw Error("A distillation is already running: wait for it or cancel it (Jobs tab).");
-    // distill() computes on the CPU; the device choice lists only what LibTorch sees, and a GPU run
-    // needs core's device option.
-    if (device != "cpu")
-      attnscope::fail_value("device", to_std(device) + " is not supported by this build's distillation (cpu only)");
+    o.device = to_std(device);
     o.capture = session_.capture_dir;
     if (o.features <= 0 && !dof_state_)
       throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
@@ -113,10 +110,20 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     QString dir = runs + "/" + to_q(o.feature_map) + "-" + stamp;
     for (int i = 2; QFileInfo::exists(dir); ++i) dir = runs + "/" + to_q(o.feature_map) + "-" + stamp + "-" + QString::number(i);
     const std::string run = to_std(dir);
+    if (o.loss == "direct") {
+      // Direct training reads one text file: the session's, or its texts joined beside the run.
+      const std::vector<std::string> texts = text_files();
+      if (texts.empty()) throw Error("No sample text for direct training: add a text file first.");
+      if (texts.size() == 1) {
+        o.text = texts.front();
+      } else {
+        std::string joined;
+        for (const TextDocument& d : read_text_documents(texts)) joined += d.text + "\n\n";
+        o.text = run + ".text.txt";
+        write_text_file(o.text, joined);
+      }
+    }
     if (o.features <= 0) {
-      if (session_.strategy == AllocStrategy::PerHead)
-        attnscope::fail_value("allocation strategy", "per-head gives every head its own dimension, but distill trains "
-                                                     "one dimension per layer: pick fix, dof or dof-clip in the DoF view");
       o.features = 0;
       const DofSettings defaults;
       const DofSettings& d = session_.dof;
@@ -135,7 +142,9 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
                                   {"lambda", session_.lambda},
                                   {"budget", session_.budget},
                                   {"multiple", session_.multiple},
-                                  {"dims", dof_state_->allocation.layer_dims()}};
+                                  {"dims", session_.strategy == AllocStrategy::PerHead
+                                               ? nlohmann::json(dof_state_->allocation.dims)
+                                               : nlohmann::json(dof_state_->allocation.layer_dims())}};
         write_text_file(o.allocation, a.dump(2) + "\n");
       }
     }

@@ -371,3 +371,48 @@ TEST_F(TrainingTest, AKilledRunOfAnotherProcessOpensAndResumes) {
     for (size_t i = 0; i < points.size(); ++i) EXPECT_EQ(points[i].first, double(i + 1));
   }
 }
+
+TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
+  auto w = make_window();
+  capture_bundled(*w, {test::bundled_texts().front()});
+  // per-head in the DoF view: every head its own M, as the view's allocation has them.
+  w->dof_view()->strategy_box()->setCurrentIndex(w->dof_view()->strategy_box()->findText("per-head"));
+  ASSERT_EQ(w->workbench()->session().strategy, AllocStrategy::PerHead);
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  train(*w, 2, 0, 2);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  {
+    std::ifstream in(w->workbench()->run_dir().toStdString() + "/job.json");
+    const auto job = nlohmann::json::parse(in);
+    const auto dims = job.at("dims");
+    const Allocation& shown = w->workbench()->dof_state()->allocation;
+    ASSERT_EQ(dims.size(), shown.dims.size());
+    for (size_t s = 0; s < shown.dims.size(); ++s)
+      EXPECT_EQ(dims[s].is_array() ? dims[s].get<std::vector<int64_t>>() : std::vector<int64_t>(shown.dims[s].size(), dims[s].get<int64_t>()),
+                shown.dims[s])
+          << "layer " << s;
+  }
+
+  // Direct training: the whole model's next-token loss is one more line, read from the lines of
+  // metrics.jsonl that name no layer.
+  views::TrainForm f = w->training_view()->form();
+  f.loss = "direct";
+  w->training_view()->set_form(f);
+  train(*w, 3, 16, 3);
+  EXPECT_NE(last_job(*w, "distill").command.find("--loss direct --text " + test::bundled_texts().front().toStdString()),
+            std::string::npos);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  std::vector<std::pair<double, double>> model_loss;
+  std::ifstream in(w->workbench()->run_dir().toStdString() + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("layer") && j.contains("loss")) model_loss.emplace_back(j["step"].get<double>(), j["loss"].get<double>());
+  }
+  ASSERT_EQ(model_loss.size(), 3u);
+  QCPGraph* g = graph_named(w->training_view()->loss_panel()->plot(), "model (next-token loss)");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(graph_points(g), model_loss);
+}

@@ -2,13 +2,16 @@
 // `attnscope jobs` and the workbench's live loss curves read the same lines the same way.
 //   {"step", "layer", "loss", "lr", "elapsed_s"}      a training step of one layer
 //   {"step", "layer", "val_loss", "val_kl"}           a validation of one layer
-// A line that does not parse (cut short by a kill) or lacks these keys is skipped.
+// Direct training's lines are the whole model's: no "layer", read as layer kModelLayer (-1).
+// A line that does not parse (cut short by a kill) or lacks a step is skipped.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace attnscope {
+
+inline constexpr int kModelLayer = -1;  // a line of the whole model (direct training)
 
 struct TrainingPoint {
   int64_t step = 0;
@@ -25,7 +28,7 @@ struct ValidationPoint {
 struct RunMetrics {
   std::vector<TrainingPoint> training;     // in file order
   std::vector<ValidationPoint> validation;
-  int num_layers() const;    // 1 + the largest layer seen (0 when empty)
+  int num_layers() const;    // 1 + the largest layer seen (0 when empty; model lines do not count)
   int64_t last_step() const; // the largest training step (0 when empty)
 };
 

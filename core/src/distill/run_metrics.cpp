@@ -28,10 +28,10 @@ bool is_number(const nlohmann::json& j, const char* key) { return j.contains(key
 
 void parse_line(const std::string& line, RunMetrics& into) {
   const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !is_number(j, "step") || !is_number(j, "layer")) return;
+  if (j.is_discarded() || !j.is_object() || !is_number(j, "step")) return;
   const int64_t step = j["step"].get<int64_t>();
-  const int layer = j["layer"].get<int>();
-  if (layer < 0) return;
+  const int layer = is_number(j, "layer") ? j["layer"].get<int>() : kModelLayer;
+  if (layer < kModelLayer) return;
   if (is_number(j, "loss")) {
     TrainingPoint p;
     p.step = step;
