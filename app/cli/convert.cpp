@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "attnscope/convert_job.h"
 #include "attnscope/converted_model.h"
 #include "attnscope/error.h"
 #include "common.h"
@@ -47,64 +48,6 @@ void read_allocation(const std::string& file, int n_layer, int n_head, ConvertOp
   if (j.contains("budget") && j["budget"].is_number_integer()) o.budget = j["budget"];
 }
 
-nlohmann::json read_json(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) fail(file, "cannot be read");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail(file, std::string("is not valid JSON: ") + e.what());
-  }
-}
-
-// A finished distillation job: its job.json says which model, map and dimensions; its
-// feature_maps.safetensors holds the trained maps.
-void from_job(const std::string& run, const std::string& model_override, const ModelArgs& args, ConvertOptions& o,
-              LoadedModel& m) {
-  const fs::path dir(run);
-  const std::string job_file = (dir / "job.json").string();
-  if (!fs::is_regular_file(job_file)) fail(run, "is not a run directory (no job.json)");
-  if (!fs::is_regular_file(dir / "report.json"))
-    fail(run, "has not finished (no report.json): let it finish, or continue it with --resume");
-  const nlohmann::json j = read_json(job_file);
-  ModelArgs a = args;
-  if (model_override.empty()) {
-    if (!j.contains("model") || !j["model"].is_string()) fail(job_file, "names no model (give --model)");
-    a.model = j["model"];
-  }
-  m = a.load();
-  const ModelConfig& c = m.model->config();
-  if (!j.contains("feature_map") || !j["feature_map"].is_object() || !j["feature_map"].contains("name"))
-    fail(job_file, "has no feature_map {name, ...}");
-  const auto& fm = j["feature_map"];
-  o.map.name = fm["name"];
-  if (fm.contains("activation") && fm["activation"].is_string()) o.map.activation = fm["activation"];
-  if (fm.contains("tied") && fm["tied"].is_boolean()) o.map.tied = fm["tied"];
-  if (fm.contains("init") && fm["init"].is_string()) o.map.init = fm["init"];
-  if (fm.contains("seed") && fm["seed"].is_number_unsigned()) o.map.seed = fm["seed"];
-  if (!j.contains("dims") || !j["dims"].is_array() || int(j["dims"].size()) != c.n_layer)
-    fail(job_file, "dims must list the model's " + std::to_string(c.n_layer) + " layers");
-  o.dims.clear();
-  for (const auto& d : j["dims"]) {
-    if (d.is_number_integer()) o.dims.emplace_back(c.n_head, d.get<int64_t>());
-    else if (d.is_array() && int(d.size()) == c.n_head) o.dims.push_back(d.get<std::vector<int64_t>>());
-    else fail(job_file, "dims of layer " + std::to_string(o.dims.size()) + " are neither M nor one per head");
-  }
-  o.budget = j.value("features", int64_t(0));
-  o.strategy = "fix";
-  const std::string alloc = j.contains("allocation") && j["allocation"].is_string() ? j["allocation"].get<std::string>() : "";
-  if (!alloc.empty() && fs::is_regular_file(alloc)) {
-    const nlohmann::json aj = read_json(alloc);
-    if (aj.contains("strategy") && aj["strategy"].is_string()) o.strategy = aj["strategy"];
-    if (aj.contains("lambda") && aj["lambda"].is_number()) o.lambda = aj["lambda"];
-    if (aj.contains("budget") && aj["budget"].is_number_integer()) o.budget = aj["budget"];
-  }
-  if (j.contains("loss") && j["loss"].is_string()) o.loss = j["loss"];
-  if (j.contains("steps") && j["steps"].is_number_integer()) o.steps = j["steps"];
-  o.job_json = j.dump();
-  o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), o.map, o.dims, c);
-}
-
 }  // namespace
 
 void register_convert(CLI::App& app) {
@@ -139,11 +82,12 @@ void register_convert(CLI::App& app) {
       ->capture_default_str();
   cmd->callback([=] {
     if (!job->empty()) {
-      ConvertOptions opt;
+      ModelArgs a = *args;
+      if (!cmd->get_option("--model")->count()) a.model = distill_run_model(*job);
+      const LoadedModel m = a.load();
+      ConvertOptions opt = distill_run_convert_options(*job, m.model->config());
       opt.copy_weights = *weights == "copy";
       opt.python_module = resources_dir() + "/python/attnscope_linear.py";
-      LoadedModel m;
-      from_job(*job, cmd->get_option("--model")->count() ? args->model : "", *args, opt, m);
       convert_model(m, opt, *out);
       std::cout << "wrote " << fs::absolute(*out).lexically_normal().string() << " (" << opt.map.name
                 << " linear attention trained by " << *job << ")\n";

@@ -8,6 +8,7 @@
 
 #include "attnscope/converted_eval.h"
 #include "attnscope/error.h"
+#include "attnscope/text_ids.h"
 #include "attnscope/text_source.h"
 #include "common.h"
 
@@ -83,12 +84,7 @@ void register_eval(CLI::App& app) {
   cmd->callback([=] {
     auto docs = read_text_documents(*texts);
     LoadedModel m = args->load();
-    std::vector<int64_t> ids;
-    for (const auto& d : docs) {
-      auto t = m.tokenizer->encode_for_model(d.text);
-      ids.insert(ids.end(), t.begin(), t.end());
-      if (m.tokenizer->eos_id() >= 0 && !m.tokenizer->adds_bos()) ids.push_back(m.tokenizer->eos_id());
-    }
+    const std::vector<int64_t> ids = text_token_ids(*m.tokenizer, docs);
     const int L = *seq_len > 0 ? *seq_len : m.model->config().n_ctx;
     if (L > m.model->config().n_ctx)
       fail("--seq-len", std::to_string(L) + " exceeds the context length " + std::to_string(m.model->config().n_ctx));

@@ -8,6 +8,7 @@
 
 #include "attnscope/error.h"
 #include "attnscope/run_dir.h"
+#include "attnscope/run_metrics.h"
 #include "attnscope/table.h"
 #include "common.h"
 
@@ -42,21 +43,13 @@ void register_jobs(CLI::App& app) {
         fail(run + "/job.json", std::string("is not JSON: ") + e.what());
       }
       const int64_t steps = job.value("steps", int64_t(0));
+      // The last value of each layer (a line cut by a kill is skipped by the reader); direct
+      // training's lines are the whole model's, layer -1, shown first.
+      const RunMetrics metrics = read_run_metrics(run);
       std::map<int, double> loss, val_kl;
-      int64_t step = 0;
-      std::ifstream mf(run + "/metrics.jsonl");
-      std::string line;
-      while (std::getline(mf, line)) {
-        const json m = json::parse(line, nullptr, false);
-        if (m.is_discarded() || !m.contains("step")) continue;  // a line cut by a kill
-        // Direct training's lines are the whole model's (no "layer"): shown first, as layer -1.
-        const int layer = m.contains("layer") ? m["layer"].get<int>() : -1;
-        if (m.contains("loss")) {
-          loss[layer] = m["loss"].get<double>();
-          step = std::max(step, m["step"].get<int64_t>());
-        }
-        if (m.contains("val_kl")) val_kl[layer] = m["val_kl"].get<double>();
-      }
+      for (const TrainingPoint& p : metrics.training) loss[p.layer] = p.loss;
+      for (const ValidationPoint& p : metrics.validation) val_kl[p.layer] = p.val_kl;
+      const int64_t step = metrics.last_step();
       const std::string state = run_state(run);
       std::string losses, kls;
       for (const auto& [l, v] : loss) losses += (losses.empty() ? "" : " ") + num(v);

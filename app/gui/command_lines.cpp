@@ -14,6 +14,17 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string str(uint64_t v) { return std::to_string(v); }
 std::string str(int v) { return std::to_string(v); }
 
+// A double as an option value that reads back to the same number ("0.02", "1e-05"): the shortest
+// decimal that does.
+std::string number_arg(double v) {
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 void add_feature_map(std::vector<std::string>& a, const AnalysisOptions& o) {
   if (o.feature_map.empty()) return;
   a.insert(a.end(), {"--feature-map", o.feature_map});
@@ -73,12 +84,7 @@ std::string lambda_arg(double lambda) {
     std::snprintf(buf, sizeof buf, "2^%g", q);
     return buf;
   }
-  char buf[40];
-  for (int digits = 6; digits <= 17; ++digits) {  // shortest decimal that reads back exactly
-    std::snprintf(buf, sizeof buf, "%.*g", digits, lambda);
-    if (std::strtod(buf, nullptr) == lambda) break;
-  }
-  return buf;
+  return number_arg(lambda);
 }
 
 std::vector<std::string> model_args(const Session& s) {
@@ -161,6 +167,47 @@ std::string info_command(const Session& s) {
   std::vector<std::string> a = {"info"};
   const auto m = model_args(s);
   a.insert(a.end(), m.begin(), m.end());
+  return attnscope_command(a);
+}
+
+std::string distill_command(const DistillOptions& o, const std::string& run_dir) {
+  std::vector<std::string> a = {"distill", "--capture", o.capture, "--feature-map", o.feature_map};
+  if (!o.tied) a.push_back("--untied");
+  a.insert(a.end(), {"--loss", o.loss});
+  if (!o.text.empty()) a.insert(a.end(), {"--text", o.text});
+  a.insert(a.end(), {"--steps", str(o.steps), "--lr", number_arg(o.lr), "--lr-alpha",
+                     number_arg(o.lr_alpha), "--batch", str(o.batch), "--schedule", o.schedule, "--seed", str(o.seed),
+                     "--checkpoint-every", str(o.checkpoint_every)});
+  if (o.features > 0) a.insert(a.end(), {"--features", str(o.features)});
+  if (!o.allocation.empty()) a.insert(a.end(), {"--allocation", o.allocation});
+  if (!o.strategy.empty())
+    a.insert(a.end(), {"--strategy", o.strategy, "--budget", str(o.budget), "--lambda", o.lambda, "--samples",
+                       str(o.dof_samples)});
+  if (o.device != "cpu") a.insert(a.end(), {"--device", o.device});
+  a.insert(a.end(), {"--out", run_dir});
+  return attnscope_command(a);
+}
+
+std::string distill_resume_command(const std::string& run_dir) {
+  return attnscope_command({"distill", "--resume", run_dir});
+}
+
+std::string convert_job_command(const std::string& run_dir, const std::string& out_dir) {
+  return attnscope_command({"convert", "--job", run_dir, "--out", out_dir});
+}
+
+std::string eval_converted_command(const std::string& model_dir, const std::vector<std::string>& texts,
+                                   const ConvertedEvalOptions& o) {
+  std::vector<std::string> a = {"eval", "--model", model_dir};
+  add_texts(a, texts);
+  if (o.seq_len > 0) a.insert(a.end(), {"--seq-len", str(o.seq_len)});
+  a.insert(a.end(), {"--closeness-windows", str(o.closeness_windows)});
+  if (!o.speed_lengths.empty()) {
+    std::string lengths;
+    for (const int l : o.speed_lengths) lengths += (lengths.empty() ? "" : ",") + str(l);
+    a.insert(a.end(), {"--speed-lengths", lengths});
+  }
+  a.insert(a.end(), {"--min-seconds", number_arg(o.min_seconds), "--json"});
   return attnscope_command(a);
 }
 

@@ -9,6 +9,8 @@
 
 #include "attnscope/allocation.h"
 #include "attnscope/capture.h"
+#include "attnscope/converted_eval.h"
+#include "attnscope/distill.h"
 #include "attnscope/dof.h"
 #include "attnscope/head_analysis.h"
 #include "attnscope/session.h"
@@ -48,5 +50,17 @@ std::string maps_command(const std::string& capture_dir, int layer, int head, in
 std::string report_command(const Session& s, const std::vector<std::string>& texts, const std::string& out_dir);
 // attnscope info --model M (what opening a model checks)
 std::string info_command(const Session& s);
+// attnscope distill --capture DIR --feature-map F [--untied] --loss L [--text F] --steps N --lr X
+//   --lr-alpha Y --batch B --schedule S --seed S --checkpoint-every K (--features M | --allocation F |
+//   --strategy S --budget C --lambda X --samples J) [--device cuda] --out RUN
+std::string distill_command(const DistillOptions& o, const std::string& run_dir);
+// attnscope distill --resume RUN
+std::string distill_resume_command(const std::string& run_dir);
+// attnscope convert --job RUN --out OUT
+std::string convert_job_command(const std::string& run_dir, const std::string& out_dir);
+// attnscope eval --model CONVERTED --text F... --seq-len L --closeness-windows N [--speed-lengths a,b]
+//   --min-seconds s --json
+std::string eval_converted_command(const std::string& model_dir, const std::vector<std::string>& texts,
+                                   const ConvertedEvalOptions& o);
 
 }  // namespace attnscope::gui

@@ -1,7 +1,8 @@
 // `attnscope gui`: opens the workbench window (app/gui/main_window.h) on the bundled model and
 // sample texts, a model and texts of the user's, or a session file, with the analysis already
 // running. --screenshot FILE waits for the first analysis (capture, spectra, metrics and the
-// selected head's maps), shows the chosen view, saves a picture of the whole window and exits: it
+// selected head's maps; with --view training also a distillation with the Train form's settings,
+// its conversion and evaluation), shows the chosen view, saves a picture of the whole window and exits: it
 // runs without a display (offscreen), which is how the README's screenshots are made.
 #include <QApplication>
 #include <QDir>
@@ -18,6 +19,7 @@
 #include <iostream>
 #include <memory>
 
+#include "attnscope/converted_eval.h"
 #include "attnscope/error.h"
 #include "figure_export.h"
 #include "cli/common.h"
@@ -55,7 +57,7 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
   QObject::connect(&w, &gui::MainWindow::errorShown, &w, [quit_with](const QString& title, const QString& message) {
     quit_with((title + ": " + message).toStdString());
   });
-  QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, [&w, path, view, quit_with] {
+  auto shoot = [&w, path, view, quit_with] {
     w.show_view(view);
     // Wide enough that the view needs no scroll bar (the views scroll in a narrower window).
     if (auto* scroll = qobject_cast<QScrollArea*>(w.tabs()->currentWidget()); scroll && scroll->widget()) {
@@ -72,7 +74,25 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
                 << shot.height() << ") saved to " << path.toStdString() << "\n";
       QApplication::exit(0);
     });
-  });
+  };
+  if (view != "training") {
+    QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, shoot);
+  } else {
+    // The train view with something in it: once the analysis is in, train with the form's
+    // settings, convert and evaluate; the picture is taken when the comparison is shown.
+    gui::Workbench* wb = w.workbench();
+    ConvertedEvalOptions eo;
+    eo.min_seconds = 0.05;
+    wb->set_eval_options(eo);
+    QObject::connect(wb, &gui::Workbench::pipelineFinished, &w, [&w] {
+      w.show_view("training");
+      w.start_training();
+    });
+    QObject::connect(wb, &gui::Workbench::trainingChanged, &w, [wb] {
+      if (wb->can_convert() && !wb->evaluation()) wb->convert_and_evaluate();
+    });
+    QObject::connect(wb, &gui::Workbench::evaluationReady, &w, shoot);
+  }
   QTimer::singleShot(a.timeout_s * 1000, &w, [quit_with, a] {
     quit_with("the first analysis did not finish within " + std::to_string(a.timeout_s) + " s");
   });
@@ -88,7 +108,7 @@ void run_gui(GuiArgs& a) {
     fail("gui",
          "no display to open the window on (neither DISPLAY nor WAYLAND_DISPLAY is set). Run it in a desktop "
          "session, over `ssh -X`, or in a virtual display (`xvfb-run -a attnscope gui`). Without a display, "
-         "`attnscope gui --screenshot FILE.png --view heads|metrics|dof|jobs` saves a picture of the window and "
+         "`attnscope gui --screenshot FILE.png --view heads|metrics|dof|jobs|training` saves a picture of the window and "
          "`attnscope report --out DIR` writes the whole analysis");
   }
   if (!a.session.empty() && !fs::is_regular_file(a.session)) fail(a.session, "no such session file");
@@ -155,7 +175,7 @@ void register_gui(CLI::App& app) {
   cmd->add_option("--screenshot", a->screenshot,
                   "wait for the first analysis, save a PNG of the whole window to FILE and exit (works without a display)");
   cmd->add_option("--view", a->view, "the view shown (and in the screenshot)")
-      ->check(CLI::IsMember({"heads", "metrics", "dof", "jobs"}))
+      ->check(CLI::IsMember({"heads", "metrics", "dof", "jobs", "training"}))
       ->capture_default_str();
   cmd->add_option("--timeout", a->timeout_s, "seconds --screenshot waits for the first analysis")
       ->capture_default_str()

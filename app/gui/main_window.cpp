@@ -30,20 +30,25 @@
 #include <QToolBar>
 #include <QUrl>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/distill.h"
 #include "attnscope/error.h"
 #include "attnscope/feature_map.h"
 #include "attnscope/head_view.h"
 #include "attnscope/model_config.h"
 #include "dof_view.h"
+#include "comparison_table.h"
+#include "command_lines.h"
 #include "dropped_file.h"
 #include "heads_view.h"
 #include "jobs_view.h"
 #include "metrics_view.h"
 #include "model_panel.h"
 #include "plot_panel.h"
+#include "training_view.h"
 
 #ifndef ATTNSCOPE_VERSION
 #define ATTNSCOPE_VERSION "dev"
@@ -57,7 +62,8 @@ namespace {
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
-const char* const kViewNames[] = {"heads", "metrics", "dof", "jobs"};
+const char* const kViewNames[] = {"heads", "metrics", "dof", "jobs", "training"};
+constexpr int kViews = int(std::size(kViewNames));
 
 QString model_name(const std::string& spec) {
   QFileInfo info(q(spec));
@@ -100,6 +106,8 @@ MainWindow::MainWindow(QWidget* parent, bool use_settings)
   restore_settings();
   update_title();
   update_commands();
+  update_training_allocation();
+  update_training();
 }
 
 MainWindow::~MainWindow() = default;
@@ -113,6 +121,7 @@ void MainWindow::build_views() {
   metrics_ = new views::MetricsView(tabs_);
   dof_ = new views::DofView(tabs_);
   jobs_ = new views::JobsView(tabs_);
+  training_ = new views::TrainingView(tabs_);
   // Each view in a scroll area: on a screen narrower than a view's minimum the window still fits
   // and scrolls, instead of growing past the screen's edge.
   auto add_tab = [this](QWidget* view, const QString& title) {
@@ -126,11 +135,16 @@ void MainWindow::build_views() {
   add_tab(metrics_, tr("Metrics"));
   add_tab(dof_, tr("DoF"));
   add_tab(jobs_, tr("Jobs"));
+  add_tab(training_, tr("Train"));
   setCentralWidget(tabs_);
 
   QStringList maps;
   for (const std::string& n : feature_map_names()) maps << q(n);
   heads_->set_feature_maps(maps);
+  QStringList trainable, losses;
+  for (const std::string& n : trainable_feature_maps()) trainable << q(n);
+  for (const std::string& n : distill_losses()) losses << q(n);
+  training_->set_choices(trainable, losses, Workbench::distill_devices());
 
   model_panel_ = new views::ModelPanel(this);
   model_dock_ = new QDockWidget(tr("Model and data"), this);
@@ -201,8 +215,8 @@ void MainWindow::build_actions() {
   make("cancel_all", tr("Cancel &all jobs"), QKeySequence(Qt::Key_Escape), [this] { workbench_->cancel_all(); },
        QStyle::SP_BrowserStop);
 
-  const QString tab_names[] = {tr("&Heads"), tr("&Metrics"), tr("&DoF"), tr("&Jobs")};
-  for (int i = 0; i < 4; ++i)
+  const QString tab_names[] = {tr("&Heads"), tr("&Metrics"), tr("&DoF"), tr("&Jobs"), tr("&Train")};
+  for (int i = 0; i < kViews; ++i)
     make(QString("view_") + kViewNames[i], tab_names[i], QKeySequence(QString("Ctrl+%1").arg(i + 1)),
          [this, i] { tabs_->setCurrentIndex(i); });
 
@@ -307,6 +321,16 @@ void MainWindow::connect_workbench() {
     update_jobs();
     if (workbench_->any_job_running() && !jobs_timer_->isActive()) jobs_timer_->start();
   });
+  connect(w, &Workbench::trainingChanged, this, &MainWindow::update_training);
+  connect(w, &Workbench::evaluationReady, this, [this] {
+    const auto e = workbench_->evaluation();
+    if (!e) return;
+    std::vector<double> kl;
+    for (const LayerCloseness& l : e->layers) kl.push_back(l.attention_kl);
+    training_->set_comparison(comparison_table(*e), kl);
+    training_->set_commands(q(workbench_->run_command()), q(workbench_->eval_command()));
+    statusBar()->showMessage(tr("Converted model evaluated: see the Train tab"), 8000);
+  });
   connect(w, &Workbench::message, this, [this](const QString& text) { statusBar()->showMessage(text, 10000); });
   connect(w, &Workbench::error, this, &MainWindow::show_error);
 }
@@ -316,6 +340,20 @@ void MainWindow::connect_views() {
   connect(model_panel_, &views::ModelPanel::textFilesChanged, this,
           [this](const QStringList& files) { workbench_->set_texts(files, model_panel_->text()); });
   connect(model_panel_, &views::ModelPanel::captureRequested, this, &MainWindow::capture);
+
+  connect(training_, &views::TrainingView::trainRequested, this, &MainWindow::start_training);
+  connect(training_, &views::TrainingView::resumeRequested, this, [this] { workbench_->resume_distill(); });
+  connect(training_, &views::TrainingView::openRunRequested, this, [this] {
+    const QString start = workbench_->run_dir().isEmpty() ? workbench_->workspace_root() : workbench_->run_dir() + "/..";
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a distillation run (a folder with job.json)"), start);
+    if (dir.isEmpty()) return;
+    if (!QFileInfo::exists(dir + "/job.json")) {
+      show_error(tr("Open run"), tr("%1 is not a run directory (no job.json)").arg(dir));
+      return;
+    }
+    workbench_->open_run(dir);
+  });
+  connect(training_, &views::TrainingView::convertRequested, this, [this] { workbench_->convert_and_evaluate(); });
 
   connect(heads_, &views::HeadsView::headSelected, this, &MainWindow::select_head);
   connect(metrics_, &views::MetricsView::headSelected, this, &MainWindow::select_head);
@@ -491,13 +529,13 @@ void MainWindow::capture() {
 }
 
 void MainWindow::show_view(const QString& name) {
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kViews; ++i)
     if (name == kViewNames[i]) tabs_->setCurrentIndex(i);
 }
 
 QString MainWindow::current_view() const {
   const int i = tabs_->currentIndex();
-  return i >= 0 && i < 4 ? kViewNames[i] : "heads";
+  return i >= 0 && i < kViews ? kViewNames[i] : "heads";
 }
 
 views::PlotPanel* MainWindow::current_figure() const {
@@ -513,6 +551,7 @@ views::PlotPanel* MainWindow::current_figure() const {
     const auto panels = dof_->panels();
     return panels.empty() ? nullptr : panels.front();
   }
+  if (v == "training") return training_->loss_panel();
   return nullptr;
 }
 
@@ -630,6 +669,8 @@ void MainWindow::on_capture_ready() {
   applying_ = false;
   model_panel_->set_busy(workbench_->capture_running());
   update_commands();
+  update_training_allocation();
+  update_training();
 }
 
 void MainWindow::on_spectra_ready() {
@@ -643,6 +684,7 @@ void MainWindow::on_spectra_ready() {
 
 void MainWindow::on_dof_state() {
   if (const auto& st = workbench_->dof_state()) dof_->show_state(*st);
+  update_training_allocation();
   // The grid's DoF tint follows when the heads view is next shown: the sliders live on the DoF
   // tab, and their path to the redrawn bars stays as short as it can be.
   if (current_view() == "heads") update_metrics_for_grid();
@@ -758,6 +800,72 @@ void MainWindow::update_jobs() {
   job_label_->setText(text);
 }
 
+void MainWindow::start_training() {
+  const views::TrainForm f = training_->form();
+  DistillOptions o;
+  o.feature_map = f.feature_map.toStdString();
+  o.loss = f.loss.toStdString();
+  o.steps = f.steps;
+  o.lr = f.lr;
+  o.lr_alpha = f.lr_alpha;
+  o.batch = f.batch;
+  o.schedule = f.schedule.toStdString();
+  o.checkpoint_every = f.checkpoint_every;
+  o.features = f.use_allocation ? 0 : f.features;  // 0: the DoF view's allocation
+  if (workbench_->start_distill(o, f.device) != 0)
+    statusBar()->showMessage(tr("Training in %1 (progress in the Jobs tab)").arg(workbench_->run_dir()), 8000);
+}
+
+void MainWindow::update_training_allocation() {
+  const auto& st = workbench_->dof_state();
+  if (!st) {
+    training_->set_allocation(tr("(the DoF view's spectra are not computed yet)"), false);
+    return;
+  }
+  const Session& s = workbench_->session();
+  QString dims;
+  for (const int64_t m : st->allocation.layer_dims()) dims += (dims.isEmpty() ? "" : " ") + QString::number(m);
+  QString text = tr("%1, C = %2, λ = %3: M = %4")
+                     .arg(q(alloc_strategy_name(s.strategy)))
+                     .arg(s.budget)
+                     .arg(q(lambda_arg(s.lambda)), dims);
+  if (s.strategy == AllocStrategy::PerHead) text += tr(" (the layer's largest; every head its own M)");
+  training_->set_allocation(text, true);
+}
+
+void MainWindow::update_training() {
+  const QString state = workbench_->run_state();
+  const RunMetrics& m = workbench_->training_metrics();
+  const qint64 step = m.last_step(), steps = workbench_->run_steps();
+  QString status;
+  if (state.isEmpty()) status = tr("No run yet: choose the options and press Train");
+  else if (state == "running") status = tr("Training: step %1 of %2").arg(step).arg(steps);
+  else if (state == "stopped") {
+    const qint64 checkpoint = workbench_->checkpoint_step();
+    status = tr("Stopped at step %1 of %2").arg(step).arg(steps) +
+             (checkpoint > 0 ? tr(": Resume continues from the checkpoint at step %1").arg(checkpoint)
+                             : tr(": no checkpoint yet, train it again"));
+  }
+  else if (state == "finished") {
+    // The last validation KL of each layer, averaged: the run's one number.
+    std::map<int, double> last_kl;
+    for (const ValidationPoint& v : m.validation) last_kl[v.layer] = v.val_kl;
+    double sum = 0;
+    for (const auto& [layer, kl] : last_kl) sum += kl;
+    status = tr("Finished: %1 steps").arg(steps);
+    if (!last_kl.empty()) status += tr(", validation KL %1 (mean of layers)").arg(sum / double(last_kl.size()), 0, 'g', 4);
+  }
+  else if (state == "failed") status = tr("Failed before training began (see the Jobs tab)");
+  else status = state;
+  if (workbench_->converting()) status += tr(" · converting and evaluating…");
+  const bool can_train = workbench_->capture_store() != nullptr && !workbench_->training_running();
+  training_->set_run(workbench_->run_dir(), status, can_train, workbench_->can_resume(), workbench_->can_convert());
+  training_->set_curves(m, steps);
+  // A comparison belongs to the run it was made of: gone with a new run, a resume or a conversion.
+  if (!workbench_->evaluation() && !training_->table().rows.empty()) training_->set_comparison({}, {});
+  training_->set_commands(q(workbench_->run_command()), q(workbench_->eval_command()));
+}
+
 void MainWindow::open_job_result(int id) {
   for (const JobStatus& j : workbench_->jobs()) {
     if (j.id != id) continue;
@@ -771,6 +879,8 @@ void MainWindow::open_job_result(int id) {
       show_view("dof");
     } else if (j.kind == "capture" || j.kind == "maps" || j.kind == "model") {
       show_view("heads");
+    } else if (j.kind == "distill" || j.kind == "convert" || j.kind == "eval") {
+      show_view("training");
     }
   }
 }
@@ -792,7 +902,7 @@ void MainWindow::export_report_dialog() {
 void MainWindow::export_figure_dialog() {
   views::PlotPanel* panel = current_figure();
   if (!panel) {
-    show_error(tr("Export figure"), tr("The %1 view has no figure to export: switch to Heads, Metrics or DoF.").arg(current_view()));
+    show_error(tr("Export figure"), tr("The %1 view has no figure to export: switch to Heads, Metrics, DoF or Train.").arg(current_view()));
     return;
   }
   panel->export_dialog();

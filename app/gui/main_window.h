@@ -1,4 +1,4 @@
-// The workbench window: the four views (Heads, Metrics, DoF, Jobs) as tabs, the model and data
+// The workbench window: the five views (Heads, Metrics, DoF, Jobs, Train) as tabs, the model and data
 // panel as a dock, menus, toolbar and status bar (model, capture, the running job's progress with
 // a Cancel button). It wires the views to the Workbench and back and computes nothing itself:
 // selections are kept in step across the views, slider moves go to Workbench::set_dof_settings
@@ -30,6 +30,7 @@ class MetricsView;
 class DofView;
 class JobsView;
 class ModelPanel;
+class TrainingView;
 class PlotPanel;
 }  // namespace attnscope::views
 
@@ -51,6 +52,7 @@ class MainWindow : public QMainWindow {
   views::MetricsView* metrics_view() const { return metrics_; }
   views::DofView* dof_view() const { return dof_; }
   views::JobsView* jobs_view() const { return jobs_; }
+  views::TrainingView* training_view() const { return training_; }
   QTabWidget* tabs() const { return tabs_; }
   QProgressBar* progress_bar() const { return progress_; }
   QPushButton* cancel_button() const { return cancel_; }
@@ -66,8 +68,9 @@ class MainWindow : public QMainWindow {
   bool open_session(const QString& path);
   bool save_session(const QString& path);
   void capture();  // the Capture button: the panel's texts and options
+  void start_training();  // the Train view's Train button: the form's settings
 
-  // heads | metrics | dof | jobs
+  // heads | metrics | dof | jobs | training
   void show_view(const QString& name);
   QString current_view() const;
   // The figure "Export current figure" saves: the plot holding the focus, else the view's main one.
@@ -114,6 +117,8 @@ class MainWindow : public QMainWindow {
   void update_commands();
   void update_title();
   void update_jobs();
+  void update_training();             // the train view's run line, buttons and loss curves
+  void update_training_allocation();  // what "DoF view's allocation" means now
   void open_job_result(int id);
   void export_report_dialog();
   void export_figure_dialog();
@@ -126,6 +131,7 @@ class MainWindow : public QMainWindow {
   views::MetricsView* metrics_ = nullptr;
   views::DofView* dof_ = nullptr;
   views::JobsView* jobs_ = nullptr;
+  views::TrainingView* training_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   QDockWidget* model_dock_ = nullptr;
   QLabel *model_label_ = nullptr, *capture_label_ = nullptr, *job_label_ = nullptr;

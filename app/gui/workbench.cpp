@@ -5,6 +5,7 @@
 #include <QFileInfo>
 #include <QMetaObject>
 #include <QStandardPaths>
+#include <QTimer>
 #include <algorithm>
 #include <filesystem>
 
@@ -59,6 +60,11 @@ Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_uniqu
   session_.metric = "softmax entropy";  // a name of the grid's metrics (MainWindow)
   // On a linear scale most of a long map is one colour; log shows where the weight goes at once.
   session_.colour_scale = "log";
+  python_module_ = std::string(ATTNSCOPE_RESOURCES) + "/python/attnscope_linear.py";
+  // A running distillation appends to metrics.jsonl every step: the loss curves follow it.
+  metrics_timer_ = new QTimer(this);
+  metrics_timer_->setInterval(300);
+  connect(metrics_timer_, &QTimer::timeout, this, &Workbench::poll_metrics);
 }
 
 Workbench::~Workbench() {

@@ -20,13 +20,18 @@
 #include <vector>
 
 #include "attnscope/capture.h"
+#include "attnscope/converted_eval.h"
+#include "attnscope/distill.h"
 #include "attnscope/dof.h"
 #include "attnscope/head_analysis.h"
 #include "attnscope/head_view.h"
 #include "attnscope/job.h"
 #include "attnscope/model.h"
+#include "attnscope/run_metrics.h"
 #include "attnscope/session.h"
 #include "dof_view.h"
+
+class QTimer;
 
 namespace attnscope::gui {
 
@@ -120,6 +125,47 @@ class Workbench : public QObject {
   void cancel(int job_id);
   void cancel_all();
 
+  // ---- Training: distill -> convert -> evaluate (SPEC 6-7; workbench_training.cpp) ----
+  // The devices distill can use here: "cpu", and "cuda" when LibTorch sees a GPU.
+  static QStringList distill_devices();
+  // Distills on the current capture as a job ("distill") into a new run folder
+  // WORKSPACE/runs/<time>/, which becomes the current run. `o` holds the map, loss, steps, learning
+  // rates, batch, schedule, seed and checkpoint interval; o.features = M for every layer, or 0 for
+  // the DoF view's allocation (the session's strategy, budget and lambda: distill computes the same
+  // spectra from the capture). Loss "direct" trains on the session's texts. Returns the job id, 0
+  // (and error()) when it cannot start.
+  int start_distill(DistillOptions o, const QString& device = "cpu");
+  // Continues the current run from its last checkpoint (distill(..., resume = true)).
+  int resume_distill();
+  // Converts the current (finished) run into RUN/converted, then evaluates the converted model
+  // on the session's texts: two jobs, evaluationReady() at the end. Returns the convert job's id.
+  int convert_and_evaluate();
+  // Makes an existing run folder the current run (its metrics and state are read at once).
+  void open_run(const QString& run_dir);
+  QString run_dir() const { return run_dir_; }
+  QString converted_dir() const { return run_dir_.isEmpty() ? QString() : run_dir_ + "/converted"; }
+  const RunMetrics& training_metrics() const { return metrics_tail_.metrics(); }
+  bool training_running() const { return distill_job_ != 0; }
+  bool converting() const { return convert_job_ != 0 || eval_job_ != 0; }
+  // "finished" (report.json), "running", "stopped" (cancelled or killed) or "" (no run).
+  QString run_state() const;
+  bool can_resume() const;   // stopped, with a checkpoint, and nothing of the run running
+  // The step of the run's last complete checkpoint (where Resume continues), 0 when there is none.
+  int64_t checkpoint_step() const;
+  bool can_convert() const;  // finished, and no conversion running
+  // The steps the current run asks for (job.json), 0 when unknown.
+  int64_t run_steps() const { return run_steps_; }
+  std::string run_command() const { return run_command_; }  // its `attnscope distill ...`
+  // The `attnscope eval ...` line of the last evaluation of the current run ("" before one).
+  std::string eval_command() const { return eval_command_; }
+  // The last evaluation of the current run's converted model (null before one).
+  std::shared_ptr<const ConvertedEvaluation> evaluation() const { return evaluation_; }
+  // What the evaluation measures (window length 0 = the capture's; speed lengths; timing).
+  void set_eval_options(const ConvertedEvalOptions& o) { eval_options_ = o; }
+  const ConvertedEvalOptions& eval_options() const { return eval_options_; }
+  // attnscope_linear.py, copied into every converted model (default: the source tree's resources).
+  void set_python_module(const QString& path) { python_module_ = path.toStdString(); }
+
   // ---- Command lines of what is shown (Copy as command) ----
   std::string maps_command() const;
   std::string metrics_command() const;
@@ -140,6 +186,8 @@ class Workbench : public QObject {
   void sessionLoaded();
   void sessionSaved(const QString& path);
   void pipelineFinished();
+  void trainingChanged();         // the current run, its state or its metrics changed
+  void evaluationReady();         // evaluation() holds the current run's comparison
   void message(const QString& text);  // for the status bar: not an error, worth saying
   void error(const QString& title, const QString& message);
 
@@ -166,6 +214,8 @@ class Workbench : public QObject {
   // Forgets what was measured on the capture (spectra, DoF state, metrics, thumbnails, head view).
   void clear_results();  // cancels capture, spectra, metrics and maps jobs and forgets them
   QString new_workspace();
+  void poll_metrics();  // reads what the run appended to metrics.jsonl; trainingChanged() when new
+  int start_evaluation();
 
   std::unique_ptr<JobRunner> runner_;
   Session session_;
@@ -190,6 +240,17 @@ class Workbench : public QObject {
   // The job of each stage whose result is wanted (0: none).
   int model_job_ = 0, capture_job_ = 0, spectra_job_ = 0, metrics_job_ = 0, maps_job_ = 0, save_job_ = 0;
   bool maps_pending_ = false;  // a newer maps request waits for the running one to stop
+
+  // Training: the current run folder, its metrics as read so far, and its jobs.
+  QString run_dir_;
+  MetricsTail metrics_tail_;
+  QTimer* metrics_timer_ = nullptr;  // tails metrics.jsonl while distill runs
+  int64_t run_steps_ = 0;
+  std::string run_command_, eval_command_;
+  int distill_job_ = 0, convert_job_ = 0, eval_job_ = 0;
+  std::shared_ptr<const ConvertedEvaluation> evaluation_;
+  ConvertedEvalOptions eval_options_;
+  std::string python_module_;
 };
 
 }  // namespace attnscope::gui

@@ -1,0 +1,418 @@
+// The Train view end to end, driven as a user would under the offscreen platform: capture the
+// bundled model, fill the train form and press Train; the loss curves must be the run's
+// metrics.jsonl (read here with a JSON parser of its own), the job's command line must reproduce
+// the run headless; Cancel stops a long run without report.json and Resume finishes it; Convert +
+// evaluate must show core's own evaluation of the converted model.
+#include <QLabel>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <qcustomplot.h>
+
+#include "attnscope/converted_eval.h"
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/model.h"
+#include "attnscope/run_metrics.h"
+#include "attnscope/text_source.h"
+#include "attnscope/tokenizer.h"
+#include "main_window.h"
+#include "model_panel.h"
+#include "training_view.h"
+#include "workbench_fixture.h"
+
+using namespace attnscope;
+using gui::MainWindow;
+namespace fs = std::filesystem;
+
+namespace {
+
+// metrics.jsonl as (layer -> [(step, value)]), parsed line by line here.
+struct Curves {
+  std::map<int, std::vector<std::pair<double, double>>> loss, val_kl;
+};
+
+Curves read_curves(const std::string& run) {
+  Curves c;
+  std::ifstream in(run + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    const int layer = j.at("layer").get<int>();
+    const double step = j.at("step").get<double>();
+    if (j.contains("loss")) c.loss[layer].emplace_back(step, j["loss"].get<double>());
+    if (j.contains("val_kl")) c.val_kl[layer].emplace_back(step, j["val_kl"].get<double>());
+  }
+  return c;
+}
+
+std::vector<std::pair<double, double>> graph_points(QCPGraph* g) {
+  std::vector<std::pair<double, double>> out;
+  for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out.emplace_back(it->key, it->value);
+  return out;
+}
+
+QCPGraph* graph_named(QCustomPlot* p, const QString& name) {
+  for (int i = 0; i < p->graphCount(); ++i)
+    if (p->graph(i)->name() == name) return p->graph(i);
+  return nullptr;
+}
+
+class TrainingTest : public test::WorkbenchTest {
+ protected:
+  std::unique_ptr<MainWindow> make_window() {
+    auto w = std::make_unique<MainWindow>(nullptr, /*use_settings=*/false);
+    w->workbench()->set_workspace_root(workspace());
+    w->workbench()->set_auto_capture(false);
+    w->resize(1500, 940);
+    w->show();
+    return w;
+  }
+
+  // The bundled model captured (4 windows x 64 tokens) from `texts` (default: every bundled text),
+  // spectra, metrics and maps in.
+  void capture_bundled(MainWindow& w, const QStringList& texts = test::bundled_texts()) {
+    w.add_text_files(texts);
+    CaptureOptions o;
+    o.num_seqs = 4;
+    o.seq_len = 64;
+    w.model_panel()->set_capture_options(o);
+    QSignalSpy model(w.workbench(), &gui::Workbench::modelChanged);
+    w.open_model(QString::fromStdString(test::bundled_model()));
+    ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+    QSignalSpy errors(&w, &MainWindow::errorShown);
+    QTest::mouseClick(w.model_panel()->capture_button(), Qt::LeftButton);
+    ASSERT_TRUE(wait_until([&] { return w.workbench()->pipeline_finished() || errors.count() > 0; }));
+    ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  }
+
+  // The form as a user sets it: a fixed M (or the DoF view's allocation with M = 0), steps,
+  // checkpoint interval; then Train.
+  static void train(MainWindow& w, int steps, int features, int checkpoint_every) {
+    w.show_view("training");
+    views::TrainingView* t = w.training_view();
+    views::TrainForm f = t->form();
+    f.steps = steps;
+    f.use_allocation = features == 0;
+    if (features > 0) f.features = features;
+    f.checkpoint_every = checkpoint_every;
+    t->set_form(f);
+    ASSERT_TRUE(t->train_button()->isEnabled());
+    QTest::mouseClick(t->train_button(), Qt::LeftButton);
+    ASSERT_TRUE(w.workbench()->training_running());
+  }
+
+  static std::string temp_dir_file(const std::string& name) { return test::temp_dir("training") + "/" + name; }
+
+  static JobStatus last_job(MainWindow& w, const std::string& kind) {
+    JobStatus out;
+    for (const JobStatus& j : w.workbench()->jobs())
+      if (j.kind == kind) out = j;
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_F(TrainingTest, ShortRunDrawsMetricsJsonlAndItsCommandReproducesIt) {
+  auto w = make_window();
+  capture_bundled(*w);
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  train(*w, 6, 16, 3);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  const std::string run = w->workbench()->run_dir().toStdString();
+  ASSERT_TRUE(fs::is_regular_file(run + "/report.json"));
+  EXPECT_TRUE(run.rfind(workspace_, 0) == 0) << run << " is not under the workspace " << workspace_;
+  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_TRUE(w->training_view()->convert_button()->isEnabled());
+  EXPECT_FALSE(w->training_view()->resume_button()->isEnabled());
+  EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Finished"));
+
+  // Every layer's line is its training loss per step, its dots the validation KL.
+  const Curves c = read_curves(run);
+  ASSERT_EQ(c.loss.size(), 4u);
+  QCustomPlot* p = w->training_view()->loss_panel()->plot();
+  for (const auto& [layer, points] : c.loss) {
+    EXPECT_EQ(points.size(), 6u);
+    QCPGraph* g = graph_named(p, QString("layer %1").arg(layer));
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(graph_points(g), points) << "layer " << layer;
+    QCPGraph* v = graph_named(p, QString("layer %1 validation KL").arg(layer));
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(graph_points(v), c.val_kl.at(layer)) << "layer " << layer;
+    EXPECT_EQ(c.val_kl.at(layer).size(), 2u);  // at the checkpoints, steps 3 and 6
+  }
+  EXPECT_EQ(p->yAxis->scaleType(), QCPAxis::stLogarithmic);
+  // The figure exports like every figure, its numbers included.
+  const std::string csv = temp_dir_file("curves.csv");
+  w->training_view()->loss_panel()->export_to(QString::fromStdString(csv));
+  EXPECT_NE(test::read_file(csv).find("train_loss,3,6,"), std::string::npos);
+
+  // The job row's command is `attnscope distill ...`: run headless, it trains the same maps.
+  const JobStatus job = last_job(*w, "distill");
+  EXPECT_EQ(job.state, JobState::Succeeded);
+  const std::string suffix = " --out " + run;
+  ASSERT_GE(job.command.size(), suffix.size());
+  ASSERT_EQ(job.command.substr(job.command.size() - suffix.size()), suffix) << job.command;
+  const std::string cli_run = test::temp_dir("cli_run") + "/run";
+  std::string out;
+  const size_t program = std::string("attnscope").size();
+  const std::string cmd =
+      test::cli_path() + job.command.substr(program, job.command.size() - suffix.size() - program) + " --out " + cli_run;
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << cmd << "\n" << out;
+  const Curves cli = read_curves(cli_run);
+  ASSERT_EQ(cli.loss.size(), c.loss.size());
+  for (const auto& [layer, points] : c.loss)
+    for (size_t i = 0; i < points.size(); ++i)
+      EXPECT_NEAR(cli.loss.at(layer)[i].second, points[i].second, 1e-5 * points[i].second) << "layer " << layer;
+}
+
+TEST_F(TrainingTest, DofViewAllocationGivesTheRunItsDims) {
+  auto w = make_window();
+  capture_bundled(*w);
+  // Spectra came after the form was built: the allocation is offered, and chosen by default.
+  ASSERT_TRUE(w->training_view()->allocation_radio()->isEnabled());
+  EXPECT_TRUE(w->training_view()->allocation_radio()->isChecked());
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  train(*w, 2, 0, 2);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  std::ifstream in(w->workbench()->run_dir().toStdString() + "/job.json");
+  const auto job = nlohmann::json::parse(in);
+  // The dims the DoF view draws as bars, from its sliders.
+  std::vector<int64_t> shown;
+  for (const double d : w->dof_view()->drawn_layer_dims()) shown.push_back(int64_t(d));
+  EXPECT_EQ(job.at("dims").get<std::vector<int64_t>>(), shown);
+  EXPECT_EQ(job.at("strategy").get<std::string>(), alloc_strategy_name(w->dof_view()->strategy()));
+  EXPECT_EQ(job.at("budget").get<int64_t>(), w->dof_view()->budget());
+}
+
+TEST_F(TrainingTest, CancelledRunHasNoReportAndResumeFinishesIt) {
+  auto w = make_window();
+  capture_bundled(*w);
+  const int steps = 150;
+  train(*w, steps, 16, 2);
+  const std::string run = w->workbench()->run_dir().toStdString();
+  // Cancel (the status bar's button) once a checkpoint is there.
+  ASSERT_TRUE(wait_until([&] { return fs::is_regular_file(run + "/checkpoints/checkpoint.safetensors"); }));
+  ASSERT_TRUE(w->cancel_button()->isVisible());
+  QTest::mouseClick(w->cancel_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  EXPECT_EQ(last_job(*w, "distill").state, JobState::Cancelled);
+  EXPECT_FALSE(fs::exists(run + "/report.json"));
+  EXPECT_FALSE(fs::exists(run + "/feature_maps.safetensors"));
+  EXPECT_EQ(w->workbench()->run_state(), "stopped");
+  const int64_t stopped_at = read_run_metrics(run).last_step();
+  EXPECT_LT(stopped_at, steps);
+  EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Stopped at step")) << w->training_view()->run_label()->text().toStdString();
+  ASSERT_TRUE(w->training_view()->resume_button()->isEnabled());
+  EXPECT_FALSE(w->training_view()->convert_button()->isEnabled());
+
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  QTest::mouseClick(w->training_view()->resume_button(), Qt::LeftButton);
+  ASSERT_TRUE(w->workbench()->training_running());
+  EXPECT_EQ(last_job(*w, "distill").command, "attnscope distill --resume " + run);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  EXPECT_TRUE(fs::is_regular_file(run + "/report.json"));
+  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_FALSE(w->training_view()->resume_button()->isEnabled());
+  // One uninterrupted curve: steps 1..150 once per layer, as the plot shows them.
+  const Curves c = read_curves(run);
+  QCustomPlot* p = w->training_view()->loss_panel()->plot();
+  for (const auto& [layer, points] : c.loss) {
+    ASSERT_EQ(points.size(), size_t(steps)) << "layer " << layer;
+    for (int i = 0; i < steps; ++i) EXPECT_EQ(points[size_t(i)].first, double(i + 1));
+    EXPECT_EQ(graph_points(graph_named(p, QString("layer %1").arg(layer))), points);
+  }
+}
+
+TEST_F(TrainingTest, ConvertAndEvaluateShowsCoresComparison) {
+  auto w = make_window();
+  const QStringList one_text = {test::bundled_texts().front()};  // the evaluation reads it all: keep it short
+  capture_bundled(*w, one_text);
+  ConvertedEvalOptions eo;
+  eo.closeness_windows = 2;
+  eo.speed_lengths = {32};
+  eo.min_seconds = 0.01;
+  w->workbench()->set_eval_options(eo);
+  train(*w, 6, 16, 3);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  QSignalSpy ready(w->workbench(), &gui::Workbench::evaluationReady);
+  ASSERT_TRUE(w->training_view()->convert_button()->isEnabled());
+  QTest::mouseClick(w->training_view()->convert_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return ready.count() > 0 || errors.count() > 0; }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  const std::string run = w->workbench()->run_dir().toStdString(), converted = run + "/converted";
+  EXPECT_EQ(last_job(*w, "convert").command, "attnscope convert --job " + run + " --out " + converted);
+  EXPECT_EQ(last_job(*w, "eval").state, JobState::Succeeded);
+  EXPECT_EQ(last_job(*w, "eval").command.rfind("attnscope eval --model " + converted + " --text ", 0), 0u);
+
+  // Core's evaluation of the converted model on the same text and windows.
+  const LoadedModel m = load_model(converted);
+  ASSERT_NE(m.model->linear_attention(), nullptr);
+  std::vector<std::string> texts;
+  for (const QString& t : one_text) texts.push_back(t.toStdString());
+  std::vector<int64_t> ids;
+  for (const TextDocument& d : read_text_documents(texts)) {
+    const auto t = m.tokenizer->encode_for_model(d.text);
+    ids.insert(ids.end(), t.begin(), t.end());
+    if (m.tokenizer->eos_id() >= 0 && !m.tokenizer->adds_bos()) ids.push_back(m.tokenizer->eos_id());
+  }
+  eo.seq_len = 64;
+  const ConvertedEvaluation e = evaluate_converted(*m.model, ids, eo);
+
+  // The table as shown: measure -> (original, converted).
+  QTableWidget* t = w->training_view()->comparison_table();
+  std::map<std::string, std::pair<std::string, std::string>> shown;
+  for (int r = 0; r < t->rowCount(); ++r)
+    shown[t->item(r, 0)->text().toStdString()] = {t->item(r, 1)->text().toStdString(), t->item(r, 2)->text().toStdString()};
+  ASSERT_TRUE(shown.count("loss (nats/token)"));
+  EXPECT_NEAR(std::stod(shown["loss (nats/token)"].first), e.original_loss, 5e-5);
+  EXPECT_NEAR(std::stod(shown["loss (nats/token)"].second), e.converted_loss, 5e-5);
+  EXPECT_NEAR(std::stod(shown["perplexity"].first), std::exp(e.original_loss), 5e-4);
+  EXPECT_NEAR(std::stod(shown["perplexity"].second), std::exp(e.converted_loss), 5e-4);
+  ASSERT_EQ(e.layers.size(), 4u);
+  std::vector<double> bars;
+  auto* kl_bars = static_cast<QCPBars*>(w->training_view()->kl_panel()->plot()->plottable(0));
+  for (auto it = kl_bars->data()->constBegin(); it != kl_bars->data()->constEnd(); ++it) bars.push_back(it->value);
+  ASSERT_EQ(bars.size(), e.layers.size());
+  for (const LayerCloseness& l : e.layers) {
+    const std::string layer = "layer " + std::to_string(l.layer);
+    EXPECT_NEAR(std::stod(shown[layer + " attention KL (nats)"].second), l.attention_kl, 5e-4 * l.attention_kl);
+    EXPECT_NEAR(std::stod(shown[layer + " output rel. error"].second), l.output_rel_error, 5e-4 * l.output_rel_error);
+    EXPECT_NEAR(bars[size_t(l.layer)], l.attention_kl, 1e-9 * l.attention_kl);
+    EXPECT_GT(l.attention_kl, 0);
+  }
+  ASSERT_TRUE(shown.count("tokens/s, batch 32"));
+  ASSERT_TRUE(shown.count("tokens/s, generate 32"));
+  EXPECT_GT(std::stod(shown["tokens/s, batch 32"].second), 0);
+
+  // The table exports as Markdown and CSV with the numbers shown.
+  const std::string md = temp_dir_file("comparison.md"), csv = temp_dir_file("comparison.csv");
+  w->training_view()->export_table(QString::fromStdString(md));
+  w->training_view()->export_table(QString::fromStdString(csv));
+  EXPECT_NE(test::read_file(md).find("| loss (nats/token) | " + shown["loss (nats/token)"].first), std::string::npos);
+  EXPECT_NE(test::read_file(csv).find("perplexity," + shown["perplexity"].first), std::string::npos);
+  // The KL bars copy as the eval command that measured them; run headless it prints the same losses.
+  const std::string eval_command = last_job(*w, "eval").command;
+  EXPECT_EQ(w->training_view()->kl_panel()->command().toStdString(), eval_command);
+  std::string json_text;
+  const std::string cli = test::cli_path() + eval_command.substr(std::string("attnscope").size());
+  ASSERT_EQ(test::run_command(cli + " 2>/dev/null", &json_text), 0) << cli << "\n" << json_text;
+  const auto j = nlohmann::json::parse(json_text);
+  EXPECT_NEAR(j.at("converted").at("loss").get<double>(), e.converted_loss, 1e-9);
+  EXPECT_NEAR(j.at("layers").at(2).at("attention_kl").get<double>(), e.layers[2].attention_kl, 1e-9);
+
+  // A new run clears the comparison of the old one.
+  train(*w, 2, 16, 2);
+  EXPECT_EQ(w->training_view()->comparison_table()->rowCount(), 0);
+  EXPECT_FALSE(w->training_view()->convert_button()->isEnabled());
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+}
+
+TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
+  auto w = make_window();
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  w->show_view("training");
+  EXPECT_FALSE(w->training_view()->train_button()->isEnabled());
+  DistillOptions o;
+  o.features = 16;
+  EXPECT_EQ(w->workbench()->start_distill(o), 0);
+  ASSERT_EQ(errors.count(), 1);
+  EXPECT_TRUE(errors.first().at(1).toString().contains("Nothing is captured")) << errors.first().at(1).toString().toStdString();
+  EXPECT_EQ(w->workbench()->resume_distill(), 0);
+  EXPECT_EQ(w->workbench()->convert_and_evaluate(), 0);
+  EXPECT_EQ(errors.count(), 3);
+}
+
+TEST_F(TrainingTest, AKilledRunOfAnotherProcessOpensAndResumes) {
+  auto w = make_window();
+  capture_bundled(*w);
+  // A run stopped after step 5 (checkpoints every 2 steps), its process gone without a word: the
+  // pid file of a kill -9 is left behind.
+  const std::string run = test::temp_dir("killed_run") + "/run";
+  DistillOptions o;
+  o.capture = w->workbench()->session().capture_dir;
+  o.features = 16;
+  o.steps = 12;
+  o.checkpoint_every = 2;
+  EXPECT_THROW(distill(o, run,
+                       [](double fraction, const std::string&) {
+                         if (fraction >= 5.0 / 12 - 1e-9) throw Cancelled();
+                       }),
+               Cancelled);
+  std::ofstream(run + "/running") << "999999999\n";
+
+  w->show_view("training");
+  w->workbench()->open_run(QString::fromStdString(run));
+  EXPECT_EQ(w->workbench()->run_state(), "stopped");
+  EXPECT_EQ(w->training_view()->run_label()->text().toStdString(),
+            "Stopped at step 5 of 12: Resume continues from the checkpoint at step 4");
+  EXPECT_EQ(graph_points(graph_named(w->training_view()->loss_panel()->plot(), "layer 0")).size(), 5u);
+  ASSERT_TRUE(w->training_view()->resume_button()->isEnabled());
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  QTest::mouseClick(w->training_view()->resume_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_TRUE(fs::is_regular_file(run + "/report.json"));
+  const Curves c = read_curves(run);
+  for (const auto& [layer, points] : c.loss) {
+    ASSERT_EQ(points.size(), 12u) << "layer " << layer;
+    for (size_t i = 0; i < points.size(); ++i) EXPECT_EQ(points[i].first, double(i + 1));
+  }
+}
+
+TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
+  auto w = make_window();
+  capture_bundled(*w, {test::bundled_texts().front()});
+  // per-head in the DoF view: every head its own M, as the view's allocation has them.
+  w->dof_view()->strategy_box()->setCurrentIndex(w->dof_view()->strategy_box()->findText("per-head"));
+  ASSERT_EQ(w->workbench()->session().strategy, AllocStrategy::PerHead);
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  train(*w, 2, 0, 2);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  {
+    std::ifstream in(w->workbench()->run_dir().toStdString() + "/job.json");
+    const auto job = nlohmann::json::parse(in);
+    const auto dims = job.at("dims");
+    const Allocation& shown = w->workbench()->dof_state()->allocation;
+    ASSERT_EQ(dims.size(), shown.dims.size());
+    for (size_t s = 0; s < shown.dims.size(); ++s)
+      EXPECT_EQ(dims[s].is_array() ? dims[s].get<std::vector<int64_t>>() : std::vector<int64_t>(shown.dims[s].size(), dims[s].get<int64_t>()),
+                shown.dims[s])
+          << "layer " << s;
+  }
+
+  // Direct training: the whole model's next-token loss is one more line, read from the lines of
+  // metrics.jsonl that name no layer.
+  views::TrainForm f = w->training_view()->form();
+  f.loss = "direct";
+  w->training_view()->set_form(f);
+  train(*w, 3, 16, 3);
+  EXPECT_NE(last_job(*w, "distill").command.find("--loss direct --text " + test::bundled_texts().front().toStdString()),
+            std::string::npos);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  std::vector<std::pair<double, double>> model_loss;
+  std::ifstream in(w->workbench()->run_dir().toStdString() + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("layer") && j.contains("loss")) model_loss.emplace_back(j["step"].get<double>(), j["loss"].get<double>());
+  }
+  ASSERT_EQ(model_loss.size(), 3u);
+  QCPGraph* g = graph_named(w->training_view()->loss_panel()->plot(), "model (next-token loss)");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(graph_points(g), model_loss);
+}

@@ -1,0 +1,116 @@
+// Reading metrics.jsonl (run_metrics.h) as a job writes it: only complete lines, a line cut by a
+// kill skipped, new lines only on each poll, the whole file again after a resume rewrote it; and a
+// finished run as ConvertOptions (convert_job.h), with clear errors for runs that cannot convert.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "attnscope/convert_job.h"
+#include "attnscope/model_config.h"
+#include "attnscope/run_dir.h"
+#include "attnscope/run_metrics.h"
+#include "test_support.h"
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+void append(const std::string& file, const std::string& text) {
+  std::ofstream out(file, std::ios::app | std::ios::binary);
+  out << text;
+}
+
+}  // namespace
+
+TEST(RunMetrics, TailReadsCompleteLinesOnlyAndSkipsBrokenOnes) {
+  const std::string dir = test::temp_dir("run_metrics");
+  const std::string file = dir + "/metrics.jsonl";
+  MetricsTail tail(dir);
+  EXPECT_FALSE(tail.poll());  // no file yet
+  EXPECT_EQ(tail.metrics().num_layers(), 0);
+
+  append(file, "{\"step\":1,\"layer\":0,\"loss\":2.5,\"lr\":0.02,\"elapsed_s\":0.1}\n"
+               "{\"step\":1,\"layer\":1,\"loss\":3.5,\"lr\":0.02,\"elapsed_s\":0.1}\n"
+               "{\"step\":2,\"layer\":0,\"lo");  // the writer is in the middle of this line
+  EXPECT_TRUE(tail.poll());
+  ASSERT_EQ(tail.metrics().training.size(), 2u);
+  EXPECT_EQ(tail.metrics().training[1].layer, 1);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[1].loss, 3.5);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[0].lr, 0.02);
+  EXPECT_EQ(tail.metrics().num_layers(), 2);
+  EXPECT_EQ(tail.metrics().last_step(), 1);
+  EXPECT_FALSE(tail.poll());  // nothing complete was added
+
+  append(file, "ss\":1.25,\"lr\":0.02,\"elapsed_s\":0.2}\n"
+               "not json\n"
+               "{\"step\":2,\"layer\":0,\"val_loss\":0.7,\"val_kl\":0.05}\n"
+               "{\"step\":3,\"loss\":1}\n"  // no layer: the whole model's (direct training)
+               "{\"layer\":0,\"loss\":1}\n");  // no step: skipped
+  EXPECT_TRUE(tail.poll());
+  ASSERT_EQ(tail.metrics().training.size(), 4u);
+  EXPECT_EQ(tail.metrics().training[3].layer, kModelLayer);
+  EXPECT_EQ(tail.metrics().num_layers(), 2);
+  EXPECT_EQ(tail.metrics().training[2].step, 2);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[2].loss, 1.25);
+  ASSERT_EQ(tail.metrics().validation.size(), 1u);
+  EXPECT_DOUBLE_EQ(tail.metrics().validation[0].val_kl, 0.05);
+  EXPECT_DOUBLE_EQ(tail.metrics().validation[0].val_loss, 0.7);
+  EXPECT_EQ(tail.metrics().last_step(), 3);
+
+  // The same file read at once gives the same.
+  const RunMetrics all = read_run_metrics(dir);
+  EXPECT_EQ(all.training.size(), 4u);
+  EXPECT_EQ(all.validation.size(), 1u);
+}
+
+TEST(RunMetrics, TailStartsOverWhenAResumeRewritesTheFile) {
+  const std::string dir = test::temp_dir("run_metrics_resume") + "/run";
+  {
+    RunDir run(dir, true);
+    run.write_job("{}\n");
+    run.append_metrics({"{\"step\":1,\"layer\":0,\"loss\":4}", "{\"step\":2,\"layer\":0,\"loss\":3}",
+                        "{\"step\":3,\"layer\":0,\"loss\":2}"});
+  }
+  MetricsTail tail(dir);
+  ASSERT_TRUE(tail.poll());
+  ASSERT_EQ(tail.metrics().training.size(), 3u);
+  // A resume from step 1 drops steps 2 and 3 (a new file), then the run writes them again, longer
+  // than before, before the next poll.
+  RunDir again(dir, false);
+  again.truncate_metrics_after(1);
+  again.append_metrics({"{\"step\":2,\"layer\":0,\"loss\":30.5}", "{\"step\":3,\"layer\":0,\"loss\":20.25}"});
+  ASSERT_TRUE(tail.poll());
+  ASSERT_EQ(tail.metrics().training.size(), 3u);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[0].loss, 4);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[1].loss, 30.5);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[2].loss, 20.25);
+  // A file that disappears empties the metrics.
+  fs::remove(dir + "/metrics.jsonl");
+  EXPECT_TRUE(tail.poll());
+  EXPECT_TRUE(tail.metrics().training.empty());
+}
+
+TEST(ConvertJob, UnfinishedOrMalformedRunsAreClearErrors) {
+  const std::string root = test::temp_dir("convert_job");
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  EXPECT_NE(test::error_of([&] { distill_run_model(root + "/nothing"); }).find("no job.json"), std::string::npos);
+  const std::string run = root + "/run";
+  fs::create_directories(run);
+  std::ofstream(run + "/job.json") << "{\"model\": \"m\", \"feature_map\": {\"name\": \"learned-prf\"}, \"dims\": [8, 8]}";
+  EXPECT_NE(test::error_of([&] { distill_run_model(run); }).find("has not finished"), std::string::npos);
+  std::ofstream(run + "/report.json") << "{}";
+  EXPECT_EQ(distill_run_model(run), "m");
+  // Three layers of dims for a two-layer model; then the maps file is missing.
+  std::ofstream(run + "/job.json") << "{\"model\": \"m\", \"feature_map\": {\"name\": \"learned-prf\"}, \"dims\": [8, 8, 8]}";
+  EXPECT_NE(test::error_of([&] { distill_run_convert_options(run, c); }).find("dims must list the model's 2 layers"),
+            std::string::npos);
+  std::ofstream(run + "/job.json") << "{\"model\": \"m\", \"feature_map\": {\"name\": \"learned-prf\"}, \"dims\": [8, 8]}";
+  EXPECT_NE(test::error_of([&] { distill_run_convert_options(run, c); }).find("feature_maps.safetensors"), std::string::npos);
+  std::ofstream(run + "/job.json") << "{\"model\": 3";
+  EXPECT_NE(test::error_of([&] { distill_run_model(run); }).find("is not valid JSON"), std::string::npos);
+}

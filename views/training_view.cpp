@@ -1,0 +1,498 @@
+#include "training_view.h"
+
+#include <QButtonGroup>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "attnscope/error.h"
+#include "attnscope/text_file.h"
+#include "plot_style.h"
+
+namespace attnscope::views {
+
+namespace {
+
+void set_items(QComboBox* box, const QStringList& items) {
+  const QString current = box->currentText();
+  box->clear();
+  box->addItems(items);
+  const int i = box->findText(current);
+  if (i >= 0) box->setCurrentIndex(i);
+}
+
+void select_text(QComboBox* box, const QString& text) {
+  const int i = box->findText(text);
+  if (i >= 0) box->setCurrentIndex(i);
+}
+
+std::string num(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+struct TrainingView::Impl {
+  TrainingView* view;
+  QComboBox *map = nullptr, *loss = nullptr, *schedule = nullptr, *device = nullptr;
+  QSpinBox *steps = nullptr, *batch = nullptr, *checkpoint = nullptr, *features = nullptr;
+  QDoubleSpinBox *lr = nullptr, *lr_alpha = nullptr;
+  QRadioButton *from_allocation = nullptr, *fixed = nullptr;
+  QLabel *allocation_text = nullptr, *run_label = nullptr, *run_dir = nullptr;
+  QPushButton *train = nullptr, *resume = nullptr, *convert = nullptr, *open_run = nullptr;
+  PlotPanel *loss_panel = nullptr, *kl_panel = nullptr;
+  QTableWidget* table_widget = nullptr;
+  QToolButton* table_button = nullptr;
+  Table table;
+  RunMetrics metrics;
+  qint64 total_steps = 0;
+  QCPItemText* empty_note = nullptr;  // "press Train" over an empty plot
+  std::vector<double> layer_kl;
+  // The user's choice of dimensions: the allocation comes back when it is available again (spectra
+  // computed after the form was shown) unless the user picked a fixed M.
+  bool prefer_allocation = true;
+
+  explicit Impl(TrainingView* v) : view(v) {}
+
+  QDoubleSpinBox* rate_box(double value) const {
+    auto* b = new QDoubleSpinBox(view);
+    b->setDecimals(5);
+    b->setRange(1e-5, 10.0);
+    b->setSingleStep(0.01);
+    b->setValue(value);
+    return b;
+  }
+
+  QGroupBox* build_form() {
+    auto* box = new QGroupBox(tr("Distill feature maps"), view);
+    auto* form = new QFormLayout(box);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    map = new QComboBox(box);
+    map->setObjectName("train_feature_map");
+    map->setToolTip(tr("The trainable feature map of every head"));
+    form->addRow(tr("Feature map"), map);
+    loss = new QComboBox(box);
+    loss->setObjectName("train_loss");
+    loss->setToolTip(tr("kl: row KL(A ‖ Â); softmax: row cross-entropy; l2: kernel values on sampled pairs"));
+    form->addRow(tr("Loss"), loss);
+
+    // Dimensions: the DoF view's allocation (its sliders) or one M for every layer.
+    from_allocation = new QRadioButton(tr("DoF view's allocation"), box);
+    from_allocation->setObjectName("train_from_allocation");
+    fixed = new QRadioButton(tr("Fixed M"), box);
+    fixed->setObjectName("train_fixed_m");
+    auto* group = new QButtonGroup(box);
+    group->addButton(from_allocation);
+    group->addButton(fixed);
+    from_allocation->setChecked(true);
+    allocation_text = new QLabel(tr("(no spectra yet)"), box);
+    allocation_text->setWordWrap(true);
+    allocation_text->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    QFont small = allocation_text->font();
+    small.setPointSizeF(small.pointSizeF() * 0.9);
+    allocation_text->setFont(small);
+    features = new QSpinBox(box);
+    features->setObjectName("train_features");
+    features->setRange(2, 4096);
+    features->setValue(64);
+    features->setToolTip(tr("Feature dimension M of every head"));
+    auto* fixed_row = new QHBoxLayout;
+    fixed_row->addWidget(fixed);
+    fixed_row->addWidget(features, 1);
+    form->addRow(tr("Dimensions"), from_allocation);
+    form->addRow(QString(), allocation_text);
+    form->addRow(QString(), fixed_row);
+    QObject::connect(fixed, &QRadioButton::toggled, features, &QSpinBox::setEnabled);
+    QObject::connect(group, &QButtonGroup::buttonClicked, view,
+                     [this](QAbstractButton* b) { prefer_allocation = b == from_allocation; });
+    features->setEnabled(false);
+
+    steps = new QSpinBox(box);
+    steps->setObjectName("train_steps");
+    steps->setRange(1, 10000000);
+    steps->setValue(100);
+    form->addRow(tr("Steps"), steps);
+    lr = rate_box(0.02);
+    lr->setObjectName("train_lr");
+    lr->setToolTip(tr("Learning rate of z (learned-prf) or W, b (hedgehog, t2r)"));
+    form->addRow(tr("Learning rate"), lr);
+    lr_alpha = rate_box(0.2);
+    lr_alpha->setObjectName("train_lr_alpha");
+    lr_alpha->setToolTip(tr("Learning rate of alpha (learned-prf)"));
+    form->addRow(tr("LR of alpha"), lr_alpha);
+    batch = new QSpinBox(box);
+    batch->setObjectName("train_batch");
+    batch->setRange(1, 4096);
+    batch->setValue(4);
+    batch->setToolTip(tr("Windows per mini-batch"));
+    form->addRow(tr("Batch"), batch);
+    schedule = new QComboBox(box);
+    schedule->setObjectName("train_schedule");
+    schedule->addItems({"constant", "cosine"});
+    form->addRow(tr("Schedule"), schedule);
+    checkpoint = new QSpinBox(box);
+    checkpoint->setObjectName("train_checkpoint_every");
+    checkpoint->setRange(1, 1000000);
+    checkpoint->setValue(20);
+    checkpoint->setToolTip(tr("Steps between checkpoints: a cancelled or killed run resumes from the last one"));
+    form->addRow(tr("Checkpoint every"), checkpoint);
+    device = new QComboBox(box);
+    device->setObjectName("train_device");
+    form->addRow(tr("Device"), device);
+
+    train = new QPushButton(tr("Train"), box);
+    train->setObjectName("train_button");
+    train->setToolTip(tr("Distill on the current capture as a job (see the Jobs tab); the run goes into the workspace"));
+    form->addRow(train);
+
+    auto* sep = new QFrame(box);
+    sep->setFrameShape(QFrame::HLine);
+    sep->setFrameShadow(QFrame::Sunken);
+    form->addRow(sep);
+    run_label = new QLabel(tr("No run yet"), box);
+    run_label->setObjectName("train_run_status");
+    run_label->setWordWrap(true);
+    QFont bold = run_label->font();
+    bold.setBold(true);
+    run_label->setFont(bold);
+    form->addRow(run_label);
+    run_dir = new QLabel(box);
+    run_dir->setWordWrap(true);
+    run_dir->setFont(small);
+    run_dir->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    form->addRow(run_dir);
+    auto* buttons = new QHBoxLayout;
+    resume = new QPushButton(tr("Resume"), box);
+    resume->setObjectName("resume_button");
+    resume->setToolTip(tr("Continue the stopped run from its last checkpoint"));
+    resume->setEnabled(false);
+    convert = new QPushButton(tr("Convert + evaluate"), box);
+    convert->setObjectName("convert_button");
+    convert->setToolTip(tr("Write the converted model to RUN/converted, then compare it with the original on the sample texts"));
+    convert->setEnabled(false);
+    open_run = new QPushButton(tr("Open run…"), box);
+    open_run->setObjectName("open_run_button");
+    open_run->setToolTip(tr("Show a run folder (one of an earlier session, or an `attnscope distill` run) to resume or convert it"));
+    buttons->addWidget(open_run);
+    buttons->addWidget(resume);
+    buttons->addWidget(convert, 1);
+    form->addRow(buttons);
+    box->setMinimumWidth(300);
+    box->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Preferred);
+    return box;
+  }
+
+  void build_loss_panel() {
+    loss_panel = new PlotPanel(tr("Training loss per layer (lines) and validation KL (dots)"), view);
+    QCustomPlot* p = loss_panel->plot();
+    p->setMinimumSize(420, 300);
+    p->xAxis->setLabel(tr("step"));
+    p->yAxis->setLabel(tr("loss (log scale)"));
+    p->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    p->yAxis->setNumberFormat("eb");
+    p->yAxis->setNumberPrecision(0);
+    p->legend->setVisible(false);
+    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    empty_note = new QCPItemText(p);
+    empty_note->position->setType(QCPItemPosition::ptAxisRectRatio);
+    empty_note->position->setCoords(0.5, 0.5);
+    empty_note->setText(tr("No run yet: the loss of every layer appears here as it trains"));
+    loss_panel->set_csv([this] {
+      std::string csv = "series,layer,step,value\n";
+      for (const TrainingPoint& t : metrics.training)
+        csv += "train_loss," + std::to_string(t.layer) + "," + std::to_string(t.step) + "," + num(t.loss) + "\n";
+      for (const ValidationPoint& v : metrics.validation)
+        csv += "val_kl," + std::to_string(v.layer) + "," + std::to_string(v.step) + "," + num(v.val_kl) + "\n";
+      return csv;
+    });
+  }
+
+  void build_kl_panel() {
+    kl_panel = new PlotPanel(tr("Attention KL per layer (converted)"), view);
+    QCustomPlot* p = kl_panel->plot();
+    p->setMinimumSize(260, 200);
+    p->xAxis->setLabel(tr("layer"));
+    p->yAxis->setLabel(tr("KL (nats)"));
+    auto* bars = new QCPBars(p->xAxis, p->yAxis);
+    bars->setWidth(0.7);
+    QColor fill = series_color(0);
+    fill.setAlpha(200);
+    bars->setBrush(fill);
+    bars->setPen(QPen(series_color(0), 1.2));
+    QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+    ticker->setTickStep(1);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    p->xAxis->setTicker(ticker);
+    kl_panel->set_csv([this] {
+      std::string csv = "layer,attention_kl\n";
+      for (size_t l = 0; l < layer_kl.size(); ++l) csv += std::to_string(l) + "," + num(layer_kl[l]) + "\n";
+      return csv;
+    });
+  }
+
+  void draw_curves() {
+    QCustomPlot* p = loss_panel->plot();
+    p->clearGraphs();
+    // A line and a set of dots per layer; direct training's whole-model loss (kModelLayer) first.
+    std::map<int, std::pair<QCPGraph*, QCPGraph*>> graphs;
+    for (const TrainingPoint& t : metrics.training) graphs[t.layer];
+    for (const ValidationPoint& v : metrics.validation) graphs[v.layer];
+    for (auto& [l, g] : graphs) {
+      const QColor c = l == kModelLayer ? QColor(128, 128, 128) : series_color(l);  // grey reads on both palettes
+      const QString name = l == kModelLayer ? tr("model (next-token loss)") : tr("layer %1").arg(l);
+      g.first = p->addGraph();
+      g.first->setName(name);
+      g.first->setPen(QPen(c, l == kModelLayer ? 2.2 : 1.6));
+      g.second = p->addGraph();
+      g.second->setName(name + tr(" validation KL"));
+      g.second->setLineStyle(QCPGraph::lsNone);
+      g.second->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, c, c, 7));
+      g.second->removeFromLegend();
+    }
+    // Only positive values can sit on a log axis (every loss here is, but a KL can round to 0).
+    for (const TrainingPoint& t : metrics.training)
+      if (t.loss > 0 && std::isfinite(t.loss)) graphs[t.layer].first->addData(double(t.step), t.loss);
+    for (const ValidationPoint& v : metrics.validation)
+      if (v.val_kl > 0 && std::isfinite(v.val_kl)) graphs[v.layer].second->addData(double(v.step), v.val_kl);
+    const int layers = int(graphs.size());
+    p->legend->setVisible(layers > 0 && layers <= 16);
+    empty_note->setVisible(layers == 0);
+    if (layers > 0) {
+      p->rescaleAxes();
+      const QCPRange y = p->yAxis->range();
+      if (y.lower > 0) p->yAxis->setRange(y.lower / 1.3, y.upper * 1.3);
+      const QCPRange x = p->xAxis->range();
+      p->xAxis->setRange(0, std::max({x.upper, double(total_steps), 1.0}));
+    }
+    p->replot();
+  }
+
+  void draw_kl() {
+    QCustomPlot* p = kl_panel->plot();
+    auto* bars = static_cast<QCPBars*>(p->plottable(0));
+    QVector<double> x, y;
+    for (size_t l = 0; l < layer_kl.size(); ++l) {
+      x << double(l);
+      y << layer_kl[l];
+    }
+    bars->setData(x, y, true);
+    p->xAxis->setRange(-0.6, std::max<double>(1.0, double(layer_kl.size())) - 0.4);
+    double top = 0;
+    for (double v : y)
+      if (std::isfinite(v)) top = std::max(top, v);
+    p->yAxis->setRange(0, top > 0 ? top * 1.15 : 1.0);
+    p->replot();
+  }
+
+  void fill_table() {
+    table_widget->clear();
+    table_widget->setColumnCount(int(table.header.size()));
+    table_widget->setRowCount(int(table.rows.size()));
+    QStringList header;
+    for (const std::string& h : table.header) header << QString::fromStdString(h);
+    table_widget->setHorizontalHeaderLabels(header);
+    for (int r = 0; r < int(table.rows.size()); ++r)
+      for (int c = 0; c < int(table.rows[size_t(r)].size()); ++c) {
+        auto* item = new QTableWidgetItem(QString::fromStdString(table.rows[size_t(r)][size_t(c)]));
+        if (c > 0) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+        table_widget->setItem(r, c, item);
+      }
+    table_widget->resizeColumnsToContents();
+    table_button->setEnabled(!table.rows.empty());
+  }
+
+  void table_dialog() {
+    const QString path = QFileDialog::getSaveFileName(view, tr("Export comparison"), "converted_vs_original.md",
+                                                      tr("Markdown (*.md);;LaTeX (*.tex);;CSV (*.csv)"));
+    if (path.isEmpty()) return;
+    try {
+      view->export_table(path);
+    } catch (const std::exception& e) {
+      QMessageBox::critical(view, tr("Export failed"), QString::fromStdString(e.what()));
+    }
+  }
+
+  static QString tr(const char* s) { return TrainingView::tr(s); }
+
+};
+
+TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)) {
+  auto* layout = new QHBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  QGroupBox* form = d_->build_form();
+  layout->addWidget(form, 0);
+
+  auto* split = new QSplitter(Qt::Vertical, this);
+  d_->build_loss_panel();
+  split->addWidget(d_->loss_panel);
+
+  auto* bottom = new QWidget(split);
+  auto* bl = new QHBoxLayout(bottom);
+  bl->setContentsMargins(0, 0, 0, 0);
+  auto* table_box = new QWidget(bottom);
+  auto* tl = new QVBoxLayout(table_box);
+  tl->setContentsMargins(2, 2, 2, 2);
+  tl->setSpacing(2);
+  auto* head = new QHBoxLayout;
+  auto* title = new QLabel(tr("Converted vs original"), table_box);
+  QFont bold = title->font();
+  bold.setBold(true);
+  title->setFont(bold);
+  head->addWidget(title, 1);
+  d_->table_button = new QToolButton(table_box);
+  d_->table_button->setObjectName("comparison_table_button");
+  d_->table_button->setText(tr("Table…"));
+  d_->table_button->setToolTip(tr("Export the comparison as Markdown, LaTeX or CSV"));
+  d_->table_button->setEnabled(false);
+  connect(d_->table_button, &QToolButton::clicked, this, [this] { d_->table_dialog(); });
+  head->addWidget(d_->table_button);
+  tl->addLayout(head);
+  d_->table_widget = new QTableWidget(0, 0, table_box);
+  d_->table_widget->setObjectName("comparison_table");
+  d_->table_widget->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  d_->table_widget->verticalHeader()->setVisible(false);
+  d_->table_widget->setAlternatingRowColors(true);
+  d_->table_widget->horizontalHeader()->setStretchLastSection(true);
+  d_->table_widget->setMinimumSize(360, 160);
+  // Compact rows: the whole comparison (a dozen rows for a small model) fits without scrolling.
+  d_->table_widget->verticalHeader()->setDefaultSectionSize(d_->table_widget->fontMetrics().height() + 6);
+  tl->addWidget(d_->table_widget, 1);
+  bl->addWidget(table_box, 3);
+  d_->build_kl_panel();
+  bl->addWidget(d_->kl_panel, 2);
+  split->addWidget(bottom);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
+  layout->addWidget(split, 1);
+
+  connect(d_->train, &QPushButton::clicked, this, &TrainingView::trainRequested);
+  connect(d_->resume, &QPushButton::clicked, this, &TrainingView::resumeRequested);
+  connect(d_->open_run, &QPushButton::clicked, this, &TrainingView::openRunRequested);
+  connect(d_->convert, &QPushButton::clicked, this, &TrainingView::convertRequested);
+  d_->draw_curves();
+  d_->draw_kl();
+}
+
+TrainingView::~TrainingView() { delete d_; }
+
+void TrainingView::set_choices(const QStringList& maps, const QStringList& losses, const QStringList& devices) {
+  set_items(d_->map, maps);
+  set_items(d_->loss, losses);
+  set_items(d_->device, devices);
+}
+
+TrainForm TrainingView::form() const {
+  TrainForm f;
+  f.feature_map = d_->map->currentText();
+  f.loss = d_->loss->currentText();
+  f.steps = d_->steps->value();
+  f.lr = d_->lr->value();
+  f.lr_alpha = d_->lr_alpha->value();
+  f.batch = d_->batch->value();
+  f.schedule = d_->schedule->currentText();
+  f.device = d_->device->currentText();
+  f.checkpoint_every = d_->checkpoint->value();
+  f.use_allocation = d_->from_allocation->isChecked();
+  f.features = d_->features->value();
+  return f;
+}
+
+void TrainingView::set_form(const TrainForm& f) {
+  select_text(d_->map, f.feature_map);
+  select_text(d_->loss, f.loss);
+  d_->steps->setValue(int(f.steps));
+  d_->lr->setValue(f.lr);
+  d_->lr_alpha->setValue(f.lr_alpha);
+  d_->batch->setValue(int(f.batch));
+  select_text(d_->schedule, f.schedule);
+  select_text(d_->device, f.device);
+  d_->checkpoint->setValue(int(f.checkpoint_every));
+  d_->features->setValue(int(f.features));
+  d_->prefer_allocation = f.use_allocation;
+  if (f.use_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
+  else d_->fixed->setChecked(true);
+}
+
+void TrainingView::set_allocation(const QString& text, bool available) {
+  d_->allocation_text->setText(text);
+  d_->from_allocation->setEnabled(available);
+  if (!available) d_->fixed->setChecked(true);
+  else if (d_->prefer_allocation) d_->from_allocation->setChecked(true);
+}
+
+void TrainingView::set_run(const QString& dir, const QString& status, bool can_train, bool can_resume, bool can_convert) {
+  d_->run_label->setText(status);
+  d_->run_dir->setText(dir);
+  d_->run_dir->setToolTip(dir);
+  d_->train->setEnabled(can_train);
+  d_->resume->setEnabled(can_resume);
+  d_->convert->setEnabled(can_convert);
+}
+
+void TrainingView::set_commands(const QString& distill_command, const QString& eval_command) {
+  d_->loss_panel->set_command(distill_command);
+  d_->kl_panel->set_command(eval_command);
+}
+
+void TrainingView::set_curves(const RunMetrics& metrics, qint64 total_steps) {
+  d_->metrics = metrics;
+  d_->total_steps = total_steps;
+  d_->draw_curves();
+}
+
+void TrainingView::set_comparison(const Table& table, const std::vector<double>& layer_kl) {
+  d_->table = table;
+  d_->layer_kl = layer_kl;
+  d_->fill_table();
+  d_->draw_kl();
+}
+
+const Table& TrainingView::table() const { return d_->table; }
+
+void TrainingView::export_table(const QString& path) const {
+  const std::string p = path.toStdString();
+  if (d_->table.rows.empty()) fail(p, "no comparison is shown yet: Convert + evaluate a finished run first");
+  if (path.endsWith(".csv", Qt::CaseInsensitive)) write_text_file(p, to_csv(d_->table));
+  else if (path.endsWith(".md", Qt::CaseInsensitive)) write_text_file(p, to_markdown(d_->table));
+  else if (path.endsWith(".tex", Qt::CaseInsensitive)) write_text_file(p, to_latex(d_->table));
+  else fail(p, "unknown table format: use .csv, .md or .tex");
+}
+
+PlotPanel* TrainingView::loss_panel() const { return d_->loss_panel; }
+PlotPanel* TrainingView::kl_panel() const { return d_->kl_panel; }
+std::vector<PlotPanel*> TrainingView::panels() const { return {d_->loss_panel, d_->kl_panel}; }
+QTableWidget* TrainingView::comparison_table() const { return d_->table_widget; }
+QPushButton* TrainingView::train_button() const { return d_->train; }
+QPushButton* TrainingView::resume_button() const { return d_->resume; }
+QPushButton* TrainingView::open_run_button() const { return d_->open_run; }
+QPushButton* TrainingView::convert_button() const { return d_->convert; }
+QComboBox* TrainingView::map_box() const { return d_->map; }
+QSpinBox* TrainingView::steps_box() const { return d_->steps; }
+QSpinBox* TrainingView::features_box() const { return d_->features; }
+QRadioButton* TrainingView::allocation_radio() const { return d_->from_allocation; }
+QRadioButton* TrainingView::fixed_radio() const { return d_->fixed; }
+QLabel* TrainingView::run_label() const { return d_->run_label; }
+
+}  // namespace attnscope::views
