@@ -301,7 +301,9 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const Prog
   for (size_t start = 0; start + 1 < ids.size(); start += seq_len) {
     const size_t n = std::min<size_t>(seq_len, ids.size() - start);
     if (n < 2) break;
-    at::Tensor w = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + n)).view({1, -1});
+    at::Tensor w = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + n))
+                       .view({1, -1})
+                       .to(weights_.tok_emb.device());
     at::Tensor logits = forward(w).squeeze(0);
     at::Tensor loss = at::cross_entropy_loss(logits.narrow(0, 0, n - 1), w.squeeze(0).narrow(0, 1, n - 1),
                                              {}, at::Reduction::Sum);
@@ -317,6 +319,7 @@ std::vector<int64_t> Model::generate_greedy(
     const std::function<void(const std::vector<int64_t>&)>& on_token) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
   at::NoGradGuard no_grad;
+  const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
   if (linear_) {  // recurrent form: constant work per new token
     std::unique_ptr<Recurrent> r;
     int64_t pos = 0;
@@ -328,7 +331,7 @@ std::vector<int64_t> Model::generate_greedy(
       pos = 0;
       const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
       for (size_t i = prompt.size() - n; i < prompt.size(); ++i)
-        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}), pos++);
+        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}).to(device), pos++);
     };
     restart();
     for (int i = 0; i < steps; ++i) {
@@ -338,13 +341,13 @@ std::vector<int64_t> Model::generate_greedy(
       if (on_token) on_token(prompt);
       if (i + 1 == steps) break;
       if (pos >= config_.n_ctx) restart();
-      else logits = r->step(at::tensor(std::vector<int64_t>{next}), pos++);
+      else logits = r->step(at::tensor(std::vector<int64_t>{next}).to(device), pos++);
     }
     return prompt;
   }
   for (int i = 0; i < steps; ++i) {
     const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-    at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1});
+    at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
     at::Tensor logits = forward(w).select(1, n - 1).squeeze(0);
     const int64_t next = logits.argmax().item<int64_t>();
     if (next == stop_id) break;
