@@ -23,7 +23,8 @@ std::string with_option(const attnscope::Error& e) {
       {"normalization", "--normalize"}, {"strategy", "--strategy"},
       {"feature map", "--feature-map"}, {"feature dimension", "--features"}, {"loss", "--loss"},
       {"schedule", "--schedule"}, {"steps", "--steps"}, {"checkpoint interval", "--checkpoint-every"}, {"activation", "--activation"},
-      {"device", "--device"}};
+      {"device", "--device"}, {"context", "--contexts"}, {"tokens", "--tokens"}, {"features", "--features"},
+      {"features source", "--features-from"}, {"held-out share", "--heldout-share"}};
   const auto it = option.find(e.quantity());
   return it == option.end() ? e.what() : std::string(e.what()) + " (" + it->second + ")";
 }
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
   cli::register_report(app);
   cli::register_distill(app);
   cli::register_jobs(app);
+  cli::register_bench(app);
+  cli::register_compare(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif

@@ -70,5 +70,7 @@ void register_report(CLI::App& app);
 void register_distill(CLI::App& app);
 void register_jobs(CLI::App& app);
 void register_convert(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_compare(CLI::App& app);
 
 }  // namespace attnscope::cli

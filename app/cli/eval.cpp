@@ -8,7 +8,6 @@
 
 #include "attnscope/converted_eval.h"
 #include "attnscope/error.h"
-#include "attnscope/text_ids.h"
 #include "attnscope/text_source.h"
 #include "common.h"
 
@@ -16,8 +15,6 @@ namespace attnscope::cli {
 namespace {
 
 nlohmann::json loss_json(double loss) { return {{"loss", loss}, {"perplexity", std::exp(loss)}}; }
-
-nlohmann::json optional_bytes(const std::optional<int64_t>& b) { return b ? nlohmann::json(*b) : nlohmann::json(nullptr); }
 
 nlohmann::json to_json(const ConvertedEvaluation& e) {
   nlohmann::json layers = nlohmann::json::array(), speed = nlohmann::json::array();
@@ -28,16 +25,15 @@ nlohmann::json to_json(const ConvertedEvaluation& e) {
                      {"mode", s.generate ? "generate" : "batch"},
                      {"softmax_tokens_per_s", s.softmax_tokens_per_s},
                      {"linear_tokens_per_s", s.linear_tokens_per_s},
-                     {"softmax_peak_bytes", optional_bytes(s.softmax_peak_bytes)},
-                     {"linear_peak_bytes", optional_bytes(s.linear_peak_bytes)}});
+                     {"softmax_peak_bytes", s.softmax_peak_bytes},
+                     {"linear_peak_bytes", s.linear_peak_bytes}});
   return {{"tokens", e.tokens},
           {"seq_len", e.seq_len},
           {"closeness_windows", e.closeness_windows},
           {"original", loss_json(e.original_loss)},
           {"converted", loss_json(e.converted_loss)},
           {"layers", layers},
-          {"speed", speed},
-          {"peak_bytes_note", "not measured on CPU (LibTorch's CPU allocator keeps no statistics)"}};
+          {"speed", speed}};
 }
 
 void print_table(const ConvertedEvaluation& e) {
@@ -48,11 +44,13 @@ void print_table(const ConvertedEvaluation& e) {
   std::printf("%-10s %12.4f %12.3f\n\n", "converted", e.converted_loss, std::exp(e.converted_loss));
   std::printf("%-6s %14s %18s\n", "layer", "attention KL", "output rel error");
   for (const auto& l : e.layers) std::printf("%-6d %14.5f %18.5f\n", l.layer, l.attention_kl, l.output_rel_error);
-  std::printf("\n%-9s %8s %16s %16s %8s\n", "mode", "seq_len", "softmax tok/s", "linear tok/s", "speedup");
+  std::printf("\n%-9s %8s %16s %16s %8s %14s %14s\n", "mode", "seq_len", "softmax tok/s", "linear tok/s", "speedup",
+              "softmax peak", "linear peak");
   for (const auto& s : e.speed)
-    std::printf("%-9s %8d %16.1f %16.1f %8.2f\n", s.generate ? "generate" : "batch", s.seq_len, s.softmax_tokens_per_s,
-                s.linear_tokens_per_s, s.linear_tokens_per_s / s.softmax_tokens_per_s);
-  std::printf("(peak memory: not measured on CPU)\n");
+    std::printf("%-9s %8d %16.1f %16.1f %8.2f %12.2f MB %12.2f MB\n", s.generate ? "generate" : "batch", s.seq_len,
+                s.softmax_tokens_per_s, s.linear_tokens_per_s, s.linear_tokens_per_s / s.softmax_tokens_per_s,
+                s.softmax_peak_bytes / 1e6, s.linear_peak_bytes / 1e6);
+  std::printf("(peak: extra tensor memory of one run above the weights)\n");
 }
 
 }  // namespace
@@ -71,7 +69,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("-t,--text", *texts, ".txt or .jsonl files, or - for standard input")->required();
   cmd->add_option("-L,--seq-len", *seq_len, "window length in tokens (default: the context length)");
   cmd->add_option("--speed-lengths", *speed_lengths,
-                  "converted models: sequence lengths to time (default 64, 128, ... up to the context length)")
+                  "converted models: sequence lengths to time (default 64, 128, ... up to the context length or 4096)")
       ->delimiter(',');
   cmd->add_option("--closeness-windows", *windows,
                   "converted models: windows of the text for attention KL and output error")
@@ -84,7 +82,7 @@ void register_eval(CLI::App& app) {
   cmd->callback([=] {
     auto docs = read_text_documents(*texts);
     LoadedModel m = args->load();
-    const std::vector<int64_t> ids = text_token_ids(*m.tokenizer, docs);
+    const std::vector<int64_t> ids = encode_documents(*m.tokenizer, docs);
     const int L = *seq_len > 0 ? *seq_len : m.model->config().n_ctx;
     if (L > m.model->config().n_ctx)
       fail("--seq-len", std::to_string(L) + " exceeds the context length " + std::to_string(m.model->config().n_ctx));

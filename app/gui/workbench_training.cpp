@@ -16,7 +16,6 @@
 #include "attnscope/run_dir.h"
 #include "attnscope/safetensors.h"
 #include "attnscope/text_file.h"
-#include "attnscope/text_ids.h"
 #include "attnscope/text_source.h"
 #include "command_lines.h"
 #include "workbench.h"
@@ -264,7 +263,7 @@ int Workbench::start_evaluation() {
       [this, dir, run, texts, eo, command](Job& job) -> Apply {
         job.progress()(0, "loading " + dir);
         const LoadedModel m = load_model(dir);
-        const std::vector<int64_t> ids = text_token_ids(*m.tokenizer, read_text_documents(texts));
+        const std::vector<int64_t> ids = encode_documents(*m.tokenizer, read_text_documents(texts));
         auto e = std::make_shared<const ConvertedEvaluation>(evaluate_converted(*m.model, ids, eo, job.progress()));
         return [this, e, run, command] {
           if (to_std(run_dir_) != run) return;  // another run was opened meanwhile

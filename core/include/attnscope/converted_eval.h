@@ -3,7 +3,6 @@
 // other part of the network and the comparison isolates the attention.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "attnscope/progress.h"
@@ -18,7 +17,7 @@ struct ConvertedEvalOptions {
   // `seq_len` tokens (fewer when the text is shorter; the text's only window when it is shorter
   // than seq_len). It materializes L x L maps per head, so it is kept to a sample.
   int closeness_windows = 4;
-  std::vector<int> speed_lengths;  // empty: 64, 128, 256, ... below n_ctx, and n_ctx
+  std::vector<int> speed_lengths;  // empty: default_speed_lengths(n_ctx)
   double min_seconds = 0.2;        // each timing repeats until it has run this long (and >= 2 times)
 };
 
@@ -39,8 +38,10 @@ struct SpeedEntry {
                           // seq_len-token sequence from a 1-token prompt (linear: the recurrent form)
   double softmax_tokens_per_s = 0;
   double linear_tokens_per_s = 0;
-  // Peak bytes are not measured on CPU (LibTorch's CPU allocator keeps no statistics): nullopt.
-  std::optional<int64_t> softmax_peak_bytes, linear_peak_bytes;
+  // Extra bytes of tensors one run (a forward, or a whole generation) needs at its peak, above what
+  // was live before it (the weights): memory_meter.h's PeakMemoryMeter. Measured in a separate,
+  // untimed run so the meter's counting does not touch the timings.
+  int64_t softmax_peak_bytes = 0, linear_peak_bytes = 0;
 };
 
 struct ConvertedEvaluation {
@@ -57,7 +58,8 @@ struct ConvertedEvaluation {
 ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector<int64_t>& ids,
                                        const ConvertedEvalOptions& options, const ProgressFn& progress = nullptr);
 
-// The default speed lengths for a context of n_ctx: 64, 128, 256, ... below n_ctx, then n_ctx.
+// The default speed lengths for a context of n_ctx: 64, 128, 256, ... up to n_ctx or 4096, whichever
+// is smaller (that one included).
 std::vector<int> default_speed_lengths(int n_ctx);
 
 }  // namespace attnscope

@@ -170,15 +170,16 @@ DistillResult distill(DistillOptions options, const std::string& run_dir, const 
 // The options recorded in RUN/job.json (Error naming the file when missing or malformed).
 DistillOptions read_distill_job(const std::string& run_dir);
 
-// Benchmark hook (training ms per sample, paper 000 Table 5): the wall time in seconds of ONE
-// training step exactly as distill() runs it (forward, backward, AdamW update of the maps), after
-// one untimed warm-up step. groups[s] are layer s's groups (init_layer_groups), updated in place.
+// Benchmark hook (training ms per sample, paper 000 Table 5): the wall time in seconds of `steps`
+// training steps exactly as distill() runs them (forward, backward, AdamW update of the maps), after
+// one untimed warm-up step, on the device the tensors are on (the clock stops when it has finished). groups[s] are layer s's groups (init_layer_groups), updated in place.
 //   loss kl | softmax | l2: q[s], k[s] [B, H, L, d] float32 are layer s's mini-batch (layers run
 //                           concurrently, as in distill); model and ids are ignored
 //   loss direct:            model (float32 weights, no gradient) runs with the maps in place on
 //                           ids [B, L]; q and k are ignored
 // options gives lr, lr_alpha, weight_decay, l2_pairs and seed. Throws Error on shape mismatch.
 struct DistillBench {
+  int steps = 1;  // timed steps after the warm-up: the result is their total time
   DistillOptions options;
   std::vector<std::vector<HeadGroup>> groups;
   std::vector<at::Tensor> q, k;

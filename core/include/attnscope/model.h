@@ -33,6 +33,9 @@ struct ModelWeights {
   at::Tensor lm_head;  // [V, D]; == tok_emb when tied
 };
 
+// A copy of the weights on `device` (tied weights stay one tensor); the model runs where they are.
+ModelWeights weights_on(const ModelWeights& weights, const at::Device& device);
+
 // What one attention layer saw, handed to a capture hook. Shapes [B, H, L, d] with key/value heads
 // already expanded to the H query heads (GQA). q/k are after RoPE; q_pre/k_pre before it (equal to
 // q/k for learned positions). probs [B, H, L, L] only when asked for (it is L^2 per head).

@@ -10,6 +10,18 @@
 
 namespace attnscope {
 
+struct ModelConfig;
+struct ModelWeights;
+
+// A GPT-2 model's config of this shape: learned positions, GELU (tanh), d_ff = 4 d_model, tied
+// embeddings, biases everywhere; head dimension d_model / n_head.
+ModelConfig gpt2_config(int n_layer, int n_head, int d_model, int vocab_size, int n_ctx);
+
+// GPT-2's initialization: N(0, 0.02), residual output projections scaled by 1/sqrt(2 n_layer),
+// norms at 1 and 0, drawn from a generator seeded with `seed`. Also the random-weight models of
+// `attnscope bench` (speed does not depend on the weights).
+ModelWeights init_gpt2_weights(const ModelConfig& c, uint64_t seed);
+
 struct PretrainOptions {
   int vocab_size = 4096;
   int n_layer = 4;

@@ -1,10 +1,13 @@
 // Reading sample text: .txt files (one document each), .jsonl files (the "text" field of each line)
 // and standard input ("-").
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace attnscope {
+
+class Tokenizer;
 
 struct TextDocument {
   std::string source;  // "file.txt", "file.jsonl:12", "<stdin>"
@@ -14,5 +17,9 @@ struct TextDocument {
 // Throws Error for a missing/unreadable file, a malformed .jsonl line, or when no text at all is
 // found (every document empty).
 std::vector<TextDocument> read_text_documents(const std::vector<std::string>& paths);
+
+// The documents as one token stream, as `eval` reads a text: each document encoded for the model
+// (encode_for_model), followed by EOS when the tokenizer has one and adds no BOS.
+std::vector<int64_t> encode_documents(const Tokenizer& tokenizer, const std::vector<TextDocument>& docs);
 
 }  // namespace attnscope

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -12,6 +13,7 @@
 #include "attnscope/error.h"
 #include "attnscope/head_metrics.h"
 #include "attnscope/linear_attention.h"
+#include "attnscope/memory_meter.h"
 #include "attnscope/model.h"
 
 namespace attnscope {
@@ -34,6 +36,14 @@ double tokens_per_second(F&& run, int64_t tokens, double min_seconds, bool warm_
   return double(tokens) * reps / elapsed;
 }
 
+// Extra bytes of tensors that one call of `run` needs at its peak, on the device the weights are on.
+template <class F>
+int64_t peak_bytes_of(F&& run, MemoryDevice device) {
+  PeakMemoryMeter meter(device);
+  run();
+  return meter.peak_bytes();
+}
+
 // The text's tokens repeated (or cut) to exactly L, so every speed measurement runs real tokens.
 at::Tensor window_of(const std::vector<int64_t>& ids, int L) {
   std::vector<int64_t> w(L);
@@ -44,9 +54,10 @@ at::Tensor window_of(const std::vector<int64_t>& ids, int L) {
 }  // namespace
 
 std::vector<int> default_speed_lengths(int n_ctx) {
+  const int top = std::min(n_ctx, 4096);  // paper 000's longest context; longer ones take minutes on CPU
   std::vector<int> out;
-  for (int L = 64; L < n_ctx; L *= 2) out.push_back(L);
-  out.push_back(n_ctx);
+  for (int L = 64; L < top; L *= 2) out.push_back(L);
+  out.push_back(top);
   return out;
 }
 
@@ -127,6 +138,7 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
 
   // Speed: batch forward at each length, then greedy generation of a sequence of that length from
   // one token (the converted model decodes with its recurrent form, the original re-runs softmax).
+  const MemoryDevice device = converted.weights().tok_emb.is_cuda() ? MemoryDevice::CUDA : MemoryDevice::CPU;
   const size_t steps = lengths.size() * 2;
   size_t done = 0;
   for (bool generate : {false, true}) {
@@ -139,12 +151,16 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
         const at::Tensor w = window_of(ids, len);
         e.softmax_tokens_per_s = tokens_per_second([&] { original.forward(w); }, len, options.min_seconds, true);
         e.linear_tokens_per_s = tokens_per_second([&] { converted.forward(w); }, len, options.min_seconds, true);
+        e.softmax_peak_bytes = peak_bytes_of([&] { original.forward(w); }, device);
+        e.linear_peak_bytes = peak_bytes_of([&] { converted.forward(w); }, device);
       } else {
         const std::vector<int64_t> prompt{ids[0]};
         e.softmax_tokens_per_s = tokens_per_second([&] { original.generate_greedy(prompt, len - 1); }, len - 1,
                                                    options.min_seconds, false);
         e.linear_tokens_per_s = tokens_per_second([&] { converted.generate_greedy(prompt, len - 1); }, len - 1,
                                                   options.min_seconds, false);
+        e.softmax_peak_bytes = peak_bytes_of([&] { original.generate_greedy(prompt, len - 1); }, device);
+        e.linear_peak_bytes = peak_bytes_of([&] { converted.generate_greedy(prompt, len - 1); }, device);
       }
       r.speed.push_back(e);
     }

@@ -39,13 +39,7 @@ constexpr int64_t kKlWindows = 4;  // held-out windows for the per-layer attenti
 std::vector<int64_t> text_ids(const std::string& file, const LoadedModel& m) {
   if (!fs::is_regular_file(file)) fail(file, "cannot be read (training text for --loss direct)");
   if (fs::file_size(file) == 0) fail(file, "is empty: direct training needs text");
-  std::vector<int64_t> ids;
-  for (const auto& d : read_text_documents({file})) {
-    const auto t = m.tokenizer->encode_for_model(d.text);
-    ids.insert(ids.end(), t.begin(), t.end());
-    if (m.tokenizer->eos_id() >= 0 && !m.tokenizer->adds_bos()) ids.push_back(m.tokenizer->eos_id());
-  }
-  return ids;
+  return encode_documents(*m.tokenizer, read_text_documents({file}));
 }
 
 // Mean next-token loss over windows [T, L], a few at a time (equal lengths: the mean of means).
@@ -99,6 +93,9 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
   }
   check_distill_options(o);
   check_dims(o, c.n_layer, c.n_head, run_dir + "/job.json");
+  // The frozen model runs on the job's device: its weights are copied there (no copy on the CPU).
+  const at::Device device = distill_device(o.device);
+  if (!device.is_cpu()) model = Model(c, weights_on(model.weights(), device));
   if (o.seq_len > c.n_ctx)
     fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));
 
@@ -110,8 +107,8 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
                      " (one to train on, one held out); give a longer text or a smaller --seq-len");
   const at::Tensor windows = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T * L), at::kLong).view({T, L});
   const auto [train_idx, val_idx] = split_windows(o, T, o.text);
-  const at::Tensor train_w = windows.index_select(0, at::tensor(train_idx, at::kLong));
-  const at::Tensor val_w = val_idx.empty() ? at::Tensor() : windows.index_select(0, at::tensor(val_idx, at::kLong));
+  const at::Tensor train_w = windows.index_select(0, at::tensor(train_idx, at::kLong)).to(device);
+  const at::Tensor val_w = val_idx.empty() ? at::Tensor() : windows.index_select(0, at::tensor(val_idx, at::kLong)).to(device);
 
   RunDir run(run_dir, !resume);
   if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
@@ -127,7 +124,10 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
 
   const int S = c.n_layer;
   std::vector<LayerState> layers(static_cast<size_t>(S));
-  for (int s = 0; s < S; ++s) init_layer_state(o, s, c.n_head, c.head_dim, layers[size_t(s)]);
+  for (int s = 0; s < S; ++s) {
+    init_layer_state(o, s, c.n_head, c.head_dim, layers[size_t(s)]);
+    to_device(layers[size_t(s)], device);
+  }
   // The softmax model's q, k on held-out windows (it is frozen: they never change).
   if (val_w.defined()) {
     at::NoGradGuard no_grad;
@@ -149,7 +149,7 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
   };
 
   for (int64_t step = start_step; step < o.steps; ++step) {
-    const at::Tensor batch = step_batch(o, train_w.size(0), step);
+    const at::Tensor batch = step_batch(o, train_w.size(0), step).to(device);
     const double loss = direct_step(o, model, layers, train_w.index_select(0, batch), step);
     if (!std::isfinite(loss)) fail("distill", "loss is not finite at step " + std::to_string(step + 1) + " (lower --lr)");
     for (LayerState& st : layers) {
@@ -208,9 +208,13 @@ double direct_step_seconds(DistillBench& b) {
   std::vector<LayerState> layers = bench_layers(b.groups);
   Model model(b.model->config(), b.model->weights());  // shares the weights; gets the maps
   model.set_linear_attention(group_linear_attention(b.groups));
+  // Reading a parameter back waits for every queued kernel on the device (CUDA runs asynchronously).
+  const auto finished = [&] { (void)layers[0].groups[0].group.maps.params[0].second.sum().item<double>(); };
   direct_step(b.options, model, layers, b.ids, 0);  // warm-up
+  finished();
   const auto t0 = std::chrono::steady_clock::now();
-  direct_step(b.options, model, layers, b.ids, 1);
+  for (int i = 1; i <= b.steps; ++i) direct_step(b.options, model, layers, b.ids, i);
+  finished();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "attnscope/error.h"
+#include "attnscope/tokenizer.h"
 
 namespace attnscope {
 
@@ -57,6 +58,16 @@ std::vector<TextDocument> read_text_documents(const std::vector<std::string>& pa
   for (const auto& d : docs) any = any || d.text.find_first_not_of(" \t\r\n") != std::string::npos;
   if (!any) fail(paths.front(), "the text is empty");
   return docs;
+}
+
+std::vector<int64_t> encode_documents(const Tokenizer& tokenizer, const std::vector<TextDocument>& docs) {
+  std::vector<int64_t> ids;
+  for (const auto& d : docs) {
+    const auto t = tokenizer.encode_for_model(d.text);
+    ids.insert(ids.end(), t.begin(), t.end());
+    if (tokenizer.eos_id() >= 0 && !tokenizer.adds_bos()) ids.push_back(tokenizer.eos_id());
+  }
+  return ids;
 }
 
 }  // namespace attnscope

@@ -227,6 +227,28 @@ void check_ids(const ModelConfig& c, const at::Tensor& ids) {
 
 }  // namespace
 
+ModelWeights weights_on(const ModelWeights& w, const at::Device& device) {
+  auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  ModelWeights out;
+  out.tok_emb = to(w.tok_emb);
+  out.pos_emb = to(w.pos_emb);
+  for (const LayerWeights& l : w.layers) {
+    LayerWeights m;
+    for (auto [dst, src] : std::vector<std::pair<at::Tensor*, const at::Tensor*>>{
+             {&m.ln1_w, &l.ln1_w}, {&m.ln1_b, &l.ln1_b}, {&m.wq, &l.wq},       {&m.wk, &l.wk},
+             {&m.wv, &l.wv},       {&m.wo, &l.wo},       {&m.bq, &l.bq},       {&m.bk, &l.bk},
+             {&m.bv, &l.bv},       {&m.bo, &l.bo},       {&m.ln2_w, &l.ln2_w}, {&m.ln2_b, &l.ln2_b},
+             {&m.w_up, &l.w_up},   {&m.b_up, &l.b_up},   {&m.w_gate, &l.w_gate}, {&m.w_down, &l.w_down},
+             {&m.b_down, &l.b_down}})
+      *dst = to(*src);
+    out.layers.push_back(std::move(m));
+  }
+  out.lnf_w = to(w.lnf_w);
+  out.lnf_b = to(w.lnf_b);
+  out.lm_head = w.lm_head.is_same(w.tok_emb) ? out.tok_emb : to(w.lm_head);  // keep tied weights tied
+  return out;
+}
+
 void Model::set_linear_attention(std::shared_ptr<const LinearAttention> maps) {
   if (maps) {
     const ModelConfig& c = config_;
@@ -302,7 +324,9 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const Prog
   for (size_t start = 0; start + 1 < ids.size(); start += seq_len) {
     const size_t n = std::min<size_t>(seq_len, ids.size() - start);
     if (n < 2) break;
-    at::Tensor w = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + n)).view({1, -1});
+    at::Tensor w = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + n))
+                       .view({1, -1})
+                       .to(weights_.tok_emb.device());
     at::Tensor logits = forward(w).squeeze(0);
     at::Tensor loss = at::cross_entropy_loss(logits.narrow(0, 0, n - 1), w.squeeze(0).narrow(0, 1, n - 1),
                                              {}, at::Reduction::Sum);
@@ -318,6 +342,7 @@ std::vector<int64_t> Model::generate_greedy(
     const std::function<void(const std::vector<int64_t>&)>& on_token) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
   at::NoGradGuard no_grad;
+  const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
   if (linear_) {  // recurrent form: constant work per new token
     std::unique_ptr<Recurrent> r;
     int64_t pos = 0;
@@ -329,7 +354,7 @@ std::vector<int64_t> Model::generate_greedy(
       pos = 0;
       const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
       for (size_t i = prompt.size() - n; i < prompt.size(); ++i)
-        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}), pos++);
+        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}).to(device), pos++);
     };
     restart();
     for (int i = 0; i < steps; ++i) {
@@ -339,13 +364,13 @@ std::vector<int64_t> Model::generate_greedy(
       if (on_token) on_token(prompt);
       if (i + 1 == steps) break;
       if (pos >= config_.n_ctx) restart();
-      else logits = r->step(at::tensor(std::vector<int64_t>{next}), pos++);
+      else logits = r->step(at::tensor(std::vector<int64_t>{next}).to(device), pos++);
     }
     return prompt;
   }
   for (int i = 0; i < steps; ++i) {
     const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-    at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1});
+    at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
     at::Tensor logits = forward(w).select(1, n - 1).squeeze(0);
     const int64_t next = logits.argmax().item<int64_t>();
     if (next == stop_id) break;

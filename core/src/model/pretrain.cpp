@@ -24,7 +24,7 @@ namespace attnscope {
 
 namespace {
 
-// GPT-2 initialization: N(0, 0.02), residual output projections scaled by 1/sqrt(2 n_layer).
+// GPT-2 initialization from `gen` (pretrain draws its batches from the same generator afterwards).
 ModelWeights init_gpt2(const ModelConfig& c, at::Generator& gen) {
   const int64_t D = c.d_model, F = c.d_ff, V = c.vocab_size;
   auto normal = [&](std::vector<int64_t> shape, double std) { return at::normal(0.0, std, shape, gen); };
@@ -47,6 +47,27 @@ ModelWeights init_gpt2(const ModelConfig& c, at::Generator& gen) {
   w.lm_head = w.tok_emb;  // tied
   return w;
 }
+
+}  // namespace
+
+ModelConfig gpt2_config(int n_layer, int n_head, int d_model, int vocab_size, int n_ctx) {
+  ModelConfig c;
+  c.arch = Arch::GPT2;
+  c.arch_name = "GPT2LMHeadModel";
+  c.n_layer = n_layer, c.n_head = n_head, c.n_kv_head = n_head;
+  c.d_model = d_model, c.head_dim = d_model / n_head, c.d_ff = 4 * d_model;
+  c.vocab_size = vocab_size, c.n_ctx = n_ctx;
+  c.activation = Activation::GeluTanh;
+  c.tied_embeddings = true, c.attn_bias = true, c.mlp_bias = true;
+  return c;
+}
+
+ModelWeights init_gpt2_weights(const ModelConfig& c, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return init_gpt2(c, gen);
+}
+
+namespace {
 
 // Parameters split by whether weight decay applies (matrices yes; norms, biases, positions no).
 void collect(ModelWeights& w, std::vector<at::Tensor>* decay, std::vector<at::Tensor>* no_decay) {
@@ -113,14 +134,7 @@ PretrainReport pretrain_gpt2(const std::string& corpus, const PretrainOptions& o
         " held out; unigram baseline " + std::to_string(rep.unigram_heldout_loss) + " nats");
 
   // 2. Model.
-  ModelConfig c;
-  c.arch = Arch::GPT2;
-  c.arch_name = "GPT2LMHeadModel";
-  c.n_layer = opt.n_layer, c.n_head = opt.n_head, c.n_kv_head = opt.n_head;
-  c.d_model = opt.d_model, c.head_dim = opt.d_model / opt.n_head, c.d_ff = 4 * opt.d_model;
-  c.vocab_size = int(tok->vocab_size()), c.n_ctx = opt.n_ctx;
-  c.activation = Activation::GeluTanh;
-  c.tied_embeddings = true, c.attn_bias = true, c.mlp_bias = true;
+  const ModelConfig c = gpt2_config(opt.n_layer, opt.n_head, opt.d_model, int(tok->vocab_size()), opt.n_ctx);
   at::manual_seed(opt.seed);
   at::Generator gen = at::detail::createCPUGenerator(opt.seed);
   ModelWeights w = init_gpt2(c, gen);

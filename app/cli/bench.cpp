@@ -1,0 +1,125 @@
+// `attnscope bench`: the named speed benchmarks on a GPT-2-small-shaped model with random weights
+// (core: speed_bench.h). `bench generate`: generation and batch tokens/s and peak memory of softmax
+// against linear attention at growing contexts; `bench train`: milliseconds per training sample of
+// the distillation losses. A Markdown table, or --json.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/speed_bench.h"
+#include "attnscope/table.h"
+#include "common.h"
+
+namespace attnscope::cli {
+namespace {
+
+std::string megabytes(int64_t bytes) { return fmt_number(double(bytes) / 1e6, 1); }
+
+void print_generate(const std::vector<ContextSpeed>& rows, const GenerateBenchOptions& o) {
+  Table t;
+  t.caption = "Generation (" + std::to_string(o.tokens) + " tokens timed per context) and batch forward, GPT-2-small "
+              "shape, " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
+  t.header = {"context", "softmax gen tok/s", "linear gen tok/s", "gen speedup", "softmax batch tok/s",
+              "linear batch tok/s", "softmax gen peak MB", "linear gen peak MB", "softmax batch peak MB",
+              "linear batch peak MB"};
+  for (const auto& r : rows)
+    t.add_row({std::to_string(r.context), fmt_number(r.softmax_generate_tokens_per_s, 2),
+               fmt_number(r.linear_generate_tokens_per_s, 2),
+               fmt_number(r.linear_generate_tokens_per_s / r.softmax_generate_tokens_per_s, 2),
+               fmt_number(r.softmax_batch_tokens_per_s, 1), fmt_number(r.linear_batch_tokens_per_s, 1),
+               megabytes(r.softmax_generate_peak_bytes), megabytes(r.linear_generate_peak_bytes),
+               megabytes(r.softmax_batch_peak_bytes), megabytes(r.linear_batch_peak_bytes)});
+  std::cout << to_markdown(t);
+}
+
+nlohmann::json generate_json(const std::vector<ContextSpeed>& rows, const GenerateBenchOptions& o) {
+  nlohmann::json out = {{"benchmark", "generate"}, {"model", "gpt2-small shape, random weights"},
+                        {"vocab_size", o.vocab},   {"feature_map", o.feature_map},
+                        {"features", o.features},  {"tokens", o.tokens},
+                        {"device", o.device},      {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows)
+    out["rows"].push_back({{"context", r.context},
+                           {"softmax_generate_tokens_per_s", r.softmax_generate_tokens_per_s},
+                           {"linear_generate_tokens_per_s", r.linear_generate_tokens_per_s},
+                           {"softmax_batch_tokens_per_s", r.softmax_batch_tokens_per_s},
+                           {"linear_batch_tokens_per_s", r.linear_batch_tokens_per_s},
+                           {"softmax_generate_peak_bytes", r.softmax_generate_peak_bytes},
+                           {"linear_generate_peak_bytes", r.linear_generate_peak_bytes},
+                           {"softmax_batch_peak_bytes", r.softmax_batch_peak_bytes},
+                           {"linear_batch_peak_bytes", r.linear_batch_peak_bytes}});
+  return out;
+}
+
+void register_generate_bench(CLI::App* bench) {
+  auto* cmd = bench->add_subcommand("generate", "Generation and batch tokens/s and peak memory, softmax against linear "
+                                                "attention, at growing contexts (GPT-2-small shape, random weights)");
+  auto o = std::make_shared<GenerateBenchOptions>();
+  auto json = std::make_shared<bool>(false);
+  auto no_batch = std::make_shared<bool>(false);
+  cmd->add_option("--contexts", o->contexts, "context lengths, at most 4096")->delimiter(',')->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "new tokens timed at each context (>= 2)")->capture_default_str();
+  cmd->add_option("--feature-map", o->feature_map, "the converted model's map (untrained)")
+      ->capture_default_str()
+      ->check(feature_map_validator());
+  cmd->add_option("--features", o->features, "feature dimension M per head")->capture_default_str();
+  cmd->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "weights, maps and prompt")->capture_default_str();
+  cmd->add_flag("--no-batch", *no_batch, "skip the batch forward");
+  cmd->add_flag("--json", *json, "machine-readable output");
+  cmd->callback([=] {
+    o->batch = !*no_batch;
+    const auto rows = bench_generate(*o, terminal_progress("bench generate"));
+    if (*json)
+      std::cout << generate_json(rows, *o).dump(2) << "\n";
+    else
+      print_generate(rows, *o);
+  });
+}
+
+void register_train_bench(CLI::App* bench) {
+  auto* cmd = bench->add_subcommand("train", "Milliseconds per training sample of the distillation losses (GPT-2-small "
+                                             "shape: 12 layers x 12 heads, head dimension 64)");
+  auto o = std::make_shared<TrainBenchOptions>();
+  auto json = std::make_shared<bool>(false);
+  std::string losses;
+  for (const auto& l : train_bench_losses()) losses += (losses.empty() ? "" : ", ") + l;
+  cmd->add_option("--loss", o->losses, "losses to time: " + losses)->delimiter(',')->capture_default_str();
+  cmd->add_option("-L,--seq-len", o->seq_len, "tokens per sample")->capture_default_str();
+  cmd->add_option("--features", o->features, "feature dimension M per head")->capture_default_str();
+  cmd->add_option("--feature-map", o->feature_map, "trainable map")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "samples per step")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed steps (after one warm-up step)")->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "maps and inputs")->capture_default_str();
+  cmd->add_flag("--json", *json, "machine-readable output");
+  cmd->callback([=] {
+    const auto rows = bench_train(*o, terminal_progress("bench train"));
+    if (*json) {
+      nlohmann::json out = {{"benchmark", "train"}, {"model", "gpt2-small shape"}, {"layers", 12},
+                            {"heads", 12},          {"head_dim", 64},             {"seq_len", o->seq_len},
+                            {"features", o->features}, {"feature_map", o->feature_map}, {"batch", o->batch},
+                            {"device", o->device},  {"rows", nlohmann::json::array()}};
+      for (const auto& r : rows)
+        out["rows"].push_back({{"loss", r.loss}, {"ms_per_sample", r.ms_per_sample}, {"steps", r.steps}, {"seconds", r.seconds}});
+      std::cout << out.dump(2) << "\n";
+      return;
+    }
+    Table t;
+    t.caption = "Training, ms per sample of " + std::to_string(o->seq_len) + " tokens, all 12 layers, " + o->feature_map +
+                " M = " + std::to_string(o->features) + ", device " + o->device;
+    t.header = {"loss", "ms per sample", "steps"};
+    for (const auto& r : rows) t.add_row({r.loss, fmt_number(r.ms_per_sample, 1), std::to_string(r.steps)});
+    std::cout << to_markdown(t);
+  });
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Speed benchmarks on a GPT-2-small-shaped model (docs/PERFORMANCE.md)");
+  bench->require_subcommand(1);
+  register_generate_bench(bench);
+  register_train_bench(bench);
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,198 @@
+// `attnscope bench`: generation / batch speed of softmax against linear attention across contexts,
+// and milliseconds per training sample of the distillation losses, on a GPT-2-small-shaped model.
+#include "attnscope/speed_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "attnscope/converted_model.h"
+#include "attnscope/distill.h"
+#include "attnscope/error.h"
+#include "attnscope/feature_map_tensors.h"
+#include "attnscope/memory_meter.h"
+#include "attnscope/model.h"
+#include "attnscope/model_config.h"
+#include "attnscope/pretrain.h"
+#include "attnscope/random.h"
+
+namespace attnscope {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+MemoryDevice memory_device(const at::Device& d) { return d.is_cuda() ? MemoryDevice::CUDA : MemoryDevice::CPU; }
+
+// Makes the device's queued work finish, so a clock read after it times the work (CUDA runs
+// asynchronously; reading one value back waits for everything queued before it).
+void sync(const at::Tensor& t) {
+  if (t.is_cuda()) (void)t.reshape({-1})[0].item<float>();
+}
+
+}  // namespace
+
+ModelConfig gpt2_small_config(int n_ctx, int vocab) { return gpt2_config(12, 12, 768, vocab, n_ctx); }
+
+std::string check_device(const std::string& device) {
+  if (device == "cpu") return device;
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    if (!at::hasCUDA())
+      fail_value("device", "'" + device + "': this attnscope was built against a LibTorch without CUDA, or no GPU is visible; use cpu");
+    try {
+      (void)at::Device(device);
+    } catch (const std::exception&) {
+      fail_value("device", "'" + device + "' is not a device name (cpu, cuda or cuda:N)");
+    }
+    return device;
+  }
+  fail_value("device", "'" + device + "' is not one of cpu, cuda, cuda:N");
+}
+
+std::vector<ContextSpeed> bench_generate(const Model& original, const Model& converted,
+                                         const GenerateBenchOptions& o, const ProgressFn& progress) {
+  if (!converted.linear_attention()) fail("bench", "the converted model runs softmax attention");
+  if (o.tokens < 2) fail_value("tokens", std::to_string(o.tokens) + " must be >= 2 (the time between tokens is measured)");
+  const int n_ctx = original.config().n_ctx;
+  for (int c : o.contexts)
+    if (c <= o.tokens || c > n_ctx)
+      fail_value("context", std::to_string(c) + " must be in " + std::to_string(o.tokens + 1) + ".." + std::to_string(n_ctx) +
+                                " (more than --tokens, at most the model's context length)");
+  const MemoryDevice mem = memory_device(original.weights().tok_emb.device());
+  Rng rng(o.seed);
+  std::vector<ContextSpeed> out;
+  size_t done = 0;
+  const size_t total = o.contexts.size();
+  for (int context : o.contexts) {
+    if (progress) progress(double(done++) / double(total), "context " + std::to_string(context));
+    ContextSpeed r;
+    r.context = context;
+    // A random prompt of context - tokens tokens; the last `tokens` tokens of the sequence are
+    // generated and the time between the first and the last of them is measured.
+    std::vector<int64_t> prompt(size_t(context - o.tokens));
+    for (auto& id : prompt) id = int64_t(rng.below(uint64_t(original.config().vocab_size)));
+    auto generation = [&](const Model& m, double* tokens_per_s, int64_t* peak) {
+      std::vector<clock_type::time_point> stamps;
+      PeakMemoryMeter meter(mem);
+      m.generate_greedy(prompt, o.tokens, -1, [&](const std::vector<int64_t>&) { stamps.push_back(clock_type::now()); });
+      *peak = meter.peak_bytes();
+      *tokens_per_s = double(stamps.size() - 1) / std::chrono::duration<double>(stamps.back() - stamps.front()).count();
+    };
+    generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes);
+    generation(converted, &r.linear_generate_tokens_per_s, &r.linear_generate_peak_bytes);
+    if (o.batch) {
+      at::NoGradGuard no_grad;
+      std::vector<int64_t> ids(prompt);
+      while (int(ids.size()) < context) ids.push_back(ids[ids.size() % prompt.size()]);
+      const at::Tensor w = at::tensor(ids).view({1, context}).to(original.weights().tok_emb.device());
+      auto batch = [&](const Model& m, double* tokens_per_s, int64_t* peak) {
+        PeakMemoryMeter meter(mem);
+        const auto t0 = clock_type::now();
+        sync(m.forward(w));
+        *tokens_per_s = double(context) / seconds_since(t0);
+        *peak = meter.peak_bytes();
+      };
+      batch(original, &r.softmax_batch_tokens_per_s, &r.softmax_batch_peak_bytes);
+      batch(converted, &r.linear_batch_tokens_per_s, &r.linear_batch_peak_bytes);
+    }
+    out.push_back(r);
+  }
+  if (progress) progress(1.0, "done");
+  return out;
+}
+
+std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const ProgressFn& progress) {
+  if (o.contexts.empty()) fail_value("contexts", "none given");
+  const int largest = *std::max_element(o.contexts.begin(), o.contexts.end());
+  if (largest > 4096) fail_value("context", std::to_string(largest) + " exceeds 4096, the benchmark model's context length");
+  if (o.vocab < 2) fail_value("vocabulary size", std::to_string(o.vocab) + " must be >= 2");
+  if (o.features < 1) fail_value("features", std::to_string(o.features) + " must be >= 1");
+  const at::Device device(check_device(o.device));
+  const ModelConfig c = gpt2_small_config(std::max(largest, 1), o.vocab);
+  const ModelWeights w = weights_on(init_gpt2_weights(c, o.seed), device);
+  const Model original(c, w);
+  Model converted(c, w);
+  FeatureMapSpec spec;
+  spec.name = o.feature_map;
+  spec.seed = o.seed;
+  auto linear = std::make_shared<LinearAttention>(make_linear_attention(
+      spec, std::vector<std::vector<int64_t>>(c.n_layer, std::vector<int64_t>(c.n_head, o.features)), c.n_layer,
+      c.n_head, c.head_dim));
+  for (auto& layer : linear->maps)
+    for (auto& map : layer)
+      for (auto& [name, t] : feature_map_tensors(*map)) t.set_data(t.to(device));
+  converted.set_linear_attention(linear);
+  return bench_generate(original, converted, o, progress);
+}
+
+// ---- training ----
+namespace {
+
+// One timed measurement of distill's own training step (distill.h's DistillBench: the same loss,
+// backward and AdamW as `attnscope distill`), every head of all layers, on random inputs of the
+// shape (speed does not depend on them): layerwise losses learn from random q, k [B, H, L, d] per
+// layer (teacher-forced), direct runs the whole random model with the maps in place on random ids.
+// Returns the seconds of o.steps steps after one untimed warm-up step.
+double train_seconds(const TrainBenchOptions& o, const ModelConfig& c, const at::Device& device, const std::string& loss) {
+  DistillBench b;
+  b.options.feature_map = o.feature_map;
+  b.options.loss = loss;
+  b.options.seed = o.seed;
+  b.options.dims.assign(size_t(c.n_layer), o.features);
+  b.steps = o.steps;
+  for (int l = 0; l < c.n_layer; ++l) {
+    b.groups.push_back(init_layer_groups(b.options, l, c.n_head, c.head_dim));
+    for (HeadGroup& g : b.groups.back())
+      for (auto& p : g.maps.params) p.second = p.second.to(device);
+  }
+  at::Generator gen = at::detail::createCPUGenerator(o.seed);
+  std::unique_ptr<Model> model;
+  if (loss == "direct") {
+    model = std::make_unique<Model>(c, weights_on(init_gpt2_weights(c, o.seed), device));
+    b.model = model.get();
+    b.ids = at::randint(c.vocab_size, {o.batch, o.seq_len}, gen, at::kLong).to(device);
+  } else {
+    for (int l = 0; l < c.n_layer; ++l) {
+      b.q.push_back(at::normal(0.0, 1.0, {o.batch, c.n_head, o.seq_len, c.head_dim}, gen).to(device));
+      b.k.push_back(at::normal(0.0, 1.0, {o.batch, c.n_head, o.seq_len, c.head_dim}, gen).to(device));
+    }
+  }
+  return distill_step_seconds(b);
+}
+
+}  // namespace
+
+std::vector<std::string> train_bench_losses() { return distill_losses(); }
+
+std::vector<TrainSpeed> bench_train(const TrainBenchOptions& o, const ProgressFn& progress) {
+  if (o.losses.empty()) fail_value("loss", "none given");
+  if (o.seq_len < 2) fail_value("sequence length", std::to_string(o.seq_len) + " must be >= 2");
+  if (o.features < 2) fail_value("features", std::to_string(o.features) + " must be >= 2");
+  if (o.batch < 1) fail_value("batch", std::to_string(o.batch) + " must be >= 1");
+  if (o.steps < 1) fail_value("steps", std::to_string(o.steps) + " must be >= 1");
+  const auto known = train_bench_losses();
+  for (const auto& loss : o.losses)
+    if (std::find(known.begin(), known.end(), loss) == known.end()) {
+      std::string names;
+      for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
+      fail_value("loss", "'" + loss + "' is not one of " + names);
+    }
+  const ModelConfig c = gpt2_small_config(std::max(o.seq_len, 1024), 50257);
+  const at::Device device(check_device(o.device));
+  std::vector<TrainSpeed> out;
+  for (size_t i = 0; i < o.losses.size(); ++i) {
+    if (progress) progress(double(i) / double(o.losses.size()), "training step, loss " + o.losses[i]);
+    TrainSpeed r;
+    r.loss = o.losses[i];
+    r.steps = o.steps;
+    r.seconds = train_seconds(o, c, device, r.loss);
+    r.ms_per_sample = 1000.0 * r.seconds / (double(o.steps) * o.batch);
+    out.push_back(r);
+  }
+  if (progress) progress(1.0, "done");
+  return out;
+}
+
+}  // namespace attnscope

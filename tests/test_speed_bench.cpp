@@ -1,0 +1,142 @@
+// `attnscope bench` (speed_bench.h): the generation benchmark on the bundled model (softmax against
+// its untrained linear conversion) with peak memory against closed forms, the GPT-2-small shape,
+// and clear errors for bad options. Speed figures themselves go to docs/PERFORMANCE.md, never here.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "attnscope/converted_model.h"
+#include "attnscope/model.h"
+#include "attnscope/model_config.h"
+#include "attnscope/distill.h"
+#include "attnscope/speed_bench.h"
+#include "test_support.h"
+
+using namespace attnscope;
+
+namespace {
+
+struct Pair {
+  LoadedModel loaded;
+  std::unique_ptr<Model> converted;
+};
+
+const Pair& bundled_pair() {
+  static const Pair p = [] {
+    Pair r;
+    r.loaded = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+    const ModelConfig& c = r.loaded.model->config();
+    FeatureMapSpec spec;
+    spec.name = "prf";
+    spec.seed = 3;
+    r.converted = std::make_unique<Model>(c, r.loaded.model->weights());
+    r.converted->set_linear_attention(std::make_shared<LinearAttention>(make_linear_attention(
+        spec, std::vector<std::vector<int64_t>>(c.n_layer, std::vector<int64_t>(c.n_head, 32)), c.n_layer, c.n_head,
+        c.head_dim)));
+    return r;
+  }();
+  return p;
+}
+
+TEST(SpeedBench, GenerationAtEachContextWithPeakMemory) {
+  const Pair& p = bundled_pair();
+  const int64_t V = p.loaded.model->config().vocab_size;
+  GenerateBenchOptions o;
+  o.contexts = {32, 128};
+  o.tokens = 3;
+  const auto rows = bench_generate(*p.loaded.model, *p.converted, o);
+  ASSERT_EQ(rows.size(), 2u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ContextSpeed& r = rows[i];
+    EXPECT_EQ(r.context, o.contexts[i]);
+    for (double v : {r.softmax_generate_tokens_per_s, r.linear_generate_tokens_per_s, r.softmax_batch_tokens_per_s,
+                     r.linear_batch_tokens_per_s})
+      EXPECT_TRUE(v > 0 && std::isfinite(v)) << v;
+    // Closed forms of the memory: softmax generation re-runs a window of at least context - tokens
+    // positions and holds its [window, V] float logits; linear generation steps one token at a time
+    // (logits [1, V]) and must stay below that. A batch forward holds [context, V] logits.
+    const int64_t window_logits = int64_t(r.context - o.tokens) * V * 4;
+    EXPECT_GE(r.softmax_generate_peak_bytes, window_logits);
+    EXPECT_GE(r.linear_generate_peak_bytes, V * 4);
+    EXPECT_LT(r.linear_generate_peak_bytes, window_logits);
+    EXPECT_GE(r.softmax_batch_peak_bytes, int64_t(r.context) * V * 4);
+    EXPECT_GE(r.linear_batch_peak_bytes, int64_t(r.context) * V * 4);
+  }
+  // Softmax generation memory grows with the context; the recurrent form's does not (its state is
+  // constant): at 4x the context it stays within a small margin of the shorter one.
+  EXPECT_GT(rows[1].softmax_generate_peak_bytes, 3 * rows[0].softmax_generate_peak_bytes);
+  EXPECT_LT(rows[1].linear_generate_peak_bytes, 2 * rows[0].linear_generate_peak_bytes);
+}
+
+TEST(SpeedBench, BadGenerateOptionsAreClearErrors) {
+  const Pair& p = bundled_pair();
+  GenerateBenchOptions o;
+  o.contexts = {512};  // beyond the bundled model's 256 positions
+  EXPECT_NE(test::error_of([&] { bench_generate(*p.loaded.model, *p.converted, o); }).find("256"), std::string::npos);
+  o.contexts = {64};
+  o.tokens = 1;
+  EXPECT_NE(test::error_of([&] { bench_generate(*p.loaded.model, *p.converted, o); }).find("tokens"), std::string::npos);
+  o.tokens = 3;
+  EXPECT_NE(test::error_of([&] { bench_generate(*p.loaded.model, *p.loaded.model, o); }).find("softmax"),
+            std::string::npos);
+  GenerateBenchOptions big;
+  big.contexts = {8192};
+  EXPECT_NE(test::error_of([&] { bench_generate(big); }).find("4096"), std::string::npos);
+}
+
+TEST(SpeedBench, Gpt2SmallShape) {
+  const ModelConfig c = gpt2_small_config();
+  EXPECT_EQ(c.n_layer, 12);
+  EXPECT_EQ(c.n_head, 12);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.d_model, 768);
+  EXPECT_EQ(c.d_ff, 3072);
+  EXPECT_EQ(c.n_ctx, 4096);
+  EXPECT_EQ(c.vocab_size, 50257);
+  // GPT-2 small's 124,439,808 parameters at its 1024 positions (tied embeddings).
+  EXPECT_EQ(gpt2_small_config(1024).n_params(), 124439808);
+}
+
+TEST(SpeedBench, TrainTimesEachRequestedLossInOrder) {
+  TrainBenchOptions o;
+  o.losses = {"softmax", "l2", "kl", "direct"};
+  EXPECT_EQ(train_bench_losses(), distill_losses()) << "bench train times every loss distill trains";
+  o.seq_len = 32;
+  o.features = 8;
+  o.steps = 1;
+  const auto rows = bench_train(o);
+  ASSERT_EQ(rows.size(), 4u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].loss, o.losses[i]);
+    EXPECT_EQ(rows[i].steps, 1);
+    EXPECT_GT(rows[i].ms_per_sample, 0);
+  }
+}
+
+TEST(SpeedBench, BadTrainOptionsAndDevicesAreClearErrors) {
+  TrainBenchOptions o;
+  o.losses = {"l2", "nope"};
+  const std::string e = test::error_of([&] { bench_train(o); });
+  EXPECT_NE(e.find("'nope'"), std::string::npos) << e;
+  EXPECT_NE(e.find("softmax"), std::string::npos) << e;  // names the known losses
+  o.losses = {"l2"};
+  o.seq_len = 1;
+  EXPECT_NE(test::error_of([&] { bench_train(o); }).find("sequence length"), std::string::npos);
+  EXPECT_NE(test::error_of([] { check_device("tpu"); }).find("'tpu'"), std::string::npos);
+  EXPECT_EQ(check_device("cpu"), "cpu");
+  if (!at::hasCUDA()) {
+    EXPECT_NE(test::error_of([] { check_device("cuda"); }).find("without CUDA"), std::string::npos);
+  }
+}
+
+TEST(SpeedBench, CliErrorsExitOne) {
+  std::string out;
+  EXPECT_EQ(test::run_command(test::cli_path() + " bench train --loss nope 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("nope"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(test::cli_path() + " bench generate --contexts 8192 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("--contexts"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(test::cli_path() + " bench 2>&1", &out), 2) << out;
+}
+
+}  // namespace
