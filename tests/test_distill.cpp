@@ -972,24 +972,54 @@ TEST(DistillGroups, StepSecondsHookTrainsWhatItTimes) {
   }
 }
 
-// --device cuda trains the same maps as the CPU (float tolerance) for every code path of the loss
-// (log domain, ReLU kernel, clamped Fourier kernel, l2 pairs), writes the CPU files' format, and a
-// CUDA run resumes on the CPU. Skipped where there is no CUDA; the lead runs it on the GPU machine.
+// --device cuda computes what the CPU computes, for every code path of the loss (log domain, ReLU
+// kernel, clamped Fourier kernel, l2 pairs): at the same parameters the loss and every gradient
+// agree to float tolerance. Whole runs are compared only for learned-prf, whose training is smooth:
+// t2r's ReLU and flex's clamp make a 20-step AdamW trajectory chaotic (on the CPU alone, 1e-6
+// relative noise in q, k moves t2r's maps by 0.19 and flex-stationary's by 0.28 of their size after
+// 20 steps, learned-prf's by 4e-6), so equal trajectories would only test rounding luck. The whole
+// runs also check the files' format and that a CUDA run resumes on the CPU. Skipped where there is
+// no CUDA; run on the GPU machine (packaging/gpu_check.sh).
 TEST(DistillDevice, CudaEqualsCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA here (CPU-only LibTorch or no GPU): run on a GPU machine";
+  const CaptureStore cap(bundled_capture());
+  const at::Device cuda(at::kCUDA, 0);
+  for (const auto& [map, loss] : std::vector<std::pair<std::string, std::string>>{
+           {"learned-prf", "kl"}, {"learned-prf", "l2"}, {"hedgehog", "softmax"}, {"t2r", "softmax"},
+           {"t2r", "l2"}, {"flex-stationary", "kl"}, {"flex-nonstationary", "kl"}}) {
+    DistillOptions o = base_options(map, loss, 1);
+    for (int s = 0; s < cap.num_layers(); ++s) {
+      const at::Tensor q = cap.layer_tensor(s, "q").narrow(0, 0, 2).contiguous();
+      const at::Tensor k = cap.layer_tensor(s, "k").narrow(0, 0, 2).contiguous();
+      at::Tensor pairs;
+      if (loss == "l2") pairs = at::stack({at::arange(64, at::kLong), at::arange(64, at::kLong).floor_divide(3)}, 1);
+      LayerMaps on_cpu = init_layer_maps(o, s, cap.num_heads(), cap.head_dim(), 16), on_gpu = on_cpu;
+      for (auto& p : on_cpu.params) p.second = p.second.clone().requires_grad_(true);
+      for (auto& p : on_gpu.params) p.second = p.second.to(cuda).requires_grad_(true);
+      const at::Tensor l_cpu = layer_loss(on_cpu, q, k, loss, pairs);
+      const at::Tensor l_gpu = layer_loss(on_gpu, q.to(cuda), k.to(cuda), loss, pairs.defined() ? pairs.to(cuda) : pairs);
+      l_cpu.backward();
+      l_gpu.backward();
+      EXPECT_NEAR(l_gpu.item<double>(), l_cpu.item<double>(), 1e-5 * std::max(1.0, std::abs(l_cpu.item<double>())))
+          << map << " " << loss << " layer " << s;
+      for (size_t i = 0; i < on_cpu.params.size(); ++i) {
+        const at::Tensor g = on_cpu.params[i].second.grad(), h = on_gpu.params[i].second.grad().cpu();
+        const double scale = std::max(1e-6, g.abs().max().item<double>());
+        EXPECT_LE((g - h).abs().max().item<double>() / scale, 1e-4)
+            << map << " " << loss << " layer " << s << " gradient of " << on_cpu.params[i].first;
+      }
+    }
+  }
   const std::string root = test::temp_dir("distill_cuda");
-  const std::vector<std::pair<std::string, std::string>> runs = {
-      {"learned-prf", "kl"}, {"learned-prf", "l2"}, {"t2r", "softmax"}, {"flex-stationary", "kl"}};
-  for (const auto& [map, loss] : runs) {
-    const std::string name = map + "-" + loss;
-    DistillOptions o = base_options(map, loss, 20);
-    distill(o, root + "/cpu-" + name);
+  for (const std::string loss : {"kl", "l2"}) {
+    DistillOptions o = base_options("learned-prf", loss, 20);
+    distill(o, root + "/cpu-" + loss);
     o.device = "cuda";
-    const DistillResult r = distill(o, root + "/cuda-" + name);
-    EXPECT_EQ(read_json(root + "/cuda-" + name + "/job.json")["device"], "cuda");
+    const DistillResult r = distill(o, root + "/cuda-" + loss);
+    EXPECT_EQ(read_json(root + "/cuda-" + loss + "/job.json")["device"], "cuda");
     EXPECT_EQ(r.maps[0].params[0].second.device().type(), at::kCPU);
-    const auto a = read_maps(root + "/cpu-" + name + "/feature_maps.safetensors");
-    const auto b = read_maps(root + "/cuda-" + name + "/feature_maps.safetensors");
+    const auto a = read_maps(root + "/cpu-" + loss + "/feature_maps.safetensors");
+    const auto b = read_maps(root + "/cuda-" + loss + "/feature_maps.safetensors");
     ASSERT_EQ(a.size(), b.size());
     double worst = 0;
     for (const auto& [tensor, t] : a) {
@@ -997,13 +1027,8 @@ TEST(DistillDevice, CudaEqualsCpu) {
       const double scale = std::max(1.0, t.abs().max().item<double>());
       worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>() / scale);
     }
-    std::printf("%s: max |cpu - cuda| / max(1, |cpu|) = %.3g after 20 steps\n", name.c_str(), worst);
-    EXPECT_LE(worst, 1e-4) << name;
-    const auto ra = read_json(root + "/cpu-" + name + "/report.json"), rb = read_json(root + "/cuda-" + name + "/report.json");
-    for (int s = 0; s < 4; ++s)
-      EXPECT_NEAR(ra["layers"][s]["final_loss"].get<double>(), rb["layers"][s]["final_loss"].get<double>(),
-                  1e-4 * std::max(1.0, std::abs(ra["layers"][s]["final_loss"].get<double>())))
-          << name << " layer " << s;
+    std::printf("learned-prf %s: max |cpu - cuda| / max(1, |cpu|) = %.3g after 20 steps\n", loss.c_str(), worst);
+    EXPECT_LE(worst, 1e-4) << loss;
   }
   // Cancelled on CUDA at step 13, resumed on the CPU from the step-10 checkpoint.
   DistillOptions o = base_options("learned-prf", "kl", 20);
@@ -1016,7 +1041,7 @@ TEST(DistillDevice, CudaEqualsCpu) {
   DistillOptions on_cpu;
   on_cpu.device = "cpu";
   distill(on_cpu, root + "/moved", nullptr, /*resume=*/true);
-  const auto a = read_maps(root + "/cpu-learned-prf-kl/feature_maps.safetensors");
+  const auto a = read_maps(root + "/cpu-kl/feature_maps.safetensors");
   const auto b = read_maps(root + "/moved/feature_maps.safetensors");
   double worst = 0;
   for (const auto& [tensor, t] : a) worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>());

@@ -2,6 +2,8 @@
 // and milliseconds per training sample of the distillation losses, on a GPT-2-small-shaped model.
 #include "attnscope/speed_bench.h"
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+
 #include <algorithm>
 #include <chrono>
 #include <functional>

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The GPU machine's checks, in one run: build (packaging/gpu_build.sh), the tests that need CUDA,
+# the CUDA benchmarks of docs/PERFORMANCE.md, then the whole suite against that machine's LibTorch.
+# Logs and JSON go to OUT (default gpu-check/). Needs the folder packaging/gpu_deps.sh wrote (.gpudeps).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${OUT:-$root/gpu-check}
+mkdir -p "$out"
+b=${BUILD_DIR:-$root/build-gpu}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'; nproc; } | tee "$out/machine.txt"
+start=$(date +%s)
+if ! bash "$root/packaging/gpu_build.sh" attnscope attnscope_tests > "$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -40; exit 1
+fi
+echo "build: $(( $(date +%s) - start )) s"; grep -E "attnscope:|Gloo|NCCL" "$out/build.log" | head -5
+cli=$b/app/attnscope
+# Tests whose CUDA paths skip on a CPU machine.
+(cd "$b" && OMP_NUM_THREADS=8 ./tests/attnscope_tests --gtest_filter='DistillDevice.*:SpeedBench.*:MemoryMeter.*' \
+   > "$out/cuda_tests.log" 2>&1); echo "cuda tests rc=$?"
+grep -E "max \||^\[  (PASSED|FAILED|SKIPPED)|FAILED" "$out/cuda_tests.log" | head -20
+# Paper 000 Table 5: ms per 1024-token training sample, GPT-2-small shape, M = 64, every loss.
+timeout 240 "$cli" bench train --device cuda --loss l2,softmax,kl,direct --seq-len 1024 --steps 5 --json \
+  > "$out/bench_train_cuda.json" 2> "$out/bench_train_cuda.err"; echo "bench train rc=$?"; cat "$out/bench_train_cuda.json"
+# Paper 000 Table 4: generation tokens/s, softmax against linear, contexts 256..4096.
+timeout 240 "$cli" bench generate --device cuda --contexts 256,512,1024,2048,4096 --tokens 8 --json \
+  > "$out/bench_generate_cuda.json" 2> "$out/bench_generate_cuda.err"; echo "bench generate rc=$?"; cat "$out/bench_generate_cuda.json"
+# The whole suite against this LibTorch (CPU tests on 16 cores; the real checkpoints are not here).
+(cd "$b" && OMP_NUM_THREADS=1 timeout ${SUITE_TIMEOUT:-200} ctest -j"$(nproc)" > "$out/ctest.log" 2>&1); echo "ctest rc=$?"
+grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Total Test time" "$out/ctest.log" | head -30
