@@ -25,6 +25,14 @@ timeout 240 "$cli" bench train --device cuda --loss l2,softmax,kl,direct --seq-l
 # Paper 000 Table 4: generation tokens/s, softmax against linear, contexts 256..4096.
 timeout 240 "$cli" bench generate --device cuda --contexts 256,512,1024,2048,4096 --tokens 8 --json \
   > "$out/bench_generate_cuda.json" 2> "$out/bench_generate_cuda.err"; echo "bench generate rc=$?"; cat "$out/bench_generate_cuda.json"
+# On 2026-11-26 (LibTorch 2.11, H200) test processes that tokenize or load a model in-process died
+# with SIGSEGV, some after printing every result (at exit); the CLI's own runs did not. A backtrace
+# of one such test, for whoever looks next (cuda-gdb also debugs host-only programs).
+if command -v cuda-gdb >/dev/null; then
+  (cd "$b" && timeout 120 cuda-gdb -batch -ex run -ex bt -ex "info sharedlibrary" --args ./tests/attnscope_tests \
+     --gtest_filter=Capture.NonFiniteValuesAreRefusedNamingFileLayerAndHead > "$out/segv_backtrace.txt" 2>&1)
+  grep -E "^#[0-9]+|signal" "$out/segv_backtrace.txt" | head -25
+fi
 # The whole suite against this LibTorch (CPU tests on 16 cores; the real checkpoints are not here).
 (cd "$b" && OMP_NUM_THREADS=1 timeout ${SUITE_TIMEOUT:-200} ctest -j"$(nproc)" > "$out/ctest.log" 2>&1); echo "ctest rc=$?"
 grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Total Test time" "$out/ctest.log" | head -30
