@@ -150,33 +150,6 @@ TEST(Convert, LinearAttentionMatchesDefinitionAndRecurrentForm) {
   }
 }
 
-// generate_greedy fills the recurrent state from the prompt in one batch-form pass, then steps; past
-// the context (256) it slides over the last 256 tokens. References: the logits of stepping every
-// token, and for every new token the token-by-token recurrent form over the same window.
-TEST(Convert, GenerationFillsTheStateInOneBatchPassAndSlidesPastTheContext) {
-  LoadedModel m = load_model(convert_bundled("prf", 64));
-  const auto& c = m.model->config();
-  at::NoGradGuard ng;
-  // The state a batch pass over 40 tokens leaves gives the logits stepping all 40 would: compared
-  // on the 24 tokens after it.
-  const at::Tensor ids = sample_ids(64, c.vocab_size, 9);
-  const at::Tensor stepped = m.model->forward_recurrent(ids), filled = m.model->forward_recurrent(ids, 40);
-  const double scale = stepped.abs().max().item<double>();
-  EXPECT_LT((filled - stepped).abs().max().item<double>(), 1e-5 * scale);
-  EXPECT_LT((filled.narrow(1, 0, 40) - m.model->forward(ids.narrow(1, 0, 40))).abs().max().item<double>(), 1e-6 * scale);
-  const at::Tensor prompt_t = sample_ids(250, c.vocab_size, 8).view({-1});
-  const std::vector<int64_t> prompt(prompt_t.data_ptr<int64_t>(), prompt_t.data_ptr<int64_t>() + prompt_t.numel());
-  const std::vector<int64_t> gen = m.model->generate_greedy(prompt, 10);
-  ASSERT_EQ(gen.size(), prompt.size() + 10);
-  std::vector<int64_t> seq = prompt;
-  for (int i = 0; i < 10; ++i) {
-    const size_t n = std::min<size_t>(seq.size(), size_t(c.n_ctx));
-    const at::Tensor window = at::tensor(std::vector<int64_t>(seq.end() - int64_t(n), seq.end())).view({1, -1});
-    seq.push_back(m.model->forward_recurrent(window).select(1, int64_t(n) - 1).argmax().item<int64_t>());
-  }
-  EXPECT_EQ(gen, seq);
-}
-
 TEST(Convert, RecurrentNeedsLinearModel) {
   LoadedModel orig = load_model(bundled());
   EXPECT_NE(test::error_of([&] { orig.model->forward_recurrent(at::zeros({1, 3}, at::kLong)); }).find("converted"),

@@ -69,10 +69,8 @@ class Model {
 
   // The recurrent form of a converted model: one token at a time, per head a state
   // S = sum phi(k) v^T [M, d_v] and z = sum phi(k) [M] of constant size. Equals forward() up to
-  // float rounding; generate_greedy() decodes this way. The first `prefill` tokens fill the state
-  // in one batch-form pass (their logits are the batch form's), as generate_greedy() reads its
-  // prompt; the rest go one at a time. Throws Error for a softmax model.
-  at::Tensor forward_recurrent(const at::Tensor& ids, int64_t prefill = 0) const;
+  // float rounding; generate_greedy() decodes this way. Throws Error for a softmax model.
+  at::Tensor forward_recurrent(const at::Tensor& ids) const;
 
   // ids: int64 [B, L] with L <= n_ctx. Returns float32 logits [B, L, V]. Autograd is recorded only
   // when weights require grad; capture runs under inference mode by the caller's choice.

@@ -184,20 +184,6 @@ class Recurrent {
     return at::matmul(x, w_.lm_head.t()).squeeze(1);
   }
 
-  // Sets layer a.layer's state to what step() would have summed over the keys and values of a
-  // whole prompt (a batch-form forward pass's activations, from a CaptureHook): one forward pass
-  // fills the state instead of one step per prompt token.
-  void absorb(const AttentionActivations& a) {
-    for (int64_t h = 0; h < c_.n_head; ++h) {
-      const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));  // [B, L, M], [B, L, 1]
-      Head& st = state_[a.layer][h];
-      st.c = std::get<0>(fk.log_scale.max(1));                                          // [B, 1]
-      const at::Tensor kv = fk.values * at::exp(fk.log_scale - st.c.unsqueeze(1));     // [B, L, M]
-      st.S = at::matmul(kv.transpose(1, 2), a.v.select(1, h));                          // [B, M, d]
-      st.z = kv.sum(1);
-    }
-  }
-
  private:
   struct Head {
     at::Tensor S, z, c;  // [B, M, d], [B, M], [B, 1]
@@ -228,14 +214,6 @@ class Recurrent {
   const LinearAttention& lin_;
   std::vector<std::vector<Head>> state_;
 };
-
-// Fills r's state from `window` [B, P] (positions 0 .. P-1) in one batch-form pass of the model;
-// returns that pass's logits [B, P, V].
-at::Tensor fill_state(const Model& m, Recurrent& r, const at::Tensor& window) {
-  CaptureHook fill;
-  fill.on_layer = [&](const AttentionActivations& a) { r.absorb(a); };
-  return m.forward(window, &fill);
-}
 
 void check_ids(const ModelConfig& c, const at::Tensor& ids) {
   if (ids.dim() != 2 || ids.scalar_type() != at::kLong) fail("forward", "ids must be int64 [batch, length]");
@@ -293,15 +271,13 @@ void Model::set_linear_attention(std::shared_ptr<const LinearAttention> maps) {
   linear_ = std::move(maps);
 }
 
-at::Tensor Model::forward_recurrent(const at::Tensor& ids, int64_t prefill) const {
+at::Tensor Model::forward_recurrent(const at::Tensor& ids) const {
   if (!linear_) fail("forward", "the recurrent form needs a converted (linear-attention) model");
   check_ids(config_, ids);
-  if (prefill < 0 || prefill > ids.size(1)) fail("forward", "prefill must be in 0.." + std::to_string(ids.size(1)));
   Recurrent r(config_, weights_, *linear_);
   std::vector<at::Tensor> logits;
-  if (prefill > 0) logits.push_back(fill_state(*this, r, ids.narrow(1, 0, prefill)));
-  for (int64_t t = prefill; t < ids.size(1); ++t) logits.push_back(r.step(ids.select(1, t), t).unsqueeze(1));
-  return at::cat(logits, 1);
+  for (int64_t t = 0; t < ids.size(1); ++t) logits.push_back(r.step(ids.select(1, t), t));
+  return at::stack(logits, 1);
 }
 
 Model::Model(ModelConfig config, ModelWeights weights)
@@ -372,14 +348,13 @@ std::vector<int64_t> Model::generate_greedy(
     int64_t pos = 0;
     at::Tensor logits;
     // From scratch over the last n_ctx tokens: at the start, and when positions run out (the
-    // sliding window the softmax path uses below). The window runs once in the batch form, whose
-    // keys and values fill the recurrent state; then every new token is one step.
+    // sliding window the softmax path uses below).
     auto restart = [&] {
       r = std::make_unique<Recurrent>(config_, weights_, *linear_);
+      pos = 0;
       const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-      const at::Tensor window = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
-      logits = fill_state(*this, *r, window).select(1, int64_t(n) - 1);  // [1, V]
-      pos = int64_t(n);
+      for (size_t i = prompt.size() - n; i < prompt.size(); ++i)
+        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}).to(device), pos++);
     };
     restart();
     for (int i = 0; i < steps; ++i) {
