@@ -9,6 +9,7 @@
 #include "attnscope/converted_model.h"
 #include "attnscope/model.h"
 #include "attnscope/model_config.h"
+#include "attnscope/device.h"
 #include "attnscope/distill.h"
 #include "attnscope/speed_bench.h"
 #include "test_support.h"
@@ -123,10 +124,10 @@ TEST(SpeedBench, BadTrainOptionsAndDevicesAreClearErrors) {
   o.losses = {"l2"};
   o.seq_len = 1;
   EXPECT_NE(test::error_of([&] { bench_train(o); }).find("sequence length"), std::string::npos);
-  EXPECT_NE(test::error_of([] { check_device("tpu"); }).find("'tpu'"), std::string::npos);
-  EXPECT_EQ(check_device("cpu"), "cpu");
+  EXPECT_NE(test::error_of([] { parse_device("tpu"); }).find("'tpu'"), std::string::npos);
+  EXPECT_EQ(parse_device("cpu"), at::Device(at::kCPU));
   if (!at::hasCUDA()) {
-    EXPECT_NE(test::error_of([] { check_device("cuda"); }).find("without CUDA"), std::string::npos);
+    EXPECT_NE(test::error_of([] { parse_device("cuda"); }).find("without CUDA"), std::string::npos);
   }
 }
 

@@ -16,9 +16,6 @@ struct ModelConfig;
 // GPT-2 small's shape with a context of n_ctx positions and `vocab` tokens.
 ModelConfig gpt2_small_config(int n_ctx = 4096, int vocab = 50257);
 
-// "cpu", "cuda" or "cuda:N" checked against this build: Error (quantity "device") naming the
-// devices there are when CUDA is asked for and the build or machine has none, or for anything else.
-std::string check_device(const std::string& device);
 
 // ---- generation and batch speed at growing contexts ----
 struct GenerateBenchOptions {

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "attnscope/converted_model.h"
+#include "attnscope/device.h"
 #include "attnscope/distill.h"
 #include "attnscope/error.h"
 #include "attnscope/feature_map_tensors.h"
@@ -28,30 +29,9 @@ double seconds_since(clock_type::time_point t) { return std::chrono::duration<do
 
 MemoryDevice memory_device(const at::Device& d) { return d.is_cuda() ? MemoryDevice::CUDA : MemoryDevice::CPU; }
 
-// Makes the device's queued work finish, so a clock read after it times the work (CUDA runs
-// asynchronously; reading one value back waits for everything queued before it).
-void sync(const at::Tensor& t) {
-  if (t.is_cuda()) (void)t.reshape({-1})[0].item<float>();
-}
-
 }  // namespace
 
 ModelConfig gpt2_small_config(int n_ctx, int vocab) { return gpt2_config(12, 12, 768, vocab, n_ctx); }
-
-std::string check_device(const std::string& device) {
-  if (device == "cpu") return device;
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-    if (!at::hasCUDA())
-      fail_value("device", "'" + device + "': this attnscope was built against a LibTorch without CUDA, or no GPU is visible; use cpu");
-    try {
-      (void)at::Device(device);
-    } catch (const std::exception&) {
-      fail_value("device", "'" + device + "' is not a device name (cpu, cuda or cuda:N)");
-    }
-    return device;
-  }
-  fail_value("device", "'" + device + "' is not one of cpu, cuda, cuda:N");
-}
 
 std::vector<ContextSpeed> bench_generate(const Model& original, const Model& converted,
                                          const GenerateBenchOptions& o, const ProgressFn& progress) {
@@ -92,7 +72,7 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
       auto batch = [&](const Model& m, double* tokens_per_s, int64_t* peak) {
         PeakMemoryMeter meter(mem);
         const auto t0 = clock_type::now();
-        sync(m.forward(w));
+        wait_for_device(m.forward(w));
         *tokens_per_s = double(context) / seconds_since(t0);
         *peak = meter.peak_bytes();
       };
@@ -111,7 +91,7 @@ std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const Pr
   if (largest > 4096) fail_value("context", std::to_string(largest) + " exceeds 4096, the benchmark model's context length");
   if (o.vocab < 2) fail_value("vocabulary size", std::to_string(o.vocab) + " must be >= 2");
   if (o.features < 1) fail_value("features", std::to_string(o.features) + " must be >= 1");
-  const at::Device device(check_device(o.device));
+  const at::Device device = parse_device(o.device);
   const ModelConfig c = gpt2_small_config(std::max(largest, 1), o.vocab);
   const ModelWeights w = weights_on(init_gpt2_weights(c, o.seed), device);
   const Model original(c, w);
@@ -182,7 +162,7 @@ std::vector<TrainSpeed> bench_train(const TrainBenchOptions& o, const ProgressFn
       fail_value("loss", "'" + loss + "' is not one of " + names);
     }
   const ModelConfig c = gpt2_small_config(std::max(o.seq_len, 1024), 50257);
-  const at::Device device(check_device(o.device));
+  const at::Device device = parse_device(o.device);
   std::vector<TrainSpeed> out;
   for (size_t i = 0; i < o.losses.size(); ++i) {
     if (progress) progress(double(i) / double(o.losses.size()), "training step, loss " + o.losses[i]);

@@ -20,6 +20,7 @@
 #include "attnscope/allocation.h"
 #include "attnscope/capture.h"
 #include "attnscope/dof.h"
+#include "attnscope/device.h"
 #include "attnscope/distill.h"
 #include "attnscope/distributed.h"
 #include "attnscope/error.h"
@@ -109,19 +110,6 @@ LayerMaps cpu_copy(const LayerMaps& maps) {
   LayerMaps m = maps;
   for (auto& p : m.params) p.second = p.second.detach().to(at::kCPU, at::kFloat);
   return m;
-}
-
-at::Device distill_device(const std::string& name) {
-  if (name != "cuda") return at::Device(at::kCPU);
-#ifndef ATTNSCOPE_TORCH_CUDA
-  fail_value("device", "cuda is not available: this build has no CUDA (its LibTorch is CPU-only; build against a "
-                       "CUDA LibTorch, or use --device cpu)");
-#else
-  if (!at::hasCUDA())
-    fail_value("device", "cuda is not available: no CUDA device (check the driver and CUDA_VISIBLE_DEVICES, or use "
-                         "--device cpu)");
-  return at::Device(at::kCUDA, 0);
-#endif
 }
 
 GroupState group_state(HeadGroup group) {
@@ -628,7 +616,7 @@ DistillResult train_layers(DistillOptions o, const std::string& run_dir, const P
   const CaptureStore cap(o.capture);
   if (!resume) resolve_dims(o, cap);
   check_distill_options(o);
-  const at::Device device = distill_device(o.device);
+  const at::Device device = parse_device(o.device);
   check_dims(o, cap.num_layers(), cap.num_heads(), run_dir + "/job.json");
 
   RunDir run(run_dir, !resume, /*writes=*/dist.rank() == 0);
@@ -807,13 +795,12 @@ double distill_step_seconds(DistillBench& b) {
       train_layer_step(o, layers[size_t(s)], b.q[size_t(s)], b.k[size_t(s)], pairs, step);
     });
   };
-  // Reading a parameter back waits for every queued kernel on the device (CUDA runs asynchronously).
-  const auto finished = [&] { (void)layers[0].groups[0].group.maps.params[0].second.sum().item<double>(); };
+  const at::Tensor& some_param = layers[0].groups[0].group.maps.params[0].second;
   one_step(0);  // warm-up
-  finished();
+  wait_for_device(some_param);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i <= b.steps; ++i) one_step(i);
-  finished();
+  wait_for_device(some_param);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

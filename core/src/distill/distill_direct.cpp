@@ -18,6 +18,7 @@
 
 #include "attnscope/capture.h"
 #include "attnscope/converted_model.h"
+#include "attnscope/device.h"
 #include "attnscope/distill.h"
 #include "attnscope/error.h"
 #include "attnscope/model.h"
@@ -94,7 +95,7 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
   check_distill_options(o);
   check_dims(o, c.n_layer, c.n_head, run_dir + "/job.json");
   // The frozen model runs on the job's device: its weights are copied there (no copy on the CPU).
-  const at::Device device = distill_device(o.device);
+  const at::Device device = parse_device(o.device);
   if (!device.is_cpu()) model = Model(c, weights_on(model.weights(), device));
   if (o.seq_len > c.n_ctx)
     fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));
@@ -208,13 +209,12 @@ double direct_step_seconds(DistillBench& b) {
   std::vector<LayerState> layers = bench_layers(b.groups);
   Model model(b.model->config(), b.model->weights());  // shares the weights; gets the maps
   model.set_linear_attention(group_linear_attention(b.groups));
-  // Reading a parameter back waits for every queued kernel on the device (CUDA runs asynchronously).
-  const auto finished = [&] { (void)layers[0].groups[0].group.maps.params[0].second.sum().item<double>(); };
+  const at::Tensor& some_param = layers[0].groups[0].group.maps.params[0].second;
   direct_step(b.options, model, layers, b.ids, 0);  // warm-up
-  finished();
+  wait_for_device(some_param);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i <= b.steps; ++i) direct_step(b.options, model, layers, b.ids, i);
-  finished();
+  wait_for_device(some_param);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -42,9 +42,6 @@ struct LayerState {
 };
 
 json options_json(const DistillOptions& o);
-// --device cpu | cuda as an at::Device; cuda without CUDA is an Error that says which is missing
-// (this build's LibTorch, or a GPU on this machine).
-at::Device distill_device(const std::string& name);
 // Moves a layer's maps, AdamW moments and head indices to `device`.
 void to_device(LayerState& st, const at::Device& device);
 // A float32 CPU copy of maps: what callers and files get, whatever the device.
