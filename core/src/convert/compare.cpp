@@ -5,11 +5,10 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "attnscope/capture.h"
+#include "attnscope/convert_job.h"
 #include "attnscope/converted_model.h"
 #include "attnscope/distill.h"
 #include "attnscope/dof.h"
@@ -32,14 +31,6 @@ const char* display_name(const std::string& strategy) {
   return "DoF + Clip";
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot be read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The text split by characters: the first (1 - share) for the capture, the rest held out. The cut
 // moves forward to the next whitespace so no word is split between the two.
 std::pair<std::string, std::string> split_text(const std::vector<TextDocument>& docs, double heldout_share) {
@@ -48,33 +39,6 @@ std::pair<std::string, std::string> split_text(const std::vector<TextDocument>& 
   size_t cut = size_t(double(all.size()) * (1.0 - heldout_share));
   while (cut < all.size() && !std::isspace(static_cast<unsigned char>(all[cut]))) ++cut;
   return {all.substr(0, cut), cut < all.size() ? all.substr(cut) : std::string()};
-}
-
-// The converted model of a finished distillation job, as `attnscope convert --job RUN` writes it,
-// with the strategy, budget and lambda that chose its dimensions.
-void convert_run(const LoadedModel& m, const std::string& run, const StrategyResult& r, const CompareOptions& o,
-                 const std::string& out) {
-  const ModelConfig& c = m.model->config();
-  const std::string job_text = read_file(run + "/job.json");
-  const json job = json::parse(job_text);
-  ConvertOptions co;
-  const json& fm = job.at("feature_map");
-  co.map.name = fm.at("name");
-  if (fm.contains("activation") && fm["activation"].is_string()) co.map.activation = fm["activation"];
-  if (fm.contains("tied") && fm["tied"].is_boolean()) co.map.tied = fm["tied"];
-  if (fm.contains("init") && fm["init"].is_string()) co.map.init = fm["init"];
-  if (fm.contains("seed") && fm["seed"].is_number_unsigned()) co.map.seed = fm["seed"];
-  for (int64_t d : r.dims) co.dims.emplace_back(c.n_head, d);
-  co.strategy = r.strategy;
-  co.lambda = parse_lambda(o.lambda);
-  co.budget = o.budget;
-  co.loss = o.loss;
-  co.steps = o.steps;
-  co.job_json = job.dump();
-  co.copy_weights = false;  // three strategies share the original's weights: referenced, not copied
-  co.python_module = o.python_module;
-  co.maps = read_feature_maps(run + "/feature_maps.safetensors", co.map, co.dims, c);
-  convert_model(m, co, out);
 }
 
 void write_table(const OutputDir& out, const std::string& name, const Table& t) {
@@ -275,8 +239,13 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
     const int64_t n_val = std::max<int64_t>(1, int64_t(std::llround(d.val_share * double(o.num_seqs))));
     const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(d.batch, o.num_seqs - n_val));
     r.train_ms_per_sample = 1000.0 * dr.seconds / double(std::max<int64_t>(1, dr.steps) * windows);
+    // The converted model, as `attnscope convert --job RUN --weights reference` writes it: the three
+    // strategies share the original's weights.
     const std::string model_dir = out.file("models/" + s);
-    convert_run(m, run, r, o, model_dir);
+    ConvertOptions conv = distill_run_convert_options(run, c);
+    conv.copy_weights = false;
+    conv.python_module = o.python_module;
+    convert_model(m, conv, model_dir);
 
     // Evaluated as `attnscope eval --model DIR/models/S --text DIR/texts/heldout.txt` does.
     LoadedModel converted = load_model(model_dir);
