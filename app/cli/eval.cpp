@@ -7,34 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/converted_eval.h"
+#include "attnscope/converted_eval_json.h"
 #include "attnscope/error.h"
 #include "attnscope/text_source.h"
 #include "common.h"
 
 namespace attnscope::cli {
 namespace {
-
-nlohmann::json loss_json(double loss) { return {{"loss", loss}, {"perplexity", std::exp(loss)}}; }
-
-nlohmann::json to_json(const ConvertedEvaluation& e) {
-  nlohmann::json layers = nlohmann::json::array(), speed = nlohmann::json::array();
-  for (const auto& l : e.layers)
-    layers.push_back({{"layer", l.layer}, {"attention_kl", l.attention_kl}, {"output_rel_error", l.output_rel_error}});
-  for (const auto& s : e.speed)
-    speed.push_back({{"seq_len", s.seq_len},
-                     {"mode", s.generate ? "generate" : "batch"},
-                     {"softmax_tokens_per_s", s.softmax_tokens_per_s},
-                     {"linear_tokens_per_s", s.linear_tokens_per_s},
-                     {"softmax_peak_bytes", s.softmax_peak_bytes},
-                     {"linear_peak_bytes", s.linear_peak_bytes}});
-  return {{"tokens", e.tokens},
-          {"seq_len", e.seq_len},
-          {"closeness_windows", e.closeness_windows},
-          {"original", loss_json(e.original_loss)},
-          {"converted", loss_json(e.converted_loss)},
-          {"layers", layers},
-          {"speed", speed}};
-}
 
 void print_table(const ConvertedEvaluation& e) {
   std::printf("tokens %lld, windows of %d (closeness on %d of them)\n\n", (long long)e.tokens, e.seq_len,
@@ -94,7 +73,7 @@ void register_eval(CLI::App& app) {
       o.min_seconds = *min_seconds;
       const ConvertedEvaluation e = evaluate_converted(*m.model, ids, o, terminal_progress("eval"));
       if (*json)
-        std::cout << to_json(e).dump(2) << "\n";
+        std::cout << converted_eval_to_json(e).dump(2) << "\n";
       else
         print_table(e);
       return;

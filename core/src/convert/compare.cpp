@@ -9,6 +9,7 @@
 
 #include "attnscope/capture.h"
 #include "attnscope/convert_job.h"
+#include "attnscope/converted_eval_json.h"
 #include "attnscope/converted_model.h"
 #include "attnscope/distill.h"
 #include "attnscope/dof.h"
@@ -46,8 +47,6 @@ void write_table(const OutputDir& out, const std::string& name, const Table& t) 
   write_text_file(out.file(name + ".tex"), to_latex(t));
   write_text_file(out.file(name + ".csv"), to_csv(t));
 }
-
-json loss_json(double loss) { return {{"loss", loss}, {"perplexity", std::exp(loss)}}; }
 
 // The generate entry of eval's speed table at the evaluation length (compare asks for that one).
 const SpeedEntry& generation_entry(const ConvertedEvaluation& e) {
@@ -133,28 +132,19 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
             {"steps", o.steps},
             {"seq_len", L},
             {"heldout_tokens", first.tokens},
-            {"original", loss_json(first.original_loss)},
+            {"original", converted_eval_to_json(first)["original"]},
             {"strategies", json::array()}};
   for (const auto& r : rows) {
-    json layers = json::array(), speed_rows = json::array();
-    for (const auto& l : r.eval.layers)
-      layers.push_back({{"layer", l.layer}, {"attention_kl", l.attention_kl}, {"output_rel_error", l.output_rel_error}});
-    for (const auto& s : r.eval.speed)
-      speed_rows.push_back({{"seq_len", s.seq_len},
-                            {"mode", s.generate ? "generate" : "batch"},
-                            {"softmax_tokens_per_s", s.softmax_tokens_per_s},
-                            {"linear_tokens_per_s", s.linear_tokens_per_s},
-                            {"softmax_peak_bytes", s.softmax_peak_bytes},
-                            {"linear_peak_bytes", s.linear_peak_bytes}});
+    const json e = converted_eval_to_json(r.eval);  // what `attnscope eval --json` prints for this model
     j["strategies"].push_back({{"strategy", r.strategy},
                                {"dims", r.dims},
                                {"model", "models/" + r.strategy},
                                {"train_ms_per_sample", r.train_ms_per_sample},
-                               {"original", loss_json(r.eval.original_loss)},
-                               {"converted", loss_json(r.eval.converted_loss)},
+                               {"original", e["original"]},
+                               {"converted", e["converted"]},
                                {"mean_attention_kl", r.mean_attention_kl()},
-                               {"layers", layers},
-                               {"speed", speed_rows}});
+                               {"layers", e["layers"]},
+                               {"speed", e["speed"]}});
   }
   write_text_file(out.file("compare.json"), j.dump(2) + "\n");
 }

@@ -1,0 +1,29 @@
+#include "attnscope/converted_eval_json.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace attnscope {
+
+nlohmann::json converted_eval_to_json(const ConvertedEvaluation& e) {
+  const auto loss_json = [](double loss) { return nlohmann::json{{"loss", loss}, {"perplexity", std::exp(loss)}}; };
+  nlohmann::json layers = nlohmann::json::array(), speed = nlohmann::json::array();
+  for (const auto& l : e.layers)
+    layers.push_back({{"layer", l.layer}, {"attention_kl", l.attention_kl}, {"output_rel_error", l.output_rel_error}});
+  for (const auto& s : e.speed)
+    speed.push_back({{"seq_len", s.seq_len},
+                     {"mode", s.generate ? "generate" : "batch"},
+                     {"softmax_tokens_per_s", s.softmax_tokens_per_s},
+                     {"linear_tokens_per_s", s.linear_tokens_per_s},
+                     {"softmax_peak_bytes", s.softmax_peak_bytes},
+                     {"linear_peak_bytes", s.linear_peak_bytes}});
+  return {{"tokens", e.tokens},
+          {"seq_len", e.seq_len},
+          {"closeness_windows", e.closeness_windows},
+          {"original", loss_json(e.original_loss)},
+          {"converted", loss_json(e.converted_loss)},
+          {"layers", layers},
+          {"speed", speed}};
+}
+
+}  // namespace attnscope
