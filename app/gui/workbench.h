@@ -215,6 +215,7 @@ class Workbench : public QObject {
   void clear_results();  // cancels capture, spectra, metrics and maps jobs and forgets them
   QString new_workspace();
   void poll_metrics();  // reads what the run appended to metrics.jsonl; trainingChanged() when new
+  void distill_ended();  // a distill or resume job ended: the last metrics, then trainingChanged()
   int start_evaluation();
 
   std::unique_ptr<JobRunner> runner_;

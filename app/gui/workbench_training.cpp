@@ -74,6 +74,12 @@ void Workbench::poll_metrics() {
   if (metrics_tail_.poll()) emit trainingChanged();
 }
 
+void Workbench::distill_ended() {
+  metrics_timer_->stop();
+  metrics_tail_.poll();
+  emit trainingChanged();
+}
+
 void Workbench::open_run(const QString& dir) {
   run_dir_ = QFileInfo(dir).absoluteFilePath();
   metrics_tail_ = MetricsTail(to_std(run_dir_));
@@ -162,11 +168,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
           distill(o, run, job.progress(), /*resume=*/false);
           return nullptr;
         },
-        &distill_job_, [this](JobState, bool) {
-          metrics_timer_->stop();
-          metrics_tail_.poll();
-          emit trainingChanged();
-        });
+        &distill_job_, [this](JobState, bool) { distill_ended(); });
     if (id) metrics_timer_->start();
     emit trainingChanged();
     return id;
@@ -191,14 +193,12 @@ int Workbench::resume_distill() {
     const int id = start(
         "distill", "resume " + fs::path(run).filename().string(), distill_resume_command(run),
         [run](Job& job) -> Apply {
-          distill(DistillOptions{}, run, job.progress(), /*resume=*/true);
+          DistillOptions same_device;
+          same_device.device.clear();  // "": the run continues on the device it was started on
+          distill(same_device, run, job.progress(), /*resume=*/true);
           return nullptr;
         },
-        &distill_job_, [this](JobState, bool) {
-          metrics_timer_->stop();
-          metrics_tail_.poll();
-          emit trainingChanged();
-        });
+        &distill_job_, [this](JobState, bool) { distill_ended(); });
     // The resumed run drops the lines after its checkpoint: read the file again from the start.
     metrics_tail_.reset();
     if (id) metrics_timer_->start();
