@@ -638,14 +638,7 @@ TEST(DistillGroups, FlexNonstationaryLossEqualsFloat64Reference) {
 }
 
 TEST(DistillGroups, FlexNonstationaryTrainingLowersHeldOutKl) {
-  DistillOptions o;
-  o.capture = bundled_capture();
-  o.feature_map = "flex-nonstationary";
-  o.loss = "kl";
-  o.features = 16;
-  o.steps = 50;
-  o.seed = 11;
-  o.batch = 2;
+  const DistillOptions o = base_options("flex-nonstationary", "kl", 50);
   const std::string run = test::temp_dir("distill_flexns") + "/run";
   const DistillResult r = distill(o, run);
   ASSERT_EQ(r.layers.size(), 4u);
