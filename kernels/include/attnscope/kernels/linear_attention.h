@@ -1,0 +1,63 @@
+// Causal linear attention kernels (SPEC section 5): one dispatch API, CPU or CUDA by the tensors'
+// device. Every linear-attention computation of attnscope (attention outputs, training, converted
+// models, generation) goes through these functions.
+//
+// For queries i and keys j <= i, with features carried as values and a per-key log scale
+// (phi(k_j) = exp(ls_j) k_j; the query's own scale cancels and is not passed):
+//
+//   w_ij = (q_i . k_j) exp(ls_j - c_i),      c_i = max_{j <= i} ls_j
+//   y_i  = sum_{j<=i} w_ij v_j / den_i,      den_i = sum_{j<=i} w_ij
+//
+// Every factor exp(ls_j - c_i) is <= 1, so nothing overflows however large the scales are; y is
+// independent of the choice of c_i. A row with den_i = 0 (no weight: ReLU-type maps, or all of its
+// keys more than ~87 (float32) / ~700 (float64) below c_i) is 0/0: y_i = NaN, and no gradient flows
+// from it (its gradient into q, k, ls, v is 0, not NaN). Kernel values are used raw: signed maps
+// (random Fourier features) can give den_i <= 0 and meaningless rows; linear_map (core) reports them.
+//
+// Chunked form, chunk C = kChunk: per chunk t the state A_t = sum_{j in t} exp(ls_j - m_t) k_j [v_j, 1]^T
+// (m_t the chunk's largest key scale), an exclusive prefix over chunks P_t (rescaled to the
+// running max, as online softmax does), and per query the intra-chunk causal block plus q_i^T P_t.
+// Time O(L C (M + D) + L M D), memory O(L (M + D) + (L / C) M D). The backward pass recomputes the
+// states and runs the mirror-image suffix over chunks for the key and value gradients.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace attnscope::kernels {
+
+constexpr int64_t kChunk = 64;      // queries per chunk
+constexpr int64_t kMaxFeatures = 256;  // M, the feature dimension (CUDA kernels' limit)
+constexpr int64_t kMaxHeadDim = 128;   // D, the value (head) dimension (CUDA kernels' limit)
+
+// q, k [..., L, M] feature values, k_log_scale [..., L, 1], v [..., L, D] (same leading dims,
+// same floating dtype: float32 or float64 on the CPU, float32, bfloat16 or float64 on CUDA; same
+// device) -> y [..., L, D] in that dtype. Differentiable in q, k, k_log_scale and v (autograd).
+// Throws attnscope::Error naming the argument for bad shapes, dtypes or devices. Inputs are not
+// checked for NaN here (core checks its inputs once, not per head).
+at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                                   const at::Tensor& v);
+
+// The recurrent form: the sums over the keys seen so far, relative to c = their largest log scale.
+// Empty (undefined tensors) before the first token.
+struct RecurrentState {
+  at::Tensor S;  // [N, M, D]  sum_j exp(ls_j - c) k_j v_j^T
+  at::Tensor z;  // [N, M]     sum_j exp(ls_j - c) k_j
+  at::Tensor c;  // [N]        max_j ls_j
+};
+
+// One token for N independent heads/sequences: adds key k [N, M] (log scale [N]) and value v [N, D]
+// to the state, then reads query q [N, M]: y [N, D] (NaN where den = 0, as above). Not differentiable.
+at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& k_log_scale, const at::Tensor& v);
+
+// The state after a whole sequence, as recurrent_step would leave it after its L tokens (so a
+// prompt can be read in the chunked form and generation continue token by token): q is not needed.
+// k [N, L, M], k_log_scale [N, L, 1], v [N, L, D].
+RecurrentState final_state(const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v);
+
+// Whether this build has the CUDA kernels (nvcc was found); the CUDA tensors of a CUDA LibTorch
+// need them.
+bool have_cuda_kernels();
+
+}  // namespace attnscope::kernels

@@ -1,0 +1,238 @@
+// CPU kernels of causal linear attention in the chunked form (cuda/launch.h has the equations).
+//
+// The four products of every chunk (Q K^T, W [V, 1], Q P_t, K^T [V, 1]; and their mirrors in the
+// backward pass) run as batched GEMMs over all chunks of all heads at once (at::matmul: BLAS, in
+// parallel over batch x heads x chunks). What is not a product is a plain loop: the scans over
+// chunks (parallel over batch x heads, sequential over chunks) and the causal, log-scaled weights
+// of the intra-chunk block, each written in one pass. Memory: the chunk states, (L / C) M (D + 1)
+// per head, and three C x C blocks per chunk, never the [L, M, D] prefix states of a cumsum.
+#include "src/cpu_chunked.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace attnscope::kernels::cpu {
+namespace {
+
+constexpr int64_t C = kChunk;
+
+int64_t num_chunks(int64_t L) { return (L + C - 1) / C; }
+
+// [N, L, X] -> [N, T, C, X], padded with `pad` to T C rows.
+at::Tensor chunked(const at::Tensor& x, int64_t T, double pad) {
+  const int64_t L = x.size(1);
+  const at::Tensor p = L == T * C ? x : at::constant_pad_nd(x, {0, 0, 0, T * C - L}, pad);
+  return p.view({x.size(0), T, C, x.size(2)});
+}
+
+// [N, T, C, X] -> [N, L, X], padding dropped.
+at::Tensor unchunked(const at::Tensor& x, int64_t L) {
+  return x.reshape({x.size(0), x.size(1) * C, x.size(3)}).narrow(1, 0, L).contiguous();
+}
+
+// [v, 1]: the ones column turns the normalizer into one more output column.
+at::Tensor with_ones(const at::Tensor& v) { return at::cat({v, at::ones_like(v.narrow(-1, 0, 1))}, -1); }
+
+// The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal, in one pass.
+// ls, c [N, T, C] -> [N, T, C, C]. Every exponent is <= 0 (c_i is the max over j <= i).
+template <typename T>
+void intra_weights(const T* ls, const T* c, T* e, int64_t blocks) {
+  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* l = ls + b * C;
+      for (int64_t i = 0; i < C; ++i) {
+        T* row = e + (b * C + i) * C;
+        const T ci = c[b * C + i];
+        for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(l[j] - ci);
+        for (int64_t j = i + 1; j < C; ++j) row[j] = 0;
+      }
+    }
+  });
+}
+
+at::Tensor intra_weights(const at::Tensor& ls, const at::Tensor& c) {
+  std::vector<int64_t> shape(ls.sizes().begin(), ls.sizes().end());
+  shape.push_back(C);
+  at::Tensor e = at::empty(shape, ls.options());
+  AT_DISPATCH_FLOATING_TYPES(ls.scalar_type(), "intra_weights", [&] {
+    intra_weights<scalar_t>(ls.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), e.data_ptr<scalar_t>(), ls.numel() / C);
+  });
+  return e;
+}
+
+// In place over the chunk states a [N, T, X] (chunk t's relative to its own max m_t [N, T]): each
+// becomes P_t, the sum over the chunks before t, relative to cP_t (written to cp [N, T]; -inf for
+// t = 0), the running max, rescaled as it grows (online softmax's rule).
+template <typename T>
+void exclusive_prefix(T* a, const T* m, T* cp, int64_t N, int64_t nT, int64_t X) {
+  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<T> run(X);
+    for (int64_t n = n0; n < n1; ++n) {
+      std::fill(run.begin(), run.end(), T(0));
+      T c = -std::numeric_limits<T>::infinity();
+      for (int64_t t = 0; t < nT; ++t) {
+        T* at_t = a + (n * nT + t) * X;
+        const T mt = m[n * nT + t], cn = std::max(c, mt);
+        const T keep = std::exp(c - cn), add = std::exp(mt - cn);  // exp(-inf) = 0 before the first chunk
+        for (int64_t x = 0; x < X; ++x) {
+          const T own = at_t[x];
+          at_t[x] = run[x];
+          run[x] = keep * run[x] + add * own;
+        }
+        cp[n * nT + t] = c;
+        c = cn;
+      }
+    }
+  });
+}
+
+// The mirror image for the key gradients: in place over b [N, T, X] (chunk u's B_u relative to r
+// of the chunk before, r_{u-1}), each becomes R_t = the sum over the chunks after t, relative to
+// r_t [N, T] (+inf for the last chunk, whose R is 0).
+template <typename T>
+void exclusive_suffix(T* b, const T* r, int64_t N, int64_t nT, int64_t X) {
+  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<T> run(X);
+    for (int64_t n = n0; n < n1; ++n) {
+      std::fill(run.begin(), run.end(), T(0));
+      for (int64_t t = nT - 1; t >= 0; --t) {
+        T* at_t = b + (n * nT + t) * X;
+        // R_{t-1} = exp(r_{t-1} - r_t) R_t + B_t; for the last chunk exp(r_{t-1} - inf) = 0.
+        const T keep = t > 0 ? std::exp(r[n * nT + t - 1] - r[n * nT + t]) : T(0);
+        for (int64_t x = 0; x < X; ++x) {
+          const T own = at_t[x];
+          at_t[x] = run[x];
+          run[x] = keep * run[x] + own;
+        }
+      }
+    }
+  });
+}
+
+// Chunk states and their exclusive prefix: P [N, T, M, D+1], cP [N, T].
+struct Prefix {
+  at::Tensor P, cP;
+};
+Prefix prefix_states(const at::Tensor& kc, const at::Tensor& v1c, const at::Tensor& lsc) {
+  const at::Tensor m = std::get<0>(lsc.max(-1));  // [N, T]
+  const at::Tensor kw = kc * at::exp(lsc - m.unsqueeze(-1)).unsqueeze(-1);
+  Prefix p{at::matmul(kw.transpose(-2, -1), v1c).contiguous(), at::empty_like(m)};
+  const int64_t N = kc.size(0), nT = kc.size(1);
+  AT_DISPATCH_FLOATING_TYPES(kc.scalar_type(), "exclusive_prefix", [&] {
+    exclusive_prefix<scalar_t>(p.P.data_ptr<scalar_t>(), m.contiguous().data_ptr<scalar_t>(), p.cP.data_ptr<scalar_t>(),
+                               N, nT, p.P.size(2) * p.P.size(3));
+  });
+  return p;
+}
+
+}  // namespace
+
+Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+  const int64_t L = q.size(1), D = v.size(2), T = num_chunks(L);
+  const double inf = std::numeric_limits<double>::infinity();
+  const at::Tensor qc = chunked(q, T, 0), kc = chunked(k, T, 0), v1c = chunked(with_ones(v), T, 0);
+  const at::Tensor lsc = chunked(ls.unsqueeze(-1), T, -inf).squeeze(-1);  // padded keys weigh exp(-inf) = 0
+  const Prefix p = prefix_states(kc, v1c, lsc);
+  // c_i: the carried max or a key of this chunk up to i.
+  const at::Tensor ci = at::maximum(std::get<0>(at::cummax(lsc, -1)), p.cP.unsqueeze(-1)).contiguous();
+  const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)).mul_(intra_weights(lsc.contiguous(), ci));
+  const at::Tensor num = at::matmul(w, v1c).add_(at::matmul(qc * at::exp(p.cP.unsqueeze(-1) - ci).unsqueeze(-1), p.P));
+  Forward f;
+  f.den = unchunked(num.narrow(-1, D, 1), L).squeeze(-1);
+  f.c = unchunked(ci.unsqueeze(-1), L).squeeze(-1);
+  // A row with no weight is 0/0: NaN, as linear_attention.h says (not a division by 0 of a nonzero).
+  const at::Tensor none = (f.den == 0).unsqueeze(-1);
+  f.y = at::where(none, at::full({}, std::nan(""), q.options()),
+                  unchunked(num.narrow(-1, 0, D), L) / at::where(none, at::ones_like(f.den).unsqueeze(-1), f.den.unsqueeze(-1)));
+  return f;
+}
+
+Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
+                  const Forward& saved, const at::Tensor& gy) {
+  const int64_t N = q.size(0), L = q.size(1), M = q.size(2), D = v.size(2), T = num_chunks(L);
+  const double inf = std::numeric_limits<double>::infinity();
+  // g'_i = [gy_i / den_i, -(gy_i . y_i) / den_i]: dL/dw_ij = g'_i . [v_j, 1]. Undefined rows: 0.
+  const at::Tensor defined = (saved.den != 0).unsqueeze(-1);
+  const at::Tensor inv = at::where(defined, 1 / at::where(defined, saved.den.unsqueeze(-1), at::ones_like(saved.den).unsqueeze(-1)),
+                                   at::zeros_like(saved.den).unsqueeze(-1));
+  const at::Tensor y0 = at::where(defined, saved.y, at::zeros_like(saved.y));
+  const at::Tensor gp = at::cat({gy * inv, -(gy * y0).sum(-1, /*keepdim=*/true) * inv}, -1);  // [N, L, D+1]
+
+  const at::Tensor qc = chunked(q, T, 0), kc = chunked(k, T, 0), v1c = chunked(with_ones(v), T, 0);
+  const at::Tensor lsc = chunked(ls.unsqueeze(-1), T, -inf).squeeze(-1);
+  const at::Tensor gpc = chunked(gp, T, 0);
+  // Padded queries read nothing (c = +inf: every weight exp(ls - inf) = 0; their g' is 0 anyway).
+  const at::Tensor ci = chunked(saved.c.unsqueeze(-1), T, inf).squeeze(-1).contiguous();
+  const Prefix p = prefix_states(kc, v1c, lsc);
+  const at::Tensor e = intra_weights(lsc.contiguous(), ci);
+  const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)).mul_(e);               // [N, T, C, C]
+  const at::Tensor pm = at::matmul(gpc, v1c.transpose(-2, -1)).mul_(e);            // dL/dw_ij E_ij
+
+  // Queries: the intra block plus the state before the chunk.
+  at::Tensor dq = at::matmul(pm, kc).add_(at::matmul(gpc * at::exp(p.cP.unsqueeze(-1) - ci).unsqueeze(-1),
+                                                     p.P.transpose(-2, -1)));
+  // Keys and values: the intra block plus the suffix over later chunks, R_t relative to r_t = c at
+  // the first query after chunk t.
+  const at::Tensor cfirst = ci.select(-1, 0);  // [N, T]
+  at::Tensor Rs = at::matmul((qc * at::exp(cfirst.unsqueeze(-1) - ci).unsqueeze(-1)).transpose(-2, -1), gpc).contiguous();
+  const at::Tensor r = at::cat({cfirst.narrow(1, 1, T - 1), at::full({N, 1}, inf, ci.options())}, 1).contiguous();
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "exclusive_suffix", [&] {
+    exclusive_suffix<scalar_t>(Rs.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), N, T, M * (D + 1));
+  });
+  const at::Tensor key_scale = at::exp(lsc - r.unsqueeze(-1)).unsqueeze(-1);  // [N, T, C, 1], <= 1
+  at::Tensor dk = at::matmul(pm.transpose(-2, -1), qc).add_(at::matmul(v1c * key_scale, Rs.transpose(-2, -1)));
+  at::Tensor dv = at::matmul(w.transpose(-2, -1), gpc.narrow(-1, 0, D))
+                      .add_(at::matmul(kc * key_scale, Rs.narrow(-1, 0, D)));
+  Backward b;
+  b.dq = unchunked(dq, L);
+  b.dk = unchunked(dk, L);
+  b.dv = unchunked(dv, L);
+  b.dls = (k * b.dk).sum(-1);  // dL/dls_j = sum_i dL/dw_ij w_ij = k_j . dk_j
+  return b;
+}
+
+at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
+                          const at::Tensor& v) {
+  const int64_t N = q.size(0), M = q.size(1), D = v.size(1);
+  if (!st.S.defined()) {
+    st.S = at::zeros({N, M, D}, q.options());
+    st.z = at::zeros({N, M}, q.options());
+    st.c = at::full({N}, -std::numeric_limits<double>::infinity(), q.options());
+  }
+  at::Tensor y = at::empty({N, D}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "recurrent_step", [&] {
+    scalar_t *S = st.S.data_ptr<scalar_t>(), *z = st.z.data_ptr<scalar_t>(), *c = st.c.data_ptr<scalar_t>();
+    const scalar_t *qp = q.data_ptr<scalar_t>(), *kp = k.data_ptr<scalar_t>(), *lp = ls.data_ptr<scalar_t>(),
+                   *vp = v.data_ptr<scalar_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+      std::vector<scalar_t> num(D);
+      for (int64_t n = n0; n < n1; ++n) {
+        const scalar_t cn = std::max(c[n], lp[n]);
+        const scalar_t keep = std::exp(c[n] - cn), add = std::exp(lp[n] - cn);
+        c[n] = cn;
+        scalar_t* Sn = S + n * M * D;
+        const scalar_t *qn = qp + n * M, *kn = kp + n * M, *vn = vp + n * D;
+        std::fill(num.begin(), num.end(), scalar_t(0));
+        scalar_t den = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          const scalar_t km = add * kn[m];
+          scalar_t* row = Sn + m * D;
+          for (int64_t d = 0; d < D; ++d) row[d] = keep * row[d] + km * vn[d];
+          z[n * M + m] = keep * z[n * M + m] + km;
+          den += qn[m] * z[n * M + m];
+          for (int64_t d = 0; d < D; ++d) num[d] += qn[m] * row[d];
+        }
+        for (int64_t d = 0; d < D; ++d) yp[n * D + d] = den == 0 ? scalar_t(NAN) : num[d] / den;
+      }
+    });
+  });
+  return y;
+}
+
+}  // namespace attnscope::kernels::cpu

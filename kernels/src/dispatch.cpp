@@ -1,0 +1,231 @@
+// The dispatch of include/attnscope/kernels/linear_attention.h: checks, flattening of the leading
+// dimensions to N, autograd, and the choice of CPU (src/cpu_chunked.cpp) or CUDA (cuda/*.cu) kernel.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <string>
+
+#include "attnscope/error.h"
+#include "attnscope/kernels/linear_attention.h"
+#include "src/cpu_chunked.h"
+
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+#include "cuda/launch.h"
+#endif
+#ifdef ATTNSCOPE_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace attnscope::kernels {
+namespace {
+
+constexpr const char* kWhere = "linear attention kernel";
+
+std::string shape(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+void check_dtype_device(const char* what, const at::Tensor& t, const at::Tensor& ref) {
+  if (!t.defined()) fail(kWhere, std::string(what) + " is missing");
+  if (t.scalar_type() != ref.scalar_type())
+    fail(kWhere, std::string(what) + " is " + std::string(c10::toString(t.scalar_type())) + ", q is " +
+                     std::string(c10::toString(ref.scalar_type())) + ": pass one dtype");
+  if (t.device() != ref.device())
+    fail(kWhere, std::string(what) + " is on " + t.device().str() + ", q on " + ref.device().str());
+}
+
+void check_dtype_supported(const at::Tensor& q) {
+  const auto dt = q.scalar_type();
+  const bool ok = q.is_cuda() ? (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kDouble)
+                              : (dt == at::kFloat || dt == at::kDouble);
+  if (!ok)
+    fail(kWhere, std::string("dtype ") + c10::toString(dt) + " is not supported on " + q.device().str() +
+                     (q.is_cuda() ? " (float32, bfloat16, float64)" : " (float32, float64)"));
+  if (q.is_cuda() && !have_cuda_kernels())
+    fail(kWhere, "tensors are on " + q.device().str() + " but this build has no CUDA kernels (nvcc was not found)");
+}
+
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+cuda::DType cuda_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kBFloat16: return cuda::DType::BFloat16;
+    case at::kDouble: return cuda::DType::Float64;
+    default: return cuda::DType::Float32;
+  }
+}
+at::ScalarType accumulator(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+void* stream_of(const at::Tensor& t) {
+#ifdef ATTNSCOPE_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#else
+  (void)t;
+  fail(kWhere, "a CUDA tensor in a build whose LibTorch has no CUDA");
+#endif
+}
+
+void check_launch(const std::string& err, const char* what) {
+  if (!err.empty()) fail(kWhere, std::string("CUDA ") + what + ": " + err);
+}
+
+cpu::Forward cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+#ifdef ATTNSCOPE_TORCH_CUDA
+  const c10::cuda::CUDAGuard guard(q.device());
+#endif
+  const int64_t N = q.size(0), L = q.size(1), M = q.size(2), D = v.size(2);
+  const auto acc = q.options().dtype(accumulator(q));
+  cpu::Forward f{at::empty({N, L, D}, q.options()), at::empty({N, L}, acc), at::empty({N, L}, acc)};
+  at::Tensor ws = at::empty({cuda::forward_workspace_elements(N, L, M, D)}, acc);
+  check_launch(cuda::forward(cuda_dtype(q), q.data_ptr(), k.data_ptr(), ls.data_ptr(), v.data_ptr(), f.y.data_ptr(),
+                             f.den.data_ptr(), f.c.data_ptr(), ws.data_ptr(), N, L, M, D, stream_of(q)),
+               "forward");
+  return f;
+}
+
+cpu::Backward cuda_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
+                            const cpu::Forward& s, const at::Tensor& gy) {
+#ifdef ATTNSCOPE_TORCH_CUDA
+  const c10::cuda::CUDAGuard guard(q.device());
+#endif
+  const int64_t N = q.size(0), L = q.size(1), M = q.size(2), D = v.size(2);
+  cpu::Backward b{at::empty_like(q), at::empty_like(k), at::empty_like(ls), at::empty_like(v)};
+  at::Tensor ws = at::empty({cuda::backward_workspace_elements(N, L, M, D)}, q.options().dtype(accumulator(q)));
+  check_launch(cuda::backward(cuda_dtype(q), q.data_ptr(), k.data_ptr(), ls.data_ptr(), v.data_ptr(), s.y.data_ptr(),
+                              s.den.data_ptr(), s.c.data_ptr(), gy.data_ptr(), b.dq.data_ptr(), b.dk.data_ptr(),
+                              b.dls.data_ptr(), b.dv.data_ptr(), ws.data_ptr(), N, L, M, D, stream_of(q)),
+               "backward");
+  return b;
+}
+#endif
+
+cpu::Forward run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+  if (q.is_cuda()) return cuda_forward(q, k, ls, v);
+#endif
+  return cpu::forward(q, k, ls, v);
+}
+
+cpu::Backward run_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
+                           const cpu::Forward& s, const at::Tensor& gy) {
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+  if (q.is_cuda()) return cuda_backward(q, k, ls, v, s, gy);
+#endif
+  return cpu::backward(q, k, ls, v, s, gy);
+}
+
+// q, k [N, L, M], ls [N, L], v [N, L, D], contiguous.
+struct ChunkedLinearAttention : torch::autograd::Function<ChunkedLinearAttention> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& ls, const at::Tensor& v) {
+    const cpu::Forward f = run_forward(q, k, ls, v);
+    ctx->save_for_backward({q, k, ls, v, f.y, f.den, f.c});
+    return f.y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const cpu::Backward b = run_backward(s[0], s[1], s[2], s[3], {s[4], s[5], s[6]}, grads[0].contiguous());
+    return {b.dq, b.dk, b.dls, b.dv};
+  }
+};
+
+}  // namespace
+
+bool have_cuda_kernels() {
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                                   const at::Tensor& v) {
+  if (!q.defined() || q.dim() < 2) fail(kWhere, "q must be [..., L, M], got " + (q.defined() ? shape(q) : "nothing"));
+  check_dtype_device("k", k, q);
+  check_dtype_device("k_log_scale", k_log_scale, q);
+  check_dtype_device("v", v, q);
+  check_dtype_supported(q);
+  const int64_t L = q.size(-2), M = q.size(-1), D = v.dim() >= 2 ? v.size(-1) : -1;
+  auto lead_of = [](const at::Tensor& t) { return t.sizes().slice(0, t.dim() - 2); };
+  if (k.sizes() != q.sizes()) fail(kWhere, "k " + shape(k) + " must have q's shape " + shape(q));
+  if (v.dim() != q.dim() || lead_of(v) != lead_of(q) || v.size(-2) != L)
+    fail(kWhere, "v " + shape(v) + " must be [..., L, D] with q's leading dimensions and L (q " + shape(q) + ")");
+  if (k_log_scale.dim() != q.dim() || lead_of(k_log_scale) != lead_of(q) || k_log_scale.size(-2) != L ||
+      k_log_scale.size(-1) != 1)
+    fail(kWhere, "k_log_scale " + shape(k_log_scale) + " must be [..., L, 1] (q " + shape(q) + ")");
+  if (L < 1) fail(kWhere, "L must be at least 1, got q " + shape(q));
+  if (q.is_cuda() && (M > kMaxFeatures || D > kMaxHeadDim))
+    fail(kWhere, "the CUDA kernels take M <= " + std::to_string(kMaxFeatures) + " features and D <= " +
+                     std::to_string(kMaxHeadDim) + ", got M = " + std::to_string(M) + ", D = " + std::to_string(D));
+  std::vector<int64_t> out_shape(v.sizes().begin(), v.sizes().end());
+  const int64_t N = q.numel() / (L * M);
+  if (N == 0 || M == 0 || D == 0) return at::zeros(out_shape, v.options());
+  const at::Tensor y = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
+                                                     k_log_scale.reshape({N, L}).contiguous(),
+                                                     v.reshape({N, L, D}).contiguous());
+  return y.view(out_shape);
+}
+
+at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& k_log_scale, const at::Tensor& v) {
+  if (!q.defined() || q.dim() != 2) fail(kWhere, "recurrent q must be [N, M], got " + (q.defined() ? shape(q) : "nothing"));
+  check_dtype_device("k", k, q);
+  check_dtype_device("k_log_scale", k_log_scale, q);
+  check_dtype_device("v", v, q);
+  check_dtype_supported(q);
+  const int64_t N = q.size(0), M = q.size(1);
+  if (k.sizes() != q.sizes()) fail(kWhere, "recurrent k " + shape(k) + " must have q's shape " + shape(q));
+  if (k_log_scale.dim() != 1 || k_log_scale.size(0) != N) fail(kWhere, "recurrent k_log_scale " + shape(k_log_scale) + " must be [N]");
+  if (v.dim() != 2 || v.size(0) != N) fail(kWhere, "recurrent v " + shape(v) + " must be [N, D]");
+  const int64_t D = v.size(1);
+  if (state.S.defined() && (state.S.sizes() != at::IntArrayRef{N, M, D} || state.S.device() != q.device()))
+    fail(kWhere, "recurrent state " + shape(state.S) + " does not match N, M, D = " + std::to_string(N) + ", " +
+                     std::to_string(M) + ", " + std::to_string(D) + " on " + q.device().str());
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+  if (q.is_cuda()) {
+#ifdef ATTNSCOPE_TORCH_CUDA
+    const c10::cuda::CUDAGuard guard(q.device());
+#endif
+    const auto acc = q.options().dtype(accumulator(q));
+    if (!state.S.defined()) {
+      state.S = at::zeros({N, M, D}, acc);
+      state.z = at::zeros({N, M}, acc);
+      state.c = at::full({N}, -std::numeric_limits<double>::infinity(), acc);
+    }
+    at::Tensor y = at::empty({N, D}, q.options());
+    const at::Tensor qc = q.contiguous(), kc = k.contiguous(), lc = k_log_scale.contiguous(), vc = v.contiguous();
+    check_launch(cuda::recurrent_step(cuda_dtype(q), state.S.data_ptr(), state.z.data_ptr(), state.c.data_ptr(),
+                                      qc.data_ptr(), kc.data_ptr(), lc.data_ptr(), vc.data_ptr(), y.data_ptr(), N, M,
+                                      D, stream_of(q)),
+                 "recurrent step");
+    return y;
+  }
+#endif
+  return cpu::recurrent_step(state, q.contiguous(), k.contiguous(), k_log_scale.contiguous(), v.contiguous());
+}
+
+RecurrentState final_state(const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v) {
+  if (!k.defined() || k.dim() != 3) fail(kWhere, "final_state k must be [N, L, M], got " + (k.defined() ? shape(k) : "nothing"));
+  check_dtype_device("k_log_scale", k_log_scale, k);
+  check_dtype_device("v", v, k);
+  if (k_log_scale.dim() != 3 || k_log_scale.size(0) != k.size(0) || k_log_scale.size(1) != k.size(1) || k_log_scale.size(2) != 1)
+    fail(kWhere, "final_state k_log_scale " + shape(k_log_scale) + " must be [N, L, 1] (k " + shape(k) + ")");
+  if (v.dim() != 3 || v.size(0) != k.size(0) || v.size(1) != k.size(1))
+    fail(kWhere, "final_state v " + shape(v) + " must be [N, L, D] (k " + shape(k) + ")");
+  // One product: S = K^T diag(exp(ls - c)) V with c the largest key scale, accumulated in the
+  // state's dtype (float for bfloat16).
+  const auto acc = k.scalar_type() == at::kBFloat16 ? at::kFloat : k.scalar_type();
+  const at::Tensor ls = k_log_scale.to(acc);
+  RecurrentState st;
+  st.c = std::get<0>(ls.max(1)).squeeze(-1);                                  // [N]
+  const at::Tensor kw = k.to(acc) * at::exp(ls - st.c.view({-1, 1, 1}));       // [N, L, M]
+  st.S = at::bmm(kw.transpose(1, 2), v.to(acc));                              // [N, M, D]
+  st.z = kw.sum(1);                                                           // [N, M]
+  return st;
+}
+
+}  // namespace attnscope::kernels
