@@ -9,15 +9,12 @@
 #include <vector>
 
 #include "attnscope/error.h"
+#include "attnscope/kernels/linear_attention.h"
 #include "base/shape_str.h"
 #include "base/tensor_checks.h"
 
 namespace attnscope {
 namespace {
-
-// Rows (queries) per chunk of the prefix-sum form: big enough for efficient matmuls, small enough
-// that the C x C block inside a chunk stays cheap next to the O(L M d_v) running sums.
-constexpr int64_t kChunk = 64;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -119,53 +116,9 @@ at::Tensor linear_attention_output(const Features& phi_q, const Features& phi_k,
                     " must have the same shape");
   check_same_rows(where, "phi_q", phi_q.values, "v", v);
 
-  const at::Tensor& fq = phi_q.values;
-  const auto dtype = fq.scalar_type();
-  const at::Tensor fk = phi_k.values.to(dtype), lk = phi_k.log_scale.to(dtype), vv = v.to(dtype);
-  const int64_t L = fq.size(-2);
-  // Running sums over the keys seen so far, measured in units of exp(c), c the largest key log
-  // scale seen so far: S = sum exp(ls_k_j - c) values(k_j) v_j^T [..., M, d_v], z = sum
-  // exp(ls_k_j - c) values(k_j) [..., M, 1]. When a chunk raises c, the sums are rescaled by
-  // exp(c_old - c_new) <= 1, as online softmax does.
-  std::vector<int64_t> lead(fq.sizes().begin(), fq.sizes().end() - 2);
-  std::vector<int64_t> s_shape = lead, z_shape = lead, c_shape = lead;
-  s_shape.insert(s_shape.end(), {fq.size(-1), v.size(-1)});
-  z_shape.insert(z_shape.end(), {fq.size(-1), 1});
-  c_shape.insert(c_shape.end(), {1, 1});
-  at::Tensor S = at::zeros(s_shape, fq.options());
-  at::Tensor z = at::zeros(z_shape, fq.options());
-  at::Tensor c = at::full(c_shape, -kInf, fq.options());  // nothing seen yet: exp(c - anything) = 0
-
-  std::vector<at::Tensor> chunks;
-  for (int64_t start = 0; start < L; start += kChunk) {
-    const int64_t len = std::min(kChunk, L - start);
-    const at::Tensor qc = fq.narrow(-2, start, len), kc = fk.narrow(-2, start, len), vc = vv.narrow(-2, start, len);
-    const at::Tensor lc = lk.narrow(-2, start, len);  // [..., len, 1]
-    // Query i of the chunk is read in units of exp(c_i), c_i = the largest key log scale it sees:
-    // the carried c or a key of this chunk up to i.
-    const at::Tensor ci = at::maximum(c, std::get<0>(at::cummax(lc, -2)));  // [..., len, 1]
-    // Within the chunk: the causal len x len block, each key scaled by exp(ls_k_j - c_i) (<= 1;
-    // entries above the diagonal, where that could overflow, are masked to exp(-inf) = 0).
-    const at::Tensor key_scale = at::exp((lc.transpose(-2, -1) - ci).masked_fill(causal_mask(len, qc.device()).logical_not(), -kInf));
-    const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)) * key_scale;
-    // Before it: the carried sums, in units of exp(c), converted to units of exp(c_i).
-    const at::Tensor carried = at::exp(c - ci);  // [..., len, 1]
-    const at::Tensor num = at::matmul(w, vc) + carried * at::matmul(qc, S);
-    const at::Tensor den = w.sum(-1, /*keepdim=*/true) + carried * at::matmul(qc, z);
-    // A query with no weight (den = 0, so num = 0 for non-negative features) is 0/0: NaN, as the
-    // division gives, but divided by 1 first so that a gradient through the result (direct
-    // distillation trains maps through the model, which zeroes such rows) is 0 there, not NaN.
-    const at::Tensor none = den == 0;
-    chunks.push_back(at::where(none, at::full({}, std::nan(""), den.options()), num / at::where(none, at::ones_like(den), den)));
-    // Carry: c becomes the largest key log scale up to the chunk's end.
-    const at::Tensor c_new = ci.narrow(-2, len - 1, 1);
-    const at::Tensor kc_scaled = kc * at::exp(lc - c_new);
-    const at::Tensor rescale = at::exp(c - c_new);
-    S = S * rescale + at::matmul(kc_scaled.transpose(-2, -1), vc);
-    z = z * rescale + kc_scaled.sum(-2).unsqueeze(-1);
-    c = c_new;
-  }
-  return at::cat(chunks, -2);
+  // The chunked kernel (kernels/): same sums, same log-scale bookkeeping, CPU or CUDA.
+  const auto dtype = phi_q.values.scalar_type();
+  return kernels::causal_linear_attention(phi_q.values, phi_k.values.to(dtype), phi_k.log_scale.to(dtype), v.to(dtype));
 }
 
 }  // namespace attnscope

@@ -11,6 +11,7 @@
 
 #include "attnscope/converted_model.h"
 #include "attnscope/error.h"
+#include "attnscope/kernels/linear_attention.h"
 #include "attnscope/linear_attention.h"
 
 namespace attnscope {
@@ -106,18 +107,40 @@ using HeadMaps = std::vector<std::shared_ptr<FeatureMap>>;
 // contribute nothing; leaving NaN would poison every later layer. attnscope_linear.py does the same.
 at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan(y), at::zeros_like(y), y); }
 
-// Causal linear attention, head by head (heads may differ in M): the batch (prefix-sum) form of
-// SPEC 5's Ahat @ v. q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat.
+// Causal linear attention: SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for
+// all heads of a layer that share a feature dimension M (heads may differ in M: per-head budgets).
+// q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat.
 at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         at::Tensor* probs) {
-  std::vector<at::Tensor> outs, maps_out;
-  for (int64_t h = 0; h < q.size(1); ++h) {
-    const Features fq = maps[h]->scaled_query_features(q.select(1, h));
-    const Features fk = maps[h]->scaled_key_features(k.select(1, h));
-    outs.push_back(zero_undefined_rows(linear_attention_output(fq, fk, v.select(1, h))));
-    if (probs) maps_out.push_back(linear_map(fq, fk).map);
+  const int64_t H = q.size(1);
+  std::vector<Features> fq(H), fk(H);
+  for (int64_t h = 0; h < H; ++h) {
+    fq[h] = maps[h]->scaled_query_features(q.select(1, h));
+    fk[h] = maps[h]->scaled_key_features(k.select(1, h));
   }
-  if (probs) *probs = at::stack(maps_out, 1);
+  std::vector<at::Tensor> outs(H);
+  std::vector<bool> done(H, false);
+  for (int64_t h = 0; h < H; ++h) {
+    if (done[h]) continue;
+    std::vector<int64_t> group;
+    for (int64_t g = h; g < H; ++g)
+      if (!done[g] && fq[g].values.size(-1) == fq[h].values.size(-1)) group.push_back(g), done[g] = true;
+    std::vector<at::Tensor> gq, gk, gl, gv;
+    for (int64_t g : group) {
+      gq.push_back(fq[g].values), gk.push_back(fk[g].values), gl.push_back(fk[g].log_scale);
+      gv.push_back(v.select(1, g));
+    }
+    // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
+    const at::Tensor key_scale = at::stack(gl, 1);
+    const at::Tensor y = zero_undefined_rows(linear_attention_output(
+        Features(at::stack(gq, 1), at::zeros_like(key_scale)), Features(at::stack(gk, 1), key_scale), at::stack(gv, 1)));
+    for (size_t i = 0; i < group.size(); ++i) outs[group[i]] = y.select(1, int64_t(i));
+  }
+  if (probs) {
+    std::vector<at::Tensor> maps_out;
+    for (int64_t h = 0; h < H; ++h) maps_out.push_back(linear_map(fq[h], fk[h]).map);
+    *probs = at::stack(maps_out, 1);
+  }
   return at::stack(outs, 1);
 }
 
@@ -185,28 +208,15 @@ class Recurrent {
   }
 
  private:
-  struct Head {
-    at::Tensor S, z, c;  // [B, M, d], [B, M], [B, 1]
-  };
+  using Head = kernels::RecurrentState;
 
   // Adds this token's key and value to the head's sums and reads its query: y [B, d].
   static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h) {
-    const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]
+    const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]; its own scale cancels
     const Features fk = map.scaled_key_features(p.k.select(1, h));
-    const at::Tensor kv = fk.values.squeeze(1), ls = fk.log_scale.squeeze(1), v = p.v.select(1, h).squeeze(1);
-    if (!st.S.defined()) {
-      st.c = ls;
-      st.S = kv.unsqueeze(2) * v.unsqueeze(1);
-      st.z = kv;
-    } else {
-      const at::Tensor c = at::maximum(st.c, ls);
-      const at::Tensor keep = at::exp(st.c - c), add = at::exp(ls - c) * kv;  // [B, 1], [B, M]
-      st.S = st.S * keep.unsqueeze(2) + add.unsqueeze(2) * v.unsqueeze(1);
-      st.z = st.z * keep + add;
-      st.c = c;
-    }
-    const at::Tensor qv = fq.values.squeeze(1);  // the query's own scale cancels
-    return zero_undefined_rows(at::bmm(qv.unsqueeze(1), st.S).squeeze(1) / (qv * st.z).sum(-1, /*keepdim=*/true));
+    return zero_undefined_rows(kernels::recurrent_step(st, fq.values.squeeze(1), fk.values.squeeze(1),
+                                                       fk.log_scale.squeeze(1).squeeze(1).to(fq.values.scalar_type()),
+                                                       p.v.select(1, h).squeeze(1)));
   }
 
   const ModelConfig& c_;
