@@ -15,6 +15,26 @@ if ! bash "$root/packaging/gpu_build.sh" attnscope attnscope_tests > "$out/build
 fi
 echo "build: $(( $(date +%s) - start )) s"; grep -E "attnscope:|Gloo|NCCL" "$out/build.log" | head -5
 cli=$b/app/attnscope
+# The CUDA kernels of causal linear attention (kernels/cuda): against the CPU kernels, under
+# compute-sanitizer (memcheck, racecheck) on a small case, then timed beside SDPA. KERNELS_ONLY=1
+# stops after these (the rest of the script takes most of a device session).
+(cd "$b" && OMP_NUM_THREADS=8 timeout 300 ./tests/attnscope_tests --gtest_filter='KernelsCuda.*' \
+   > "$out/kernels_cuda_tests.log" 2>&1); echo "kernels cuda tests rc=$?"
+grep -E "^\[  (PASSED|FAILED|SKIPPED)|^\[       OK|Failure|Which is|: y|: d|: S|: z|: c" "$out/kernels_cuda_tests.log" | head -40
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    (cd "$b" && timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 ./tests/attnscope_tests \
+       --gtest_filter='KernelsCuda.RowsWithoutWeightAreNanWithZeroGradient' > "$out/sanitizer_$tool.log" 2>&1)
+    echo "compute-sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race" "$out/sanitizer_$tool.log" | head -5
+  done
+fi
+if cmake --build "$b" --target bench_linear_attention_cuda_plain > "$out/bench_cuda_build.log" 2>&1; then
+  timeout 300 "$b/kernels/bench_linear_attention_cuda_plain" 5 > "$out/bench_linear_attention_cuda.txt" 2>&1
+  echo "bench linear attention cuda rc=$?"; cat "$out/bench_linear_attention_cuda.txt"
+else
+  echo "bench_linear_attention_cuda_plain did not build"; grep -E "error" "$out/bench_cuda_build.log" | head -20
+fi
+[ "${KERNELS_ONLY:-0}" = 1 ] && exit 0
 # Tests whose CUDA paths skip on a CPU machine.
 (cd "$b" && OMP_NUM_THREADS=8 ./tests/attnscope_tests --gtest_filter='DistillDevice.*:SpeedBench.*:MemoryMeter.*' \
    > "$out/cuda_tests.log" 2>&1); echo "cuda tests rc=$?"

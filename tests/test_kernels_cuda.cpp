@@ -1,0 +1,231 @@
+// The CUDA kernels of causal linear attention (kernels/cuda/*.cu) against the CPU kernels, through
+// the public API (kernels/include/attnscope/kernels/linear_attention.h): output, autograd gradients
+// and the recurrent step, on random inputs, for lengths around the chunk size (1, 63, 64, 65) and
+// long ones (1000, 4096), feature and head dimensions from 16 to the limits (256, 128) and ones that
+// are no multiple of 16, key log scales spread over hundreds (exp would overflow float32 past 88),
+// and rows with no weight (den = 0: NaN output, zero gradient). The reference is always the CPU
+// kernel in float64 on exactly the values the GPU was given (bfloat16 inputs rounded first).
+// Skips where LibTorch sees no GPU; fails where it sees one but the build has no CUDA kernels.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attnscope/kernels/linear_attention.h"
+
+namespace K = attnscope::kernels;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                                              \
+  do {                                                                                                  \
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA here (CPU-only LibTorch or no GPU): run on a GPU machine"; \
+    if (!K::have_cuda_kernels()) GTEST_FAIL() << "a GPU is present but this build has no CUDA kernels (nvcc not found)"; \
+  } while (0)
+
+at::Tensor randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
+}
+at::Tensor uniform(std::vector<int64_t> shape, uint64_t seed, double lo, double hi) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::rand(shape, gen, at::TensorOptions().dtype(at::kDouble)) * (hi - lo) + lo;
+}
+
+// Two heads of one sequence ([1, 2, L, ...]: the dispatch flattens the leading dimensions).
+struct Inputs {
+  at::Tensor q, k, ls, v, gy;  // float64 on the CPU
+};
+
+// Positive features (exp of a Gaussian, as PRF values), so every row has den > 0; key log scales
+// uniform in [-spread, spread]; the upstream gradient gy ~ N(0, 1).
+Inputs make_inputs(int64_t L, int64_t M, int64_t D, double spread, uint64_t seed) {
+  return {at::exp(randn({1, 2, L, M}, seed)), at::exp(randn({1, 2, L, M}, seed + 1)),
+          uniform({1, 2, L, 1}, seed + 2, -spread, spread), randn({1, 2, L, D}, seed + 3), randn({1, 2, L, D}, seed + 4)};
+}
+
+// The values a kernel of dtype `dt` sees (bfloat16 rounds), as float64.
+Inputs rounded(const Inputs& in, at::ScalarType dt) {
+  auto r = [&](const at::Tensor& t) { return t.to(dt).to(at::kDouble); };
+  return {r(in.q), r(in.k), r(in.ls), r(in.v), r(in.gy)};
+}
+
+struct Result {
+  at::Tensor y, dq, dk, dls, dv;  // float64 on the CPU
+};
+
+// Output and the gradients of sum(y * gy), computed in dtype dt on device dev.
+Result run(const Inputs& in, at::ScalarType dt, at::Device dev) {
+  auto leaf = [&](const at::Tensor& t) { return t.to(dev, dt).detach().requires_grad_(true); };
+  at::Tensor q = leaf(in.q), k = leaf(in.k), ls = leaf(in.ls), v = leaf(in.v);
+  const at::Tensor y = K::causal_linear_attention(q, k, ls, v);
+  (y * in.gy.to(dev, dt)).sum().backward();
+  auto host = [](const at::Tensor& t) { return t.detach().to(at::kCPU).to(at::kDouble); };
+  return {host(y), host(q.grad()), host(k.grad()), host(ls.grad()), host(v.grad())};
+}
+
+// max |a - ref| / max |ref| over the finite entries of ref; a must be finite where ref is and NaN
+// where ref is NaN (reported as an infinite error otherwise).
+double rel_error(const at::Tensor& a, const at::Tensor& ref) {
+  const at::Tensor fin = at::isfinite(ref);
+  if (!at::equal(at::isnan(a), at::isnan(ref)) || !at::equal(at::isfinite(a), fin)) return INFINITY;
+  if (!fin.any().item<bool>()) return 0;
+  const double scale = ref.masked_select(fin).abs().max().item<double>();
+  const double err = (a - ref).masked_select(fin).abs().max().item<double>();
+  return scale > 0 ? err / scale : err;
+}
+
+// Tolerances (max error relative to the tensor's largest entry):
+//  float64: 1e-10, summation order only.
+//  float32: accumulation in float over up to L = 4096 keys, eps sqrt(L) ~ 4e-6 expected, and
+//    exp(ls_j - c_i) with the difference rounded in float (<= 4e-6 relative for |ls_j - c_i| < 88,
+//    past which the weight underflows anyway): 2e-5 for y, 5e-5 for the gradients (sums of both
+//    signs over every later query).
+//  bfloat16: inputs identical (rounded before the reference sees them), float accumulation, but
+//    every output rounded to 8 bits (2^-9 = 2e-3 relative) and the backward pass reads the saved
+//    y in bfloat16 (another 2^-9 in g' = [gy, -gy.y] / den): 2e-2 is several times that, while a
+//    wrong term or index gives errors of order 1.
+struct Tolerance {
+  double y, grad;
+};
+Tolerance tolerance(at::ScalarType dt) {
+  if (dt == at::kDouble) return {1e-10, 1e-10};
+  if (dt == at::kFloat) return {2e-5, 5e-5};
+  return {2e-2, 2e-2};
+}
+
+void expect_matches_cpu(const Inputs& in, at::ScalarType dt, const std::string& what) {
+  const Inputs exact = rounded(in, dt);
+  const Result gpu = run(exact, dt, at::Device(at::kCUDA));
+  const Result cpu = run(exact, at::kDouble, at::Device(at::kCPU));
+  const Tolerance tol = tolerance(dt);
+  const std::string where = what + " " + std::string(c10::toString(dt));
+  EXPECT_LE(rel_error(gpu.y, cpu.y), tol.y) << where << ": y";
+  EXPECT_LE(rel_error(gpu.dq, cpu.dq), tol.grad) << where << ": dq";
+  EXPECT_LE(rel_error(gpu.dk, cpu.dk), tol.grad) << where << ": dk";
+  EXPECT_LE(rel_error(gpu.dls, cpu.dls), tol.grad) << where << ": dk_log_scale";
+  EXPECT_LE(rel_error(gpu.dv, cpu.dv), tol.grad) << where << ": dv";
+}
+
+std::string shape_name(int64_t L, int64_t M, int64_t D, double spread) {
+  return "L=" + std::to_string(L) + " M=" + std::to_string(M) + " D=" + std::to_string(D) +
+         " spread=" + std::to_string(int(spread));
+}
+
+// Lengths around the chunk (64) and long ones; (M, D) pairs from 16 to the limits (256, 128),
+// including ones that are no multiple of 16 or 32.
+const std::vector<int64_t> kLengths = {1, 63, 64, 65, 1000, 4096};
+const std::vector<std::pair<int64_t, int64_t>> kDims = {{16, 16}, {64, 64}, {256, 128}, {64, 128}, {256, 16}, {37, 50}};
+
+void sweep(at::ScalarType dt) {
+  uint64_t seed = 100;
+  for (int64_t L : kLengths)
+    for (auto [M, D] : kDims) {
+      // The longest sequences with the largest dimensions only in float32 (the speed path) and
+      // float64; the CPU reference dominates the run time.
+      if (L == 4096 && M * D > 64 * 128 && dt == at::kBFloat16) continue;
+      expect_matches_cpu(make_inputs(L, M, D, 2.0, seed), dt, shape_name(L, M, D, 2.0));
+      seed += 10;
+    }
+}
+
+}  // namespace
+
+TEST(KernelsCuda, OutputAndGradientsMatchCpuFloat32) {
+  SKIP_WITHOUT_GPU();
+  sweep(at::kFloat);
+}
+
+TEST(KernelsCuda, OutputAndGradientsMatchCpuFloat64) {
+  SKIP_WITHOUT_GPU();
+  sweep(at::kDouble);
+}
+
+TEST(KernelsCuda, OutputAndGradientsMatchCpuBFloat16) {
+  SKIP_WITHOUT_GPU();
+  sweep(at::kBFloat16);
+}
+
+// Key log scales uniform over [-300, 300] (exp(300) overflows float32 and nearly float64), rising
+// and falling ramps (each chunk's maximum above or below the carried one: the prefix rescaling
+// both ways), across chunk boundaries.
+TEST(KernelsCuda, HugeKeyLogScalesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kBFloat16})
+    for (int64_t L : {65, 1000}) {
+      Inputs in = make_inputs(L, 64, 64, 300.0, 7 + L);
+      expect_matches_cpu(in, dt, shape_name(L, 64, 64, 300.0));
+      const at::Tensor ramp = at::arange(L, at::kDouble).view({1, 1, L, 1}).expand({1, 2, L, 1}) * 0.5;
+      in.ls = ramp * 3;  // rising: 1.5 per position, 96 per chunk
+      expect_matches_cpu(in, dt, "rising ramp " + shape_name(L, 64, 64, 1.5 * L));
+      in.ls = -ramp * 3;  // falling: the first key keeps the maximum
+      expect_matches_cpu(in, dt, "falling ramp " + shape_name(L, 64, 64, 1.5 * L));
+    }
+}
+
+// Rows with no weight: keys 0..2 are zero vectors (rows 0..2 see only them) and queries 100 and
+// 150 are zero. Those rows are NaN on both devices, every gradient is finite and equals the CPU's,
+// and the zero-query rows' dq is exactly 0.
+TEST(KernelsCuda, RowsWithoutWeightAreNanWithZeroGradient) {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dt : {at::kFloat, at::kDouble}) {
+    Inputs in = make_inputs(200, 64, 32, 2.0, 31);
+    in.k.narrow(2, 0, 3).zero_();
+    in.q.select(2, 100).zero_();
+    in.q.select(2, 150).zero_();
+    const Inputs exact = rounded(in, dt);
+    const Result gpu = run(exact, dt, at::Device(at::kCUDA));
+    const Result cpu = run(exact, at::kDouble, at::Device(at::kCPU));
+    const at::Tensor nan_rows = at::isnan(gpu.y).all(-1);  // [1, 2, L]
+    for (int64_t i : {0, 1, 2, 100, 150}) EXPECT_TRUE(nan_rows[0][1][i].item<bool>()) << "row " << i << " is not NaN";
+    EXPECT_EQ(nan_rows.sum().item<int64_t>(), 2 * 5) << "only the five rows without weight are NaN";
+    EXPECT_FALSE(at::isnan(gpu.y).logical_xor(nan_rows.unsqueeze(-1)).any().item<bool>()) << "partly NaN rows";
+    for (const at::Tensor* g : {&gpu.dq, &gpu.dk, &gpu.dls, &gpu.dv})
+      EXPECT_TRUE(at::isfinite(*g).all().item<bool>()) << "a gradient is not finite";
+    EXPECT_EQ(gpu.dq.select(2, 100).abs().max().item<double>(), 0.0);
+    EXPECT_EQ(gpu.dq.select(2, 150).abs().max().item<double>(), 0.0);
+    const Tolerance tol = tolerance(dt);
+    EXPECT_LE(rel_error(gpu.y, cpu.y), tol.y);
+    EXPECT_LE(rel_error(gpu.dq, cpu.dq), tol.grad);
+    EXPECT_LE(rel_error(gpu.dk, cpu.dk), tol.grad);
+    EXPECT_LE(rel_error(gpu.dls, cpu.dls), tol.grad);
+    EXPECT_LE(rel_error(gpu.dv, cpu.dv), tol.grad);
+  }
+}
+
+// Token by token: the CUDA recurrent step against the CPU one (float64) on the same values, for
+// 150 tokens with key log scales over [-300, 300], every output and the final state.
+TEST(KernelsCuda, RecurrentStepMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const at::NoGradGuard no_grad;
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kBFloat16})
+    for (auto [M, D] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {64, 128}, {256, 64}, {37, 50}}) {
+      const int64_t N = 3, T = 150;
+      const Inputs in = rounded(make_inputs(T, M, D, 300.0, 500 + M + D), dt);
+      // Three sequences per token: head 0, head 1, and head 0 read backwards.
+      auto token = [&](const at::Tensor& x, int64_t t) {
+        return at::cat({x[0][0][t].unsqueeze(0), x[0][1][t].unsqueeze(0), x[0][0][T - 1 - t].unsqueeze(0)}, 0);
+      };
+      K::RecurrentState gpu_state, cpu_state;
+      double err = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const at::Tensor q = token(in.q, t), k = token(in.k, t), ls = token(in.ls, t).view({N}), v = token(in.v, t);
+        const at::Tensor yg = K::recurrent_step(gpu_state, q.to(at::kCUDA, dt), k.to(at::kCUDA, dt), ls.to(at::kCUDA, dt),
+                                                v.to(at::kCUDA, dt));
+        const at::Tensor yc = K::recurrent_step(cpu_state, q, k, ls, v);
+        err = std::max(err, rel_error(yg.to(at::kCPU).to(at::kDouble), yc));
+      }
+      const std::string where = "M=" + std::to_string(M) + " D=" + std::to_string(D) + " " + c10::toString(dt);
+      const Tolerance tol = tolerance(dt);
+      EXPECT_LE(err, tol.y) << where << ": y";
+      auto host = [](const at::Tensor& t) { return t.to(at::kCPU).to(at::kDouble); };
+      EXPECT_LE(rel_error(host(gpu_state.S), cpu_state.S), tol.y) << where << ": S";
+      EXPECT_LE(rel_error(host(gpu_state.z), cpu_state.z), tol.y) << where << ": z";
+      EXPECT_LE(rel_error(host(gpu_state.c), cpu_state.c), tol.y) << where << ": c";
+    }
+}
