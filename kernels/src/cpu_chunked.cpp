@@ -23,6 +23,17 @@ constexpr int64_t C = kChunk;
 
 int64_t num_chunks(int64_t L) { return (L + C - 1) / C; }
 
+// Calls f(first, count) over [0, chunks) in blocks of kBlock chunks, the blocks in parallel: a
+// block's temporaries (three C x C blocks per chunk) stay in a core's cache, where one pass over
+// all chunks at once would stream them through memory at long L.
+constexpr int64_t kBlock = 16;
+template <typename F>
+void for_blocks(int64_t chunks, const F& f) {
+  at::parallel_for(0, (chunks + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) f(b * kBlock, std::min(kBlock, chunks - b * kBlock));
+  });
+}
+
 // [N, L, X] -> [N, T, C, X], padded with `pad` to T C rows.
 at::Tensor chunked(const at::Tensor& x, int64_t T, double pad) {
   const int64_t L = x.size(1);
@@ -38,18 +49,19 @@ at::Tensor unchunked(const at::Tensor& x, int64_t L) {
 // [v, 1]: the ones column turns the normalizer into one more output column.
 at::Tensor with_ones(const at::Tensor& v) { return at::cat({v, at::ones_like(v.narrow(-1, 0, 1))}, -1); }
 
-// The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal, in one pass.
-// ls, c [N, T, C] -> [N, T, C, C]. Every exponent is <= 0 (c_i is the max over j <= i).
+// The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal. ls, c [N, T, C]
+// -> [N, T, C, C]. Every exponent is <= 0 (c_i is the max over j <= i). The exponents are written
+// in one pass (-inf above the diagonal), then exponentiated in place by LibTorch's vectorized exp.
 template <typename T>
-void intra_weights(const T* ls, const T* c, T* e, int64_t blocks) {
+void intra_exponents(const T* ls, const T* c, T* e, int64_t blocks) {
   at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const T* l = ls + b * C;
       for (int64_t i = 0; i < C; ++i) {
         T* row = e + (b * C + i) * C;
         const T ci = c[b * C + i];
-        for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(l[j] - ci);
-        for (int64_t j = i + 1; j < C; ++j) row[j] = 0;
+        for (int64_t j = 0; j <= i; ++j) row[j] = l[j] - ci;
+        for (int64_t j = i + 1; j < C; ++j) row[j] = -std::numeric_limits<T>::infinity();
       }
     }
   });
@@ -60,9 +72,9 @@ at::Tensor intra_weights(const at::Tensor& ls, const at::Tensor& c) {
   shape.push_back(C);
   at::Tensor e = at::empty(shape, ls.options());
   AT_DISPATCH_FLOATING_TYPES(ls.scalar_type(), "intra_weights", [&] {
-    intra_weights<scalar_t>(ls.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), e.data_ptr<scalar_t>(), ls.numel() / C);
+    intra_exponents<scalar_t>(ls.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), e.data_ptr<scalar_t>(), ls.numel() / C);
   });
-  return e;
+  return e.exp_();
 }
 
 // In place over the chunk states a [N, T, X] (chunk t's relative to its own max m_t [N, T]): each
@@ -133,16 +145,28 @@ Prefix prefix_states(const at::Tensor& kc, const at::Tensor& v1c, const at::Tens
 }  // namespace
 
 Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
-  const int64_t L = q.size(1), D = v.size(2), T = num_chunks(L);
+  const int64_t N = q.size(0), L = q.size(1), M = q.size(2), D = v.size(2), T = num_chunks(L);
   const double inf = std::numeric_limits<double>::infinity();
   const at::Tensor qc = chunked(q, T, 0), kc = chunked(k, T, 0), v1c = chunked(with_ones(v), T, 0);
   const at::Tensor lsc = chunked(ls.unsqueeze(-1), T, -inf).squeeze(-1);  // padded keys weigh exp(-inf) = 0
   const Prefix p = prefix_states(kc, v1c, lsc);
   // c_i: the carried max or a key of this chunk up to i.
   const at::Tensor ci = at::maximum(std::get<0>(at::cummax(lsc, -1)), p.cP.unsqueeze(-1)).contiguous();
-  const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)).mul_(intra_weights(lsc.contiguous(), ci));
-  const at::Tensor num = at::matmul(w, v1c).add_(at::matmul(qc * at::exp(p.cP.unsqueeze(-1) - ci).unsqueeze(-1), p.P));
+  // The outputs, a block of chunks at a time so that each block's C x C weights stay in cache.
+  const int64_t B = N * T;
+  const at::Tensor q3 = qc.reshape({B, C, M}), k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D + 1});
+  const at::Tensor l3 = lsc.reshape({B, C}).contiguous(), c3 = ci.view({B, C}), P3 = p.P.view({B, M, D + 1});
+  const at::Tensor carried = at::exp(p.cP.reshape({B, 1}) - c3).unsqueeze(-1);  // exp(cP_t - c_i) <= 1
+  at::Tensor num = at::empty({B, C, D + 1}, q.options());
+  for_blocks(B, [&](int64_t b, int64_t len) {
+    at::Tensor out = num.narrow(0, b, len);
+    const at::Tensor w = at::bmm(q3.narrow(0, b, len), k3.narrow(0, b, len).transpose(1, 2))
+                             .mul_(intra_weights(l3.narrow(0, b, len), c3.narrow(0, b, len)));
+    at::bmm_out(out, w, v3.narrow(0, b, len));
+    out.add_(at::bmm(q3.narrow(0, b, len) * carried.narrow(0, b, len), P3.narrow(0, b, len)));
+  });
   Forward f;
+  num = num.view({N, T, C, D + 1});
   f.den = unchunked(num.narrow(-1, D, 1), L).squeeze(-1);
   f.c = unchunked(ci.unsqueeze(-1), L).squeeze(-1);
   // A row with no weight is 0/0: NaN, as linear_attention.h says (not a division by 0 of a nonzero).
