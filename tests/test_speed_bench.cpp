@@ -42,7 +42,9 @@ const Pair& bundled_pair() {
 
 TEST(SpeedBench, GenerationAtEachContextWithPeakMemory) {
   const Pair& p = bundled_pair();
-  const int64_t V = p.loaded.model->config().vocab_size;
+  const ModelConfig& c = p.loaded.model->config();
+  const int64_t V = c.vocab_size;
+  const int64_t state_bytes = int64_t(c.n_layer) * c.n_head * (32 * c.head_dim + 32 + 1) * 4;  // M = 32, float32
   GenerateBenchOptions o;
   o.contexts = {32, 128};
   o.tokens = 3;
@@ -55,11 +57,15 @@ TEST(SpeedBench, GenerationAtEachContextWithPeakMemory) {
                      r.linear_batch_tokens_per_s})
       EXPECT_TRUE(v > 0 && std::isfinite(v)) << v;
     // Closed forms of the memory: softmax generation re-runs a window of at least context - tokens
-    // positions and holds its [window, V] float logits; linear generation steps one token at a time
-    // (logits [1, V]) and must stay below that. A batch forward holds [context, V] logits.
-    const int64_t window_logits = int64_t(r.context - o.tokens) * V * 4;
-    EXPECT_GE(r.softmax_generate_peak_bytes, window_logits);
-    EXPECT_GE(r.linear_generate_peak_bytes, V * 4);
+    // positions and holds one layer's [H, window, window] float attention map; linear generation
+    // holds every head's state S [M, d] and z [M] and steps one token at a time, so it stays
+    // below that map and below the [window, V] logits that neither generation may form (the
+    // head reads the last position only). A batch forward holds [context, V] logits.
+    const int64_t H = p.loaded.model->config().n_head, w = r.context - o.tokens;
+    const int64_t window_logits = w * V * 4;
+    EXPECT_GE(r.softmax_generate_peak_bytes, H * w * w * 4);
+    EXPECT_LT(r.softmax_generate_peak_bytes, window_logits);
+    EXPECT_GE(r.linear_generate_peak_bytes, state_bytes);
     EXPECT_LT(r.linear_generate_peak_bytes, window_logits);
     EXPECT_GE(r.softmax_batch_peak_bytes, int64_t(r.context) * V * 4);
     EXPECT_GE(r.linear_batch_peak_bytes, int64_t(r.context) * V * 4);

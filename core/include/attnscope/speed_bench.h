@@ -39,6 +39,10 @@ struct ContextSpeed {
   // One forward of `context` tokens (0 when not measured).
   double softmax_batch_tokens_per_s = 0, linear_batch_tokens_per_s = 0;
   // Extra tensor bytes at the peak (memory_meter.h) of the generation and of the batch forward.
+  // Generation counts from the first new token on, the prompt read: what is held then (linear:
+  // the recurrent state of every head) plus the peak of the steps after it. (A converted model
+  // reads the prompt in one batch forward, Model::generate_greedy; the batch columns show what
+  // a forward of the whole context costs.)
   int64_t softmax_generate_peak_bytes = 0, linear_generate_peak_bytes = 0;
   int64_t softmax_batch_peak_bytes = 0, linear_batch_peak_bytes = 0;
 };

@@ -55,11 +55,23 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
     // generated and the time between the first and the last of them is measured.
     std::vector<int64_t> prompt(size_t(context - o.tokens));
     for (auto& id : prompt) id = int64_t(rng.below(uint64_t(original.config().vocab_size)));
+    // Memory of the generation itself, once the prompt has been read (a converted model reads it in
+    // one batch forward, whose memory the batch columns report): what is still held when the first
+    // new token comes (the recurrent state) plus the peak of the steps after it.
     auto generation = [&](const Model& m, double* tokens_per_s, int64_t* peak) {
       std::vector<clock_type::time_point> stamps;
-      PeakMemoryMeter meter(mem);
-      m.generate_greedy(prompt, o.tokens, -1, [&](const std::vector<int64_t>&) { stamps.push_back(clock_type::now()); });
-      *peak = meter.peak_bytes();
+      const PeakMemoryMeter counting(mem);  // live_tensor_bytes counts from the first meter on
+      std::unique_ptr<PeakMemoryMeter> meter;
+      const int64_t live_before = live_tensor_bytes(mem);
+      int64_t held = 0;
+      m.generate_greedy(prompt, o.tokens, -1, [&](const std::vector<int64_t>&) {
+        stamps.push_back(clock_type::now());
+        if (!meter) {
+          held = std::max<int64_t>(0, live_tensor_bytes(mem) - live_before);
+          meter = std::make_unique<PeakMemoryMeter>(mem);
+        }
+      });
+      *peak = held + meter->peak_bytes();
       *tokens_per_s = double(stamps.size() - 1) / std::chrono::duration<double>(stamps.back() - stamps.front()).count();
     };
     generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes);

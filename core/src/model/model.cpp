@@ -174,6 +174,39 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
   return linear(out.transpose(1, 2).reshape({B, L, H * d}), w.wo, w.bo);
 }
 
+void check_ids(const ModelConfig& c, const at::Tensor& ids) {
+  if (ids.dim() != 2 || ids.scalar_type() != at::kLong) fail("forward", "ids must be int64 [batch, length]");
+  const int64_t L = ids.size(1);
+  if (L < 1 || L > c.n_ctx)
+    fail("forward", "sequence length " + std::to_string(L) + " is outside 1.." + std::to_string(c.n_ctx) +
+                        " (the model's context length)");
+  if (ids.numel() && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= c.vocab_size))
+    fail("forward", "token id out of range 0.." + std::to_string(c.vocab_size - 1));
+}
+
+// Every layer over ids [B, L] (checked by the caller), then the final norm: the hidden states [B, L, D] the
+// language-model head reads. Softmax attention, or linear attention with `maps` when given.
+at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const LinearAttention* linear,
+                        const at::Tensor& ids, const CaptureHook* hook) {
+  const int64_t L = ids.size(1);
+  at::Tensor x = at::embedding(weights.tok_emb, ids);  // [B, L, D]
+  if (c.rotary_dim == 0) x = x + weights.pos_emb.narrow(0, 0, L);
+  at::Tensor cos, sin;
+  if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, L, x.device());
+  const at::Tensor mask = causal_mask(L, x.device());
+  for (int s = 0; s < c.n_layer; ++s) {
+    const LayerWeights& w = weights.layers[s];
+    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear ? &linear->maps[s] : nullptr);
+    if (c.parallel_residual) {
+      x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
+    } else {
+      x = x + a;
+      x = x + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
+    }
+  }
+  return norm(c, x, weights.lnf_w, weights.lnf_b);
+}
+
 // The recurrent form of linear attention through the whole model. Per layer and head the running
 // sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
 // [B, M] are carried relative to c = the largest key log scale seen so far (as
@@ -182,6 +215,24 @@ class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const LinearAttention& lin)
       : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {}
+
+  // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
+  // token-by-token steps would (kernels::final_state of its keys and values): the prompt costs one
+  // batch forward instead of L steps. Returns the logits of the last position, [B, V] (the
+  // language-model head reads that position only: [B, L, V] logits would be the largest tensor).
+  // The next step() is at position L.
+  at::Tensor prefill(const at::Tensor& ids) {
+    check_ids(c_, ids);
+    CaptureHook hook;
+    hook.on_layer = [&](const AttentionActivations& a) {
+      for (int64_t h = 0; h < c_.n_head; ++h) {
+        const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));
+        state_[a.layer][h] = kernels::final_state(fk.values, fk.log_scale.to(fk.values.scalar_type()), a.v.select(1, h));
+      }
+    };
+    const at::Tensor x = final_hidden(c_, w_, &lin_, ids, &hook);
+    return at::matmul(x.select(1, ids.size(1) - 1), w_.lm_head.t());
+  }
 
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
@@ -225,15 +276,6 @@ class Recurrent {
   std::vector<std::vector<Head>> state_;
 };
 
-void check_ids(const ModelConfig& c, const at::Tensor& ids) {
-  if (ids.dim() != 2 || ids.scalar_type() != at::kLong) fail("forward", "ids must be int64 [batch, length]");
-  const int64_t L = ids.size(1);
-  if (L < 1 || L > c.n_ctx)
-    fail("forward", "sequence length " + std::to_string(L) + " is outside 1.." + std::to_string(c.n_ctx) +
-                        " (the model's context length)");
-  if (ids.numel() && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= c.vocab_size))
-    fail("forward", "token id out of range 0.." + std::to_string(c.vocab_size - 1));
-}
 
 }  // namespace
 
@@ -298,29 +340,8 @@ Model::Model(ModelConfig config, ModelWeights weights)
 }
 
 at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const {
-  const ModelConfig& c = config_;
-  check_ids(c, ids);
-  const int64_t L = ids.size(1);
-
-  at::Tensor x = at::embedding(weights_.tok_emb, ids);  // [B, L, D]
-  if (c.rotary_dim == 0) x = x + weights_.pos_emb.narrow(0, 0, L);
-  at::Tensor cos, sin;
-  if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, L, x.device());
-  const at::Tensor mask = causal_mask(L, x.device());
-
-  for (int s = 0; s < c.n_layer; ++s) {
-    const LayerWeights& w = weights_.layers[s];
-    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook,
-                             linear_ ? &linear_->maps[s] : nullptr);
-    if (c.parallel_residual) {
-      x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
-    } else {
-      x = x + a;
-      x = x + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
-    }
-  }
-  x = norm(c, x, weights_.lnf_w, weights_.lnf_b);
-  return at::matmul(x, weights_.lm_head.t());
+  check_ids(config_, ids);
+  return at::matmul(final_hidden(config_, weights_, linear_.get(), ids, hook), weights_.lm_head.t());
 }
 
 double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress) const {
@@ -361,10 +382,9 @@ std::vector<int64_t> Model::generate_greedy(
     // sliding window the softmax path uses below).
     auto restart = [&] {
       r = std::make_unique<Recurrent>(config_, weights_, *linear_);
-      pos = 0;
       const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-      for (size_t i = prompt.size() - n; i < prompt.size(); ++i)
-        logits = r->step(at::tensor(std::vector<int64_t>{prompt[i]}).to(device), pos++);
+      logits = r->prefill(at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device));
+      pos = int64_t(n);
     };
     restart();
     for (int i = 0; i < steps; ++i) {
@@ -381,7 +401,9 @@ std::vector<int64_t> Model::generate_greedy(
   for (int i = 0; i < steps; ++i) {
     const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
     at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
-    at::Tensor logits = forward(w).select(1, n - 1).squeeze(0);
+    check_ids(config_, w);
+    // The head reads the last position only (all [1, n, V] logits would be the largest tensor).
+    at::Tensor logits = at::matmul(final_hidden(config_, weights_, nullptr, w, nullptr).select(1, n - 1), weights_.lm_head.t()).squeeze(0);
     const int64_t next = logits.argmax().item<int64_t>();
     if (next == stop_id) break;
     prompt.push_back(next);
