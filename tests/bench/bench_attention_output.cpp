@@ -1,10 +1,13 @@
 // Causal attention output on the CPU: softmax (materializes the L x L map, O(L^2 d)) against
-// linear attention by prefix sums (O(L M d)), one head, d = 64, M = 64 features, float32.
-// Where do they cross? Recorded in docs/PERFORMANCE.md.
+// linear attention (O(L M d)), one head, d = 64, M = 64 features, float32: the kernel of kernels/
+// (through linear_attention_output), and the forms it replaced, side by side (attention_bench.h:
+// the previous chunked LibTorch expression, the cumsum form with [L, M, d] prefix states).
+// Recorded in docs/PERFORMANCE.md; `attnscope bench attention` measures the same with memory.
 #include <benchmark/benchmark.h>
 
 #include <ATen/ATen.h>
 
+#include "attnscope/attention_bench.h"
 #include "attnscope/feature_map.h"
 #include "attnscope/linear_attention.h"
 
@@ -59,8 +62,28 @@ void BM_LinearAttentionWithFeatures(benchmark::State& state) {
     benchmark::DoNotOptimize(attnscope::linear_attention_output(phi->query_features(in.q), phi->key_features(in.k), in.v));
 }
 
+// The baselines the kernel replaced, on the same PRF features (scaled: values and key log scales).
+void linear_form(benchmark::State& state, attnscope::AttentionForm form) {
+  at::InferenceMode guard;
+  const Inputs in = make_inputs(state.range(0));
+  attnscope::FeatureMapSpec spec;
+  spec.name = "prf";
+  spec.d = kHeadDim;
+  spec.features = kFeatures;
+  auto phi = attnscope::make_feature_map(spec);
+  const attnscope::Features fq = phi->scaled_query_features(in.q), fk = phi->scaled_key_features(in.k);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(attnscope::attention_form_output(form, in.q, in.k, fq.values, fk.values, fk.log_scale, in.v));
+}
+void BM_KernelScaled(benchmark::State& s) { linear_form(s, attnscope::AttentionForm::Kernel); }
+void BM_ChunkedAtenScaled(benchmark::State& s) { linear_form(s, attnscope::AttentionForm::ChunkedAten); }
+void BM_CumsumScaled(benchmark::State& s) { linear_form(s, attnscope::AttentionForm::Cumsum); }
+
 }  // namespace
 
+BENCHMARK(BM_KernelScaled)->RangeMultiplier(4)->Range(1024, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_ChunkedAtenScaled)->RangeMultiplier(4)->Range(1024, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_CumsumScaled)->RangeMultiplier(4)->Range(1024, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_SoftmaxAttention)->RangeMultiplier(2)->Range(32, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_LinearAttention)->RangeMultiplier(2)->Range(32, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_LinearAttentionWithFeatures)->RangeMultiplier(2)->Range(32, 16384)->Unit(benchmark::kMillisecond)->MinTime(0.5);

@@ -5,6 +5,8 @@
 // (materialized L x L on the CPU; PyTorch's fused scaled_dot_product_attention on CUDA with
 // LibTorch >= 2). Time and peak memory (memory_meter.h) per form; forward or forward + backward.
 #pragma once
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +46,12 @@ struct AttentionSpeed {
   int64_t length = 0;
   std::vector<AttentionTiming> forms;  // every AttentionForm, in order
 };
+
+// One run of a form: softmax reads q, k, v [..., L, d]; the linear forms read feature values fq, fk
+// [..., L, M], key log scales lk [..., L, 1] and v. (Google Benchmark's bench_attention_output
+// times the same forms.)
+at::Tensor attention_form_output(AttentionForm form, const at::Tensor& q, const at::Tensor& k, const at::Tensor& fq,
+                                 const at::Tensor& fk, const at::Tensor& lk, const at::Tensor& v);
 
 // Throws Error for bad options (lengths < 1, unknown dtype or device, bfloat16 on the CPU).
 std::vector<AttentionSpeed> bench_attention(const AttentionBenchOptions& options, const ProgressFn& progress = nullptr);

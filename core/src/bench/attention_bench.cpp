@@ -98,6 +98,17 @@ const char* attention_form_name(AttentionForm f) {
   return "?";
 }
 
+at::Tensor attention_form_output(AttentionForm form, const at::Tensor& q, const at::Tensor& k, const at::Tensor& fq,
+                                 const at::Tensor& fk, const at::Tensor& lk, const at::Tensor& v) {
+  switch (form) {
+    case AttentionForm::Kernel: return kernels::causal_linear_attention(fq, fk, lk, v);
+    case AttentionForm::ChunkedAten: return chunked_aten(fq, fk, lk, v);
+    case AttentionForm::Cumsum: return cumsum_form(fq, fk, lk, v);
+    case AttentionForm::Softmax: return softmax_form(q, k, v);
+  }
+  return {};
+}
+
 std::vector<AttentionSpeed> bench_attention(const AttentionBenchOptions& o, const ProgressFn& progress) {
   const at::Device device = parse_device(o.device);
   at::ScalarType dtype;
@@ -140,13 +151,7 @@ std::vector<AttentionSpeed> bench_attention(const AttentionBenchOptions& o, cons
         continue;
       }
       auto run = [&]() {
-        at::Tensor y;
-        switch (f) {
-          case AttentionForm::Kernel: y = kernels::causal_linear_attention(fq, fk, lk, v); break;
-          case AttentionForm::ChunkedAten: y = chunked_aten(fq, fk, lk, v); break;
-          case AttentionForm::Cumsum: y = cumsum_form(fq, fk, lk, v); break;
-          case AttentionForm::Softmax: y = softmax_form(q, k, v); break;
-        }
+        at::Tensor y = attention_form_output(f, q, k, fq, fk, lk, v);
         if (o.backward) y.backward(at::ones_like(y));
         wait_for_device(y);
         return y;
