@@ -131,12 +131,19 @@ struct Prefix {
   at::Tensor P, cP;
 };
 Prefix prefix_states(const at::Tensor& kc, const at::Tensor& v1c, const at::Tensor& lsc) {
-  const at::Tensor m = std::get<0>(lsc.max(-1));  // [N, T]
-  const at::Tensor kw = kc * at::exp(lsc - m.unsqueeze(-1)).unsqueeze(-1);
-  Prefix p{at::matmul(kw.transpose(-2, -1), v1c).contiguous(), at::empty_like(m)};
+  const at::Tensor m = std::get<0>(lsc.max(-1)).contiguous();  // [N, T]
+  const int64_t B = kc.size(0) * kc.size(1), M = kc.size(3), D1 = v1c.size(3);
+  const at::Tensor k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D1});
+  const at::Tensor scale = at::exp(lsc.reshape({B, C}) - m.view({B, 1})).unsqueeze(-1);  // exp(ls_j - m_t) <= 1
+  Prefix p{at::empty({kc.size(0), kc.size(1), M, D1}, kc.options()), at::empty_like(m)};
+  const at::Tensor P3 = p.P.view({B, M, D1});
+  for_blocks(B, [&](int64_t b, int64_t len) {
+    at::Tensor out = P3.narrow(0, b, len);
+    at::bmm_out(out, (k3.narrow(0, b, len) * scale.narrow(0, b, len)).transpose(1, 2), v3.narrow(0, b, len));
+  });
   const int64_t N = kc.size(0), nT = kc.size(1);
   AT_DISPATCH_FLOATING_TYPES(kc.scalar_type(), "exclusive_prefix", [&] {
-    exclusive_prefix<scalar_t>(p.P.data_ptr<scalar_t>(), m.contiguous().data_ptr<scalar_t>(), p.cP.data_ptr<scalar_t>(),
+    exclusive_prefix<scalar_t>(p.P.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), p.cP.data_ptr<scalar_t>(),
                                N, nT, p.P.size(2) * p.P.size(3));
   });
   return p;
