@@ -34,6 +34,13 @@ if cmake --build "$b" --target bench_linear_attention_cuda_plain > "$out/bench_c
 else
   echo "bench_linear_attention_cuda_plain did not build"; grep -E "error" "$out/bench_cuda_build.log" | head -20
 fi
+# The same kernels through the CLI, beside the previous chunked LibTorch form, the cumsum form (skipped
+# where its [L, M, d] states pass 8 GB) and SDPA (flash attention), fla's B2 H16 D128 shape.
+for pass in "" "--backward"; do
+  timeout 200 "$cli" bench attention --device cuda --dtype bfloat16 --batch 2 --heads 16 --head-dim 128 --features 128 \
+    --lengths 1024,2048,4096,8192,16384 --repeats 5 $pass > "$out/bench_attention_cuda${pass:+_backward}.md" 2>&1
+  echo "bench attention cuda $pass rc=$?"; cat "$out/bench_attention_cuda${pass:+_backward}.md"
+done
 [ "${KERNELS_ONLY:-0}" = 1 ] && exit 0
 # Tests whose CUDA paths skip on a CPU machine.
 (cd "$b" && OMP_NUM_THREADS=8 ./tests/attnscope_tests --gtest_filter='DistillDevice.*:SpeedBench.*:MemoryMeter.*' \

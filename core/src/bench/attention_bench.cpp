@@ -68,7 +68,7 @@ at::Tensor cumsum_form(const at::Tensor& fq, const at::Tensor& fk, const at::Ten
 
 at::Tensor softmax_form(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if TORCH_VERSION_MAJOR >= 2
-  if (q.is_cuda()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  if (q.is_cuda()) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);  // flash
 #endif
   const int64_t L = q.size(-2);
   const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
@@ -76,12 +76,16 @@ at::Tensor softmax_form(const at::Tensor& q, const at::Tensor& k, const at::Tens
   return at::matmul(at::softmax(scores + mask, -1), v);
 }
 
+// Whether softmax_form runs the fused kernel (no L x L map).
+bool fused_softmax(const at::Device& d) { return d.is_cuda() && TORCH_VERSION_MAJOR >= 2; }
+
 // Tensor bytes a form needs beyond its inputs, roughly, for the skip rule.
-int64_t estimated_bytes(AttentionForm f, const AttentionBenchOptions& o, int64_t L, int64_t elem) {
+int64_t estimated_bytes(AttentionForm f, const AttentionBenchOptions& o, const at::Device& d, int64_t L, int64_t elem) {
   const int64_t n = o.batch * o.heads;
   switch (f) {
     case AttentionForm::Cumsum: return n * L * o.features * o.head_dim * elem * (o.backward ? 3 : 2);
-    case AttentionForm::Softmax: return n * L * L * elem * (o.backward ? 4 : 3);
+    case AttentionForm::Softmax:
+      return fused_softmax(d) ? n * L * o.head_dim * elem * 4 : n * L * L * elem * (o.backward ? 4 : 3);
     default: return n * L * 64 * elem * 4;
   }
 }
@@ -146,7 +150,7 @@ std::vector<AttentionSpeed> bench_attention(const AttentionBenchOptions& o, cons
     for (AttentionForm f : {AttentionForm::Kernel, AttentionForm::ChunkedAten, AttentionForm::Cumsum, AttentionForm::Softmax}) {
       AttentionTiming t;
       t.form = f;
-      if (estimated_bytes(f, o, L, elem) > o.memory_limit_bytes) {
+      if (estimated_bytes(f, o, device, L, elem) > o.memory_limit_bytes) {
         row.forms.push_back(t);
         continue;
       }
