@@ -19,17 +19,22 @@ struct Inputs {
   at::Tensor q, k, v, phi_q, phi_k;
 };
 
+// PRF with M = 64 features of d = 64 (seed 0).
+std::unique_ptr<attnscope::FeatureMap> prf_map() {
+  attnscope::FeatureMapSpec spec;
+  spec.name = "prf";
+  spec.d = kHeadDim;
+  spec.features = kFeatures;
+  return attnscope::make_feature_map(spec);
+}
+
 Inputs make_inputs(int64_t L) {
   at::manual_seed(0);
   Inputs in;
   in.q = at::randn({L, kHeadDim});
   in.k = at::randn({L, kHeadDim});
   in.v = at::randn({L, kHeadDim});
-  attnscope::FeatureMapSpec spec;
-  spec.name = "prf";
-  spec.d = kHeadDim;
-  spec.features = kFeatures;
-  auto phi = attnscope::make_feature_map(spec);
+  auto phi = prf_map();
   in.phi_q = phi->query_features(in.q);
   in.phi_k = phi->key_features(in.k);
   return in;
@@ -53,11 +58,7 @@ void BM_LinearAttention(benchmark::State& state) {
 void BM_LinearAttentionWithFeatures(benchmark::State& state) {
   at::InferenceMode guard;
   const Inputs in = make_inputs(state.range(0));
-  attnscope::FeatureMapSpec spec;
-  spec.name = "prf";
-  spec.d = kHeadDim;
-  spec.features = kFeatures;
-  auto phi = attnscope::make_feature_map(spec);
+  auto phi = prf_map();
   for (auto _ : state)
     benchmark::DoNotOptimize(attnscope::linear_attention_output(phi->query_features(in.q), phi->key_features(in.k), in.v));
 }
@@ -66,11 +67,7 @@ void BM_LinearAttentionWithFeatures(benchmark::State& state) {
 void linear_form(benchmark::State& state, attnscope::AttentionForm form) {
   at::InferenceMode guard;
   const Inputs in = make_inputs(state.range(0));
-  attnscope::FeatureMapSpec spec;
-  spec.name = "prf";
-  spec.d = kHeadDim;
-  spec.features = kFeatures;
-  auto phi = attnscope::make_feature_map(spec);
+  auto phi = prf_map();
   const attnscope::Features fq = phi->scaled_query_features(in.q), fk = phi->scaled_key_features(in.k);
   for (auto _ : state)
     benchmark::DoNotOptimize(attnscope::attention_form_output(form, in.q, in.k, fq.values, fk.values, fk.log_scale, in.v));
