@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "attnscope/attention_bench.h"
 #include "attnscope/error.h"
 #include "attnscope/kernels/linear_attention.h"
 
@@ -84,8 +85,9 @@ TEST(Kernels, ChunkedForwardEqualsPairLoopFloat64) {
   // L across the chunk edges (1, 63, 64, 65, several chunks) and scales spread over +-1500, far past
   // exp's range in float64.
   for (int64_t L : {1, 2, 63, 64, 65, 130, 300}) {
-    for (double spread : {0.0, 3.0, 500.0}) {
-      const Inputs in = make_inputs(3, L, 5, 4, spread, 100 + L);
+    for (double spread : {0.0, 3.0, 500.0, -1.0}) {  // -1: a rising ramp of scales, 3 per token
+      Inputs in = make_inputs(3, L, 5, 4, std::max(spread, 1.0), 100 + L);
+      if (spread < 0) in.ls = in.ls + at::arange(L, at::kDouble).view({1, L, 1}) * 3.0;
       const at::Tensor y = K::causal_linear_attention(in.q, in.k, in.ls, in.v);
       ASSERT_EQ(y.sizes(), in.v.sizes());
       EXPECT_LT(max_rel(y, reference_output(in)), 1e-11) << "L " << L << " spread " << spread;
@@ -102,6 +104,15 @@ TEST(Kernels, ChunkedForwardFloat32MatchesFloat64Reference) {
   EXPECT_LT(max_rel(y, reference_output(in)), 2e-5);
 }
 
+TEST(Kernels, LongSequenceEqualsTheCumsumForm) {
+  // 20000 tokens (312.5 chunks): the chunked kernel against the textbook prefix-sum form, whose
+  // every prefix state is materialized (attention_bench.h), in float64.
+  const Inputs in = make_inputs(2, 20000, 8, 4, 1.0, 11);
+  const at::Tensor y = K::causal_linear_attention(in.q, in.k, in.ls, in.v);
+  const at::Tensor ref = attention_form_output(AttentionForm::Cumsum, {}, {}, in.q, in.k, in.ls, in.v);
+  EXPECT_LT(max_rel(y, ref), 1e-11);
+}
+
 TEST(Kernels, LeadingDimensionsAreBatchAndHeads) {
   // [B, H, L, M] gives what each [L, M] head gives alone.
   const Inputs in = make_inputs(6, 90, 3, 2, 2.0, 21);
@@ -115,8 +126,11 @@ TEST(Kernels, LeadingDimensionsAreBatchAndHeads) {
 }
 
 TEST(Kernels, GradientsEqualAutogradThroughTheMap) {
-  for (double spread : {0.0, 40.0}) {
-    const Inputs in = make_inputs(2, 150, 4, 3, spread, 31);
+  // Random scales, and a rising ramp: the running max c then grows at every chunk, so the prefix
+  // and suffix over chunks must rescale their sums (a random spread reaches its max early).
+  for (double spread : {0.0, 40.0, -1.0}) {
+    Inputs in = make_inputs(2, 150, 4, 3, std::max(spread, 1.0), 31);
+    if (spread < 0) in.ls = in.ls + at::arange(150, at::kDouble).view({1, 150, 1}) * 0.5;
     auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
     const at::Tensor q1 = leaf(in.q), k1 = leaf(in.k), l1 = leaf(in.ls), v1 = leaf(in.v);
     const at::Tensor q2 = leaf(in.q), k2 = leaf(in.k), l2 = leaf(in.ls), v2 = leaf(in.v);
