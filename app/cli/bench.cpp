@@ -115,11 +115,14 @@ void register_train_bench(CLI::App* bench) {
 
 }  // namespace
 
+void register_dof_bench(CLI::App* bench);  // bench_dof.cpp
+
 void register_bench(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Speed benchmarks on a GPT-2-small-shaped model (docs/PERFORMANCE.md)");
   bench->require_subcommand(1);
   register_generate_bench(bench);
   register_train_bench(bench);
+  register_dof_bench(bench);
 }
 
 }  // namespace attnscope::cli
