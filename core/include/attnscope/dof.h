@@ -40,7 +40,8 @@
 // Exact path (J <= exact_limit): every eigenvalue, from LAPACK's dsyevd (LibTorch's eigvalsh in
 // builds without LAPACKE).
 //
-// Certified fast path (J > exact_limit): Rayleigh-Ritz on a block Krylov subspace (block Lanczos
+// Certified fast path (J > exact_limit, top_k < J, normalizer trace, samples or none: max divides by
+// the largest eigenvalue, which a Ritz value only bounds from below): Rayleigh-Ritz on a block Krylov subspace (block Lanczos
 // with full reorthogonalization, block columns at a time; every product of the Gram with the basis
 // is a GEMM; the method is argued in core/src/analysis/dof_solvers.cpp), plus the trace T (the sum
 // of all J eigenvalues, free from the diagonal). Convergence is never assumed. The Ritz values
@@ -125,7 +126,6 @@ struct HeadSpectrum {
   // Ritz values, each at most the matching eigenvalue (the certified fast path).
   std::vector<double> eigenvalues;
   double trace = 0;     // sum of ALL e_s (tr Sigma = exp(log_scale) trace): what bounds the rest on the fast path
-  double sum_squares = 0;  // sum of ALL e_s^2 (the squared Frobenius norm) on the fast path; 0: unknown
   int64_t samples = 0;  // J actually used (min(requested, available))
   bool exact = true;
   double log_scale = 0;   // 0 for trace and max; the Gram's shift c for samples and none
@@ -133,6 +133,7 @@ struct HeadSpectrum {
   // The same head on a J/2 subset of its J samples (see Convergence above); null when J < 2 or read
   // from a version-1 spectra file.
   std::shared_ptr<const HeadSpectrum> half;
+  double sum_squares = 0;  // sum of ALL e_s^2 (the squared Frobenius norm) on the fast path; 0: unknown
 };
 
 struct DofValue {

@@ -41,6 +41,12 @@ void check_settings(const DofSettings& s) {
 }
 
 // A whole-string strtod: "1e-3" yes, "1e-3x", "", " " no.
+// The max normalizer divides by the largest eigenvalue, which Ritz values only bound from below,
+// so max spectra are always exact.
+bool takes_fast_path(const DofSettings& s, int64_t J) {
+  return J > s.exact_limit && std::min(s.top_k, J) < J && s.normalize != DofNormalize::Max;
+}
+
 bool parse_double(const std::string& s, double* out) {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
   char* end = nullptr;
@@ -315,7 +321,7 @@ HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& setting
   // The certified fast path (dof.h): grow the Krylov basis until the bounds at settings.lambda are
   // within the tolerance; past the cap, the exact path.
   const int64_t cap = std::min(settings.top_k, J);
-  if (J > settings.exact_limit && cap < J) {
+  if (takes_fast_path(settings, J)) {
     auto tight = [&](const std::vector<double>& theta) {
       const DofValue v =
           dof_at(spectrum_from_eigenvalues(theta, false, J, diag_trace, settings, log_scale, squares), settings.lambda);
@@ -374,7 +380,7 @@ const HeadSpectrum& DofSpectra::head(int s, int h) const {
 
 bool fast_path_fell_back(const DofSettings& settings, const HeadSpectrum& head) {
   const bool batched = settings.batched || settings.device.rfind("cuda", 0) == 0;
-  return !batched && head.exact && head.samples > settings.exact_limit && settings.top_k < head.samples;
+  return !batched && head.exact && takes_fast_path(settings, head.samples);
 }
 
 std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, const DofSettings& settings,
