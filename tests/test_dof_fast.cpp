@@ -136,6 +136,26 @@ TEST(DofFast, BoundFormulasClosedForm) {
     EXPECT_NEAR(hi, v.upper, 1e-3);  // the grid misses tau = 0.25 by at most a step
   }
   {
+    // With the sum of squares F = 0.38 (e.g. the spectrum 0.5, 0.3, 0.2): the leftover 0.5 cannot
+    // all sit on the top eigenvalue (1^2 > 0.38), so the lower bound rises above the piled-up one,
+    // and stays below every feasible spectrum of a grid (Sigma mu^2 <= F).
+    HeadSpectrum sp = ritz_spectrum({0.5}, 1.0, 3);
+    const double piled = dof_at(sp, t).lower;
+    sp.sum_squares = 0.38;
+    const DofValue v = dof_at(sp, t);
+    EXPECT_GT(v.lower, piled + 0.1);
+    double lo = 1e300;
+    const int n = 500;
+    for (int a = 0; a <= n; ++a)
+      for (int b = 0; b <= n - a; ++b) {
+        const double mu1 = 0.5 + 0.5 * a / n, mu2 = 0.5 * b / n, mu3 = 1.0 - mu1 - mu2;
+        if (mu3 < 0 || mu1 * mu1 + mu2 * mu2 + mu3 * mu3 > 0.38) continue;
+        lo = std::min(lo, f(mu1, t) + f(mu2, t) + f(mu3, t));
+      }
+    EXPECT_LE(v.lower, lo + 1e-12);
+    EXPECT_GE(v.upper, lo);
+  }
+  {
     // All J Ritz values and no leftover: the exact DoF (up to the trace's rounding margin).
     const DofValue v = dof_at(ritz_spectrum({0.6, 0.3, 0.1}, 1.0, 3), t);
     const double exact = f(0.6, t) + f(0.3, t) + f(0.1, t);
