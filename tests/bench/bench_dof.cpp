@@ -128,17 +128,20 @@ void BM_TorchEigvalsh(benchmark::State& state) {
 
 // The certified fast path at lambda = 2^-8, tolerance 1%: block Krylov Ritz values + trace, the
 // subspace grown until the bounds are that tight (else the exact path: fallback = 1).
+// ATTNSCOPE_BENCH_BLOCK=N sets the block size (default DofSettings::block).
 void BM_FastPath(benchmark::State& state) {
   const at::Tensor& g = gram(state.range(0));
   DofSettings s;
   s.exact_limit = 0;
+  s.block = env_int("ATTNSCOPE_BENCH_BLOCK", int(s.block));
   HeadSpectrum sp;
   for (auto _ : state) sp = spectrum_of_gram(g, s);
   const DofValue v = dof_at(sp, s.lambda);
   DofSettings e = s;
   e.exact_limit = g.size(0);
   state.counters["dof_exact"] = dof_at(spectrum_of_gram(g, e), s.lambda).value;
-  state.counters["fallback"] = sp.exact;
+  state.counters["exact"] = sp.exact;  // top_k >= J (J = 1024 by default) takes the exact path outright
+  state.counters["fallback"] = fast_path_fell_back(s, sp);
   state.counters["ritz"] = sp.exact ? 0 : double(sp.eigenvalues.size());
   state.counters["dof_lo"] = v.lower;
   state.counters["dof_hi"] = v.upper;
