@@ -22,7 +22,7 @@ packages=(
   libjemalloc-dev                   # malloc that keeps LibTorch's large buffers instead of mmap-ing them each step
   libopenblas0-openmp               # an optimized BLAS for LibTorch; Debian otherwise links the reference one
   nlohmann-json3-dev libcli11-dev libpcre2-dev
-  libeigen3-dev libspectra-dev liblapacke-dev libblas-dev   # DoF spectra: Eigen, Lanczos, dsyevd, cblas.h
+  libeigen3-dev liblapacke-dev libblas-dev   # DoF spectra: dsyevd (LAPACKE, BLAS); Eigen: the tests' reference eigensolver
   libgtest-dev libgmock-dev libbenchmark-dev
   clang                             # libFuzzer target for the safetensors parser
   python3 python3-torch python3-numpy   # tests: a converted model's attnscope_linear.py runs in plain PyTorch

@@ -244,8 +244,10 @@ TEST(CliAnalysis, DofShowsTheJUsedBoundsAndConvergence) {
     EXPECT_NEAR(exact["layers"][1]["heads"][0]["dof_half"].get<double>(), ref, 1e-8 * ref);
   }
 
-  // Fast path (exact limit 50, top 10 eigenvalues): bounds, in the JSON and on the text table.
-  const std::string fast = " --lambda 2^-4 --samples 100000 --exact-limit 50 --top-k 10";
+  // Fast path (exact limit 50, a Krylov subspace of 10, and a tolerance so loose that the first
+  // subspace is accepted, where the default 1% would send these flat spectra to the exact path):
+  // certified bounds, in the JSON and on the text table.
+  const std::string fast = " --lambda 2^-4 --samples 100000 --exact-limit 50 --top-k 10 --tolerance 1000";
   ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + fast + " --json", &out), 0) << out;
   const auto j = parse(out);
   for (const auto& l : j["layers"])
@@ -281,7 +283,7 @@ TEST(CliAnalysis, DofShowsTheJUsedBoundsAndConvergence) {
 TEST(CliAnalysis, AllocateSaysWhenItUsesWideBounds) {
   const std::string dir = test::temp_dir("cli_alloc_bounds");
   std::string out;
-  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --samples 100000 --exact-limit 50 --top-k 10 --out " + dir + "/fast.st", &out), 0) << out;
+  ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --samples 100000 --exact-limit 50 --top-k 10 --tolerance 1000 --out " + dir + "/fast.st", &out), 0) << out;
   ASSERT_EQ(run_stdout("dof --capture " + tiny_capture() + " --samples 100000 --out " + dir + "/exact.st", &out), 0) << out;
 
   // stdout to the JSON file, stderr (the notes) to err.

@@ -116,11 +116,12 @@ void register_train_bench(CLI::App* bench) {
 }  // namespace
 
 void register_bench(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Speed benchmarks: models of GPT-2-small shape, attention kernels (docs/PERFORMANCE.md)");
+  auto* bench = app.add_subcommand("bench", "Speed benchmarks: models of GPT-2-small shape, attention kernels, DoF spectra (docs/PERFORMANCE.md)");
   bench->require_subcommand(1);
   register_generate_bench(bench);
   register_train_bench(bench);
   register_attention_bench(bench);
+  register_dof_bench(bench);
 }
 
 }  // namespace attnscope::cli

@@ -72,6 +72,7 @@ void register_jobs(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_attention_bench(CLI::App* bench);  // bench_attention.cpp
+void register_dof_bench(CLI::App* bench);        // bench_dof.cpp
 void register_compare(CLI::App& app);
 
 }  // namespace attnscope::cli

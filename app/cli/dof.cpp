@@ -20,13 +20,22 @@ void DofArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--normalize", normalize, "Gram normalizer n in Sigma = G / n")
       ->check(CLI::IsMember(dof_normalize_names()))->capture_default_str();
   cmd->add_option("--seed", settings.seed, "seed for sampling the vectors")->capture_default_str();
-  cmd->add_option("--exact-limit", settings.exact_limit, "largest J with a full eigendecomposition; above, top-k Lanczos with bounds")
+  cmd->add_option("--exact-limit", settings.exact_limit,
+                  "largest J with a full eigendecomposition; above, the certified fast path (block Krylov bounds)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--top-k", settings.top_k, "eigenvalues kept on the fast path")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--top-k", settings.top_k,
+                  "the fast path's largest Krylov subspace; a head not within --tolerance by then is solved exactly")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tolerance", settings.tolerance,
+                  "relative width (upper - lower) / DoF the fast path must reach at --lambda")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--device", settings.device, "cpu, cuda or cuda:N; cuda solves every head of a layer at once")
+      ->capture_default_str();
 }
 
 DofSpectra DofArgs::compute(const std::string& capture_dir) {
   settings.normalize = parse_dof_normalize(normalize);
+  settings.lambda = parse_lambda(lambda);  // the fast path certifies its bounds there
   CaptureStore store(capture_dir);
   return compute_spectra(store, settings, terminal_progress("dof"));
 }
@@ -82,7 +91,11 @@ void print_text(const nlohmann::ordered_json& j) {
     for (const std::string& cell : rows[s]) std::printf("  %*s", int(width), cell.c_str());
     std::printf("\n");
   }
-  if (bounds) std::printf("[lower, upper]: bounds of the fast path (top-k eigenvalues and the trace); the DoF is their midpoint\n");
+  if (bounds)
+    std::printf("[lower, upper]: certified bounds of the fast path (Ritz values and the trace); the DoF is their midpoint\n");
+  if (j["fallback_heads"].get<int>() > 0)
+    std::printf("note: %d head(s) solved exactly: their fast-path bounds were not within %g%% at the largest subspace (--top-k)\n",
+                j["fallback_heads"].get<int>(), 100 * j["tolerance"].get<double>());
   int64_t unresolved = 0;
   for (const auto& l : j["layers"])
     for (const auto& h : l["heads"]) unresolved += h["unresolved"].get<int64_t>();

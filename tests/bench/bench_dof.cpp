@@ -1,9 +1,11 @@
-// DoF spectra: what the eigendecomposition of one head's Gram costs (exact path vs plain LAPACK
-// vs Eigen vs Spectra's top-k), and what the lambda slider costs (DoF of 1000 heads at a new lambda).
+// DoF spectra: what the eigendecomposition of one head's Gram costs (exact path vs plain LAPACK vs
+// LibTorch's eigvalsh vs Eigen vs the certified block Krylov fast path, with its bounds), every head
+// of a layer batched on a device, and what the lambda slider costs (DoF of 1000 heads at a new lambda).
 //
 // The Gram comes from random queries/keys shaped like a real model's (d = 64, a shared mean
 // direction plus a decaying spread, |x|^2 / sqrt d around 8), or from a capture:
 //   ATTNSCOPE_BENCH_CAPTURE=DIR  (layer 0, head 0; ATTNSCOPE_BENCH_LAYER / _HEAD pick another)
+// and ATTNSCOPE_BENCH_DEVICE=cuda runs the batched layer on the GPU (default cpu).
 // Results for this machine are in docs/PERFORMANCE.md.
 #include <benchmark/benchmark.h>
 
@@ -118,19 +120,55 @@ void BM_EigenSolver(benchmark::State& state) {
   }
 }
 
-// The fast path: Spectra's Lanczos for the top 256 eigenvalues plus the trace.
+// LibTorch's eigvalsh (LAPACK syevd through ATen on the CPU): the anchor of the GPU row.
+void BM_TorchEigvalsh(benchmark::State& state) {
+  const at::Tensor& g = gram(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(at::linalg_eigvalsh(g, "L"));
+}
+
+// The certified fast path at lambda = 2^-8, tolerance 1%: block Krylov Ritz values + trace, the
+// subspace grown until the bounds are that tight (else the exact path: fallback = 1).
+// ATTNSCOPE_BENCH_BLOCK=N sets the block size (default DofSettings::block).
 void BM_FastPath(benchmark::State& state) {
   const at::Tensor& g = gram(state.range(0));
   DofSettings s;
   s.exact_limit = 0;
-  s.top_k = 256;
+  s.block = env_int("ATTNSCOPE_BENCH_BLOCK", int(s.block));
   HeadSpectrum sp;
   for (auto _ : state) sp = spectrum_of_gram(g, s);
-  const DofValue v = dof_at(sp, std::pow(2.0, -8));
-  state.counters["exact"] = sp.exact;
-  state.counters["dof_lo_2^-8"] = v.lower;
-  state.counters["dof_hi_2^-8"] = v.upper;
+  const DofValue v = dof_at(sp, s.lambda);
+  DofSettings e = s;
+  e.exact_limit = g.size(0);
+  state.counters["dof_exact"] = dof_at(spectrum_of_gram(g, e), s.lambda).value;
+  state.counters["exact"] = sp.exact;  // top_k >= J (J = 1024 by default) takes the exact path outright
+  state.counters["fallback"] = fast_path_fell_back(s, sp);
+  state.counters["ritz"] = sp.exact ? 0 : double(sp.eigenvalues.size());
+  state.counters["dof_lo"] = v.lower;
+  state.counters["dof_hi"] = v.upper;
+  state.counters["width_%"] = 100 * (v.upper - v.lower) / v.value;
 }
+
+// Every head of a layer (ATTNSCOPE_BENCH_CAPTURE, layer ATTNSCOPE_BENCH_LAYER), J and J/2 spectra
+// (sampling included): batched exact on ATTNSCOPE_BENCH_DEVICE, per head exact, per head fast.
+void layer(benchmark::State& state, const std::string& dir, const std::string& how) {
+  const CaptureStore st(dir);
+  DofSettings s;
+  s.samples = state.range(0);
+  s.exact_limit = how == "fast" ? 0 : s.samples;
+  s.batched = how == "batched";
+  if (const char* dev = std::getenv("ATTNSCOPE_BENCH_DEVICE"); dev && s.batched) s.device = dev;
+  const int l = env_int("ATTNSCOPE_BENCH_LAYER", 0);
+  if (s.device != "cpu") layer_spectra(st, l, s);  // warm-up: the CUDA context and solver handles
+  std::vector<HeadSpectrum> heads;
+  for (auto _ : state) heads = layer_spectra(st, l, s);
+  int fallbacks = 0;
+  for (const auto& h : heads) fallbacks += fast_path_fell_back(s, h);
+  state.counters["heads"] = double(heads.size());
+  state.counters["fallbacks"] = fallbacks;
+}
+void BM_LayerBatched(benchmark::State& state, const std::string& dir) { layer(state, dir, "batched"); }
+void BM_LayerExact(benchmark::State& state, const std::string& dir) { layer(state, dir, "exact"); }
+void BM_LayerFast(benchmark::State& state, const std::string& dir) { layer(state, dir, "fast"); }
 
 // The lambda slider: DoF of 1000 heads at a new lambda, from kept spectra. Each head has its own
 // eigenvalues (32 MB for exact J = 4096 spectra, more than any cache), a Gram-like decay.
@@ -175,6 +213,20 @@ void BM_CaptureAllHeads(benchmark::State& state, const std::string& dir) {
   state.counters["heads"] = st.num_layers() * st.num_heads();
 }
 
+// The same with the default settings: the certified fast path above exact_limit.
+void BM_CaptureAllHeadsFast(benchmark::State& state, const std::string& dir) {
+  const CaptureStore st(dir);
+  DofSettings s;
+  s.samples = state.range(0);
+  DofSpectra sp;
+  for (auto _ : state) sp = compute_spectra(st, s);
+  int fallbacks = 0;
+  for (const auto& h : sp.heads) fallbacks += fast_path_fell_back(s, h);
+  state.counters["heads"] = double(sp.heads.size());
+  state.counters["fallbacks"] = fallbacks;
+  state.counters["wide_bounds"] = double(wide_bounds(head_dofs(sp, s.lambda), s.tolerance).size());
+}
+
 void BM_CaptureAllHeadsDsyevdBaseline(benchmark::State& state, const std::string& dir) {
   const CaptureStore st(dir);
   const int64_t J = state.range(0), d = st.head_dim();
@@ -199,24 +251,36 @@ BENCHMARK(BM_ShiftedGram)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ExactPath)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ExactPath)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DsyevdValues)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DsyevdValues)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DsyevdValues)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DsyevdVectors)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DsyevdVectors)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenSolver)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_EigenSolver)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TorchEigvalsh)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TorchEigvalsh)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TorchEigvalsh)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FastPath)->Arg(1024)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_FastPath)->Arg(4096)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FastPath)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FastPath)->Arg(4096)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DofAt1000HeadsExact)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DofAt1000HeadsTop256)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
-  // With a capture, also time every head of it at J = 1024 and 4096 (one iteration each).
+  // With a capture, also time every head of it, and every head of one layer three ways, at J = 1024
+// and 4096 (one iteration each).
   if (const char* cap = std::getenv("ATTNSCOPE_BENCH_CAPTURE")) {
     for (int64_t J : {1024, 4096}) {
       benchmark::RegisterBenchmark("BM_CaptureAllHeads", BM_CaptureAllHeads, std::string(cap))
           ->Arg(J)->Iterations(1)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark("BM_CaptureAllHeadsFast", BM_CaptureAllHeadsFast, std::string(cap))
+          ->Arg(J)->Iterations(1)->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark("BM_CaptureAllHeadsDsyevdBaseline", BM_CaptureAllHeadsDsyevdBaseline, std::string(cap))
           ->Arg(J)->Iterations(1)->Unit(benchmark::kMillisecond);
+    }
+    for (int64_t J : {1024, 4096}) {
+      for (auto [name, fn] : {std::pair{"BM_LayerBatched", BM_LayerBatched}, std::pair{"BM_LayerExact", BM_LayerExact},
+                              std::pair{"BM_LayerFast", BM_LayerFast}})
+        benchmark::RegisterBenchmark(name, fn, std::string(cap))->Arg(J)->Iterations(1)->Unit(benchmark::kMillisecond);
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -38,19 +38,51 @@
 // more than kDofConvergenceTolerance between the two. (The J/2 spectrum costs ~1/8 of the J one.)
 //
 // Exact path (J <= exact_limit): every eigenvalue, from LAPACK's dsyevd (LibTorch's eigvalsh in
-// builds without LAPACKE/Spectra, which also have no fast path). Fast path (J >
-// exact_limit): the top_k largest eigenvalues from Spectra's Lanczos solver plus tr(Sigma) (the
-// sum of all eigenvalues, free from the diagonal). The unknown tail t_{k+1..J} is then only known
-// to lie in [0, mu_k] with sum r = tr - sum(kept). As f(t) = t / (t + lambda) is concave and
-// increasing with f(0) = 0 (in the shifted units, f(e) = e / (e + lambda exp(-c))), sum f(t) over
-// the tail is
-//   smallest when the mass is packed into as few eigenvalues as possible:
-//       floor(r / mu_k) f(mu_k) + f(r - floor(r / mu_k) mu_k),
-//   largest when it is spread evenly:
-//       (J - k) f(r / (J - k))  (when unresolved eigenvalues count 0: over at most r / res of them),
-// which gives DofValue's certified lower and upper bounds (up to the eigensolver's tolerance);
-// its value is their midpoint, off the true DoF by at most half their gap. Should Lanczos not
-// converge, the head falls back to the exact path (exact = true). Timings: docs/PERFORMANCE.md.
+// builds without LAPACKE).
+//
+// Certified fast path (J > exact_limit, top_k < J, normalizer trace, samples or none: max divides by
+// the largest eigenvalue, which a Ritz value only bounds from below): Rayleigh-Ritz on a block Krylov subspace (block Lanczos
+// with full reorthogonalization, block columns at a time; every product of the Gram with the basis
+// is a GEMM; the method is argued in core/src/analysis/dof_solvers.cpp), plus the trace T (the sum
+// of all J eigenvalues, free from the diagonal). Convergence is never assumed. The Ritz values
+// theta_1 >= .. >= theta_n of the Gram on any n-dimensional subspace interlace its eigenvalues
+// mu_1 >= .. >= mu_J (Cauchy): theta_i <= mu_i (kept lowered by a rounding margin so that this holds
+// in floating point too). So the spectrum lies in the set
+//     S = {mu : mu_i >= theta_i (i <= n), mu >= 0, sum mu = T},
+// and as f(mu) = mu / (mu + lambda) is concave and increasing with f(0) = 0 (in the shifted units,
+// f(e) = e / (e + lambda exp(-c))), DofValue's bounds are the exact minimum and maximum of sum f(mu)
+// over S, with r = T - sum theta the mass the subspace has not found:
+//   lower = sum f(theta_i) + f(theta_1 + r) - f(theta_1)
+//       (a concave function is least at a vertex of S, where all the leftover mass sits on one
+//       eigenvalue; f(theta_i + r) - f(theta_i) is least for the largest theta_i);
+//   upper = sum_i f(max(theta_i, tau)) + (J - n) f(tau), with the water level tau set by sum = T
+//       (water-filling: the KKT point, all raised eigenvalues at one slope f').
+// The sum of squares F = sum mu^2 (the Gram's squared Frobenius norm, O(J^2) from its entries)
+// sharpens the lower bound: for any parabola q(mu) = a mu - b mu^2 tangent to f from below at some
+// m >= 0 (b = 1 / (m + lambda)^2, a = 2 sqrt(b) - b lambda), f - q = b mu (mu - m)^2 / (mu + lambda)
+// >= 0, increasing beyond m. So sum f(mu) = sum (f - q)(mu) + a T - b F
+//     >= sum_{theta_i >= m} b theta_i (theta_i - m)^2 / (theta_i + lambda) + a T - b F,
+// best over a grid of m. Where the piled-up bound assumes the unfound mass could sit on the top
+// eigenvalue, this one knows from F that it cannot (it would square to more than F allows), which is
+// what makes the lower bound tight for the flat tails of real heads.
+// When unresolved eigenvalues count 0 (the ridge below the resolution, see above), mass can also
+// hide under the resolution in any eigenvalue, so the lower bound piles up only what exceeds that
+// room, and the upper bound is also at most the number of eigenvalues the mass can lift to the
+// resolution. The trace is bracketed by T (1 -+ 2 J eps). Width: about r / lambda, so a head
+// certifies once the subspace holds all but ~tolerance x DoF x lambda of the trace. The value is the
+// midpoint, off the true DoF by at most half the width.
+//
+// The basis grows block by block until the bounds at settings.lambda are within settings.tolerance
+// (relative: (upper - lower) / value); a head whose bounds are still wider at top_k columns (a
+// spectrum that decays too slowly: DoF near J, or a heavy tail) takes the exact path (exact = true).
+// The kept spectrum holds the Ritz values and the trace, so the bounds are recomputed at any lambda
+// (the slider); away from settings.lambda they may be wider than the tolerance (wide_bounds).
+// Spectra saved by the earlier Lanczos fast path (top_k Ritz values, also interlacing) load and get
+// the same certified bounds. Timings: docs/PERFORMANCE.md.
+//
+// Batched (settings.batched, or a CUDA settings.device): every head of a layer at once on the
+// device, the [H, J, J] shifted Grams in float64 (each head's own shift) and LibTorch's batched
+// eigvalsh (cuSOLVER on a GPU); the same samples, the exact path's spectra up to rounding.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -80,14 +112,20 @@ struct DofSettings {
   int64_t samples = 1024;  // J requested per head
   DofNormalize normalize = DofNormalize::Trace;
   uint64_t seed = 0;
-  int64_t exact_limit = 2048;  // J above this takes the fast path
-  int64_t top_k = 256;         // eigenvalues kept on the fast path
+  int64_t exact_limit = 1024;  // J above this takes the certified fast path
+  int64_t top_k = 1024;        // the fast path's largest Krylov subspace (Ritz values kept), then exact
+  int64_t block = 64;          // columns added to the Krylov subspace per step
+  double lambda = 0.00390625;  // 2^-8: where the fast path's bounds must be within the tolerance
+  double tolerance = 0.01;     // (upper - lower) / value the fast path must reach
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N"; CUDA computes a layer's heads batched
+  bool batched = false;        // all heads of a layer at once (exact) on `device`, the CPU included
 };
 
 struct HeadSpectrum {
-  // e_s, descending, >= 0: Sigma's eigenvalues are exp(log_scale) * e_s. All J when exact, top_k otherwise.
+  // e_s, descending, >= 0: Sigma's eigenvalues are exp(log_scale) * e_s. All J when exact; otherwise
+  // Ritz values, each at most the matching eigenvalue (the certified fast path).
   std::vector<double> eigenvalues;
-  double trace = 0;     // sum of ALL e_s (tr Sigma = exp(log_scale) trace): the tail's mass on the fast path
+  double trace = 0;     // sum of ALL e_s (tr Sigma = exp(log_scale) trace): what bounds the rest on the fast path
   int64_t samples = 0;  // J actually used (min(requested, available))
   bool exact = true;
   double log_scale = 0;   // 0 for trace and max; the Gram's shift c for samples and none
@@ -95,6 +133,7 @@ struct HeadSpectrum {
   // The same head on a J/2 subset of its J samples (see Convergence above); null when J < 2 or read
   // from a version-1 spectra file.
   std::shared_ptr<const HeadSpectrum> half;
+  double sum_squares = 0;  // sum of ALL e_s^2 (the squared Frobenius norm) on the fast path; 0: unknown
 };
 
 struct DofValue {
@@ -110,8 +149,8 @@ DofValue dof_at(const HeadSpectrum& spectrum, double lambda);
 double shifted_ridge(double lambda, double log_scale);
 
 // How many of the J eigenvalues dof_at counts 0 only for being below the resolution (above): 0
-// when the ridge lambda exp(-c) is at least the resolution. On the fast path the tail counts when
-// its largest possible eigenvalue (the last kept) is unresolved.
+// when the ridge lambda exp(-c) is at least the resolution. On the fast path the J - n eigenvalues
+// beyond the Ritz values all count (any of them may be).
 int64_t unresolved_count(const HeadSpectrum& spectrum, double lambda);
 
 // The DoF at J and at J/2 (the half spectrum), both the midpoint value on the fast path.
@@ -167,8 +206,17 @@ struct DofSpectra {
   const HeadSpectrum& head(int s, int h) const;  // throws Error when out of range
 };
 
-// Every head of every layer, one layer in memory at a time; head (s, h) samples with
-// derive_seed(settings.seed, s, h).
+// Whether the fast path gave up on this head computed with these settings (its bounds still wider
+// than the tolerance at top_k, so it was solved exactly): an exact spectrum of a J the fast path takes.
+bool fast_path_fell_back(const DofSettings& settings, const HeadSpectrum& head);
+
+// Every head of layer s; head h samples with derive_seed(settings.seed, s, h). Per head on the CPU
+// (exact or certified fast path), or batched on settings.device (Batched above). Error for a bad
+// layer, and for a device this build or machine cannot use (device.h).
+std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, const DofSettings& settings,
+                                        const ProgressFn& progress = nullptr);
+
+// Every head of every layer (layer_spectra), one layer in memory at a time.
 DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& settings,
                            const ProgressFn& progress = nullptr);
 
@@ -190,8 +238,12 @@ std::vector<WideBound> wide_bounds(const std::vector<std::vector<DofValue>>& hea
 // safetensors (atomic write), version 2: per head "layer_{s}.head_{h}.eigenvalues" float64 and, when
 // it has one, "layer_{s}.head_{h}.half_eigenvalues"; [S, H] tables "trace", "log_scale" (float64),
 // "samples" (int64), "exact" (bool), and of the half spectra "half_trace", "half_log_scale",
-// "half_samples" (0: none), "half_exact", "resolution", "half_resolution"; settings, capture dir, model and shape in __metadata__
-// (format "attnscope.dof_spectra").
+// "half_samples" (0: none), "half_exact", "resolution", "half_resolution", "sum_squares",
+// "half_sum_squares" (since the block Krylov path; absent: 0, unknown); settings, capture dir,
+// model and shape in __metadata__ (format "attnscope.dof_spectra"). A head with exact false holds
+// Ritz values (lower bounds on its largest eigenvalues) and its trace, whichever fast path wrote it
+// (the Lanczos one before 2026-11-26 too). The settings' block, lambda and tolerance (since the
+// block Krylov path), device and batched read as the defaults from older files.
 void save_spectra(const std::string& path, const DofSpectra& spectra);
 // Reads versions 1 (no log scale: c = 0; resolution 0; no half spectra) and 2. Throws Error naming the file when it
 // is missing, corrupt or not a spectra file.

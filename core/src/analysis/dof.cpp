@@ -3,13 +3,6 @@
 #include "attnscope/dof.h"
 
 #include <ATen/ATen.h>
-#ifdef ATTNSCOPE_HAVE_SPECTRA
-#include <cblas.h>
-#include <lapacke.h>
-
-#include <Eigen/Core>
-#include <Spectra/SymEigsSolver.h>
-#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -19,7 +12,9 @@
 #include <memory>
 #include <numeric>
 
+#include "analysis/dof_solvers.h"
 #include "attnscope/capture.h"
+#include "attnscope/device.h"
 #include "attnscope/error.h"
 #include "attnscope/random.h"
 
@@ -27,6 +22,8 @@ namespace attnscope {
 namespace {
 
 constexpr const char* kWhere = "dof";
+// The Krylov start block's seed: fixed, so a spectrum is reproducible.
+constexpr uint64_t kKrylovSeed = 0x6b72796c6f76ull;
 
 void check_lambda(double lambda) {
   if (!(lambda > 0) || !std::isfinite(lambda))
@@ -36,10 +33,20 @@ void check_lambda(double lambda) {
 void check_settings(const DofSettings& s) {
   if (s.samples < 1) fail(kWhere, "samples (J) must be at least 1, got " + std::to_string(s.samples));
   if (s.exact_limit < 0) fail(kWhere, "exact_limit must not be negative, got " + std::to_string(s.exact_limit));
-  if (s.top_k < 1) fail(kWhere, "top_k must be at least 1, got " + std::to_string(s.top_k));
+  if (s.top_k < 1) fail(kWhere, "top_k (the largest Krylov subspace) must be at least 1, got " + std::to_string(s.top_k));
+  if (s.block < 1) fail(kWhere, "block must be at least 1, got " + std::to_string(s.block));
+  if (!(s.lambda > 0) || !std::isfinite(s.lambda))
+    fail(kWhere, "the lambda to certify at must be positive and finite, got " + std::to_string(s.lambda));
+  if (!(s.tolerance > 0)) fail(kWhere, "tolerance must be positive, got " + std::to_string(s.tolerance));
 }
 
 // A whole-string strtod: "1e-3" yes, "1e-3x", "", " " no.
+// The max normalizer divides by the largest eigenvalue, which Ritz values only bound from below,
+// so max spectra are always exact.
+bool takes_fast_path(const DofSettings& s, int64_t J) {
+  return J > s.exact_limit && std::min(s.top_k, J) < J && s.normalize != DofNormalize::Max;
+}
+
 bool parse_double(const std::string& s, double* out) {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
   char* end = nullptr;
@@ -49,59 +56,6 @@ bool parse_double(const std::string& s, double* out) {
   *out = v;
   return true;
 }
-
-#ifdef ATTNSCOPE_HAVE_SPECTRA
-// All eigenvalues of the symmetric [J, J] matrix, descending. dsyevd without eigenvectors reduces
-// to tridiagonal form (dsytrd, half of its O(J^3) work in blocked BLAS-3 updates) and runs
-// root-free QR on the result; with OpenBLAS that is 2-4x faster than Eigen's SelfAdjointEigenSolver
-// here (docs/PERFORMANCE.md). `a` is overwritten.
-std::vector<double> all_eigenvalues(std::vector<double>& a, int64_t J) {
-  std::vector<double> w(J);
-  const lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'N', 'L', lapack_int(J), a.data(), lapack_int(J), w.data());
-  if (info != 0) fail(kWhere, "LAPACK dsyevd failed (info " + std::to_string(info) + ") on a " + std::to_string(J) + "x" + std::to_string(J) + " Gram matrix");
-  std::reverse(w.begin(), w.end());
-  return w;
-}
-
-// y = A x for Spectra, by BLAS dsymv: it reads one triangle only, and the Lanczos iteration is
-// nothing but these products, so this is about 1.7x faster than Spectra's own DenseSymMatProd
-// (Eigen) at J = 4096 here.
-struct SymmetricProduct {
-  using Scalar = double;
-  const double* a;
-  Eigen::Index n;
-  Eigen::Index rows() const { return n; }
-  Eigen::Index cols() const { return n; }
-  void perform_op(const double* x, double* y) const {
-    cblas_dsymv(CblasColMajor, CblasLower, CBLAS_INT(n), 1.0, a, CBLAS_INT(n), x, 1, 0.0, y, 1);
-  }
-};
-
-// The k largest eigenvalues, descending, by Spectra's implicitly restarted Lanczos (k < J).
-// Spectra starts from a fixed pseudo-random vector, so the result is reproducible. Returns an empty
-// vector when the solver does not converge.
-std::vector<double> top_eigenvalues(const double* a, int64_t J, int64_t k) {
-  SymmetricProduct op{a, J};
-  // The usual Krylov subspace size: twice the wanted count gives quick restarts.
-  const int64_t ncv = std::min(J, std::max(2 * k + 1, k + 20));
-  Spectra::SymEigsSolver<SymmetricProduct> eigs(op, k, ncv);
-  eigs.init();
-  eigs.compute(Spectra::SortRule::LargestAlge, /*maxit=*/1000, /*tol=*/1e-12);
-  if (eigs.info() != Spectra::CompInfo::Successful) return {};
-  const Eigen::VectorXd v = eigs.eigenvalues();  // descending for LargestAlge
-  return std::vector<double>(v.data(), v.data() + v.size());
-}
-
-#else
-// Without LAPACKE/Spectra (e.g. a pip LibTorch build): LibTorch's own LAPACK, same eigenvalues.
-std::vector<double> all_eigenvalues(std::vector<double>& a, int64_t J) {
-  const at::Tensor w = at::linalg_eigvalsh(at::from_blob(a.data(), {J, J}, at::kDouble), "L").flip(0).contiguous();
-  return std::vector<double>(w.data_ptr<double>(), w.data_ptr<double>() + J);
-}
-
-// No Lanczos here: an empty result sends the caller to the exact path.
-std::vector<double> top_eigenvalues(const double*, int64_t, int64_t) { return {}; }
-#endif
 
 }  // namespace
 
@@ -159,13 +113,11 @@ double shifted_ridge(double lambda, double log_scale) {
 DofValue dof_at(const HeadSpectrum& sp, double lambda) {
   // mu / (mu + lambda) with mu = exp(c) e is e / (e + t), t = lambda exp(-c). When t underflows to 0,
   // every nonzero e counts 1 and every zero e (a rank-deficient spectrum) 0, not 0 / 0. When t is
-  // below the resolution, unresolved eigenvalues count 0 (dof.h).
+  // below the resolution, unresolved eigenvalues count 0 (dof.h): g below is f with that rule.
   const double t = shifted_ridge(lambda, sp.log_scale);
   const bool drop_unresolved = t < sp.resolution;
-  auto f = [&](double e) {
-    if (drop_unresolved && e < sp.resolution) return 0.0;
-    return t > 0 ? e / (e + t) : double(e > 0);
-  };
+  auto f = [&](double e) { return t > 0 ? e / (e + t) : double(e > 0); };
+  auto g = [&](double e) { return drop_unresolved && e < sp.resolution ? 0.0 : f(e); };
   const std::vector<double>& e = sp.eigenvalues;
   const size_t n = e.size();
   double kept = 0;
@@ -184,25 +136,80 @@ DofValue dof_at(const HeadSpectrum& sp, double lambda) {
     for (; i < n; ++i) a0 += e[i] / (e[i] + t);
     kept = (a0 + a1) + (a2 + a3);
   } else {
-    for (double v : e) kept += f(v);
+    for (double v : e) kept += g(v);
+  }
+  if (sp.exact) return {kept, kept, kept};
+
+  // Fast path (bounds derived in dof.h): e holds theta_1 >= .. >= theta_n, lower bounds on the n
+  // largest of the J eigenvalues mu, whose sum is the trace T. The trace is a sum of J rounded
+  // terms: T (1 -+ 2 J eps) brackets the exact one.
+  const int64_t J = std::max<int64_t>(sp.samples, int64_t(n)), others = J - int64_t(n);
+  const double eps = std::numeric_limits<double>::epsilon();
+  const double trace_low = sp.trace * (1 - 2 * double(J) * eps), trace_high = sp.trace * (1 + 2 * double(J) * eps);
+  double theta_sum = 0;
+  for (double v : e) theta_sum += v;
+
+  // Lower: the leftover mass piled onto the largest eigenvalue. Over the set {mu_i >= theta_i,
+  // mu >= 0, sum mu = T} the concave sum of f is least at a vertex, where every constraint but one
+  // is tight; the leftover r then sits on one eigenvalue i and costs f(theta_i + r) - f(theta_i),
+  // least for the largest theta_i (f concave). When unresolved eigenvalues count 0, mass can also
+  // hide for free below the resolution (just under res in each of them): only what is left after
+  // that must be piled up.
+  double hidden = 0;
+  if (drop_unresolved) {
+    for (double v : e) hidden += std::max(0.0, sp.resolution - v);
+    hidden += double(others) * sp.resolution;
+  }
+  const double top = n > 0 ? e[0] : 0.0;
+  const double pile = std::max(0.0, trace_low - theta_sum - hidden);
+  double lower = kept + std::max(0.0, g(top + pile) - (n > 0 ? g(top) : 0.0));
+  // With the sum of squares F: the tangent parabolas of dof.h, touching f at m = t 2^j and at 0.
+  if (sp.sum_squares > 0 && t > 0 && !drop_unresolved) {
+    const double squares_high = sp.sum_squares * (1 + 4 * double(J) * eps);
+    for (int j = -7; j <= 5; ++j) {
+      const double m = j == -7 ? 0.0 : std::ldexp(t, j);
+      const double b = 1 / ((m + t) * (m + t)), a = 2 / (m + t) - b * t;
+      double bound = a * trace_low - b * squares_high;
+      for (double v : e)
+        if (v > m) bound += b * v * (v - m) * (v - m) / (v + t);
+      lower = std::max(lower, bound);
+    }
   }
 
-  const int64_t rest = sp.samples - int64_t(n);
-  if (sp.exact || rest <= 0 || n == 0) return {kept, kept, kept};
-
-  // The tail: rest eigenvalues in [0, m] with sum r (bounds derived in dof.h), all in the shifted
-  // units of e, so f is the same function.
-  const double m = e.back();
-  const double r = std::clamp(sp.trace - std::accumulate(e.begin(), e.end(), 0.0), 0.0, double(rest) * m);
-  double tail_low = 0, tail_high = 0;
-  if (m > 0 && r > 0) {
-    const double full = std::min(std::floor(r / m), double(rest));
-    tail_low = full * f(m) + f(std::max(0.0, r - full * m));
-    // Spread evenly, over as many eigenvalues as still count.
-    const double spread = drop_unresolved ? std::min(double(rest), std::floor(r / sp.resolution)) : double(rest);
-    tail_high = spread >= 1 ? spread * f(r / spread) : 0.0;
+  // Upper: water-filling, the maximum of the concave sum over the same set (KKT: equal slopes f'
+  // wherever mu_i > theta_i): mu_i = max(theta_i, tau) and tau for the J - n others, with the water
+  // level tau set by sum mu = T. p counts the theta_i above the water.
+  int64_t p = std::min<int64_t>(int64_t(n), J - 1);
+  double tau = 0;
+  if (p >= 0) {
+    double above = theta_sum;  // sum of theta_i for i < p
+    for (int64_t i = p; i < int64_t(n); ++i) above -= e[i];
+    tau = (trace_high - above) / double(J - p);
+    while (p > 0 && tau > e[p - 1]) {
+      --p;
+      above -= e[p];
+      tau = (trace_high - above) / double(J - p);
+    }
+    if (p < int64_t(n)) tau = std::max(tau, e[p]);  // only when rounding put sum theta above T
+    tau = std::max(tau, 0.0);
   }
-  const double lower = kept + tail_low, upper = kept + tail_high;
+  double upper = double(J - std::max<int64_t>(p, 0)) * f(tau);
+  for (int64_t i = 0; i < p; ++i) upper += f(e[i]);
+  if (drop_unresolved) {
+    // g <= f, so the above holds; and every eigenvalue that counts is >= res and counts at most 1:
+    // the resolved theta_i, plus as many more as the leftover mass can lift to res (the cheapest
+    // first: the largest unresolved theta_i, then the others at res each).
+    double budget = std::max(0.0, trace_high - theta_sum), count = 0;
+    size_t i = 0;
+    for (; i < n && e[i] >= sp.resolution; ++i) count += 1;
+    for (; i < n && budget >= sp.resolution - e[i]; ++i) {
+      budget -= sp.resolution - e[i];
+      count += 1;
+    }
+    if (i == n && sp.resolution > 0) count += std::min(double(others), std::floor(budget / sp.resolution));
+    upper = std::min(upper, count);
+  }
+  upper = std::max(upper, lower);  // equal up to rounding when the basis holds the whole spectrum
   return {0.5 * (lower + upper), lower, upper};
 }
 
@@ -210,8 +217,8 @@ int64_t unresolved_count(const HeadSpectrum& sp, double lambda) {
   if (!(shifted_ridge(lambda, sp.log_scale) < sp.resolution)) return 0;
   int64_t n = 0;
   for (double e : sp.eigenvalues) n += e < sp.resolution;
-  const int64_t rest = sp.samples - int64_t(sp.eigenvalues.size());
-  if (!sp.exact && rest > 0 && !sp.eigenvalues.empty() && sp.eigenvalues.back() < sp.resolution) n += rest;
+  // On the fast path any of the eigenvalues beyond the Ritz values may be unresolved.
+  if (!sp.exact) n += std::max<int64_t>(0, sp.samples - int64_t(sp.eigenvalues.size()));
   return n;
 }
 
@@ -262,6 +269,24 @@ at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
   return g;
 }
 
+HeadSpectrum spectrum_from_eigenvalues(std::vector<double> eig, bool exact, int64_t J, double diag_trace,
+                                       const DofSettings& settings, double log_scale, double sum_squares) {
+  HeadSpectrum sp;
+  sp.samples = J;
+  sp.exact = exact;
+  // Sigma = exp(log_scale) gram / n = exp(gs.log_scale) gram / gs.divisor: the eigenvalues stay in
+  // the Gram's shifted units (dof.h, log-domain scaling).
+  const GramScale gs = gram_scale(settings.normalize, diag_trace, eig.front(), J, log_scale);
+  // A positive semi-definite matrix: negative eigenvalues are rounding noise around zero.
+  for (double& e : eig) e = std::max(e, 0.0) / gs.divisor;
+  sp.log_scale = gs.log_scale;
+  sp.resolution = double(J) * std::numeric_limits<double>::epsilon() * (1.0 + std::abs(log_scale)) * eig.front();
+  sp.trace = exact ? std::accumulate(eig.begin(), eig.end(), 0.0) : diag_trace / gs.divisor;
+  if (!exact) sp.sum_squares = sum_squares / gs.divisor / gs.divisor;
+  sp.eigenvalues = std::move(eig);
+  return sp;
+}
+
 HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& settings, double log_scale) {
   check_settings(settings);
   if (!gram.defined() || gram.dim() != 2 || gram.size(0) < 1 || gram.size(0) != gram.size(1))
@@ -273,67 +298,73 @@ HeadSpectrum spectrum_of_gram(const at::Tensor& gram, const DofSettings& setting
   // Only one triangle is read below, so a matrix that is not symmetric is a caller's mistake. One
   // pass over the pairs (i, j) checks that and finiteness without temporaries of size J^2.
   const double* p = g.data_ptr<double>();
-  double big = 0, asym = 0, diag_trace = 0;
+  // The same pass sums the squares of the lower triangle: F = sum mu^2 = sum_ij G_ij^2 (fast path).
+  double big = 0, asym = 0, diag_trace = 0, squares = 0;
   for (int64_t i = 0; i < J; ++i) {
-    for (int64_t j = 0; j <= i; ++j) {
+    double row = 0;
+    for (int64_t j = 0; j < i; ++j) {
       const double a = p[i * J + j], b = p[j * J + i];
       if (!std::isfinite(a) || !std::isfinite(b)) fail(kWhere, "the Gram matrix contains NaN or infinity");
       big = std::max(big, std::abs(a));
       asym = std::max(asym, std::abs(a - b));
+      row += a * a;
     }
-    diag_trace += p[i * J + i];
+    const double d = p[i * J + i];
+    if (!std::isfinite(d)) fail(kWhere, "the Gram matrix contains NaN or infinity");
+    big = std::max(big, std::abs(d));
+    diag_trace += d;
+    squares += 2 * row + d * d;
   }
   if (asym > 1e-10 * big) fail(kWhere, "the Gram matrix is not symmetric");
   if (!(diag_trace > 0)) fail(kWhere, "the Gram matrix has no positive diagonal (trace " + std::to_string(diag_trace) + ")");
 
-  HeadSpectrum sp;
-  sp.samples = J;
-  const int64_t k = std::min(settings.top_k, J);
-  sp.exact = J <= settings.exact_limit || k >= J;
-  std::vector<double> eig;
-  if (!sp.exact) {
-    eig = top_eigenvalues(p, J, k);
-    if (eig.empty()) sp.exact = true;  // Lanczos did not converge: pay for the full decomposition
+  // The certified fast path (dof.h): grow the Krylov basis until the bounds at settings.lambda are
+  // within the tolerance; past the cap, the exact path.
+  const int64_t cap = std::min(settings.top_k, J);
+  if (takes_fast_path(settings, J)) {
+    auto tight = [&](const std::vector<double>& theta) {
+      const DofValue v =
+          dof_at(spectrum_from_eigenvalues(theta, false, J, diag_trace, settings, log_scale, squares), settings.lambda);
+      return v.upper - v.lower <= settings.tolerance * v.value;
+    };
+    RitzValues ritz = block_krylov_ritz(g, settings.block, cap, diag_trace, kKrylovSeed, tight);
+    if (ritz.accepted)
+      return spectrum_from_eigenvalues(std::move(ritz.values), false, J, diag_trace, settings, log_scale, squares);
   }
-  if (sp.exact) {
-    std::vector<double> a(p, p + J * J);
-    eig = all_eigenvalues(a, J);
-  }
-  // Sigma = exp(log_scale) gram / n = exp(gs.log_scale) gram / gs.divisor: the eigenvalues stay in
-  // the Gram's shifted units (dof.h, log-domain scaling).
-  const GramScale gs = gram_scale(settings.normalize, diag_trace, eig.front(), J, log_scale);
-  // A positive semi-definite matrix: negative eigenvalues are rounding noise around zero.
-  for (double& e : eig) e = std::max(e, 0.0) / gs.divisor;
-  sp.log_scale = gs.log_scale;
-  sp.resolution = double(J) * std::numeric_limits<double>::epsilon() * (1.0 + std::abs(log_scale)) * eig.front();
-  sp.trace = sp.exact ? std::accumulate(eig.begin(), eig.end(), 0.0) : diag_trace / gs.divisor;
-  sp.eigenvalues = std::move(eig);
-  return sp;
+  std::vector<double> a(p, p + J * J);
+  return spectrum_from_eigenvalues(all_eigenvalues(a, J), true, J, diag_trace, settings, log_scale);
 }
 
-HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSettings& settings, uint64_t head_seed) {
-  check_settings(settings);
+at::Tensor sampled_vectors(const at::Tensor& q, const at::Tensor& k, int64_t samples, uint64_t head_seed) {
   if (!q.defined() || !k.defined() || q.dim() != 2 || k.dim() != 2 || q.size(1) != k.size(1) || q.size(1) < 1)
     fail(kWhere, "queries and keys must be [N, d] with the same d >= 1");
   if (!at::isFloatingType(q.scalar_type()) || !at::isFloatingType(k.scalar_type()))
     fail(kWhere, "queries and keys must be floating tensors");
   const int64_t nq = q.size(0), available = nq + k.size(0);
   if (available < 1) fail(kWhere, "the head has no query or key vectors");
-  const std::vector<int64_t> idx = sample_without_replacement(available, settings.samples, head_seed);
+  const std::vector<int64_t> idx = sample_without_replacement(available, samples, head_seed);
   // idx is sorted, so the queries come first: the pooled order [q; k] is kept.
   std::vector<int64_t> qi, ki;
   for (int64_t i : idx) (i < nq ? qi : ki).push_back(i < nq ? i : i - nq);
-  const at::Tensor x = at::cat({q.index_select(0, at::tensor(qi, at::kLong)).to(at::kDouble),
-                                k.index_select(0, at::tensor(ki, at::kLong)).to(at::kDouble)});
+  return at::cat({q.index_select(0, at::tensor(qi, at::kLong)).to(at::kDouble),
+                  k.index_select(0, at::tensor(ki, at::kLong)).to(at::kDouble)});
+}
+
+std::vector<int64_t> half_sample(int64_t J, uint64_t head_seed) {
+  return sample_without_replacement(J, J / 2, derive_seed(head_seed, 1));
+}
+
+HeadSpectrum head_spectrum(const at::Tensor& q, const at::Tensor& k, const DofSettings& settings, uint64_t head_seed) {
+  check_settings(settings);
+  const at::Tensor x = sampled_vectors(q, k, settings.samples, head_seed);
   double c = 0;
   const at::Tensor g = shifted_gram(x, &c);  // before the call that reads c
   HeadSpectrum sp = spectrum_of_gram(g, settings, c);
   // The convergence check: the same head on a J/2 subset of these J rows, shifted by its own maximum.
   const int64_t J = x.size(0);
   if (J >= 2) {
-    const std::vector<int64_t> sub = sample_without_replacement(J, J / 2, derive_seed(head_seed, 1));
     double ch = 0;
-    const at::Tensor gh = shifted_gram(x.index_select(0, at::tensor(sub, at::kLong)), &ch);
+    const at::Tensor gh = shifted_gram(x.index_select(0, at::tensor(half_sample(J, head_seed), at::kLong)), &ch);
     sp.half = std::make_shared<const HeadSpectrum>(spectrum_of_gram(gh, settings, ch));
   }
   return sp;
@@ -347,8 +378,43 @@ const HeadSpectrum& DofSpectra::head(int s, int h) const {
   return heads[size_t(s) * num_heads + h];
 }
 
+bool fast_path_fell_back(const DofSettings& settings, const HeadSpectrum& head) {
+  const bool batched = settings.batched || settings.device.rfind("cuda", 0) == 0;
+  return !batched && head.exact && takes_fast_path(settings, head.samples);
+}
+
+std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, const DofSettings& settings,
+                                        const ProgressFn& progress) {
+  check_settings(settings);
+  if (layer < 0 || layer >= store.num_layers())
+    fail(kWhere, "no layer " + std::to_string(layer) + " in a capture of " + std::to_string(store.num_layers()) + " layers");
+  const at::Device device = parse_device(settings.device);
+  const int H = store.num_heads();
+  const int64_t d = store.head_dim();
+  const at::Tensor q = store.layer_tensor(layer, "q"), k = store.layer_tensor(layer, "k");  // [T, H, L, d]
+  auto head_q = [&](int h) { return q.select(1, h).reshape({-1, d}); };
+  auto head_k = [&](int h) { return k.select(1, h).reshape({-1, d}); };
+  if (settings.batched || !device.is_cpu()) {
+    if (progress) progress(0.0, "heads 1-" + std::to_string(H) + " batched on " + settings.device);
+    std::vector<at::Tensor> x;
+    std::vector<uint64_t> seeds;
+    for (int h = 0; h < H; ++h) {
+      seeds.push_back(derive_seed(settings.seed, layer, h));
+      x.push_back(sampled_vectors(head_q(h), head_k(h), settings.samples, seeds.back()));
+    }
+    return batched_spectra(x, seeds, settings, device);
+  }
+  std::vector<HeadSpectrum> out;
+  for (int h = 0; h < H; ++h) {
+    if (progress) progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H));
+    out.push_back(head_spectrum(head_q(h), head_k(h), settings, derive_seed(settings.seed, layer, h)));
+  }
+  return out;
+}
+
 DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& settings, const ProgressFn& progress) {
   check_settings(settings);
+  parse_device(settings.device);  // before any work: a clear error for a device this build cannot use
   DofSpectra out;
   out.settings = settings;
   out.capture_dir = store.dir();
@@ -357,18 +423,15 @@ DofSpectra compute_spectra(const CaptureStore& store, const DofSettings& setting
   out.head_dim = store.head_dim();
   out.model = store.model_path();
 
-  const int S = out.num_layers, H = out.num_heads;
-  const int64_t d = out.head_dim;
-  out.heads.reserve(size_t(S) * H);
+  const int S = out.num_layers;
+  out.heads.reserve(size_t(S) * out.num_heads);
   for (int s = 0; s < S; ++s) {
-    const at::Tensor q = store.layer_tensor(s, "q"), k = store.layer_tensor(s, "k");  // [T, H, L, d]
-    for (int h = 0; h < H; ++h) {
-      if (progress)
-        progress(double(s * H + h) / (S * H),
-                 "layer " + std::to_string(s + 1) + "/" + std::to_string(S) + " head " + std::to_string(h + 1) + "/" + std::to_string(H));
-      out.heads.push_back(head_spectrum(q.select(1, h).reshape({-1, d}), k.select(1, h).reshape({-1, d}), settings,
-                                        derive_seed(settings.seed, s, h)));
-    }
+    ProgressFn in_layer;
+    if (progress)
+      in_layer = [&](double f, const std::string& what) {
+        progress((s + f) / S, "layer " + std::to_string(s + 1) + "/" + std::to_string(S) + " " + what);
+      };
+    for (HeadSpectrum& hs : layer_spectra(store, s, settings, in_layer)) out.heads.push_back(std::move(hs));
   }
   if (progress) progress(1.0, "done");
   return out;

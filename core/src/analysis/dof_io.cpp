@@ -32,7 +32,7 @@ at::Tensor expect(const SafetensorsFile& f, const std::string& name, at::ScalarT
 
 // The [S, H] tables of a spectra file's scalar fields.
 struct Tables {
-  at::Tensor trace, log_scale, resolution, samples, exact;
+  at::Tensor trace, log_scale, resolution, samples, exact, sum_squares;
 };
 
 }  // namespace
@@ -47,7 +47,7 @@ void save_spectra(const std::string& path, const DofSpectra& sp) {
   // without a half keeps half_samples 0).
   auto tables = [&] {
     return Tables{at::zeros({S, H}, at::kDouble), at::zeros({S, H}, at::kDouble), at::zeros({S, H}, at::kDouble),
-                  at::zeros({S, H}, at::kLong), at::ones({S, H}, at::kBool)};
+                  at::zeros({S, H}, at::kLong), at::ones({S, H}, at::kBool), at::zeros({S, H}, at::kDouble)};
   };
   Tables full = tables(), half = tables();
   auto put = [](Tables& t, int s, int h, const HeadSpectrum& hs) {
@@ -56,6 +56,7 @@ void save_spectra(const std::string& path, const DofSpectra& sp) {
     t.resolution[s][h] = hs.resolution;
     t.samples[s][h] = hs.samples;
     t.exact[s][h] = hs.exact;
+    t.sum_squares[s][h] = hs.sum_squares;
   };
   for (int s = 0; s < S; ++s)
     for (int h = 0; h < H; ++h) {
@@ -73,6 +74,7 @@ void save_spectra(const std::string& path, const DofSpectra& sp) {
     tensors.emplace_back(prefix + "resolution", t.resolution);
     tensors.emplace_back(prefix + "samples", t.samples);
     tensors.emplace_back(prefix + "exact", t.exact);
+    tensors.emplace_back(prefix + "sum_squares", t.sum_squares);
   };
   add("", full);
   add("half_", half);
@@ -81,7 +83,12 @@ void save_spectra(const std::string& path, const DofSpectra& sp) {
                                    {"normalize", dof_normalize_name(sp.settings.normalize)},
                                    {"seed", sp.settings.seed},
                                    {"exact_limit", sp.settings.exact_limit},
-                                   {"top_k", sp.settings.top_k}};
+                                   {"top_k", sp.settings.top_k},
+                                   {"block", sp.settings.block},
+                                   {"lambda", sp.settings.lambda},
+                                   {"tolerance", sp.settings.tolerance},
+                                   {"device", sp.settings.device},
+                                   {"batched", sp.settings.batched}};
   write_safetensors(path, tensors,
                     {{"format", kFormat},
                      {"version", kVersion},
@@ -117,6 +124,12 @@ DofSpectra load_spectra(const std::string& path) {
     sp.settings.seed = j.at("seed").get<uint64_t>();
     sp.settings.exact_limit = j.at("exact_limit").get<int64_t>();
     sp.settings.top_k = j.at("top_k").get<int64_t>();
+    // Written since the block Krylov fast path; older files get the defaults.
+    sp.settings.block = j.value("block", sp.settings.block);
+    sp.settings.lambda = j.value("lambda", sp.settings.lambda);
+    sp.settings.tolerance = j.value("tolerance", sp.settings.tolerance);
+    sp.settings.device = j.value("device", sp.settings.device);
+    sp.settings.batched = j.value("batched", sp.settings.batched);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -131,8 +144,11 @@ DofSpectra load_spectra(const std::string& path) {
     auto v2_only = [&](const std::string& name) {
       return v1 ? at::zeros({S, H}, at::kDouble) : expect(f, prefix + name, at::kDouble, {S, H});
     };
+    // sum_squares: written since the block Krylov fast path; 0 (unknown) in older files.
+    const at::Tensor squares = f.contains(prefix + "sum_squares") ? expect(f, prefix + "sum_squares", at::kDouble, {S, H})
+                                                                    : at::zeros({S, H}, at::kDouble);
     return Tables{expect(f, prefix + "trace", at::kDouble, {S, H}), v2_only("log_scale"), v2_only("resolution"),
-                  expect(f, prefix + "samples", at::kLong, {S, H}), expect(f, prefix + "exact", at::kBool, {S, H})};
+                  expect(f, prefix + "samples", at::kLong, {S, H}), expect(f, prefix + "exact", at::kBool, {S, H}), squares};
   };
   const Tables full = tables("");
   const Tables half = v1 ? Tables{} : tables("half_");
@@ -146,6 +162,7 @@ DofSpectra load_spectra(const std::string& path) {
     hs.exact = t.exact[s][h].item<bool>();
     hs.log_scale = t.log_scale[s][h].item<double>();
     hs.resolution = t.resolution[s][h].item<double>();
+    hs.sum_squares = t.sum_squares[s][h].item<double>();
     // What dof_at relies on: a descending, non-negative, finite spectrum that fits its sample count.
     const int64_t n = int64_t(hs.eigenvalues.size());
     const std::string head = "head (" + std::to_string(s) + ", " + std::to_string(h) + ")";
@@ -154,6 +171,7 @@ DofSpectra load_spectra(const std::string& path) {
     if (!std::isfinite(hs.trace) || hs.trace < 0) fail(path, head + " has a bad trace in '" + name + "'");
     if (!std::isfinite(hs.log_scale)) fail(path, head + " has a log scale that is not finite");
     if (!std::isfinite(hs.resolution) || hs.resolution < 0) fail(path, head + " has a bad resolution");
+    if (!std::isfinite(hs.sum_squares) || hs.sum_squares < 0) fail(path, head + " has a bad sum of squares");
     for (int64_t i = 0; i < n; ++i)
       if (!std::isfinite(hs.eigenvalues[i]) || hs.eigenvalues[i] < 0 || (i > 0 && hs.eigenvalues[i] > hs.eigenvalues[i - 1]))
         fail(path, "tensor '" + name + "' is not a descending list of non-negative eigenvalues");

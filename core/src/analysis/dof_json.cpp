@@ -28,6 +28,10 @@ nlohmann::ordered_json dof_to_json(const DofSpectra& sp, double lambda) {
   j["capture"] = sp.capture_dir;
   j["model"] = sp.model;
   j["convergence_tolerance"] = kDofConvergenceTolerance;
+  int fallbacks = 0;
+  for (const HeadSpectrum& hs : sp.heads) fallbacks += fast_path_fell_back(sp.settings, hs);
+  j["tolerance"] = sp.settings.tolerance;
+  j["fallback_heads"] = fallbacks;  // solved exactly: fast-path bounds not within the tolerance at top_k
   int unconverged = 0;
   for (const auto& row : conv)
     for (const DofConvergence& c : row) unconverged += c.unconverged();
@@ -49,6 +53,8 @@ nlohmann::ordered_json dof_to_json(const DofSpectra& sp, double lambda) {
                             {"upper", heads[s][h].upper},
                             {"samples", hs.samples},
                             {"exact", hs.exact},
+                            {"ritz_values", hs.exact ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(hs.eigenvalues.size())},
+                            {"fallback", fast_path_fell_back(sp.settings, hs)},
                             {"unresolved", unresolved_count(hs, lambda)},
                             {"dof_half", number_or_null(c.dof_half)},
                             {"samples_half", c.samples_half},
