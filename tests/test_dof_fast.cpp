@@ -284,9 +284,13 @@ TEST(DofFast, AdaptiveMeetsTheToleranceOrFallsBack) {
       }
       // Fast decay certifies with a small subspace; so does the near-identity spectrum, whose trace
       // and sum of squares leave it almost no room (a flat spectrum has the least sum of squares).
-      if (name == "fast decay" || (name == "near identity" && tol > 1e-3)) EXPECT_FALSE(sp.exact) << name << " " << tol;
+      if (name == "fast decay" || (name == "near identity" && tol > 1e-3)) {
+        EXPECT_FALSE(sp.exact) << name << " " << tol;
+      }
       // The slowly decaying one (1 / i, 11% of its mass beyond 120) cannot at 1e-4.
-      if (name == "slow decay" && tol < 1e-3) EXPECT_TRUE(sp.exact) << name;
+      if (name == "slow decay" && tol < 1e-3) {
+        EXPECT_TRUE(sp.exact) << name;
+      }
     }
   }
 }
@@ -311,7 +315,9 @@ TEST(DofFast, Extremes) {
   }
   two.tolerance = 1e-9;  // cannot be met with one Ritz value unless it is exact: falls back
   const HeadSpectrum exact2 = spectrum_of_gram(g2, two);
-  if (exact2.exact) EXPECT_TRUE(fast_path_fell_back(two, exact2));
+  if (exact2.exact) {
+    EXPECT_TRUE(fast_path_fell_back(two, exact2));
+  }
   EXPECT_NEAR(dof_at(exact2, 0.1).value, f(0.75, 0.1) + f(0.25, 0.1), 1e-9);
 
   // Huge norms: |x|^2 / sqrt d ~ 800, exp(c) beyond double range; the fast path's bounds bracket
