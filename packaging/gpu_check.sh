@@ -41,6 +41,13 @@ for pass in "" "--backward"; do
     --lengths 1024,2048,4096,8192,16384 --repeats 5 $pass > "$out/bench_attention_cuda${pass:+_backward}.md" 2>&1
   echo "bench attention cuda $pass rc=$?"; cat "$out/bench_attention_cuda${pass:+_backward}.md"
 done
+# DoF spectra on the GPU: the batched layer (cuSOLVER) against the CPU path, then timed beside dsyevd
+# and the certified fast path, J = 4096, every head of a layer of the bundled model's capture.
+(cd "$b" && OMP_NUM_THREADS=8 timeout 200 ./tests/attnscope_tests --gtest_filter='DofBatched.*' > "$out/dof_cuda_tests.log" 2>&1)
+echo "dof cuda tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure" "$out/dof_cuda_tests.log" | head
+"$cli" capture --text "$root"/resources/texts/*.txt --seq-len 256 --num-seqs 8 --seed 0 -o "$out/capture" > /dev/null 2>&1
+OMP_NUM_THREADS=1 timeout 200 "$cli" bench dof --capture "$out/capture" --samples 4096 --layer 0 --device cuda \
+  > "$out/bench_dof_cuda.md" 2>&1; echo "bench dof cuda rc=$?"; cat "$out/bench_dof_cuda.md"
 [ "${KERNELS_ONLY:-0}" = 1 ] && exit 0
 # Tests whose CUDA paths skip on a CPU machine.
 (cd "$b" && OMP_NUM_THREADS=8 ./tests/attnscope_tests --gtest_filter='DistillDevice.*:SpeedBench.*:MemoryMeter.*' \
