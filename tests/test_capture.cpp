@@ -24,15 +24,6 @@ namespace {
   const std::string path = test::shared_model_file("stories260K/stories260K.bin"); \
   if (path.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin"
 
-std::vector<TextDocument> sample_docs() {
-  std::vector<TextDocument> docs;
-  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) {
-    std::ifstream in(e.path());
-    docs.push_back({e.path().string(), std::string(std::istreambuf_iterator<char>(in), {})});
-  }
-  std::sort(docs.begin(), docs.end(), [](auto& a, auto& b) { return a.source < b.source; });
-  return docs;
-}
 
 CaptureOptions opts(int L, int T, uint64_t seed) {
   CaptureOptions o;
@@ -58,7 +49,7 @@ TEST(Capture, LayoutManifestAndReproducibleWindows) {
   REQUIRE_STORIES(bin);
   LoadedModel m = load_model(bin);
   const std::string dir = test::temp_dir("cap") + "/store";
-  capture_to_dir(m, sample_docs(), opts(32, 3, 7), dir);
+  capture_to_dir(m, test::sample_documents(), opts(32, 3, 7), dir);
 
   CaptureStore st(dir);
   EXPECT_EQ(st.num_layers(), 5);
@@ -82,11 +73,11 @@ TEST(Capture, LayoutManifestAndReproducibleWindows) {
 
   // Same seed, same windows; another seed, other windows.
   const std::string again = test::temp_dir("cap") + "/again";
-  capture_to_dir(m, sample_docs(), opts(32, 3, 7), again);
+  capture_to_dir(m, test::sample_documents(), opts(32, 3, 7), again);
   EXPECT_TRUE(at::equal(CaptureStore(again).ids(), ids));
   EXPECT_TRUE(at::equal(CaptureStore(again).layer_tensor(2, "k"), st.layer_tensor(2, "k")));
   const std::string other = test::temp_dir("cap") + "/other";
-  capture_to_dir(m, sample_docs(), opts(32, 3, 8), other);
+  capture_to_dir(m, test::sample_documents(), opts(32, 3, 8), other);
   EXPECT_FALSE(at::equal(CaptureStore(other).ids(), ids));
 }
 
@@ -94,7 +85,7 @@ TEST(Capture, SoftmaxOfStoredQKEqualsForwardAttention) {
   REQUIRE_STORIES(bin);
   LoadedModel m = load_model(bin);
   const std::string dir = test::temp_dir("cap") + "/store";
-  capture_to_dir(m, sample_docs(), opts(48, 2, 3), dir);
+  capture_to_dir(m, test::sample_documents(), opts(48, 2, 3), dir);
   CaptureStore st(dir);
 
   std::vector<at::Tensor> probs(5);
@@ -120,7 +111,7 @@ TEST(Capture, LayerZeroQueriesMatchFloat64FromRawWeights) {
   REQUIRE_STORIES(bin);
   LoadedModel m = load_model(bin);
   const std::string dir = test::temp_dir("cap") + "/store";
-  capture_to_dir(m, sample_docs(), opts(16, 2, 11), dir);
+  capture_to_dir(m, test::sample_documents(), opts(16, 2, 11), dir);
   CaptureStore st(dir);
   const int64_t D = 64, V = 512, H = 8, d = 8, Hkv = 4;
   const auto emb = read_floats(bin, 0, V * D);
@@ -168,14 +159,14 @@ TEST(Capture, PreRopeAndHalfPrecision) {
   LoadedModel m = load_model(bin);
   auto o = opts(24, 2, 5);
   const std::string post = test::temp_dir("cap") + "/post";
-  capture_to_dir(m, sample_docs(), o, post);
+  capture_to_dir(m, test::sample_documents(), o, post);
   o.pre_rope = true;
   const std::string pre = test::temp_dir("cap") + "/pre";
-  capture_to_dir(m, sample_docs(), o, pre);
+  capture_to_dir(m, test::sample_documents(), o, pre);
   o.pre_rope = false;
   o.dtype = DType::F16;
   const std::string half = test::temp_dir("cap") + "/half";
-  capture_to_dir(m, sample_docs(), o, half);
+  capture_to_dir(m, test::sample_documents(), o, half);
 
   at::Tensor qpost = CaptureStore(post).layer_tensor(1, "q"), qpre = CaptureStore(pre).layer_tensor(1, "q");
   // Position 0 is not rotated; later positions are, and rotation preserves each pair's norm.
@@ -198,10 +189,10 @@ TEST(Capture, BadRequestsFailAndLeaveExistingOutputIntact) {
   fs::create_directories(dir);
   { std::ofstream(dir + "/marker") << "precious"; }
   // L above the context length (512).
-  EXPECT_THROW(capture_to_dir(m, sample_docs(), opts(1024, 1, 0), dir), Error);
+  EXPECT_THROW(capture_to_dir(m, test::sample_documents(), opts(1024, 1, 0), dir), Error);
   // T x L above the corpus.
   try {
-    capture_to_dir(m, sample_docs(), opts(256, 10000, 0), dir);
+    capture_to_dir(m, test::sample_documents(), opts(256, 10000, 0), dir);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fewer than"), std::string::npos) << e.what();

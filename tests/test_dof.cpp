@@ -105,12 +105,6 @@ DofSettings settings_for(DofNormalize mode, int64_t samples = 1 << 20) {
   return s;
 }
 
-std::vector<TextDocument> sample_docs() {
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) paths.push_back(e.path().string());
-  std::sort(paths.begin(), paths.end());
-  return read_text_documents(paths);
-}
 
 // How far two float64 computations of the same DoF may differ. A backward-stable eigensolver gets
 // each eigenvalue to within a few eps * mu_max, not to a few ulps of itself, and f(mu) = mu / (mu +
@@ -679,7 +673,7 @@ TEST(Dof, ComputeSpectraOnTinyCaptureMatchesLoops) {
   const std::string dir = test::temp_dir("dof_cap") + "/store";
   CaptureOptions o;
   o.seq_len = 24, o.num_seqs = 3, o.seed = 4, o.batch = 2;
-  capture_to_dir(m, sample_docs(), o, dir);
+  capture_to_dir(m, test::sample_documents(), o, dir);
   const CaptureStore st(dir);
 
   for (DofNormalize mode : {DofNormalize::Trace, DofNormalize::Samples}) {
@@ -740,7 +734,7 @@ void expect_real_capture_matches_loops(const std::string& model, int seq_len) {
   const std::string dir = test::temp_dir("dof_real") + "/store";
   CaptureOptions o;
   o.seq_len = seq_len, o.num_seqs = 3, o.seed = 2, o.batch = 3;
-  capture_to_dir(m, sample_docs(), o, dir);
+  capture_to_dir(m, test::sample_documents(), o, dir);
   const CaptureStore st(dir);
   const DofSpectra sp = compute_spectra(st, settings_for(DofNormalize::Trace, 1024));
   const double lambda = std::pow(2.0, -8);
@@ -782,7 +776,7 @@ TEST(Dof, Stories260KBeyondDoubleRangeAndConvergenceMatchLoops) {
   const std::string dir = test::temp_dir("dof_s260") + "/store";
   CaptureOptions o;
   o.seq_len = 256, o.num_seqs = 8, o.seed = 0;
-  capture_to_dir(m, sample_docs(), o, dir);
+  capture_to_dir(m, test::sample_documents(), o, dir);
   const CaptureStore st(dir);
   const int64_t d = st.head_dim();
   auto vectors = [&](const at::Tensor& t) {

@@ -85,19 +85,13 @@ DofSettings fast_settings(int64_t block, double tolerance) {
   return s;
 }
 
-std::vector<TextDocument> sample_docs() {
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) paths.push_back(e.path().string());
-  std::sort(paths.begin(), paths.end());
-  return read_text_documents(paths);
-}
 
 std::string capture_of(const std::string& model, int seq_len, const std::string& tag) {
   LoadedModel m = load_model(model);
   const std::string dir = test::temp_dir(tag) + "/store";
   CaptureOptions o;
   o.seq_len = seq_len, o.num_seqs = 2, o.seed = 5, o.batch = 2;
-  capture_to_dir(m, sample_docs(), o, dir);
+  capture_to_dir(m, test::sample_documents(), o, dir);
   return dir;
 }
 

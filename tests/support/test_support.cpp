@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <algorithm>
 #include <vector>
 
 #include "attnscope/runtime.h"
@@ -64,6 +65,13 @@ int run_command(const std::string& cmd, std::string* output) {
   int status = pclose(pipe);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<TextDocument> sample_documents() {
+  std::vector<std::string> paths;
+  for (const auto& e : fs::directory_iterator(source_dir() + "/resources/texts")) paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  return read_text_documents(paths);
 }
 
 }  // namespace attnscope::test

@@ -1,8 +1,10 @@
 // Paths and small helpers shared by the test suites.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "attnscope/error.h"
+#include "attnscope/text_source.h"
 
 namespace attnscope::test {
 
@@ -13,6 +15,9 @@ std::string cli_path();       // the built `attnscope` executable
 std::string temp_dir(const std::string& tag);
 // Path to a shared model file, or "" (and a GTEST_SKIP message is the caller's job) when missing.
 std::string shared_model_file(const std::string& relative);
+
+// The bundled sample texts (resources/texts/*.txt), in file-name order: what the capture tests read.
+std::vector<TextDocument> sample_documents();
 
 // The whole file as bytes ("" when it cannot be read).
 std::string read_file(const std::string& path);
