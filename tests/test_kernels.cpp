@@ -219,6 +219,12 @@ TEST(Kernels, BadInputsNameTheArgument) {
   EXPECT_NE(message([&] { K::causal_linear_attention(in.q, in.k.to(at::kFloat), in.ls, in.v); }).find("k is Float"), std::string::npos);
   EXPECT_NE(message([&] { K::causal_linear_attention(in.q, in.k, in.ls.squeeze(-1), in.v); }).find("k_log_scale"), std::string::npos);
   EXPECT_NE(message([&] { K::causal_linear_attention(in.q, in.k, in.ls, in.v.narrow(1, 0, 5)); }).find("v [1, 5, 3]"), std::string::npos);
+  K::RecurrentState wrong = K::final_state(in.k, in.ls, in.v);  // float64 state, float32 token
+  EXPECT_NE(message([&] {
+              K::recurrent_step(wrong, in.q[0][0].to(at::kFloat).view({1, 4}), in.k[0][0].to(at::kFloat).view({1, 4}),
+                                in.ls[0][0].to(at::kFloat), in.v[0][0].to(at::kFloat).view({1, 3}));
+            }).find("recurrent state"),
+            std::string::npos);
   EXPECT_NE(message([&] {
               K::causal_linear_attention(in.q.to(at::kBFloat16), in.k.to(at::kBFloat16), in.ls.to(at::kBFloat16),
                                          in.v.to(at::kBFloat16));

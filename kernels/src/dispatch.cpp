@@ -182,9 +182,17 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
   if (k_log_scale.dim() != 1 || k_log_scale.size(0) != N) fail(kWhere, "recurrent k_log_scale " + shape(k_log_scale) + " must be [N]");
   if (v.dim() != 2 || v.size(0) != N) fail(kWhere, "recurrent v " + shape(v) + " must be [N, D]");
   const int64_t D = v.size(1);
-  if (state.S.defined() && (state.S.sizes() != at::IntArrayRef{N, M, D} || state.S.device() != q.device()))
-    fail(kWhere, "recurrent state " + shape(state.S) + " does not match N, M, D = " + std::to_string(N) + ", " +
-                     std::to_string(M) + ", " + std::to_string(D) + " on " + q.device().str());
+  if (state.S.defined()) {
+    // The state is kept in the accumulator dtype (float for bfloat16 queries), contiguous.
+    const auto acc = q.scalar_type() == at::kBFloat16 ? at::kFloat : q.scalar_type();
+    if (state.S.sizes() != at::IntArrayRef{N, M, D} || state.S.device() != q.device() || state.S.scalar_type() != acc ||
+        !state.z.defined() || state.z.sizes() != at::IntArrayRef{N, M} || !state.c.defined() ||
+        state.c.sizes() != at::IntArrayRef{N})
+      fail(kWhere, "recurrent state S " + shape(state.S) + " (" + c10::toString(state.S.scalar_type()) + ", " +
+                       state.S.device().str() + ") does not match N, M, D = " + std::to_string(N) + ", " + std::to_string(M) +
+                       ", " + std::to_string(D) + " (" + c10::toString(acc) + ", " + q.device().str() + ")");
+    state.S = state.S.contiguous(), state.z = state.z.to(acc).contiguous(), state.c = state.c.to(acc).contiguous();
+  }
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
   if (q.is_cuda()) {
 #ifdef ATTNSCOPE_TORCH_CUDA
