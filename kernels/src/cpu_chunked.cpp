@@ -164,22 +164,25 @@ Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, 
   const at::Tensor q3 = qc.reshape({B, C, M}), k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D + 1});
   const at::Tensor l3 = lsc.reshape({B, C}).contiguous(), c3 = ci.view({B, C}), P3 = p.P.view({B, M, D + 1});
   const at::Tensor carried = at::exp(p.cP.reshape({B, 1}) - c3).unsqueeze(-1);  // exp(cP_t - c_i) <= 1
-  at::Tensor num = at::empty({B, C, D + 1}, q.options());
+  // Each block writes its rows of y and den: num' = W [V, 1] + diag(exp(cP_t - c)) Q P_t lives only
+  // per block. A row with no weight is 0/0: NaN, as linear_attention.h says (not a division by 0
+  // of a nonzero).
+  at::Tensor y = at::empty({B, C, D}, q.options()), den = at::empty({B, C}, q.options());
+  const at::Tensor nan = at::full({}, std::nan(""), q.options());
   for_blocks(B, [&](int64_t b, int64_t len) {
-    at::Tensor out = num.narrow(0, b, len);
     const at::Tensor w = at::bmm(q3.narrow(0, b, len), k3.narrow(0, b, len).transpose(1, 2))
                              .mul_(intra_weights(l3.narrow(0, b, len), c3.narrow(0, b, len)));
-    at::bmm_out(out, w, v3.narrow(0, b, len));
-    out.add_(at::bmm(q3.narrow(0, b, len) * carried.narrow(0, b, len), P3.narrow(0, b, len)));
+    const at::Tensor num = at::bmm(w, v3.narrow(0, b, len))
+                               .add_(at::bmm(q3.narrow(0, b, len) * carried.narrow(0, b, len), P3.narrow(0, b, len)));
+    const at::Tensor dn = num.select(-1, D);
+    den.narrow(0, b, len).copy_(dn);
+    const at::Tensor none = (dn == 0).unsqueeze(-1);
+    y.narrow(0, b, len).copy_(at::where(none, nan, num.narrow(-1, 0, D) / at::where(none, at::ones_like(dn).unsqueeze(-1), dn.unsqueeze(-1))));
   });
   Forward f;
-  num = num.view({N, T, C, D + 1});
-  f.den = unchunked(num.narrow(-1, D, 1), L).squeeze(-1);
+  f.y = unchunked(y.view({N, T, C, D}), L);
+  f.den = unchunked(den.view({N, T, C, 1}), L).squeeze(-1);
   f.c = unchunked(ci.unsqueeze(-1), L).squeeze(-1);
-  // A row with no weight is 0/0: NaN, as linear_attention.h says (not a division by 0 of a nonzero).
-  const at::Tensor none = (f.den == 0).unsqueeze(-1);
-  f.y = at::where(none, at::full({}, std::nan(""), q.options()),
-                  unchunked(num.narrow(-1, 0, D), L) / at::where(none, at::ones_like(f.den).unsqueeze(-1), f.den.unsqueeze(-1)));
   return f;
 }
 
