@@ -203,25 +203,41 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
   // Padded queries read nothing (c = +inf: every weight exp(ls - inf) = 0; their g' is 0 anyway).
   const at::Tensor ci = chunked(saved.c.unsqueeze(-1), T, inf).squeeze(-1).contiguous();
   const Prefix p = prefix_states(kc, v1c, lsc);
-  const at::Tensor e = intra_weights(lsc.contiguous(), ci);
-  const at::Tensor w = at::matmul(qc, kc.transpose(-2, -1)).mul_(e);               // [N, T, C, C]
-  const at::Tensor pm = at::matmul(gpc, v1c.transpose(-2, -1)).mul_(e);            // dL/dw_ij E_ij
-
-  // Queries: the intra block plus the state before the chunk.
-  at::Tensor dq = at::matmul(pm, kc).add_(at::matmul(gpc * at::exp(p.cP.unsqueeze(-1) - ci).unsqueeze(-1),
-                                                     p.P.transpose(-2, -1)));
-  // Keys and values: the intra block plus the suffix over later chunks, R_t relative to r_t = c at
-  // the first query after chunk t.
+  // Keys and values read the suffix over later chunks, R_t relative to r_t = c at the first query
+  // after chunk t: the chunk sums B_u first, then the scan.
   const at::Tensor cfirst = ci.select(-1, 0);  // [N, T]
   at::Tensor Rs = at::matmul((qc * at::exp(cfirst.unsqueeze(-1) - ci).unsqueeze(-1)).transpose(-2, -1), gpc).contiguous();
   const at::Tensor r = at::cat({cfirst.narrow(1, 1, T - 1), at::full({N, 1}, inf, ci.options())}, 1).contiguous();
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "exclusive_suffix", [&] {
     exclusive_suffix<scalar_t>(Rs.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), N, T, M * (D + 1));
   });
-  const at::Tensor key_scale = at::exp(lsc - r.unsqueeze(-1)).unsqueeze(-1);  // [N, T, C, 1], <= 1
-  at::Tensor dk = at::matmul(pm.transpose(-2, -1), qc).add_(at::matmul(v1c * key_scale, Rs.transpose(-2, -1)));
-  at::Tensor dv = at::matmul(w.transpose(-2, -1), gpc.narrow(-1, 0, D))
-                      .add_(at::matmul(kc * key_scale, Rs.narrow(-1, 0, D)));
+
+  // Then each block of chunks: its C x C blocks W = (Q K^T) E and Pm = (G' [V, 1]^T) E (dL/dw_ij
+  // E_ij) live only while the block writes its rows of dq, dk and dv.
+  const int64_t B = N * T, D1 = D + 1;
+  const at::Tensor q3 = qc.reshape({B, C, M}), k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D1});
+  const at::Tensor g3 = gpc.reshape({B, C, D1}), l3 = lsc.reshape({B, C}).contiguous(), c3 = ci.view({B, C});
+  const at::Tensor P3 = p.P.view({B, M, D1}), R3 = Rs.view({B, M, D1});
+  const at::Tensor carried = at::exp(p.cP.reshape({B, 1}) - c3).unsqueeze(-1);       // exp(cP_t - c_i) <= 1
+  const at::Tensor key_scale = at::exp(l3 - r.view({B, 1})).unsqueeze(-1);            // exp(ls_j - r_t) <= 1
+  at::Tensor dq = at::empty({B, C, M}, q.options()), dk = at::empty({B, C, M}, q.options());
+  at::Tensor dv = at::empty({B, C, D}, q.options());
+  for_blocks(B, [&](int64_t b, int64_t len) {
+    auto at_block = [&](const at::Tensor& t) { return t.narrow(0, b, len); };
+    const at::Tensor e = intra_weights(at_block(l3), at_block(c3));
+    const at::Tensor w = at::bmm(at_block(q3), at_block(k3).transpose(1, 2)).mul_(e);
+    const at::Tensor pm = at::bmm(at_block(g3), at_block(v3).transpose(1, 2)).mul_(e);
+    // Queries: the intra block plus the state before the chunk.
+    at::Tensor dqb = at_block(dq), dkb = at_block(dk), dvb = at_block(dv);
+    at::bmm_out(dqb, pm, at_block(k3));
+    dqb.add_(at::bmm(at_block(g3) * at_block(carried), at_block(P3).transpose(1, 2)));
+    // Keys and values: the intra block plus the suffix.
+    at::bmm_out(dkb, pm.transpose(1, 2), at_block(q3));
+    dkb.add_(at::bmm(at_block(v3) * at_block(key_scale), at_block(R3).transpose(1, 2)));
+    at::bmm_out(dvb, w.transpose(1, 2), at_block(g3).narrow(-1, 0, D));
+    dvb.add_(at::bmm(at_block(k3) * at_block(key_scale), at_block(R3).narrow(-1, 0, D)));
+  });
+  dq = dq.view({N, T, C, M}), dk = dk.view({N, T, C, M}), dv = dv.view({N, T, C, D});
   Backward b;
   b.dq = unchunked(dq, L);
   b.dk = unchunked(dk, L);
