@@ -1,11 +1,11 @@
 // CPU kernels of causal linear attention in the chunked form (cuda/launch.h has the equations).
 //
 // The four products of every chunk (Q K^T, W [V, 1], Q P_t, K^T [V, 1]; and their mirrors in the
-// backward pass) run as batched GEMMs over all chunks of all heads at once (at::matmul: BLAS, in
-// parallel over batch x heads x chunks). What is not a product is a plain loop: the scans over
-// chunks (parallel over batch x heads, sequential over chunks) and the causal, log-scaled weights
-// of the intra-chunk block, each written in one pass. Memory: the chunk states, (L / C) M (D + 1)
-// per head, and three C x C blocks per chunk, never the [L, M, D] prefix states of a cumsum.
+// backward pass) run as batched GEMMs over blocks of chunks (at::bmm: BLAS), the blocks in parallel
+// over batch x heads x chunks. What is not a product is a plain loop: the scans over chunks
+// (parallel over batch x heads, sequential over chunks) and the causal, log-scaled weights of the
+// intra-chunk block. Memory: the chunk states, (L / C) M (D + 1) per head, and a few C x C blocks
+// per chunk of a block in flight, never the [L, M, D] prefix states of a cumsum.
 #include "src/cpu_chunked.h"
 
 #include <ATen/ATen.h>
@@ -34,23 +34,37 @@ void for_blocks(int64_t chunks, const F& f) {
   });
 }
 
-// [N, L, X] -> [N, T, C, X], padded with `pad` to T C rows.
+// [N, L, X] -> [N T, C, X]: cut into chunks, padded with `pad` to T C rows, sequences x chunks flat.
 at::Tensor chunked(const at::Tensor& x, int64_t T, double pad) {
   const int64_t L = x.size(1);
   const at::Tensor p = L == T * C ? x : at::constant_pad_nd(x, {0, 0, 0, T * C - L}, pad);
-  return p.view({x.size(0), T, C, x.size(2)});
+  return p.reshape({x.size(0) * T, C, x.size(2)});
 }
 
-// [N, T, C, X] -> [N, L, X], padding dropped.
-at::Tensor unchunked(const at::Tensor& x, int64_t L) {
-  return x.reshape({x.size(0), x.size(1) * C, x.size(3)}).narrow(1, 0, L).contiguous();
+// [N T, C, X] -> [N, L, X], padding dropped.
+at::Tensor unchunked(const at::Tensor& x, int64_t N, int64_t L) {
+  return x.reshape({N, x.size(0) / N * C, x.size(2)}).narrow(1, 0, L).contiguous();
 }
 
-// [v, 1]: the ones column turns the normalizer into one more output column.
-at::Tensor with_ones(const at::Tensor& v) { return at::cat({v, at::ones_like(v.narrow(-1, 0, 1))}, -1); }
+// The inputs in chunks, B = N T rows of C positions: q, k [B, C, M], v1 = [v, 1] [B, C, D + 1] (the
+// ones column turns the normalizer into one more output column), ls [B, C]. Padded keys have zero
+// features and log scale -inf: they weigh exp(-inf) = 0.
+struct Chunks {
+  int64_t N = 0, T = 0, L = 0;
+  at::Tensor q, k, v1, ls;
+};
+Chunks chunk_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+  Chunks x;
+  x.N = q.size(0), x.L = q.size(1), x.T = num_chunks(x.L);
+  x.q = chunked(q, x.T, 0);
+  x.k = chunked(k, x.T, 0);
+  x.v1 = chunked(at::cat({v, at::ones_like(v.narrow(-1, 0, 1))}, -1), x.T, 0);
+  x.ls = chunked(ls.unsqueeze(-1), x.T, -std::numeric_limits<double>::infinity()).squeeze(-1);
+  return x;
+}
 
-// The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal. ls, c [N, T, C]
-// -> [N, T, C, C]. Every exponent is <= 0 (c_i is the max over j <= i). The exponents are written
+// The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal. ls, c [B, C]
+// -> [B, C, C]. Every exponent is <= 0 (c_i is the max over j <= i). The exponents are written
 // in one pass (-inf above the diagonal), then exponentiated in place by LibTorch's vectorized exp.
 template <typename T>
 void intra_exponents(const T* ls, const T* c, T* e, int64_t blocks) {
@@ -68,9 +82,7 @@ void intra_exponents(const T* ls, const T* c, T* e, int64_t blocks) {
 }
 
 at::Tensor intra_weights(const at::Tensor& ls, const at::Tensor& c) {
-  std::vector<int64_t> shape(ls.sizes().begin(), ls.sizes().end());
-  shape.push_back(C);
-  at::Tensor e = at::empty(shape, ls.options());
+  at::Tensor e = at::empty({ls.size(0), C, C}, ls.options());
   AT_DISPATCH_FLOATING_TYPES(ls.scalar_type(), "intra_weights", [&] {
     intra_exponents<scalar_t>(ls.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), e.data_ptr<scalar_t>(), ls.numel() / C);
   });
@@ -126,69 +138,63 @@ void exclusive_suffix(T* b, const T* r, int64_t N, int64_t nT, int64_t X) {
   });
 }
 
-// Chunk states and their exclusive prefix: P [N, T, M, D+1], cP [N, T].
+// Chunk states and their exclusive prefix: P [B, M, D+1], cP [B].
 struct Prefix {
   at::Tensor P, cP;
 };
-Prefix prefix_states(const at::Tensor& kc, const at::Tensor& v1c, const at::Tensor& lsc) {
-  const at::Tensor m = std::get<0>(lsc.max(-1)).contiguous();  // [N, T]
-  const int64_t B = kc.size(0) * kc.size(1), M = kc.size(3), D1 = v1c.size(3);
-  const at::Tensor k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D1});
-  const at::Tensor scale = at::exp(lsc.reshape({B, C}) - m.view({B, 1})).unsqueeze(-1);  // exp(ls_j - m_t) <= 1
-  Prefix p{at::empty({kc.size(0), kc.size(1), M, D1}, kc.options()), at::empty_like(m)};
-  const at::Tensor P3 = p.P.view({B, M, D1});
+Prefix prefix_states(const Chunks& x) {
+  const at::Tensor m = std::get<0>(x.ls.max(-1)).contiguous();  // [B]
+  const at::Tensor scale = at::exp(x.ls - m.unsqueeze(-1)).unsqueeze(-1);  // exp(ls_j - m_t) <= 1
+  const int64_t B = x.N * x.T;
+  Prefix p{at::empty({B, x.k.size(2), x.v1.size(2)}, x.k.options()), at::empty_like(m)};
   for_blocks(B, [&](int64_t b, int64_t len) {
-    at::Tensor out = P3.narrow(0, b, len);
-    at::bmm_out(out, (k3.narrow(0, b, len) * scale.narrow(0, b, len)).transpose(1, 2), v3.narrow(0, b, len));
+    at::Tensor out = p.P.narrow(0, b, len);
+    at::bmm_out(out, (x.k.narrow(0, b, len) * scale.narrow(0, b, len)).transpose(1, 2), x.v1.narrow(0, b, len));
   });
-  const int64_t N = kc.size(0), nT = kc.size(1);
-  AT_DISPATCH_FLOATING_TYPES(kc.scalar_type(), "exclusive_prefix", [&] {
-    exclusive_prefix<scalar_t>(p.P.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), p.cP.data_ptr<scalar_t>(),
-                               N, nT, p.P.size(2) * p.P.size(3));
+  AT_DISPATCH_FLOATING_TYPES(x.k.scalar_type(), "exclusive_prefix", [&] {
+    exclusive_prefix<scalar_t>(p.P.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), p.cP.data_ptr<scalar_t>(), x.N,
+                               x.T, p.P.size(1) * p.P.size(2));
   });
   return p;
 }
 
+// exp(cP_t - c_i) <= 1 [B, C, 1]: how query i of chunk t reads the state before its chunk.
+at::Tensor carried_scale(const Prefix& p, const at::Tensor& c) { return at::exp(p.cP.unsqueeze(-1) - c).unsqueeze(-1); }
+
 }  // namespace
 
 Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
-  const int64_t N = q.size(0), L = q.size(1), M = q.size(2), D = v.size(2), T = num_chunks(L);
-  const double inf = std::numeric_limits<double>::infinity();
-  const at::Tensor qc = chunked(q, T, 0), kc = chunked(k, T, 0), v1c = chunked(with_ones(v), T, 0);
-  const at::Tensor lsc = chunked(ls.unsqueeze(-1), T, -inf).squeeze(-1);  // padded keys weigh exp(-inf) = 0
-  const Prefix p = prefix_states(kc, v1c, lsc);
+  const Chunks x = chunk_inputs(q, k, ls, v);
+  const int64_t B = x.N * x.T, D = v.size(2);
+  const Prefix p = prefix_states(x);
   // c_i: the carried max or a key of this chunk up to i.
-  const at::Tensor ci = at::maximum(std::get<0>(at::cummax(lsc, -1)), p.cP.unsqueeze(-1)).contiguous();
-  // The outputs, a block of chunks at a time so that each block's C x C weights stay in cache.
-  const int64_t B = N * T;
-  const at::Tensor q3 = qc.reshape({B, C, M}), k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D + 1});
-  const at::Tensor l3 = lsc.reshape({B, C}).contiguous(), c3 = ci.view({B, C}), P3 = p.P.view({B, M, D + 1});
-  const at::Tensor carried = at::exp(p.cP.reshape({B, 1}) - c3).unsqueeze(-1);  // exp(cP_t - c_i) <= 1
-  // Each block writes its rows of y and den: num' = W [V, 1] + diag(exp(cP_t - c)) Q P_t lives only
-  // per block. A row with no weight is 0/0: NaN, as linear_attention.h says (not a division by 0
-  // of a nonzero).
+  const at::Tensor c = at::maximum(std::get<0>(at::cummax(x.ls, -1)), p.cP.unsqueeze(-1)).contiguous();
+  const at::Tensor carried = carried_scale(p, c);
+  // The outputs, a block of chunks at a time so that each block's C x C weights stay in cache: each
+  // block writes its rows of y and den, num' = W [V, 1] + diag(exp(cP_t - c)) Q P_t lives only per
+  // block. A row with no weight is 0/0: NaN, as linear_attention.h says (not a division by 0 of a
+  // nonzero).
   at::Tensor y = at::empty({B, C, D}, q.options()), den = at::empty({B, C}, q.options());
   const at::Tensor nan = at::full({}, std::nan(""), q.options());
   for_blocks(B, [&](int64_t b, int64_t len) {
-    const at::Tensor w = at::bmm(q3.narrow(0, b, len), k3.narrow(0, b, len).transpose(1, 2))
-                             .mul_(intra_weights(l3.narrow(0, b, len), c3.narrow(0, b, len)));
-    const at::Tensor num = at::bmm(w, v3.narrow(0, b, len))
-                               .add_(at::bmm(q3.narrow(0, b, len) * carried.narrow(0, b, len), P3.narrow(0, b, len)));
+    auto at_block = [&](const at::Tensor& t) { return t.narrow(0, b, len); };
+    const at::Tensor w = at::bmm(at_block(x.q), at_block(x.k).transpose(1, 2)).mul_(intra_weights(at_block(x.ls), at_block(c)));
+    const at::Tensor num = at::bmm(w, at_block(x.v1)).add_(at::bmm(at_block(x.q) * at_block(carried), at_block(p.P)));
     const at::Tensor dn = num.select(-1, D);
-    den.narrow(0, b, len).copy_(dn);
+    at_block(den).copy_(dn);
     const at::Tensor none = (dn == 0).unsqueeze(-1);
-    y.narrow(0, b, len).copy_(at::where(none, nan, num.narrow(-1, 0, D) / at::where(none, at::ones_like(dn).unsqueeze(-1), dn.unsqueeze(-1))));
+    at_block(y).copy_(at::where(none, nan, num.narrow(-1, 0, D) / at::where(none, at::ones_like(dn).unsqueeze(-1), dn.unsqueeze(-1))));
   });
   Forward f;
-  f.y = unchunked(y.view({N, T, C, D}), L);
-  f.den = unchunked(den.view({N, T, C, 1}), L).squeeze(-1);
-  f.c = unchunked(ci.unsqueeze(-1), L).squeeze(-1);
+  f.y = unchunked(y, x.N, x.L);
+  f.den = unchunked(den.unsqueeze(-1), x.N, x.L).squeeze(-1);
+  f.c = unchunked(c.unsqueeze(-1), x.N, x.L).squeeze(-1);
   return f;
 }
 
 Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
                   const Forward& saved, const at::Tensor& gy) {
-  const int64_t N = q.size(0), L = q.size(1), M = q.size(2), D = v.size(2), T = num_chunks(L);
+  const int64_t M = q.size(2), D = v.size(2), D1 = D + 1;
   const double inf = std::numeric_limits<double>::infinity();
   // g'_i = [gy_i / den_i, -(gy_i . y_i) / den_i]: dL/dw_ij = g'_i . [v_j, 1]. Undefined rows: 0.
   const at::Tensor defined = (saved.den != 0).unsqueeze(-1);
@@ -197,63 +203,53 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
   const at::Tensor y0 = at::where(defined, saved.y, at::zeros_like(saved.y));
   const at::Tensor gp = at::cat({gy * inv, -(gy * y0).sum(-1, /*keepdim=*/true) * inv}, -1);  // [N, L, D+1]
 
-  const at::Tensor qc = chunked(q, T, 0), kc = chunked(k, T, 0), v1c = chunked(with_ones(v), T, 0);
-  const at::Tensor lsc = chunked(ls.unsqueeze(-1), T, -inf).squeeze(-1);
-  const at::Tensor gpc = chunked(gp, T, 0);
+  const Chunks x = chunk_inputs(q, k, ls, v);
+  const int64_t N = x.N, T = x.T, B = N * T;
+  const at::Tensor g = chunked(gp, T, 0);  // [B, C, D+1]
   // Padded queries read nothing (c = +inf: every weight exp(ls - inf) = 0; their g' is 0 anyway).
-  const at::Tensor ci = chunked(saved.c.unsqueeze(-1), T, inf).squeeze(-1).contiguous();
-  const Prefix p = prefix_states(kc, v1c, lsc);
+  const at::Tensor c = chunked(saved.c.unsqueeze(-1), T, inf).squeeze(-1).contiguous();  // [B, C]
+  const Prefix p = prefix_states(x);
   // Keys and values read the suffix over later chunks, R_t relative to r_t = c at the first query
   // after chunk t: the chunk sums B_u first, then the scan.
-  const at::Tensor cfirst = ci.select(-1, 0);  // [N, T]
-  at::Tensor Rs = at::matmul((qc * at::exp(cfirst.unsqueeze(-1) - ci).unsqueeze(-1)).transpose(-2, -1), gpc).contiguous();
-  const at::Tensor r = at::cat({cfirst.narrow(1, 1, T - 1), at::full({N, 1}, inf, ci.options())}, 1).contiguous();
+  const at::Tensor cfirst = c.select(-1, 0);  // [B]
+  at::Tensor R = at::bmm((x.q * at::exp(cfirst.unsqueeze(-1) - c).unsqueeze(-1)).transpose(1, 2), g).contiguous();
+  const at::Tensor r = at::cat({cfirst.view({N, T}).narrow(1, 1, T - 1), at::full({N, 1}, inf, c.options())}, 1).contiguous();
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "exclusive_suffix", [&] {
-    exclusive_suffix<scalar_t>(Rs.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), N, T, M * (D + 1));
+    exclusive_suffix<scalar_t>(R.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), N, T, M * D1);
   });
 
   // Then each block of chunks: its C x C blocks W = (Q K^T) E and Pm = (G' [V, 1]^T) E (dL/dw_ij
   // E_ij) live only while the block writes its rows of dq, dk and dv.
-  const int64_t B = N * T, D1 = D + 1;
-  const at::Tensor q3 = qc.reshape({B, C, M}), k3 = kc.reshape({B, C, M}), v3 = v1c.reshape({B, C, D1});
-  const at::Tensor g3 = gpc.reshape({B, C, D1}), l3 = lsc.reshape({B, C}).contiguous(), c3 = ci.view({B, C});
-  const at::Tensor P3 = p.P.view({B, M, D1}), R3 = Rs.view({B, M, D1});
-  const at::Tensor carried = at::exp(p.cP.reshape({B, 1}) - c3).unsqueeze(-1);       // exp(cP_t - c_i) <= 1
-  const at::Tensor key_scale = at::exp(l3 - r.view({B, 1})).unsqueeze(-1);            // exp(ls_j - r_t) <= 1
+  const at::Tensor carried = carried_scale(p, c);
+  const at::Tensor key_scale = at::exp(x.ls - r.view({B, 1})).unsqueeze(-1);  // exp(ls_j - r_t) <= 1
   at::Tensor dq = at::empty({B, C, M}, q.options()), dk = at::empty({B, C, M}, q.options());
   at::Tensor dv = at::empty({B, C, D}, q.options());
   for_blocks(B, [&](int64_t b, int64_t len) {
     auto at_block = [&](const at::Tensor& t) { return t.narrow(0, b, len); };
-    const at::Tensor e = intra_weights(at_block(l3), at_block(c3));
-    const at::Tensor w = at::bmm(at_block(q3), at_block(k3).transpose(1, 2)).mul_(e);
-    const at::Tensor pm = at::bmm(at_block(g3), at_block(v3).transpose(1, 2)).mul_(e);
+    const at::Tensor e = intra_weights(at_block(x.ls), at_block(c));
+    const at::Tensor w = at::bmm(at_block(x.q), at_block(x.k).transpose(1, 2)).mul_(e);
+    const at::Tensor pm = at::bmm(at_block(g), at_block(x.v1).transpose(1, 2)).mul_(e);
     // Queries: the intra block plus the state before the chunk.
     at::Tensor dqb = at_block(dq), dkb = at_block(dk), dvb = at_block(dv);
-    at::bmm_out(dqb, pm, at_block(k3));
-    dqb.add_(at::bmm(at_block(g3) * at_block(carried), at_block(P3).transpose(1, 2)));
+    at::bmm_out(dqb, pm, at_block(x.k));
+    dqb.add_(at::bmm(at_block(g) * at_block(carried), at_block(p.P).transpose(1, 2)));
     // Keys and values: the intra block plus the suffix.
-    at::bmm_out(dkb, pm.transpose(1, 2), at_block(q3));
-    dkb.add_(at::bmm(at_block(v3) * at_block(key_scale), at_block(R3).transpose(1, 2)));
-    at::bmm_out(dvb, w.transpose(1, 2), at_block(g3).narrow(-1, 0, D));
-    dvb.add_(at::bmm(at_block(k3) * at_block(key_scale), at_block(R3).narrow(-1, 0, D)));
+    at::bmm_out(dkb, pm.transpose(1, 2), at_block(x.q));
+    dkb.add_(at::bmm(at_block(x.v1) * at_block(key_scale), at_block(R).transpose(1, 2)));
+    at::bmm_out(dvb, w.transpose(1, 2), at_block(g).narrow(-1, 0, D));
+    dvb.add_(at::bmm(at_block(x.k) * at_block(key_scale), at_block(R).narrow(-1, 0, D)));
   });
-  dq = dq.view({N, T, C, M}), dk = dk.view({N, T, C, M}), dv = dv.view({N, T, C, D});
-  Backward b;
-  b.dq = unchunked(dq, L);
-  b.dk = unchunked(dk, L);
-  b.dv = unchunked(dv, L);
-  b.dls = (k * b.dk).sum(-1);  // dL/dls_j = sum_i dL/dw_ij w_ij = k_j . dk_j
-  return b;
+  Backward out;
+  out.dq = unchunked(dq, N, x.L);
+  out.dk = unchunked(dk, N, x.L);
+  out.dv = unchunked(dv, N, x.L);
+  out.dls = (k * out.dk).sum(-1);  // dL/dls_j = sum_i dL/dw_ij w_ij = k_j . dk_j
+  return out;
 }
 
 at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
                           const at::Tensor& v) {
   const int64_t N = q.size(0), M = q.size(1), D = v.size(1);
-  if (!st.S.defined()) {
-    st.S = at::zeros({N, M, D}, q.options());
-    st.z = at::zeros({N, M}, q.options());
-    st.c = at::full({N}, -std::numeric_limits<double>::infinity(), q.options());
-  }
   at::Tensor y = at::empty({N, D}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "recurrent_step", [&] {
     scalar_t *S = st.S.data_ptr<scalar_t>(), *z = st.z.data_ptr<scalar_t>(), *c = st.c.data_ptr<scalar_t>();

@@ -21,7 +21,8 @@ struct Backward {
 Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
                   const Forward& saved, const at::Tensor& gy);
 
-// q, k [N, M], ls [N], v [N, D] -> y [N, D]; the state (float32/float64 like q) is updated.
+// q, k [N, M], ls [N], v [N, D] -> y [N, D]; the state (allocated by the dispatch: contiguous,
+// float32/float64 like q) is updated in place.
 at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
                           const at::Tensor& v);
 

@@ -48,6 +48,9 @@ void check_dtype_supported(const at::Tensor& q) {
     fail(kWhere, "tensors are on " + q.device().str() + " but this build has no CUDA kernels (nvcc was not found)");
 }
 
+// The dtype sums are kept in: float for float32 and bfloat16, double for float64.
+at::ScalarType accumulator(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
 cuda::DType cuda_dtype(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -56,7 +59,6 @@ cuda::DType cuda_dtype(const at::Tensor& t) {
     default: return cuda::DType::Float32;
   }
 }
-at::ScalarType accumulator(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
 void* stream_of(const at::Tensor& t) {
 #ifdef ATTNSCOPE_TORCH_CUDA
@@ -182,28 +184,26 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
   if (k_log_scale.dim() != 1 || k_log_scale.size(0) != N) fail(kWhere, "recurrent k_log_scale " + shape(k_log_scale) + " must be [N]");
   if (v.dim() != 2 || v.size(0) != N) fail(kWhere, "recurrent v " + shape(v) + " must be [N, D]");
   const int64_t D = v.size(1);
-  if (state.S.defined()) {
-    // The state is kept in the accumulator dtype (float for bfloat16 queries), contiguous.
-    const auto acc = q.scalar_type() == at::kBFloat16 ? at::kFloat : q.scalar_type();
-    if (state.S.sizes() != at::IntArrayRef{N, M, D} || state.S.device() != q.device() || state.S.scalar_type() != acc ||
-        !state.z.defined() || state.z.sizes() != at::IntArrayRef{N, M} || !state.c.defined() ||
-        state.c.sizes() != at::IntArrayRef{N})
-      fail(kWhere, "recurrent state S " + shape(state.S) + " (" + c10::toString(state.S.scalar_type()) + ", " +
-                       state.S.device().str() + ") does not match N, M, D = " + std::to_string(N) + ", " + std::to_string(M) +
-                       ", " + std::to_string(D) + " (" + c10::toString(acc) + ", " + q.device().str() + ")");
-    state.S = state.S.contiguous(), state.z = state.z.to(acc).contiguous(), state.c = state.c.to(acc).contiguous();
+  // The state is kept in the accumulator dtype, contiguous, on q's device; empty before the first
+  // token: sums 0, c = -inf (so exp(c - anything) = 0).
+  const auto acc = q.options().dtype(accumulator(q));
+  if (!state.S.defined()) {
+    state.S = at::zeros({N, M, D}, acc);
+    state.z = at::zeros({N, M}, acc);
+    state.c = at::full({N}, -std::numeric_limits<double>::infinity(), acc);
   }
+  if (state.S.sizes() != at::IntArrayRef{N, M, D} || state.S.device() != q.device() ||
+      state.S.scalar_type() != accumulator(q) || !state.z.defined() || state.z.sizes() != at::IntArrayRef{N, M} ||
+      !state.c.defined() || state.c.sizes() != at::IntArrayRef{N})
+    fail(kWhere, "recurrent state S " + shape(state.S) + " (" + c10::toString(state.S.scalar_type()) + ", " +
+                     state.S.device().str() + ") does not match N, M, D = " + std::to_string(N) + ", " + std::to_string(M) +
+                     ", " + std::to_string(D) + " (" + c10::toString(accumulator(q)) + ", " + q.device().str() + ")");
+  state.S = state.S.contiguous(), state.z = state.z.to(acc).contiguous(), state.c = state.c.to(acc).contiguous();
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
   if (q.is_cuda()) {
 #ifdef ATTNSCOPE_TORCH_CUDA
     const c10::cuda::CUDAGuard guard(q.device());
 #endif
-    const auto acc = q.options().dtype(accumulator(q));
-    if (!state.S.defined()) {
-      state.S = at::zeros({N, M, D}, acc);
-      state.z = at::zeros({N, M}, acc);
-      state.c = at::full({N}, -std::numeric_limits<double>::infinity(), acc);
-    }
     at::Tensor y = at::empty({N, D}, q.options());
     const at::Tensor qc = q.contiguous(), kc = k.contiguous(), lc = k_log_scale.contiguous(), vc = v.contiguous();
     check_launch(cuda::recurrent_step(cuda_dtype(q), state.S.data_ptr(), state.z.data_ptr(), state.c.data_ptr(),
@@ -226,7 +226,7 @@ RecurrentState final_state(const at::Tensor& k, const at::Tensor& k_log_scale, c
     fail(kWhere, "final_state v " + shape(v) + " must be [N, L, D] (k " + shape(k) + ")");
   // One product: S = K^T diag(exp(ls - c)) V with c the largest key scale, accumulated in the
   // state's dtype (float for bfloat16).
-  const auto acc = k.scalar_type() == at::kBFloat16 ? at::kFloat : k.scalar_type();
+  const auto acc = accumulator(k);
   const at::Tensor ls = k_log_scale.to(acc);
   RecurrentState st;
   st.c = std::get<0>(ls.max(1)).squeeze(-1);                                  // [N]

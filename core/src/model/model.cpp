@@ -8,6 +8,7 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <cmath>
+#include <map>
 
 #include "attnscope/converted_model.h"
 #include "attnscope/error.h"
@@ -118,23 +119,20 @@ at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Ten
     fq[h] = maps[h]->scaled_query_features(q.select(1, h));
     fk[h] = maps[h]->scaled_key_features(k.select(1, h));
   }
+  std::map<int64_t, std::vector<int64_t>> groups;  // M -> the heads with that many features
+  for (int64_t h = 0; h < H; ++h) groups[fq[h].values.size(-1)].push_back(h);
   std::vector<at::Tensor> outs(H);
-  std::vector<bool> done(H, false);
-  for (int64_t h = 0; h < H; ++h) {
-    if (done[h]) continue;
-    std::vector<int64_t> group;
-    for (int64_t g = h; g < H; ++g)
-      if (!done[g] && fq[g].values.size(-1) == fq[h].values.size(-1)) group.push_back(g), done[g] = true;
+  for (const auto& [M, heads] : groups) {
     std::vector<at::Tensor> gq, gk, gl, gv;
-    for (int64_t g : group) {
-      gq.push_back(fq[g].values), gk.push_back(fk[g].values), gl.push_back(fk[g].log_scale);
-      gv.push_back(v.select(1, g));
+    for (int64_t h : heads) {
+      gq.push_back(fq[h].values), gk.push_back(fk[h].values), gl.push_back(fk[h].log_scale);
+      gv.push_back(v.select(1, h));
     }
     // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
     const at::Tensor key_scale = at::stack(gl, 1);
     const at::Tensor y = zero_undefined_rows(linear_attention_output(
         Features(at::stack(gq, 1), at::zeros_like(key_scale)), Features(at::stack(gk, 1), key_scale), at::stack(gv, 1)));
-    for (size_t i = 0; i < group.size(); ++i) outs[group[i]] = y.select(1, int64_t(i));
+    for (size_t i = 0; i < heads.size(); ++i) outs[heads[i]] = y.select(1, int64_t(i));
   }
   if (probs) {
     std::vector<at::Tensor> maps_out;
@@ -207,6 +205,14 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
   return norm(c, x, weights.lnf_w, weights.lnf_b);
 }
 
+// The logits of the last position only, [B, V], for generation: the language-model head over all
+// L positions ([B, L, V]) would be the largest tensor of the step. Checks ids.
+at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const LinearAttention* linear,
+                       const at::Tensor& ids, const CaptureHook* hook) {
+  check_ids(c, ids);
+  return at::matmul(final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1), weights.lm_head.t());
+}
+
 // The recurrent form of linear attention through the whole model. Per layer and head the running
 // sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
 // [B, M] are carried relative to c = the largest key log scale seen so far (as
@@ -219,10 +225,8 @@ class Recurrent {
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
   // token-by-token steps would (kernels::final_state of its keys and values): the prompt costs one
   // batch forward instead of L steps. Returns the logits of the last position, [B, V] (the
-  // language-model head reads that position only: [B, L, V] logits would be the largest tensor).
-  // The next step() is at position L.
+  // language-model head reads that position only). The next step() is at position L.
   at::Tensor prefill(const at::Tensor& ids) {
-    check_ids(c_, ids);
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
       for (int64_t h = 0; h < c_.n_head; ++h) {
@@ -230,8 +234,7 @@ class Recurrent {
         state_[a.layer][h] = kernels::final_state(fk.values, fk.log_scale.to(fk.values.scalar_type()), a.v.select(1, h));
       }
     };
-    const at::Tensor x = final_hidden(c_, w_, &lin_, ids, &hook);
-    return at::matmul(x.select(1, ids.size(1) - 1), w_.lm_head.t());
+    return last_logits(c_, w_, &lin_, ids, &hook);
   }
 
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
@@ -401,9 +404,7 @@ std::vector<int64_t> Model::generate_greedy(
   for (int i = 0; i < steps; ++i) {
     const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
     at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
-    check_ids(config_, w);
-    // The head reads the last position only (all [1, n, V] logits would be the largest tensor).
-    at::Tensor logits = at::matmul(final_hidden(config_, weights_, nullptr, w, nullptr).select(1, n - 1), weights_.lm_head.t()).squeeze(0);
+    at::Tensor logits = last_logits(config_, weights_, nullptr, w, nullptr).squeeze(0);
     const int64_t next = logits.argmax().item<int64_t>();
     if (next == stop_id) break;
     prompt.push_back(next);
