@@ -7,8 +7,8 @@
 #include <map>
 #include <string>
 
-#include "attnscope/error.h"
-#include "attnscope/runtime.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/runtime.h"
 #include "cli/common.h"
 
 namespace {

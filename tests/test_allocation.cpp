@@ -4,8 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "attnscope/allocation.h"
-#include "attnscope/error.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/base/error.h"
 
 using namespace attnscope;
 

@@ -2,7 +2,7 @@
 // and its memory figures obey the forms' closed forms.
 #include <gtest/gtest.h>
 
-#include "attnscope/attention_bench.h"
+#include "attnscope/bench/attention_bench.h"
 #include "test_support.h"
 
 using namespace attnscope;

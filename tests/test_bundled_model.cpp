@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/safetensors.h"
+#include "attnscope/io/safetensors.h"
 #include "reference_transformer.h"
 #include "test_support.h"
 

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/capture.h"
-#include "attnscope/error.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
 using namespace attnscope;

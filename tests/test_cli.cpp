@@ -8,9 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/model.h"
-#include "attnscope/safetensors.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attnscope/random.h"
-#include "attnscope/safetensors.h"
+#include "base/random.h"
+#include "attnscope/io/safetensors.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

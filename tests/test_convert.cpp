@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/feature_map_tensors.h"
-#include "attnscope/model.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/convert/converted_model.h"
+#include "attention/feature_map_tensors.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
 #include "hf_checkpoint_writer.h"
 #include "test_support.h"
 
@@ -90,9 +90,9 @@ TEST(Convert, ParameterFreeMapStoresNothingAndLoads) {
   SafetensorsFile st(out + "/feature_maps.safetensors");
   EXPECT_EQ(st.entries().size(), 0u);
   LoadedModel m = load_model(out);
-  ASSERT_NE(m.model->linear_attention(), nullptr);
-  EXPECT_EQ(m.model->linear_attention()->maps[2][3]->name(), "elu");
-  EXPECT_EQ(m.model->linear_attention()->maps[2][3]->feature_dim(), 32);
+  ASSERT_NE(m.model->feature_maps(), nullptr);
+  EXPECT_EQ(m.model->feature_maps()->maps[2][3]->name(), "elu");
+  EXPECT_EQ(m.model->feature_maps()->maps[2][3]->feature_dim(), 32);
 }
 
 // The loaded model's attention layer output equals SPEC 5's Ahat @ v computed here in float64 from
@@ -102,7 +102,7 @@ TEST(Convert, LinearAttentionMatchesDefinitionAndRecurrentForm) {
     SCOPED_TRACE(name);
     const std::string out = convert_bundled(name, 64);
     LoadedModel m = load_model(out);
-    ASSERT_NE(m.model->linear_attention(), nullptr);
+    ASSERT_NE(m.model->feature_maps(), nullptr);
     const auto& c = m.model->config();
     const at::Tensor ids = sample_ids(48, c.vocab_size, 3);
     at::NoGradGuard ng;
@@ -346,7 +346,7 @@ TEST(Convert, FromFinishedJob) {
   EXPECT_EQ(a.at("dims"), nlohmann::json({8, 16, 8, 16}));
   EXPECT_EQ(a.at("job").at("kind"), "distill");
   LoadedModel m = load_model(out);
-  auto stored = feature_map_tensors(*m.model->linear_attention()->maps[1][2]);
+  auto stored = feature_map_tensors(*m.model->feature_maps()->maps[1][2]);
   ASSERT_EQ(stored.size(), 2u);
   EXPECT_TRUE(at::equal(stored[0].second, maps[2 * (4 * 1 + 2)].second));      // z of layer 1 head 2
   EXPECT_TRUE(at::equal(stored[1].second, maps[2 * (4 * 1 + 2) + 1].second));  // alpha
@@ -483,18 +483,18 @@ TEST(Convert, Llama2cCheckpointToHfLayout) {
   at::NoGradGuard ng;
   const at::Tensor ids = sample_ids(48, c.vocab_size, 6);
   const at::Tensor lin = m.model->forward(ids);
-  auto maps = m.model->linear_attention();
+  auto maps = m.model->feature_maps();
   ASSERT_NE(maps, nullptr);
-  auto keep = std::make_shared<LinearAttention>(*maps);
-  m.model->set_linear_attention(nullptr);
+  auto keep = std::make_shared<HeadFeatureMaps>(*maps);
+  m.model->set_feature_maps(nullptr);
   const double softmax_diff = (m.model->forward(ids) - orig.model->forward(ids)).abs().max().item<double>();
-  orig.model->set_linear_attention(std::make_shared<LinearAttention>(make_linear_attention(o.map, o.dims, c.n_layer, c.n_head, c.head_dim)));
+  orig.model->set_feature_maps(std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim)));
   const double linear_diff = (lin - orig.model->forward(ids)).abs().max().item<double>();
   std::cout << "[ stories260K ] max |converted - original| logits: softmax " << softmax_diff << ", prf linear " << linear_diff << "\n";
   // llama2.c computes RoPE angles in float32, the HF layout in float64: a few 1e-5 at most.
   EXPECT_LT(softmax_diff, 1e-3);
   EXPECT_LT(linear_diff, 1e-3);
-  m.model->set_linear_attention(keep);
+  m.model->set_feature_maps(keep);
   EXPECT_LT((m.model->forward_recurrent(ids) - lin).abs().max().item<double>(), 1e-3);
 }
 

@@ -19,15 +19,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attnscope/capture.h"
-#include "attnscope/converted_model.h"
-#include "attnscope/distill.h"
-#include "attnscope/distributed.h"
-#include "attnscope/error.h"
-#include "attnscope/job.h"
-#include "attnscope/model.h"
-#include "attnscope/run_dir.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/distributed.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/job.h"
+#include "attnscope/model/model.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/io/safetensors.h"
 #include "test_support.h"
 #include "tiny_models.h"
 
@@ -579,7 +579,7 @@ Model float64_model(const Model& m) {
 
 // --- the head views the model runs with -------------------------------------------------------
 
-TEST(DistillGroups, HeadViewFeaturesEqualCoreFeatureMaps) {
+TEST(DistillGroups, TrainableHeadMapFeaturesEqualCoreFeatureMaps) {
   at::manual_seed(3);
   const at::Tensor x = at::randn({2, 10, 8}, at::kDouble) * 1.5;
   struct Case { std::string map; bool tied; std::string activation; };
@@ -594,7 +594,7 @@ TEST(DistillGroups, HeadViewFeaturesEqualCoreFeatureMaps) {
     LayerMaps maps = init_layer_maps(o, 0, 3, 8, 12);
     for (auto& [name, t] : maps.params) t.add_(at::randn(t.sizes()) * 0.3);
     for (int64_t h = 0; h < 3; ++h) {
-      const auto view = maps.head_view(h);
+      const auto view = maps.trainable_head_map(h);
       const auto core = maps.head_map(h);
       EXPECT_EQ(view->feature_dim(), 12);
       const at::Tensor a = view->query_features(x), b = core->query_features(x);
@@ -733,8 +733,8 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(read_json(root + "/conv/config.json")["attnscope"]["dims"], nlohmann::json(dims));
   LoadedModel m = load_model(root + "/conv");
-  ASSERT_NE(m.model->linear_attention(), nullptr);
-  EXPECT_EQ(m.model->linear_attention()->maps[3][0]->feature_dim(), 24);
+  ASSERT_NE(m.model->feature_maps(), nullptr);
+  EXPECT_EQ(m.model->feature_maps()->maps[3][0]->feature_dim(), 24);
   at::NoGradGuard ng;
   const at::Tensor ids = at::randint(0, 4096, {1, 24}, at::kLong);
   const at::Tensor batch = m.model->forward(ids), rec = m.model->forward_recurrent(ids);
@@ -793,14 +793,14 @@ TEST(DistillGroups, DirectLossGradientEqualsFiniteDifference) {
         }
     }
     ASSERT_EQ(groups[0].size(), 2u);
-    model.set_linear_attention(group_linear_attention(groups));
+    model.set_feature_maps(group_feature_maps(groups));
     if (map == "t2r") {  // count the queries with no positive weight, from the layers' own q, k
       int64_t undefined = 0;
       CaptureHook hook;
       hook.on_layer = [&](const AttentionActivations& a) {
         for (const HeadGroup& g : groups[size_t(a.layer)])
           for (size_t i = 0; i < g.heads.size(); ++i) {
-            const auto view = g.maps.head_view(int64_t(i));
+            const auto view = g.maps.trainable_head_map(int64_t(i));
             const at::Tensor pq = view->query_features(a.q.select(1, g.heads[i]));
             const at::Tensor pk = view->key_features(a.k.select(1, g.heads[i]));
             const at::Tensor row_sum = (at::matmul(pq, pk.transpose(-1, -2)).tril()).sum(-1);
@@ -898,7 +898,7 @@ TEST(DistillGroups, DirectTrainingLowersHeldOutLossResumesAndConverts) {
   int rc = test::run_command(test::cli_path() + " convert --job " + root + "/whole --out " + root + "/conv 2>&1", &out);
   ASSERT_EQ(rc, 0) << out;
   LoadedModel m = load_model(root + "/conv");
-  ASSERT_NE(m.model->linear_attention(), nullptr);
+  ASSERT_NE(m.model->feature_maps(), nullptr);
   at::NoGradGuard ng;
   const at::Tensor ids = at::randint(0, 4096, {1, 20}, at::kLong);
   EXPECT_LE((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-3);
@@ -952,7 +952,7 @@ TEST(DistillGroups, StepSecondsHookTrainsWhatItTimes) {
     const auto model_loss = [&] {
       at::NoGradGuard ng;
       Model lin(m.model->config(), m.model->weights());
-      lin.set_linear_attention(group_linear_attention(b.groups));
+      lin.set_feature_maps(group_feature_maps(b.groups));
       return direct_loss(lin, b.ids).item<double>();
     };
     const double before = loss == "direct" ? model_loss() : layer1_kl();

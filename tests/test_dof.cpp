@@ -15,13 +15,13 @@
 #include <random>
 #include <set>
 
-#include "attnscope/capture.h"
-#include "attnscope/dof.h"
-#include "attnscope/random.h"
-#include "attnscope/error.h"
-#include "attnscope/model.h"
-#include "attnscope/safetensors.h"
-#include "attnscope/text_source.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/dof.h"
+#include "base/random.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/io/text_source.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <random>
 
-#include "attnscope/capture.h"
-#include "attnscope/device.h"
-#include "attnscope/dof.h"
-#include "attnscope/error.h"
-#include "attnscope/model.h"
-#include "attnscope/text_source.h"
+#include "attnscope/capture/capture.h"
+#include "base/device.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/text_source.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

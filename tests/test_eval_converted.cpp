@@ -9,11 +9,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/converted_eval.h"
-#include "attnscope/converted_model.h"
-#include "attnscope/features.h"
-#include "attnscope/model.h"
-#include "attnscope/text_source.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/attention/features.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/text_source.h"
 #include "test_support.h"
 
 using namespace attnscope;
@@ -101,7 +101,7 @@ TEST(EvalConverted, OriginalLossMatchesPlainEvalAndPerplexityIsExpLoss) {
   // tokens, the original model's q, k, v, each head's PRF features, Ahat and A built by loops.
   ASSERT_EQ(conv["layers"].size(), 4u);
   LoadedModel m = load_model(converted_prf64());
-  const auto* linear = m.model->linear_attention();
+  const auto* linear = m.model->feature_maps();
   ASSERT_NE(linear, nullptr);
   const Model original(m.model->config(), m.model->weights());
   const std::vector<int64_t> ids = text_ids(m);

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/random.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "base/random.h"
 
 using namespace attnscope;
 

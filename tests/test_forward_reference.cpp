@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/llama2c.h"
-#include "attnscope/model.h"
-#include "attnscope/model_config.h"
-#include "attnscope/safetensors.h"
+#include "model/llama2c.h"
+#include "attnscope/model/model.h"
+#include "attnscope/model/model_config.h"
+#include "attnscope/io/safetensors.h"
 #include "hf_checkpoint_writer.h"
 #include "reference_transformer.h"
 #include "test_support.h"

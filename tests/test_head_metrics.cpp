@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/head_metrics.h"
-#include "attnscope/linear_attention.h"
-#include "attnscope/random.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/analysis/head_metrics.h"
+#include "attention/attention.h"
+#include "base/random.h"
 #include "test_support.h"
 
 using namespace attnscope;

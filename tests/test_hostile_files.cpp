@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/capture.h"
-#include "attnscope/capture_manifest.h"
-#include "attnscope/error.h"
-#include "attnscope/model_config.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/capture/capture.h"
+#include "capture/capture_manifest.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model_config.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

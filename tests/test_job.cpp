@@ -7,8 +7,8 @@
 #include <chrono>
 #include <thread>
 
-#include "attnscope/error.h"
-#include "attnscope/job.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/job.h"
 
 using namespace attnscope;
 using namespace std::chrono_literals;

@@ -12,8 +12,8 @@
 #include <limits>
 #include <vector>
 
-#include "attnscope/attention_bench.h"
-#include "attnscope/error.h"
+#include "attnscope/bench/attention_bench.h"
+#include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 
 using namespace attnscope;

@@ -14,10 +14,10 @@
 #include <sstream>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/leverage_init.h"
-#include "attnscope/model.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/leverage_init.h"
+#include "attnscope/model/model.h"
 #include "test_support.h"
 
 using namespace attnscope;

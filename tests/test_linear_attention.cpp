@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/head_metrics.h"
-#include "attnscope/linear_attention.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/analysis/head_metrics.h"
+#include "attention/attention.h"
 #include "test_support.h"
 
 using namespace attnscope;
@@ -78,7 +78,7 @@ at::Tensor linear_output_loop(const at::Tensor& fq, const at::Tensor& fk, const 
 
 }  // namespace
 
-TEST(LinearAttention, SoftmaxMapEqualsADoubleLoop) {
+TEST(HeadFeatureMaps, SoftmaxMapEqualsADoubleLoop) {
   for (int64_t L : {1, 5, 40}) {
     for (auto dtype : {at::kDouble, at::kFloat}) {
       const at::Tensor q = randn_t({L, 8}, 1 + L, dtype, 2.0), k = randn_t({L, 8}, 2 + L, dtype, 2.0);
@@ -91,7 +91,7 @@ TEST(LinearAttention, SoftmaxMapEqualsADoubleLoop) {
   }
 }
 
-TEST(LinearAttention, SoftmaxMapBatchesAndOutput) {
+TEST(HeadFeatureMaps, SoftmaxMapBatchesAndOutput) {
   const at::Tensor q = randn_t({2, 3, 17, 4}, 10), k = randn_t({2, 3, 17, 4}, 11), v = randn_t({2, 3, 17, 5}, 12);
   const at::Tensor A = softmax_map(q, k);
   const at::Tensor y = softmax_attention_output(q, k, v);
@@ -105,7 +105,7 @@ TEST(LinearAttention, SoftmaxMapBatchesAndOutput) {
 
 // The O(L M d) prefix-sum output equals the materialized map times v, and an independent float64
 // loop, across lengths that are below, at and beyond the chunk size.
-TEST(LinearAttention, PrefixSumOutputEqualsMapTimesValuesAndALoop) {
+TEST(HeadFeatureMaps, PrefixSumOutputEqualsMapTimesValuesAndALoop) {
   uint64_t seed = 100;
   for (int64_t L : {1, 7, 64, 65, 300}) {
     for (int64_t M : {3, 16}) {
@@ -127,7 +127,7 @@ TEST(LinearAttention, PrefixSumOutputEqualsMapTimesValuesAndALoop) {
   }
 }
 
-TEST(LinearAttention, PrefixSumBatches) {
+TEST(HeadFeatureMaps, PrefixSumBatches) {
   const at::Tensor fq = positive_features({2, 3, 130, 6}, 5, at::kDouble), fk = positive_features({2, 3, 130, 6}, 6, at::kDouble);
   const at::Tensor v = randn_t({2, 3, 130, 4}, 7);
   const at::Tensor y = linear_attention_output(fq, fk, v);
@@ -135,7 +135,7 @@ TEST(LinearAttention, PrefixSumBatches) {
     for (int64_t h = 0; h < 3; ++h) EXPECT_LT(rel_err(y[b][h], linear_output_loop(fq[b][h], fk[b][h], v[b][h])), 1e-12);
 }
 
-TEST(LinearAttention, LinearMapRowsSumToOneAndAreCausal) {
+TEST(HeadFeatureMaps, LinearMapRowsSumToOneAndAreCausal) {
   for (int64_t L : {1, 9, 70}) {
     const at::Tensor fq = positive_features({L, 5}, 20 + L, at::kDouble), fk = positive_features({L, 5}, 30 + L, at::kDouble);
     const LinearMap lm = linear_map(fq, fk);
@@ -155,7 +155,7 @@ TEST(LinearAttention, LinearMapRowsSumToOneAndAreCausal) {
 
 // With many PRF features the linear map approaches the softmax map (moderate norms): the mean row
 // total variation 0.5 sum_j |A_ij - Ahat_ij| falls roughly as 1/sqrt(M).
-TEST(LinearAttention, PrfLinearMapApproachesSoftmax) {
+TEST(HeadFeatureMaps, PrfLinearMapApproachesSoftmax) {
   const at::Tensor q = randn_t({24, 8}, 40, at::kDouble, 0.6), k = randn_t({24, 8}, 41, at::kDouble, 0.6);
   const at::Tensor A = softmax_map(q, k);
   auto tv = [&](const FeatureMap& fm) {
@@ -180,7 +180,7 @@ TEST(LinearAttention, PrfLinearMapApproachesSoftmax) {
 // Random Fourier features with few frequencies and large norms give negative kernel estimates:
 // the map reports them; rows with some positive weight are clamped and normalized, rows with none
 // are undefined (NaN on j <= i) and counted, never given a made-up uniform row.
-TEST(LinearAttention, SignedKernelsAreClampedAndReported) {
+TEST(HeadFeatureMaps, SignedKernelsAreClampedAndReported) {
   FeatureMapSpec spec;
   spec.name = "flex-stationary";
   spec.d = 8;
@@ -221,7 +221,7 @@ TEST(LinearAttention, SignedKernelsAreClampedAndReported) {
     }
 }
 
-TEST(LinearAttention, BadShapesGiveErrors) {
+TEST(HeadFeatureMaps, BadShapesGiveErrors) {
   const at::Tensor a = randn_t({5, 4}, 1), b = randn_t({6, 4}, 2);
   EXPECT_THROW(softmax_map(a, b), Error);
   EXPECT_THROW(softmax_map(randn_t({4}, 3), randn_t({4}, 3)), Error);
@@ -299,7 +299,7 @@ std::vector<std::vector<LD>> prf_map_reference(const at::Tensor& q, const at::Te
 // Queries and keys with |x| from 5 to 100 at d = 16 (|x|^2 / sqrt d up to 2500; real heads reach
 // ~800): phi itself is 0 in float64, but the scaled features give the right map, output and
 // metrics, checked against a long-double log-domain computation.
-TEST(LinearAttention, LargeNormPrfMatchesALogDomainReference) {
+TEST(HeadFeatureMaps, LargeNormPrfMatchesALogDomainReference) {
   const int64_t L = 150, d = 16, M = 24, dv = 3;  // three chunks of the running sums
   const at::Tensor q = spread_norms(L, d, 5.0, 100.0, 60), k = spread_norms(L, d, 5.0, 100.0, 61);
   const at::Tensor v = randn_t({L, dv}, 62);
@@ -350,7 +350,7 @@ TEST(LinearAttention, LargeNormPrfMatchesALogDomainReference) {
 // Flexformer's norm factor exp(|x|^2 / e^tau) overflows at |x| = 100 (10^4 / 8 in the exponent):
 // the scaled path gives the clamped map of the definition, computed here in long double (whose
 // exponent range holds e^2500), and undefined rows exactly where no weight is positive.
-TEST(LinearAttention, LargeNormFlexformerMatchesALongDoubleReference) {
+TEST(HeadFeatureMaps, LargeNormFlexformerMatchesALongDoubleReference) {
   const int64_t L = 30, d = 16, M = 8, n = M / 2;
   const at::Tensor q = spread_norms(L, d, 20.0, 100.0, 70), k = spread_norms(L, d, 20.0, 100.0, 71);
   FeatureMapSpec spec;
@@ -404,7 +404,7 @@ TEST(LinearAttention, LargeNormFlexformerMatchesALongDoubleReference) {
 
 // ReLU features that are all 0 (a query with no positive coordinate) leave the row without any
 // weight: NaN and counted, not uniform.
-TEST(LinearAttention, RowsWithoutWeightAreUndefinedNotUniform) {
+TEST(HeadFeatureMaps, RowsWithoutWeightAreUndefinedNotUniform) {
   at::Tensor fq = positive_features({6, 3}, 90, at::kDouble), fk = positive_features({6, 3}, 91, at::kDouble);
   fq[2].zero_();  // query 2: no weight on any key
   fq[4].zero_();
@@ -432,7 +432,7 @@ TEST(LinearAttention, RowsWithoutWeightAreUndefinedNotUniform) {
 }
 
 // NaN or inf anywhere in the inputs is an Error that names the argument.
-TEST(LinearAttention, NonFiniteInputsAreErrors) {
+TEST(HeadFeatureMaps, NonFiniteInputsAreErrors) {
   const at::Tensor q = randn_t({5, 4}, 80), k = randn_t({5, 4}, 81), v = randn_t({5, 2}, 82);
   const at::Tensor f = positive_features({5, 3}, 83, at::kDouble);
   auto bad = [](const at::Tensor& t, double value) {

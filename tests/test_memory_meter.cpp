@@ -6,8 +6,8 @@
 
 #include <thread>
 
-#include "attnscope/error.h"
-#include "attnscope/memory_meter.h"
+#include "attnscope/base/error.h"
+#include "base/memory_meter.h"
 
 using namespace attnscope;
 

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
-#include "attnscope/model.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

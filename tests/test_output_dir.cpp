@@ -6,9 +6,9 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "attnscope/error.h"
-#include "attnscope/output_dir.h"
-#include "attnscope/text_file.h"
+#include "attnscope/base/error.h"
+#include "base/output_dir.h"
+#include "attnscope/base/text_file.h"
 #include "test_support.h"
 
 using namespace attnscope;

@@ -9,8 +9,8 @@
 #include <random>
 #include <set>
 
-#include "attnscope/error.h"
-#include "attnscope/random.h"
+#include "attnscope/base/error.h"
+#include "base/random.h"
 
 using namespace attnscope;
 

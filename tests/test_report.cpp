@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/allocation_tables.h"
-#include "attnscope/capture.h"
-#include "attnscope/error.h"
-#include "attnscope/report.h"
-#include "attnscope/safetensors.h"
-#include "attnscope/table.h"
+#include "attnscope/allocation/allocation_tables.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/base/error.h"
+#include "attnscope/pipeline/report.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/base/table.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

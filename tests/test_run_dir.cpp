@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/run_dir.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
 using namespace attnscope;

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/convert_job.h"
-#include "attnscope/model_config.h"
-#include "attnscope/run_dir.h"
-#include "attnscope/run_metrics.h"
+#include "attnscope/convert/convert_job.h"
+#include "attnscope/model/model_config.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/distill/run_metrics.h"
 #include "test_support.h"
 
 using namespace attnscope;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

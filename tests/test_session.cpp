@@ -7,8 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
-#include "attnscope/session.h"
+#include "attnscope/base/error.h"
+#include "attnscope/workbench/session.h"
 #include "test_support.h"
 
 using namespace attnscope;

@@ -6,12 +6,12 @@
 
 #include <memory>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/model.h"
-#include "attnscope/model_config.h"
-#include "attnscope/device.h"
-#include "attnscope/distill.h"
-#include "attnscope/speed_bench.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/model/model.h"
+#include "attnscope/model/model_config.h"
+#include "base/device.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/bench/speed_bench.h"
 #include "test_support.h"
 
 using namespace attnscope;
@@ -32,7 +32,7 @@ const Pair& bundled_pair() {
     spec.name = "prf";
     spec.seed = 3;
     r.converted = std::make_unique<Model>(c, r.loaded.model->weights());
-    r.converted->set_linear_attention(std::make_shared<LinearAttention>(make_linear_attention(
+    r.converted->set_feature_maps(std::make_shared<HeadFeatureMaps>(make_head_feature_maps(
         spec, std::vector<std::vector<int64_t>>(c.n_layer, std::vector<int64_t>(c.n_head, 32)), c.n_layer, c.n_head,
         c.head_dim)));
     return r;

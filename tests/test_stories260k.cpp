@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "attnscope/model.h"
+#include "attnscope/model/model.h"
 #include "test_support.h"
 
 using namespace attnscope;

@@ -15,9 +15,9 @@
 #include <random>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/linear_attention.h"
-#include "attnscope/structured_mixers.h"
+#include "attnscope/base/error.h"
+#include "attention/attention.h"
+#include "attnscope/analysis/structured_mixers.h"
 
 using namespace attnscope;
 

@@ -2,9 +2,9 @@
 // each format needs, and Table 1 / Table 2 built from hand-made allocations and DoF grids.
 #include <gtest/gtest.h>
 
-#include "attnscope/allocation.h"
-#include "attnscope/allocation_tables.h"
-#include "attnscope/table.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/allocation/allocation_tables.h"
+#include "attnscope/base/table.h"
 
 using namespace attnscope;
 

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
 #include "test_support.h"
 
 using namespace attnscope;

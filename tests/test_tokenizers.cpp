@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/base/error.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

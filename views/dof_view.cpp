@@ -20,9 +20,9 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "attnscope/allocation_tables.h"
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
+#include "attnscope/allocation/allocation_tables.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
 #include "plot_style.h"
 
 namespace attnscope::views {

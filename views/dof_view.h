@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "attnscope/allocation.h"
-#include "attnscope/dof.h"
-#include "attnscope/table.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/table.h"
 #include "plot_panel.h"
 
 class QSlider;

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <qcustomplot.h>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "plot_style.h"
 
 namespace attnscope::views {

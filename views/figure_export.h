@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/figure.h"
+#include "attnscope/base/figure.h"
 
 class QCustomPlot;
 

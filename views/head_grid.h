@@ -7,7 +7,7 @@
 #include <QWidget>
 #include <vector>
 
-#include "attnscope/figure.h"
+#include "attnscope/base/figure.h"
 
 namespace attnscope::views {
 

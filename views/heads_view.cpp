@@ -12,8 +12,8 @@
 #include <qcustomplot.h>
 #include <sstream>
 
-#include "attnscope/error.h"
-#include "attnscope/table.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/table.h"
 #include "plot_style.h"
 
 namespace attnscope::views {
@@ -213,7 +213,7 @@ void HeadsView::apply_metric() {
     grid_->set_metric(it->first, it->second);
 }
 
-void HeadsView::set_head_view(std::shared_ptr<const HeadView> view) {
+void HeadsView::set_head_detail(std::shared_ptr<const HeadDetail> view) {
   // A new feature map or head on the same window keeps the zoom: the user is comparing tokens.
   const bool keep_zoom = view_ && view && view_->seq == view->seq && view_->length() == view->length();
   const MapRegion region = softmax_->visible_region();

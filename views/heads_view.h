@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/head_view.h"
+#include "attnscope/analysis/head_detail.h"
 #include "head_grid.h"
 #include "heatmap_panel.h"
 #include "plot_panel.h"
@@ -32,7 +32,7 @@ class HeadsView : public QWidget {
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);
   // The metrics the grid can be tinted by, name -> [S][H] (e.g. "softmax entropy", "KL", "DoF").
   void set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics);
-  void set_head_view(std::shared_ptr<const HeadView> view);  // the selected head's maps
+  void set_head_detail(std::shared_ptr<const HeadDetail> view);  // the selected head's maps
   void select(int layer, int head);                          // no signal
   // Zooms the three maps (and the per-row plot) to cells [region], as a user's zoom would; no signal.
   void show_region(const MapRegion& region);
@@ -81,7 +81,7 @@ class HeadsView : public QWidget {
   QSpinBox *features_box_, *window_box_;
   QLabel* info_;
   std::map<QString, std::vector<std::vector<double>>> metrics_;
-  std::shared_ptr<const HeadView> view_;
+  std::shared_ptr<const HeadDetail> view_;
   QCPItemText* kl_note_ = nullptr;  // "KL needs a feature map"
 };
 

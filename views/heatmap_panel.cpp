@@ -9,8 +9,8 @@
 #include <cmath>
 #include <qcustomplot.h>
 
-#include "attnscope/error.h"
-#include "attnscope/table.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/table.h"
 #include "plot_style.h"
 
 namespace attnscope::views {
@@ -114,7 +114,7 @@ QString HeatmapPanel::scale_label() const {
 
 QString HeatmapPanel::note() const { return note_->visible() ? note_->text() : QString(); }
 
-void HeatmapPanel::set_view(std::shared_ptr<const HeadView> view) {
+void HeatmapPanel::set_view(std::shared_ptr<const HeadDetail> view) {
   view_ = std::move(view);
   hover_row_ = hover_col_ = -1;
   redraw();

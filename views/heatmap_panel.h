@@ -1,12 +1,12 @@
 // One attention map of the selected head (softmax, linear or their difference) with token labels,
 // a colour bar, zoom and pan, and a hover tooltip naming the token pair, q.k and both weights. It
-// draws core's map_image (head_view.h): a reduced image (block maxima, at most kMaxPixels a side)
+// draws core's map_image (head_detail.h): a reduced image (block maxima, at most kMaxPixels a side)
 // at overview zoom and exact cells once the visible region fits, so a 4096-token map stays fluid.
 #pragma once
 #include <QSize>
 #include <memory>
 
-#include "attnscope/head_view.h"
+#include "attnscope/analysis/head_detail.h"
 #include "plot_panel.h"
 
 class QCPColorMap;
@@ -26,7 +26,7 @@ class HeatmapPanel : public PlotPanel {
 
   HeatmapPanel(const QString& title, MapKind kind, QWidget* parent = nullptr);
 
-  void set_view(std::shared_ptr<const HeadView> view);  // null clears the plot
+  void set_view(std::shared_ptr<const HeadDetail> view);  // null clears the plot
   void set_scale(ColourScale scale);
   MapKind kind() const { return kind_; }
   ColourScale scale() const { return scale_; }
@@ -69,7 +69,7 @@ class HeatmapPanel : public PlotPanel {
 
   MapKind kind_;
   ColourScale scale_ = ColourScale::Linear;
-  std::shared_ptr<const HeadView> view_;
+  std::shared_ptr<const HeadDetail> view_;
   MapImage image_;
   QCPColorMap* map_ = nullptr;  // global-scope QCustomPlot types (declared above)
   QCPColorScale* colour_scale_ = nullptr;

@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "attnscope/job.h"
+#include "attnscope/base/job.h"
 
 class QTableWidget;
 class QPlainTextEdit;

@@ -8,8 +8,8 @@
 #include <functional>
 #include <qcustomplot.h>
 
-#include "attnscope/error.h"
-#include "attnscope/table.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/table.h"
 #include "heatmap_panel.h"
 #include "plot_style.h"
 

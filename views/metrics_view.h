@@ -7,8 +7,8 @@
 #include <QWidget>
 #include <vector>
 
-#include "attnscope/head_analysis.h"
-#include "attnscope/head_view.h"
+#include "attnscope/analysis/head_analysis.h"
+#include "attnscope/analysis/head_detail.h"
 #include "plot_panel.h"
 
 namespace attnscope::views {

@@ -6,7 +6,7 @@
 #include <QStringList>
 #include <QWidget>
 
-#include "attnscope/capture.h"
+#include "attnscope/capture/capture.h"
 
 class QLabel;
 class QPlainTextEdit;

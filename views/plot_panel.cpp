@@ -14,8 +14,8 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
 #include "figure_export.h"
 #include "plot_style.h"
 

@@ -23,8 +23,8 @@
 #include <map>
 #include <sstream>
 
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
 #include "plot_style.h"
 
 namespace attnscope::views {

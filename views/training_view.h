@@ -11,8 +11,8 @@
 #include <QWidget>
 #include <vector>
 
-#include "attnscope/run_metrics.h"
-#include "attnscope/table.h"
+#include "attnscope/distill/run_metrics.h"
+#include "attnscope/base/table.h"
 #include "plot_panel.h"
 
 class QComboBox;

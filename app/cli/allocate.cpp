@@ -7,10 +7,10 @@
 
 #include <filesystem>
 
-#include "attnscope/allocation.h"
-#include "attnscope/allocation_tables.h"
-#include "attnscope/dof.h"
-#include "attnscope/error.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/allocation/allocation_tables.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/error.h"
 #include "common.h"
 
 namespace attnscope::cli {

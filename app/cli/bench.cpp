@@ -5,8 +5,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/speed_bench.h"
-#include "attnscope/table.h"
+#include "attnscope/bench/speed_bench.h"
+#include "attnscope/base/table.h"
 #include "common.h"
 
 namespace attnscope::cli {

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/attention_bench.h"
-#include "attnscope/table.h"
+#include "attnscope/bench/attention_bench.h"
+#include "attnscope/base/table.h"
 #include "common.h"
 
 namespace attnscope::cli {

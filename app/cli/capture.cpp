@@ -1,9 +1,9 @@
 // `attnscope capture`: per-layer q, k, v of T windows x L tokens into a capture store.
 #include <iostream>
 
-#include "attnscope/capture.h"
-#include "attnscope/error.h"
-#include "attnscope/job.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/job.h"
 #include "common.h"
 
 namespace attnscope::cli {

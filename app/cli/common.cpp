@@ -1,7 +1,7 @@
 #include "common.h"
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
 
 #include <unistd.h>
 

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/dof.h"
-#include "attnscope/figure.h"
-#include "attnscope/head_analysis.h"
-#include "attnscope/model.h"
-#include "attnscope/progress.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/figure.h"
+#include "attnscope/analysis/head_analysis.h"
+#include "attnscope/model/model.h"
+#include "attnscope/base/progress.h"
 
 namespace attnscope::cli {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <iostream>
 
-#include "attnscope/compare.h"
-#include "attnscope/distill.h"
-#include "attnscope/table.h"
+#include "attnscope/pipeline/compare.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/base/table.h"
 #include "common.h"
 
 namespace attnscope::cli {

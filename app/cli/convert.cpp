@@ -6,9 +6,9 @@
 #include <fstream>
 #include <iostream>
 
-#include "attnscope/convert_job.h"
-#include "attnscope/converted_model.h"
-#include "attnscope/error.h"
+#include "attnscope/convert/convert_job.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/base/error.h"
 #include "common.h"
 
 namespace fs = std::filesystem;

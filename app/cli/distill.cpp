@@ -6,10 +6,10 @@
 #include <iostream>
 #include <sstream>
 
-#include "attnscope/distill.h"
-#include "attnscope/distributed.h"
-#include "attnscope/error.h"
-#include "attnscope/job.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/distributed.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/job.h"
 #include "common.h"
 
 namespace attnscope::cli {

@@ -5,10 +5,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/capture.h"
-#include "attnscope/dof.h"
-#include "attnscope/dof_json.h"
-#include "attnscope/error.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/analysis/dof_json.h"
+#include "attnscope/base/error.h"
 #include "common.h"
 
 namespace attnscope::cli {

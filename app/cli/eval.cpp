@@ -6,10 +6,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/converted_eval.h"
-#include "attnscope/converted_eval_json.h"
-#include "attnscope/error.h"
-#include "attnscope/text_source.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/convert/converted_eval_json.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/text_source.h"
 #include "common.h"
 
 namespace attnscope::cli {
@@ -65,7 +65,7 @@ void register_eval(CLI::App& app) {
     const int L = *seq_len > 0 ? *seq_len : m.model->config().n_ctx;
     if (L > m.model->config().n_ctx)
       fail("--seq-len", std::to_string(L) + " exceeds the context length " + std::to_string(m.model->config().n_ctx));
-    if (m.model->linear_attention()) {
+    if (m.model->feature_maps()) {
       ConvertedEvalOptions o;
       o.seq_len = L;
       o.closeness_windows = *windows;

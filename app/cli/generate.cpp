@@ -3,7 +3,7 @@
 // run.c; --new-tokens counts only what is generated.
 #include <iostream>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "common.h"
 
 namespace attnscope::cli {

@@ -3,7 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/converted_model.h"
+#include "attnscope/convert/converted_model.h"
 #include "common.h"
 
 namespace attnscope::cli {
@@ -44,7 +44,7 @@ void register_info(CLI::App& app) {
     });
     // A converted model (SPEC 7) runs linear attention: name the map and its feature dimensions.
     std::string attention = "softmax";
-    if (const LinearAttention* lin = m.model->linear_attention()) {
+    if (const HeadFeatureMaps* lin = m.model->feature_maps()) {
       nlohmann::ordered_json dims = nlohmann::ordered_json::array();
       attention = "linear (" + lin->maps[0][0]->name() + "), features per layer";
       for (const auto& layer : lin->maps) {

@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attnscope/error.h"
-#include "attnscope/run_dir.h"
-#include "attnscope/run_metrics.h"
-#include "attnscope/table.h"
+#include "attnscope/base/error.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/distill/run_metrics.h"
+#include "attnscope/base/table.h"
 #include "common.h"
 
 namespace attnscope::cli {

@@ -5,8 +5,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "attnscope/error.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/safetensors.h"
 #include "common.h"
 
 namespace attnscope::cli {

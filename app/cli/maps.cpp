@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <iostream>
 
-#include "attnscope/capture.h"
-#include "attnscope/error.h"
-#include "attnscope/map_export.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/base/error.h"
+#include "attnscope/analysis/map_export.h"
 #include "common.h"
 
 namespace attnscope::cli {

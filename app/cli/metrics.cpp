@@ -2,9 +2,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/capture.h"
-#include "attnscope/head_analysis.h"
-#include "attnscope/head_analysis_table.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/head_analysis.h"
+#include "attnscope/analysis/head_analysis_table.h"
 #include "common.h"
 
 namespace attnscope::cli {

@@ -2,9 +2,9 @@
 // bundled model under resources/models/ was made (see its README for the exact command).
 #include <iostream>
 
-#include "attnscope/error.h"
-#include "attnscope/pretrain.h"
-#include "attnscope/text_source.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/pretrain.h"
+#include "attnscope/io/text_source.h"
 #include "common.h"
 
 namespace attnscope::cli {

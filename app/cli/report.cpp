@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <iostream>
 
-#include "attnscope/error.h"
-#include "attnscope/job.h"
-#include "attnscope/report.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/job.h"
+#include "attnscope/pipeline/report.h"
 #include "common.h"
 
 namespace fs = std::filesystem;

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "attnscope/table.h"
+#include "attnscope/base/table.h"
 
 namespace attnscope::gui {
 

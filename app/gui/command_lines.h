@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/allocation.h"
-#include "attnscope/capture.h"
-#include "attnscope/converted_eval.h"
-#include "attnscope/distill.h"
-#include "attnscope/dof.h"
-#include "attnscope/head_analysis.h"
-#include "attnscope/session.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/analysis/head_analysis.h"
+#include "attnscope/workbench/session.h"
 
 namespace attnscope::gui {
 

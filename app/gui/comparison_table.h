@@ -3,8 +3,8 @@
 // KL and output error, and tokens/s of softmax against linear attention. The numbers are
 // `attnscope eval --json`'s on the same model and text.
 #pragma once
-#include "attnscope/converted_eval.h"
-#include "attnscope/table.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/base/table.h"
 
 namespace attnscope::gui {
 

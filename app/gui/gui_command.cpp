@@ -19,8 +19,8 @@
 #include <iostream>
 #include <memory>
 
-#include "attnscope/converted_eval.h"
-#include "attnscope/error.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/base/error.h"
 #include "figure_export.h"
 #include "cli/common.h"
 #include "main_window.h"

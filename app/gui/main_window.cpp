@@ -34,11 +34,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/distill.h"
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/head_view.h"
-#include "attnscope/model_config.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/analysis/head_detail.h"
+#include "attnscope/model/model_config.h"
 #include "dof_view.h"
 #include "comparison_table.h"
 #include "command_lines.h"
@@ -308,7 +308,7 @@ void MainWindow::connect_workbench() {
   connect(w, &Workbench::thumbnailsReady, this, [this] { heads_->set_thumbnails(workbench_->thumbnails()); });
   connect(w, &Workbench::spectraReady, this, &MainWindow::on_spectra_ready);
   connect(w, &Workbench::analysisReady, this, &MainWindow::on_analysis_ready);
-  connect(w, &Workbench::headViewReady, this, &MainWindow::on_head_view_ready);
+  connect(w, &Workbench::headDetailReady, this, &MainWindow::on_head_detail_ready);
   connect(w, &Workbench::dofStateChanged, this, &MainWindow::on_dof_state);
   connect(w, &Workbench::sessionLoaded, this, &MainWindow::on_session_loaded);
   connect(w, &Workbench::sessionSaved, this, [this](const QString& path) {
@@ -653,7 +653,7 @@ void MainWindow::on_capture_ready() {
   auto cap = workbench_->capture_store();
   const Session& s = workbench_->session();
   applying_ = true;
-  heads_->set_head_view(nullptr);
+  heads_->set_head_detail(nullptr);
   dof_->set_spectra(nullptr);
   if (cap) {
     heads_->set_shape(cap->num_layers(), cap->num_heads(), cap->num_seqs());
@@ -701,9 +701,9 @@ void MainWindow::on_analysis_ready() {
   update_commands();
 }
 
-void MainWindow::on_head_view_ready() {
-  auto view = workbench_->head_view();
-  heads_->set_head_view(view);
+void MainWindow::on_head_detail_ready() {
+  auto view = workbench_->head_detail();
+  heads_->set_head_detail(view);
   if (view) metrics_->set_scatter(monotonicity_scatter(*view, 4000, workbench_->session().analysis.seed), view->layer, view->head);
 }
 
@@ -748,7 +748,7 @@ void MainWindow::on_session_loaded() {
   QStringList files;
   for (const std::string& f : s.texts) files << q(f);
   model_panel_->set_texts(files, q(s.text));
-  heads_->set_head_view(nullptr);
+  heads_->set_head_detail(nullptr);
   dof_->set_spectra(nullptr);
   applying_ = false;
   show_choices();

@@ -12,7 +12,7 @@
 #include <QStringList>
 #include <map>
 
-#include "attnscope/head_view.h"
+#include "attnscope/analysis/head_detail.h"
 #include "workbench.h"
 
 class QAction;
@@ -109,7 +109,7 @@ class MainWindow : public QMainWindow {
   void on_model_changed();
   void on_capture_ready();
   void on_analysis_ready();
-  void on_head_view_ready();
+  void on_head_detail_ready();
   void on_spectra_ready();
   void on_dof_state();
   void on_session_loaded();

@@ -9,7 +9,7 @@
 #include <memory>
 #include <mutex>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "figure_export.h"
 
 namespace attnscope::gui {

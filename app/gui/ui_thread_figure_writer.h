@@ -4,7 +4,7 @@
 #pragma once
 #include <functional>
 
-#include "attnscope/figure.h"
+#include "attnscope/base/figure.h"
 
 namespace attnscope::gui {
 

@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "attnscope/allocation.h"
-#include "attnscope/error.h"
-#include "attnscope/report.h"
-#include "attnscope/text_file.h"
-#include "attnscope/text_source.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/base/error.h"
+#include "attnscope/pipeline/report.h"
+#include "attnscope/base/text_file.h"
+#include "attnscope/io/text_source.h"
 #include "command_lines.h"
 #include "ui_thread_figure_writer.h"
 
@@ -140,7 +140,7 @@ void Workbench::clear_results() {
   has_analysis_ = false;
   thumbnails_.clear();
   thumbnails_seq_ = -1;
-  head_view_.reset();
+  head_detail_.reset();
 }
 
 void Workbench::fail(const QString& title, const std::exception& e) { emit error(title, QString::fromUtf8(e.what())); }
@@ -169,7 +169,7 @@ void Workbench::cancel_all() {
 }
 
 bool Workbench::pipeline_finished() const {
-  return capture_ && spectra_ && has_analysis_ && head_view_ && model_job_ == 0 && capture_job_ == 0 &&
+  return capture_ && spectra_ && has_analysis_ && head_detail_ && model_job_ == 0 && capture_job_ == 0 &&
          spectra_job_ == 0 && metrics_job_ == 0 && maps_job_ == 0;
 }
 
@@ -523,11 +523,11 @@ void Workbench::start_maps() {
               Qt::QueuedConnection);
         }
         progress(0.5, "layer " + std::to_string(layer) + " head " + std::to_string(head));
-        auto view = std::make_shared<const HeadView>(attnscope::head_view(*store, layer, head, seq, opt));
+        auto view = std::make_shared<const HeadDetail>(attnscope::head_detail(*store, layer, head, seq, opt));
         progress(1, "maps ready");  // a request superseded meanwhile ends here, cancelled
         return [this, view] {
-          head_view_ = view;
-          emit headViewReady();
+          head_detail_ = view;
+          emit headDetailReady();
         };
       },
       &maps_job_, [this](JobState, bool) {
@@ -538,7 +538,7 @@ void Workbench::start_maps() {
 }
 
 void Workbench::select_head(int layer, int head) {
-  if (layer == session_.layer && head == session_.head && (head_view_ || maps_job_)) return;
+  if (layer == session_.layer && head == session_.head && (head_detail_ || maps_job_)) return;
   if (capture_ && (layer < 0 || head < 0 || layer >= capture_->num_layers() || head >= capture_->num_heads())) return;
   session_.layer = layer;
   session_.head = head;
@@ -546,7 +546,7 @@ void Workbench::select_head(int layer, int head) {
 }
 
 void Workbench::set_window(int seq) {
-  if (seq == session_.seq && (head_view_ || maps_job_)) return;
+  if (seq == session_.seq && (head_detail_ || maps_job_)) return;
   if (capture_ && (seq < 0 || seq >= capture_->num_seqs())) return;
   session_.seq = seq;
   start_maps();

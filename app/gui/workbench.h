@@ -19,16 +19,16 @@
 #include <optional>
 #include <vector>
 
-#include "attnscope/capture.h"
-#include "attnscope/converted_eval.h"
-#include "attnscope/distill.h"
-#include "attnscope/dof.h"
-#include "attnscope/head_analysis.h"
-#include "attnscope/head_view.h"
-#include "attnscope/job.h"
-#include "attnscope/model.h"
-#include "attnscope/run_metrics.h"
-#include "attnscope/session.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/analysis/head_analysis.h"
+#include "attnscope/analysis/head_detail.h"
+#include "attnscope/base/job.h"
+#include "attnscope/model/model.h"
+#include "attnscope/distill/run_metrics.h"
+#include "attnscope/workbench/session.h"
 #include "dof_view.h"
 
 class QTimer;
@@ -59,7 +59,7 @@ class Workbench : public QObject {
   const std::vector<HeadAnalysis>& analysis() const { return analysis_; }
   bool has_analysis() const { return has_analysis_; }
   const std::vector<std::vector<Matrix>>& thumbnails() const { return thumbnails_; }
-  std::shared_ptr<const HeadView> head_view() const { return head_view_; }
+  std::shared_ptr<const HeadDetail> head_detail() const { return head_detail_; }
   // The last set_dof_settings() result; empty before spectra exist.
   const std::optional<views::DofState>& dof_state() const { return dof_state_; }
   // True once the current capture's spectra, metrics and selected head's maps are all in and no
@@ -180,7 +180,7 @@ class Workbench : public QObject {
   void thumbnailsReady();
   void spectraReady();
   void analysisReady();
-  void headViewReady();
+  void headDetailReady();
   void dofStateChanged();
   void jobsChanged();  // a job started or finished (the window polls progress in between)
   void sessionLoaded();
@@ -227,7 +227,7 @@ class Workbench : public QObject {
   bool has_analysis_ = false;
   std::vector<std::vector<Matrix>> thumbnails_;
   int thumbnails_seq_ = -1;
-  std::shared_ptr<const HeadView> head_view_;
+  std::shared_ptr<const HeadDetail> head_detail_;
   std::optional<views::DofState> dof_state_;
 
   QString session_path_;

@@ -11,12 +11,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/convert_job.h"
-#include "attnscope/error.h"
-#include "attnscope/run_dir.h"
-#include "attnscope/safetensors.h"
-#include "attnscope/text_file.h"
-#include "attnscope/text_source.h"
+#include "attnscope/convert/convert_job.h"
+#include "attnscope/base/error.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/base/text_file.h"
+#include "attnscope/io/text_source.h"
 #include "command_lines.h"
 #include "workbench.h"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "src/cpu_chunked.h"
 

@@ -7,10 +7,10 @@
 
 #include <cmath>
 
-#include "attnscope/feature_map.h"
-#include "attnscope/head_metrics.h"
-#include "attnscope/linear_attention.h"
-#include "attnscope/structured_mixers.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/analysis/head_metrics.h"
+#include "attention/attention.h"
+#include "attnscope/analysis/structured_mixers.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 
 #include <ATen/ATen.h>
 
-#include "attnscope/attention_bench.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/linear_attention.h"
+#include "attnscope/bench/attention_bench.h"
+#include "attnscope/attention/feature_map.h"
+#include "attention/attention.h"
 
 namespace {
 

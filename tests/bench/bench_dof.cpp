@@ -20,9 +20,9 @@
 #include <random>
 #include <vector>
 
-#include "attnscope/capture.h"
-#include "attnscope/dof.h"
-#include "attnscope/random.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/dof.h"
+#include "base/random.h"
 
 using namespace attnscope;
 

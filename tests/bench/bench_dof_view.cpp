@@ -23,8 +23,8 @@
 #include <memory>
 #include <qcustomplot.h>
 
-#include "attnscope/allocation.h"
-#include "attnscope/dof.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/analysis/dof.h"
 #include "dof_view.h"
 #include "workbench.h"
 #include "figure_export.h"

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "attnscope/capture_manifest.h"
-#include "attnscope/error.h"
+#include "capture/capture_manifest.h"
+#include "attnscope/base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   attnscope::CaptureManifest m;

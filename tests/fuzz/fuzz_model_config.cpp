@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "attnscope/error.h"
-#include "attnscope/model_config.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model_config.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "attnscope/error.h"
-#include "attnscope/safetensors_header.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/safetensors_header.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/base/error.h"
+#include "attnscope/tokenize/tokenizer.h"
 
 namespace {
 

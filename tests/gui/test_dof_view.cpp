@@ -20,10 +20,10 @@
 #include <memory>
 #include <qcustomplot.h>
 
-#include "attnscope/allocation.h"
-#include "attnscope/allocation_tables.h"
-#include "attnscope/dof.h"
-#include "attnscope/table.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/allocation/allocation_tables.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/table.h"
 #include "dof_view.h"
 #include "workbench.h"
 #include "figure_export.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "figure_export.h"
 #include "test_support.h"
 

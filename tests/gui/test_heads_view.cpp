@@ -1,6 +1,6 @@
 // The heads view driven as a user would (offscreen): what the heatmaps draw is checked cell by cell
-// against the maps of a synthetic capture the test writes (q, k it chose; head_view() reads it),
-// with the colour-scale formulas of head_view.h written out here; zoom gives exact cells when the
+// against the maps of a synthetic capture the test writes (q, k it chose; head_detail() reads it),
+// with the colour-scale formulas of head_detail.h written out here; zoom gives exact cells when the
 // region fits and a reduced image at overview; hover names the tokens and numbers; the grid
 // selects heads by click and arrows; exports write real files.
 #include <gtest/gtest.h>
@@ -28,9 +28,9 @@
 #include <set>
 #include <sstream>
 
-#include "attnscope/capture.h"
-#include "attnscope/head_view.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/head_detail.h"
+#include "attnscope/io/safetensors.h"
 #include "figure_export.h"
 #include "head_grid.h"
 #include "heads_view.h"
@@ -76,11 +76,11 @@ std::string write_capture(const std::string& tag, int S, int H, int L, int d, do
   return dir;
 }
 
-std::shared_ptr<const HeadView> capture_view(const std::string& dir, int layer, int head, const std::string& map) {
+std::shared_ptr<const HeadDetail> capture_view(const std::string& dir, int layer, int head, const std::string& map) {
   CaptureStore store(dir);
   AnalysisOptions opt;
   opt.feature_map = map;
-  return std::make_shared<const HeadView>(head_view(store, layer, head, 0, opt));
+  return std::make_shared<const HeadDetail>(head_detail(store, layer, head, 0, opt));
 }
 
 class HeadsViewTest : public ::testing::Test {
@@ -176,7 +176,7 @@ TEST_F(HeadsViewTest, ColourScaleComboRedrawsLogAndRowNormalizedValues) {
   hv.set_shape(3, 4, 1);
   hv.set_feature_maps({"elu", "relu"});
   hv.set_feature_map("relu", 0);
-  hv.set_head_view(view);
+  hv.set_head_detail(view);
   QSignalSpy spy(&hv, &HeadsView::scaleChanged);
   HeatmapPanel* sm = hv.panel(MapKind::Softmax);
   const int L = view->length();
@@ -280,7 +280,7 @@ TEST_F(HeadsViewTest, UserZoomOnOneMapKeepsTheOthersInStep) {
   hv.resize(1400, 900);
   hv.show();
   ASSERT_TRUE(QTest::qWaitForWindowExposed(&hv));
-  hv.set_head_view(view);
+  hv.set_head_detail(view);
   HeatmapPanel* sm = hv.panel(MapKind::Softmax);
   QSignalSpy spy(sm, &HeatmapPanel::regionChanged);
   sm->plot()->replot();
@@ -337,7 +337,7 @@ TEST_F(HeadsViewTest, HoverNamesTokensScoreAndBothWeights) {
 // An undefined linear row (no positive weight) reads as such in the hover, is left out of the KL
 // plot, and is counted in the info line. Built by hand: the capture's maps have none.
 TEST_F(HeadsViewTest, UndefinedRowsAreNamedAndLeftOutOfTheKlPlot) {
-  auto v = std::make_shared<HeadView>();
+  auto v = std::make_shared<HeadDetail>();
   const int L = 6;
   v->layer = 1, v->head = 0, v->head_dim = 2;
   v->softmax.rows = v->softmax.cols = L;
@@ -358,7 +358,7 @@ TEST_F(HeadsViewTest, UndefinedRowsAreNamedAndLeftOutOfTheKlPlot) {
   v->undefined_rows = 1;
   HeadsView hv;
   hv.resize(1400, 900);
-  hv.set_head_view(v);
+  hv.set_head_detail(v);
   EXPECT_TRUE(hv.panel(MapKind::Linear)->hover_text(3, 1).contains("linear undefined row"));
   EXPECT_TRUE(hv.info_label()->text().contains("undefined rows 1"));
   QCPGraph* kl = hv.kl_panel()->plot()->graph(0);
@@ -369,11 +369,11 @@ TEST_F(HeadsViewTest, UndefinedRowsAreNamedAndLeftOutOfTheKlPlot) {
   EXPECT_DOUBLE_EQ(ys[3], 0.4);
   EXPECT_TRUE(std::isnan(drawn(*hv.panel(MapKind::Linear), 3, 1)));
   // Without a feature map the linear and difference maps say so instead of staying blank.
-  auto softmax_only = std::make_shared<HeadView>(*v);
+  auto softmax_only = std::make_shared<HeadDetail>(*v);
   softmax_only->linear = Matrix{};
   softmax_only->row_kl.clear();
   softmax_only->row_entropy_linear.clear();
-  hv.set_head_view(softmax_only);
+  hv.set_head_detail(softmax_only);
   EXPECT_TRUE(hv.panel(MapKind::Softmax)->note().isEmpty());
   EXPECT_TRUE(hv.panel(MapKind::Linear)->note().contains("No feature map"));
   EXPECT_TRUE(hv.panel(MapKind::Difference)->note().contains("No feature map"));
@@ -390,7 +390,7 @@ TEST_F(HeadsViewTest, TitlesAndKlAxisLabelsAreShortAndWhole) {
   hv.set_feature_map("prf", 64);
   EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "linear: prf M=64");
   hv.set_feature_map("elu", 0);
-  hv.set_head_view(capture_view(small_dir(), 1, 2, "elu"));
+  hv.set_head_detail(capture_view(small_dir(), 1, 2, "elu"));
   hv.resize(1150, 860);
   hv.show();
   ASSERT_TRUE(QTest::qWaitForWindowExposed(&hv));
@@ -548,15 +548,15 @@ TEST_F(HeadsViewTest, DISABLED_BenchmarkLongMap) {
   QElapsedTimer t;
   t.start();
   const auto view = capture_view(dir, 0, 0, "relu");
-  std::cout << "head_view (core, L=4096, relu): " << t.elapsed() << " ms\n";
+  std::cout << "head_detail (core, L=4096, relu): " << t.elapsed() << " ms\n";
   HeadsView hv;
   hv.resize(1600, 1000);
   hv.show();
   if (!QTest::qWaitForWindowExposed(&hv)) std::cout << "window not exposed\n";
   t.restart();
-  hv.set_head_view(view);
+  hv.set_head_detail(view);
   QApplication::processEvents();
-  std::cout << "set_head_view (3 panels, overview 512x512, + KL plot): " << t.elapsed() << " ms\n";
+  std::cout << "set_head_detail (3 panels, overview 512x512, + KL plot): " << t.elapsed() << " ms\n";
   HeatmapPanel* sm = hv.panel(MapKind::Softmax);
   auto time = [&](const char* what, auto&& f, int reps) {
     QElapsedTimer e;
@@ -649,7 +649,7 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
     metrics["KL"][size_t(a.layer)][size_t(a.head)] = a.linear && a.linear->kl ? *a.linear->kl : NAN;
     metrics["softmax monotonicity"][size_t(a.layer)][size_t(a.head)] = a.softmax.monotonicity->spearman;
   }
-  const auto view = std::make_shared<const HeadView>(head_view(store, 1, 2, 0, opt));
+  const auto view = std::make_shared<const HeadDetail>(head_detail(store, 1, 2, 0, opt));
   const char* env = std::getenv("ATTNSCOPE_LOOK_DIR");
   const std::string out = env ? env : "/tmp/attnscope_look";
   fs::create_directories(out);
@@ -674,7 +674,7 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
     hv.set_feature_map("elu", 0);
     hv.set_thumbnails(head_thumbnails(store, 0, 32));
     hv.set_metrics(metrics);
-    hv.set_head_view(view);
+    hv.set_head_detail(view);
     hv.set_scale(ColourScale::Log);
     hv.show();
     if (!QTest::qWaitForWindowExposed(&hv)) std::cout << "not exposed\n";
@@ -731,7 +731,7 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
     hv.set_shape(S12, H12, 1);
     hv.set_thumbnails(thumbs);
     hv.set_metrics(m12);
-    hv.set_head_view(view);
+    hv.set_head_detail(view);
     hv.select(7, 5);
     hv.show();
     if (!QTest::qWaitForWindowExposed(&hv)) std::cout << "not exposed\n";

@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "attnscope/job.h"
+#include "attnscope/base/job.h"
 #include "figure_export.h"
 #include "jobs_view.h"
 

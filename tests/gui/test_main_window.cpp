@@ -26,9 +26,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "attnscope/allocation.h"
-#include "attnscope/dof.h"
-#include "attnscope/head_view.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/analysis/head_detail.h"
 #include "dof_view.h"
 #include "head_grid.h"
 #include "heads_view.h"
@@ -138,7 +138,7 @@ TEST_F(MainWindowTest, CaptureButtonFillsEveryView) {
   EXPECT_EQ(w->heads_view()->feature_map().toStdString(), s.analysis.feature_map);
   EXPECT_EQ(w->heads_view()->features(), s.analysis.features);
   EXPECT_EQ(colour_scale_name(w->heads_view()->scale()), s.colour_scale);
-  EXPECT_EQ(w->workbench()->head_view()->has_linear(), !s.analysis.feature_map.empty());
+  EXPECT_EQ(w->workbench()->head_detail()->has_linear(), !s.analysis.feature_map.empty());
   // Heads: a 4 x 4 grid tinted by the softmax entropy the metrics measured.
   views::HeadGrid* grid = w->heads_view()->grid();
   EXPECT_EQ(grid->layers(), 4);
@@ -167,7 +167,7 @@ TEST_F(MainWindowTest, ClickingAThumbnailSelectsTheHeadInEveryView) {
   ASSERT_FALSE(tile.isEmpty());
   QTest::mouseClick(grid, Qt::LeftButton, Qt::NoModifier, tile.center());
   ASSERT_TRUE(wait_until([&] {
-    auto v = w->workbench()->head_view();
+    auto v = w->workbench()->head_detail();
     return v && v->layer == 2 && v->head == 3 && !w->workbench()->any_job_running();
   }));
   QTest::qWait(50);
@@ -178,7 +178,7 @@ TEST_F(MainWindowTest, ClickingAThumbnailSelectsTheHeadInEveryView) {
   EXPECT_TRUE(w->heads_view()->panel(MapKind::Softmax)->command().contains("--layer 2 --head 3"));
   // The heatmap shows that head: its image is core's map_image of core's head view.
   const CaptureStore store(w->workbench()->session().capture_dir);
-  const HeadView direct = head_view(store, 2, 3, 0, w->workbench()->session().analysis);
+  const HeadDetail direct = head_detail(store, 2, 3, 0, w->workbench()->session().analysis);
   views::HeatmapPanel* panel = w->heads_view()->panel(MapKind::Softmax);
   const MapImage expected = map_image(direct, MapKind::Softmax, panel->scale(), panel->image().region,
                                       views::HeatmapPanel::kMaxPixels);
@@ -233,7 +233,7 @@ TEST_F(MainWindowTest, ColourScaleComboRedrawsInThatScale) {
     box->setCurrentIndex(box->findData(QString(colour_scale_name(scale))));
     EXPECT_EQ(panel->scale(), scale);
     EXPECT_EQ(w->workbench()->session().colour_scale, colour_scale_name(scale));
-    const MapImage expected = map_image(*w->workbench()->head_view(), MapKind::Softmax, scale, panel->image().region,
+    const MapImage expected = map_image(*w->workbench()->head_detail(), MapKind::Softmax, scale, panel->image().region,
                                         views::HeatmapPanel::kMaxPixels);
     EXPECT_DOUBLE_EQ(panel->image().hi, expected.hi) << colour_scale_name(scale);
     EXPECT_DOUBLE_EQ(panel->image().lo, expected.lo) << colour_scale_name(scale);
@@ -299,7 +299,7 @@ TEST_F(MainWindowTest, SavedSessionReopensInANewWindow) {
     open_bundled(*w);
     capture_and_wait(*w);
     QTest::mouseClick(w->heads_view()->grid(), Qt::LeftButton, Qt::NoModifier, w->heads_view()->grid()->tile_rect(3, 1).center());
-    ASSERT_TRUE(wait_until([&] { return w->workbench()->head_view()->layer == 3 && !w->workbench()->any_job_running(); }));
+    ASSERT_TRUE(wait_until([&] { return w->workbench()->head_detail()->layer == 3 && !w->workbench()->any_job_running(); }));
     w->dof_view()->lambda_slider()->setValue(w->dof_view()->lambda_slider()->value() - 5);
     w->dof_view()->budget_slider()->setValue(40);
     w->dof_view()->strategy_box()->setCurrentIndex(w->dof_view()->strategy_box()->findText("dof-clip"));
@@ -331,7 +331,7 @@ TEST_F(MainWindowTest, SavedSessionReopensInANewWindow) {
   EXPECT_EQ(w->heads_view()->grid()->selected_layer(), 3);
   EXPECT_EQ(w->heads_view()->grid()->selected_head(), 1);
   EXPECT_EQ(w->dof_view()->selected_layer(), 3);
-  EXPECT_EQ(w->workbench()->head_view()->layer, 3);
+  EXPECT_EQ(w->workbench()->head_detail()->layer, 3);
   EXPECT_EQ(w->dof_view()->drawn_layer_dims(), as_double(core_allocation(*w).layer_dims()));
   EXPECT_EQ(w->capture_label()->text(), "captured 2 × 64 tokens");
   EXPECT_TRUE(w->windowTitle().contains("study.attnscope"));

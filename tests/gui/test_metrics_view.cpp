@@ -18,7 +18,7 @@
 #include <set>
 #include <sstream>
 
-#include "attnscope/head_view.h"
+#include "attnscope/analysis/head_detail.h"
 #include "figure_export.h"
 #include "metrics_view.h"
 #include "plot_style.h"

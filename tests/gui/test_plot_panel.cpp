@@ -22,7 +22,7 @@
 
 #include <string>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "figure_export.h"
 #include "plot_panel.h"
 #include "plot_style.h"

@@ -15,13 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
-#include "attnscope/converted_eval.h"
-#include "attnscope/distill.h"
-#include "attnscope/error.h"
-#include "attnscope/model.h"
-#include "attnscope/run_metrics.h"
-#include "attnscope/text_source.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model.h"
+#include "attnscope/distill/run_metrics.h"
+#include "attnscope/io/text_source.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "main_window.h"
 #include "model_panel.h"
 #include "training_view.h"
@@ -258,7 +258,7 @@ TEST_F(TrainingTest, ConvertAndEvaluateShowsCoresComparison) {
 
   // Core's evaluation of the converted model on the same text and windows.
   const LoadedModel m = load_model(converted);
-  ASSERT_NE(m.model->linear_attention(), nullptr);
+  ASSERT_NE(m.model->feature_maps(), nullptr);
   std::vector<std::string> texts;
   for (const QString& t : one_text) texts.push_back(t.toStdString());
   std::vector<int64_t> ids;

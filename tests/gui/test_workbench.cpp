@@ -8,12 +8,12 @@
 #include <chrono>
 #include <fstream>
 
-#include "attnscope/allocation.h"
-#include "attnscope/capture.h"
-#include "attnscope/dof.h"
-#include "attnscope/error.h"
-#include "attnscope/head_view.h"
-#include "attnscope/session.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/error.h"
+#include "attnscope/analysis/head_detail.h"
+#include "attnscope/workbench/session.h"
 #include "command_lines.h"
 #include "workbench.h"
 #include "workbench_fixture.h"
@@ -87,7 +87,7 @@ TEST_F(WorkbenchPipeline, OpeningTheModelRunsCaptureSpectraMetricsAndMaps) {
   ASSERT_EQ(wb_->thumbnails().size(), 4u);
   ASSERT_EQ(wb_->thumbnails()[0].size(), 4u);
   EXPECT_LE(wb_->thumbnails()[0][0].rows, Workbench::kThumbnailPixels);
-  auto view = wb_->head_view();
+  auto view = wb_->head_detail();
   ASSERT_TRUE(view);
   EXPECT_EQ(view->layer, 0);
   EXPECT_EQ(view->length(), 64);
@@ -135,13 +135,13 @@ TEST_F(WorkbenchPipeline, DofSettingsAreCoresAllocationOfTheSavedSpectra) {
 
 TEST_F(WorkbenchPipeline, SelectingHeadsSupersedesOlderRequests) {
   open_and_wait();
-  QSignalSpy views(wb_.get(), &Workbench::headViewReady);
+  QSignalSpy views(wb_.get(), &Workbench::headDetailReady);
   // Three requests in a row: only the last head's maps end up shown.
   wb_->select_head(1, 1);
   wb_->select_head(2, 3);
   wb_->select_head(3, 2);
-  ASSERT_TRUE(wait_until([&] { return wb_->head_view() && wb_->head_view()->layer == 3 && !wb_->any_job_running(); }));
-  EXPECT_EQ(wb_->head_view()->head, 2);
+  ASSERT_TRUE(wait_until([&] { return wb_->head_detail() && wb_->head_detail()->layer == 3 && !wb_->any_job_running(); }));
+  EXPECT_EQ(wb_->head_detail()->head, 2);
   // The middle request never ran: the first was running when it came, and the last replaced it.
   int maps_jobs = 0;
   for (const JobStatus& j : wb_->jobs())
@@ -150,8 +150,8 @@ TEST_F(WorkbenchPipeline, SelectingHeadsSupersedesOlderRequests) {
   EXPECT_LE(views.count(), 2);
   // The head view equals core's for that head.
   const CaptureStore store(wb_->session().capture_dir);
-  const HeadView direct = head_view(store, 3, 2, 0, wb_->session().analysis);
-  EXPECT_EQ(direct.softmax.values, wb_->head_view()->softmax.values);
+  const HeadDetail direct = head_detail(store, 3, 2, 0, wb_->session().analysis);
+  EXPECT_EQ(direct.softmax.values, wb_->head_detail()->softmax.values);
 }
 
 TEST_F(WorkbenchPipeline, ChangingTheFeatureMapRecomputesMetricsAndMaps) {
@@ -159,7 +159,7 @@ TEST_F(WorkbenchPipeline, ChangingTheFeatureMapRecomputesMetricsAndMaps) {
   wb_->set_feature_map("elu", 0);
   ASSERT_TRUE(wait_until([&] { return wb_->pipeline_finished(); }));
   EXPECT_EQ(wb_->session().analysis.feature_map, "elu");
-  ASSERT_TRUE(wb_->head_view()->has_linear());
+  ASSERT_TRUE(wb_->head_detail()->has_linear());
   // elu's map differs from PRF's: the KL of the metrics follows the new map.
   const CaptureStore store(wb_->session().capture_dir);
   AnalysisOptions o = wb_->session().analysis;
@@ -204,7 +204,7 @@ TEST_F(WorkbenchPipeline, ABadModelIsAnErrorSignalAndTheOpenModelStays) {
 TEST_F(WorkbenchPipeline, SavedSessionsCarryTheirDataAndReopen) {
   open_and_wait();
   wb_->select_head(2, 1);
-  ASSERT_TRUE(wait_until([&] { return wb_->head_view() && wb_->head_view()->layer == 2 && !wb_->any_job_running(); }));
+  ASSERT_TRUE(wait_until([&] { return wb_->head_detail() && wb_->head_detail()->layer == 2 && !wb_->any_job_running(); }));
   wb_->set_dof_settings(std::pow(2.0, -7.5), 40, AllocStrategy::PerHead);
   wb_->set_colour_scale(ColourScale::Log);
 
@@ -232,7 +232,7 @@ TEST_F(WorkbenchPipeline, SavedSessionsCarryTheirDataAndReopen) {
   EXPECT_EQ(again.session().budget, 40);
   EXPECT_EQ(again.session().strategy, AllocStrategy::PerHead);
   EXPECT_EQ(again.session().colour_scale, "log");
-  EXPECT_EQ(again.head_view()->layer, 2);
+  EXPECT_EQ(again.head_detail()->layer, 2);
   // Nothing was captured again: the spectra came from the session's file.
   for (const JobStatus& j : again.jobs()) EXPECT_NE(j.kind, "capture");
   ASSERT_TRUE(again.dof_state().has_value());

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "attnscope/runtime.h"
+#include "attnscope/base/runtime.h"
 
 namespace fs = std::filesystem;
 

@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/text_source.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/text_source.h"
 
 namespace attnscope::test {
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/model.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/model/model.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

@@ -1,10 +1,10 @@
 // Algorithm 1 of paper 000 and its variants; the definitions are in allocation.h.
-#include "attnscope/allocation.h"
+#include "attnscope/allocation/allocation.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 namespace {

@@ -1,6 +1,6 @@
 // Degrees of freedom per head: sampling, the log-domain Gram, its spectrum and DoF(lambda).
 // The method and the fast-path bounds are derived in dof.h.
-#include "attnscope/dof.h"
+#include "attnscope/analysis/dof.h"
 
 #include <ATen/ATen.h>
 
@@ -13,10 +13,10 @@
 #include <numeric>
 
 #include "analysis/dof_solvers.h"
-#include "attnscope/capture.h"
-#include "attnscope/device.h"
-#include "attnscope/error.h"
-#include "attnscope/random.h"
+#include "attnscope/capture/capture.h"
+#include "base/device.h"
+#include "attnscope/base/error.h"
+#include "base/random.h"
 
 namespace attnscope {
 namespace {
@@ -59,32 +59,6 @@ bool parse_double(const std::string& s, double* out) {
 
 }  // namespace
 
-constexpr DofNormalize kNormalizers[] = {DofNormalize::Trace, DofNormalize::Max, DofNormalize::Samples, DofNormalize::None};
-
-std::vector<std::string> dof_normalize_names() {
-  std::vector<std::string> out;
-  for (DofNormalize n : kNormalizers) out.push_back(dof_normalize_name(n));
-  return out;
-}
-
-DofNormalize parse_dof_normalize(const std::string& name) {
-  std::string valid;
-  for (DofNormalize n : kNormalizers) {
-    if (name == dof_normalize_name(n)) return n;
-    valid += (valid.empty() ? "" : ", ") + std::string(dof_normalize_name(n));
-  }
-  fail_value("normalization", "'" + name + "' is unknown (valid: " + valid + ")");
-}
-
-const char* dof_normalize_name(DofNormalize n) {
-  switch (n) {
-    case DofNormalize::Trace: return "trace";
-    case DofNormalize::Max: return "max";
-    case DofNormalize::Samples: return "samples";
-    case DofNormalize::None: return "none";
-  }
-  return "?";
-}
 
 double parse_lambda(const std::string& text) {
   const std::string bad = "lambda '" + text + "' ";
@@ -103,12 +77,6 @@ double parse_lambda(const std::string& text) {
   return v;
 }
 
-double shifted_ridge(double lambda, double log_scale) {
-  check_lambda(lambda);
-  if (!std::isfinite(log_scale)) fail(kWhere, "the spectrum's log scale is not finite");
-  // log_scale = 0 (trace, max) keeps lambda bit for bit.
-  return log_scale == 0 ? lambda : std::exp(std::log(lambda) - log_scale);
-}
 
 DofValue dof_at(const HeadSpectrum& sp, double lambda) {
   // mu / (mu + lambda) with mu = exp(c) e is e / (e + t), t = lambda exp(-c). When t underflows to 0,
@@ -239,35 +207,7 @@ DofConvergence dof_convergence(const HeadSpectrum& sp, double lambda) {
   return c;
 }
 
-GramScale gram_scale(DofNormalize normalize, double trace, double top_eigenvalue, int64_t J, double shift) {
-  if (!std::isfinite(shift)) fail(kWhere, "the Gram's log scale is not finite");
-  GramScale g;
-  switch (normalize) {
-    case DofNormalize::Trace: g = {trace, 0.0}; break;  // exp(shift) cancels
-    case DofNormalize::Max: g = {top_eigenvalue, 0.0}; break;
-    case DofNormalize::Samples: g = {double(J), shift}; break;
-    case DofNormalize::None: g = {1.0, shift}; break;
-  }
-  if (!(g.divisor > 0) || !std::isfinite(g.divisor))
-    fail(kWhere, std::string("normalizer '") + dof_normalize_name(normalize) + "' of the Gram matrix is " +
-                     std::to_string(g.divisor) + " (the Gram needs a positive trace and largest eigenvalue)");
-  return g;
-}
 
-at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
-  if (!x_in.defined() || x_in.dim() != 2 || x_in.size(0) < 1 || x_in.size(1) < 1)
-    fail(kWhere, "the sampled vectors must be [J, d] with J, d >= 1");
-  if (!at::isFloatingType(x_in.scalar_type())) fail(kWhere, "the sampled vectors must be a floating tensor");
-  const at::Tensor x = x_in.to(at::kDouble).contiguous();
-  if (!at::isfinite(x).all().item<bool>()) fail(kWhere, "the sampled vectors contain NaN or infinity");
-  const double inv_sqrt_d = 1.0 / std::sqrt(double(x.size(1)));
-  // c = max_i |x_i|^2 / sqrt d bounds every exponent (x_i.x_j <= |x_i| |x_j|), so entries are <= 1.
-  const double c = (x * x).sum(1).max().item<double>() * inv_sqrt_d;
-  at::Tensor g = at::matmul(x, x.t());
-  g.mul_(inv_sqrt_d).sub_(c).exp_();
-  if (shift) *shift = c;
-  return g;
-}
 
 HeadSpectrum spectrum_from_eigenvalues(std::vector<double> eig, bool exact, int64_t J, double diag_trace,
                                        const DofSettings& settings, double log_scale, double sum_squares) {

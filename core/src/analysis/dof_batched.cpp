@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "analysis/dof_solvers.h"
-#include "attnscope/device.h"
-#include "attnscope/error.h"
+#include "base/device.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 namespace {

@@ -1,5 +1,5 @@
 // `attnscope bench dof` (dof_bench.h): the DoF solvers of one layer, head by head, on the same Grams.
-#include "attnscope/dof_bench.h"
+#include "attnscope/bench/dof_bench.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -7,10 +7,10 @@
 #include <chrono>
 
 #include "analysis/dof_solvers.h"
-#include "attnscope/capture.h"
-#include "attnscope/device.h"
-#include "attnscope/error.h"
-#include "attnscope/random.h"
+#include "attnscope/capture/capture.h"
+#include "base/device.h"
+#include "attnscope/base/error.h"
+#include "base/random.h"
 
 namespace attnscope {
 namespace {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/dof.h"
-#include "attnscope/error.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/error.h"
+#include "attnscope/io/safetensors.h"
 
 namespace attnscope {
 namespace {

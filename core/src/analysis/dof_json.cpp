@@ -1,5 +1,5 @@
 // DoF results as JSON (dof_json.h).
-#include "attnscope/dof_json.h"
+#include "attnscope/analysis/dof_json.h"
 
 #include <nlohmann/json.hpp>
 

@@ -12,7 +12,7 @@
 #include <limits>
 #include <string>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

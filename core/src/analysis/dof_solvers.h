@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "attnscope/dof.h"
+#include "attnscope/analysis/dof.h"
 
 namespace attnscope {
 

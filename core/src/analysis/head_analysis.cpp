@@ -1,11 +1,11 @@
-#include "attnscope/head_analysis.h"
+#include "attnscope/analysis/head_analysis.h"
 
 #include <ATen/ATen.h>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/linear_attention.h"
-#include "attnscope/random.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "attention/attention.h"
+#include "base/random.h"
 
 namespace attnscope {
 

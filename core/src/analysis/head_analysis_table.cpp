@@ -1,4 +1,4 @@
-#include "attnscope/head_analysis_table.h"
+#include "attnscope/analysis/head_analysis_table.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

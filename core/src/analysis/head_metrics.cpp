@@ -1,4 +1,4 @@
-#include "attnscope/head_metrics.h"
+#include "attnscope/analysis/head_metrics.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/error.h"
-#include "attnscope/random.h"
+#include "attnscope/base/error.h"
+#include "base/random.h"
 #include "base/shape_str.h"
 #include "base/tensor_checks.h"
 

@@ -1,4 +1,4 @@
-#include "attnscope/structured_mixers.h"
+#include "attnscope/analysis/structured_mixers.h"
 
 #include <ATen/ATen.h>
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 namespace {

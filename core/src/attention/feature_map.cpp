@@ -1,11 +1,11 @@
-#include "attnscope/feature_map.h"
+#include "attnscope/attention/feature_map.h"
 
 #include <ATen/ATen.h>
 
 #include <initializer_list>
 
-#include "attnscope/error.h"
-#include "attnscope/random.h"
+#include "attnscope/base/error.h"
+#include "base/random.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/feature_map.h"
+#include "attnscope/attention/feature_map.h"
 
 namespace attnscope::fmap {
 

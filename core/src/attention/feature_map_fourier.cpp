@@ -21,7 +21,7 @@
 
 #include <cmath>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

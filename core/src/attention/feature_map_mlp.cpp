@@ -12,7 +12,7 @@
 #include <cmath>
 #include <optional>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

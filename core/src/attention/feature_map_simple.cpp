@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

@@ -1,11 +1,11 @@
 // Feature maps to and from their defining tensors (feature_map_tensors.h). Building the map from its
 // spec first and then overwriting its tensors keeps one source of truth for each family's shapes.
-#include "attnscope/feature_map_tensors.h"
+#include "attention/feature_map_tensors.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

@@ -1,5 +1,5 @@
 // Ridge-leverage-score sampling of PRF frequencies; the derivation is in leverage_init.h.
-#include "attnscope/leverage_init.h"
+#include "attnscope/attention/leverage_init.h"
 
 #include <ATen/ATen.h>
 
@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#include "attnscope/dof.h"
-#include "attnscope/error.h"
+#include "attnscope/attention/gram.h"
+#include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

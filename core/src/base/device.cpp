@@ -1,8 +1,8 @@
-#include "attnscope/device.h"
+#include "base/device.h"
 
 #include <ATen/Context.h>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

@@ -1,4 +1,4 @@
-#include "attnscope/dtype.h"
+#include "attnscope/base/dtype.h"
 
 namespace attnscope {
 

@@ -1,8 +1,8 @@
-#include "attnscope/job.h"
+#include "attnscope/base/job.h"
 
 #include <cstdio>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

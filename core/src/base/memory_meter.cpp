@@ -1,6 +1,6 @@
 // PeakMemoryMeter: a counting wrapper around LibTorch's CPU allocator, and the CUDA caching
 // allocator's statistics where the build has CUDA.
-#include "attnscope/memory_meter.h"
+#include "base/memory_meter.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -17,7 +17,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 // PyTorch 2.3 made Allocator::allocate non-const and added the pure virtual copy_data.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)

@@ -1,4 +1,4 @@
-#include "attnscope/output_dir.h"
+#include "base/output_dir.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace fs = std::filesystem;
 

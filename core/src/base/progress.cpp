@@ -1,6 +1,6 @@
-#include "attnscope/progress.h"
+#include "attnscope/base/progress.h"
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

@@ -1,11 +1,11 @@
-#include "attnscope/random.h"
+#include "base/random.h"
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 #include <utility>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

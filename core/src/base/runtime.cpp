@@ -1,4 +1,4 @@
-#include "attnscope/runtime.h"
+#include "attnscope/base/runtime.h"
 
 #include <malloc.h>
 

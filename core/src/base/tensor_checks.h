@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

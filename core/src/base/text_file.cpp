@@ -1,10 +1,10 @@
-#include "attnscope/text_file.h"
+#include "attnscope/base/text_file.h"
 
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

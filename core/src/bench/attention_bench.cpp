@@ -1,6 +1,6 @@
 // `attnscope bench attention` (attention_bench.h): the kernel against the forms it replaces and
 // the softmax attention it competes with, each timed and metered on the same random inputs.
-#include "attnscope/attention_bench.h"
+#include "attnscope/bench/attention_bench.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -11,10 +11,10 @@
 #include <cmath>
 #include <limits>
 
-#include "attnscope/device.h"
-#include "attnscope/error.h"
+#include "base/device.h"
+#include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
-#include "attnscope/memory_meter.h"
+#include "base/memory_meter.h"
 
 namespace attnscope {
 namespace {

@@ -1,6 +1,6 @@
 // `attnscope bench`: generation / batch speed of softmax against linear attention across contexts,
 // and milliseconds per training sample of the distillation losses, on a GPT-2-small-shaped model.
-#include "attnscope/speed_bench.h"
+#include "attnscope/bench/speed_bench.h"
 
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
@@ -9,16 +9,16 @@
 #include <functional>
 #include <memory>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/device.h"
-#include "attnscope/distill.h"
-#include "attnscope/error.h"
-#include "attnscope/feature_map_tensors.h"
-#include "attnscope/memory_meter.h"
-#include "attnscope/model.h"
-#include "attnscope/model_config.h"
-#include "attnscope/pretrain.h"
-#include "attnscope/random.h"
+#include "attnscope/convert/converted_model.h"
+#include "base/device.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/base/error.h"
+#include "attention/feature_map_tensors.h"
+#include "base/memory_meter.h"
+#include "attnscope/model/model.h"
+#include "attnscope/model/model_config.h"
+#include "attnscope/model/pretrain.h"
+#include "base/random.h"
 
 namespace attnscope {
 namespace {
@@ -35,7 +35,7 @@ ModelConfig gpt2_small_config(int n_ctx, int vocab) { return gpt2_config(12, 12,
 
 std::vector<ContextSpeed> bench_generate(const Model& original, const Model& converted,
                                          const GenerateBenchOptions& o, const ProgressFn& progress) {
-  if (!converted.linear_attention()) fail("bench", "the converted model runs softmax attention");
+  if (!converted.feature_maps()) fail("bench", "the converted model runs softmax attention");
   if (o.tokens < 2) fail_value("tokens", std::to_string(o.tokens) + " must be >= 2 (the time between tokens is measured)");
   const int n_ctx = original.config().n_ctx;
   for (int c : o.contexts)
@@ -111,13 +111,13 @@ std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const Pr
   FeatureMapSpec spec;
   spec.name = o.feature_map;
   spec.seed = o.seed;
-  auto linear = std::make_shared<LinearAttention>(make_linear_attention(
+  auto linear = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(
       spec, std::vector<std::vector<int64_t>>(c.n_layer, std::vector<int64_t>(c.n_head, o.features)), c.n_layer,
       c.n_head, c.head_dim));
   for (auto& layer : linear->maps)
     for (auto& map : layer)
       for (auto& [name, t] : feature_map_tensors(*map)) t.set_data(t.to(device));
-  converted.set_linear_attention(linear);
+  converted.set_feature_maps(linear);
   return bench_generate(original, converted, o, progress);
 }
 

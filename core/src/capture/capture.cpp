@@ -1,4 +1,4 @@
-#include "attnscope/capture.h"
+#include "attnscope/capture/capture.h"
 
 #include <ATen/ATen.h>
 
@@ -6,11 +6,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/capture_manifest.h"
-#include "attnscope/error.h"
-#include "attnscope/output_dir.h"
-#include "attnscope/random.h"
-#include "attnscope/safetensors.h"
+#include "capture/capture_manifest.h"
+#include "attnscope/base/error.h"
+#include "base/output_dir.h"
+#include "base/random.h"
+#include "attnscope/io/safetensors.h"
 #include "io/safetensors_stream_writer.h"
 
 namespace fs = std::filesystem;

@@ -1,9 +1,9 @@
-#include "attnscope/capture_manifest.h"
+#include "capture/capture_manifest.h"
 
 #include <climits>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

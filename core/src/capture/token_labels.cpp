@@ -1,7 +1,7 @@
-#include "attnscope/token_labels.h"
+#include "capture/token_labels.h"
 
-#include "attnscope/capture.h"
-#include "attnscope/error.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

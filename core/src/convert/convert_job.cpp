@@ -1,13 +1,13 @@
 // A finished distillation run as ConvertOptions (convert_job.h).
-#include "attnscope/convert_job.h"
+#include "attnscope/convert/convert_job.h"
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/dof.h"
-#include "attnscope/error.h"
-#include "attnscope/model_config.h"
+#include "attnscope/analysis/dof.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model_config.h"
 
 namespace fs = std::filesystem;
 

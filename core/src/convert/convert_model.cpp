@@ -6,13 +6,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/error.h"
-#include "attnscope/feature_map_tensors.h"
-#include "attnscope/model.h"
-#include "attnscope/output_dir.h"
-#include "attnscope/safetensors.h"
-#include "attnscope/text_file.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/base/error.h"
+#include "attention/feature_map_tensors.h"
+#include "attnscope/model/model.h"
+#include "base/output_dir.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/base/text_file.h"
 #include "convert/converted_json.h"
 #include "convert/sha256.h"
 
@@ -126,17 +126,17 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
     fail(original.path, "a llama2.c checkpoint is converted to Hugging Face layout: --weights reference is not possible");
   HfExport hf;
   if (llama2c) hf = export_llama2c(*original.model);
-  if (original.model->linear_attention()) fail(original.path, "is already a converted model; convert the original");
+  if (original.model->feature_maps()) fail(original.path, "is already a converted model; convert the original");
   const ModelConfig& c = original.model->config();
   if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
     fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
 
-  std::shared_ptr<const LinearAttention> maps = o.maps;
-  if (!maps) maps = std::make_shared<LinearAttention>(make_linear_attention(o.map, o.dims, c.n_layer, c.n_head, c.head_dim));
+  std::shared_ptr<const HeadFeatureMaps> maps = o.maps;
+  if (!maps) maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim));
   // Check the maps fit before anything is written (a throw-away copy of the model is not needed:
-  // set_linear_attention's checks are the same ones load_model will run).
+  // set_feature_maps's checks are the same ones load_model will run).
   Model probe(c, original.model->weights());
-  probe.set_linear_attention(maps);
+  probe.set_feature_maps(maps);
 
   std::vector<std::vector<int64_t>> dims(c.n_layer);
   NamedTensors tensors;

@@ -1,6 +1,6 @@
 // evaluate_converted: loss, per-layer closeness and speed of a converted model against the same
 // weights with softmax attention.
-#include "attnscope/converted_eval.h"
+#include "attnscope/convert/converted_eval.h"
 
 #include <torch/torch.h>
 
@@ -9,12 +9,12 @@
 #include <cmath>
 #include <string>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/error.h"
-#include "attnscope/head_metrics.h"
-#include "attnscope/linear_attention.h"
-#include "attnscope/memory_meter.h"
-#include "attnscope/model.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/base/error.h"
+#include "attnscope/analysis/head_metrics.h"
+#include "attention/attention.h"
+#include "base/memory_meter.h"
+#include "attnscope/model/model.h"
 
 namespace attnscope {
 namespace {
@@ -63,7 +63,7 @@ std::vector<int> default_speed_lengths(int n_ctx) {
 
 ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector<int64_t>& ids,
                                        const ConvertedEvalOptions& options, const ProgressFn& progress) {
-  const LinearAttention* linear = converted.linear_attention();
+  const HeadFeatureMaps* linear = converted.feature_maps();
   if (!linear) fail("eval", "the model is not a converted model (it runs softmax attention)");
   const ModelConfig& c = converted.config();
   if (ids.size() < 2) fail("eval", "the text has fewer than 2 tokens");

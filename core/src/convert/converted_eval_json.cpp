@@ -1,4 +1,4 @@
-#include "attnscope/converted_eval_json.h"
+#include "attnscope/convert/converted_eval_json.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

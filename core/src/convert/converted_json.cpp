@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope::convert {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/feature_map.h"
+#include "attnscope/attention/feature_map.h"
 
 namespace attnscope {
 
@@ -18,8 +18,6 @@ struct ConvertedHeader {
 namespace convert {
 
 nlohmann::json read_config(const std::string& dir);  // DIR/config.json; Error naming it
-// The spec of head (s, h)'s map: `base` with d and M (M = 0 for fixed-size maps).
-FeatureMapSpec head_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features);
 std::string tensor_prefix(int s, int h);  // "layers.{s}.heads.{h}.feature_map."
 
 // The "feature_map" object and dims from the maps' spec and per-head sizes.

@@ -1,7 +1,7 @@
 // Reading a converted model (SPEC 7): its "attnscope" object and the feature map of every head.
 // Fresh maps for untrained baselines are made here too, so writer and reader share one
 // description of a head's map (the FeatureMapSpec below).
-#include "attnscope/converted_model.h"
+#include "attnscope/convert/converted_model.h"
 
 #include <ATen/ATen.h>
 
@@ -10,11 +10,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map_tensors.h"
-#include "attnscope/model_config.h"
-#include "attnscope/random.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/base/error.h"
+#include "attention/feature_map_tensors.h"
+#include "attnscope/model/model_config.h"
+#include "base/random.h"
+#include "attnscope/io/safetensors.h"
 #include "convert/converted_json.h"
 
 namespace fs = std::filesystem;
@@ -34,38 +34,11 @@ nlohmann::json read_config(const std::string& dir) {
   }
 }
 
-FeatureMapSpec head_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features) {
-  FeatureMapSpec s = base;
-  s.d = head_dim;
-  s.features = feature_map_has_fixed_size(base.name) ? 0 : features;
-  return s;
-}
-
 std::string tensor_prefix(int s, int h) {
   return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".feature_map.";
 }
 
 }  // namespace convert
-
-LinearAttention make_linear_attention(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
-                                      int n_layer, int n_head, int head_dim) {
-  if (spec.name == "cosformer")
-    fail("feature map cosformer", "depends on token positions and a horizon; it cannot run as a converted model");
-  if (int(dims.size()) != n_layer) fail("dims", std::to_string(dims.size()) + " layers for a model of " + std::to_string(n_layer));
-  LinearAttention lin;
-  lin.maps.resize(n_layer);
-  for (int s = 0; s < n_layer; ++s) {
-    if (int(dims[s].size()) != n_head)
-      fail("dims", "layer " + std::to_string(s) + " has " + std::to_string(dims[s].size()) + " heads, the model " +
-                       std::to_string(n_head));
-    for (int h = 0; h < n_head; ++h) {
-      FeatureMapSpec hs = convert::head_spec(spec, head_dim, dims[s][h]);
-      hs.seed = derive_seed(spec.seed, s, h);
-      lin.maps[s].push_back(std::shared_ptr<FeatureMap>(make_feature_map(hs)));
-    }
-  }
-  return lin;
-}
 
 bool is_converted_model(const std::string& dir) {
   const fs::path p = fs::path(dir) / "config.json";
@@ -88,13 +61,13 @@ std::string converted_weights_dir(const std::string& dir) {
   return src;
 }
 
-std::shared_ptr<LinearAttention> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
+std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
                                                    const ModelConfig& config) {
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
   if (int(dims.size()) != config.n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(config.n_layer));
   SafetensorsFile st(file);
-  auto lin = std::make_shared<LinearAttention>();
+  auto lin = std::make_shared<HeadFeatureMaps>();
   lin->maps.resize(config.n_layer);
   size_t used = 0;
   for (int s = 0; s < config.n_layer; ++s) {
@@ -105,7 +78,7 @@ std::shared_ptr<LinearAttention> read_feature_maps(const std::string& file, cons
       for (const auto& e : st.entries())
         if (e.name.rfind(prefix, 0) == 0) tensors[e.name.substr(prefix.size())] = st.tensor(e.name);
       used += tensors.size();
-      const FeatureMapSpec hs = convert::head_spec(spec, config.head_dim, dims[s][h]);
+      const FeatureMapSpec hs = head_map_spec(spec, config.head_dim, dims[s][h]);
       auto map = feature_map_from_tensors(hs, tensors, file + " (layer " + std::to_string(s) + " head " + std::to_string(h) + ")");
       if (map->feature_dim() != dims[s][h])
         fail(file, "layer " + std::to_string(s) + " head " + std::to_string(h) + " has " +
@@ -120,7 +93,7 @@ std::shared_ptr<LinearAttention> read_feature_maps(const std::string& file, cons
   return lin;
 }
 
-std::shared_ptr<LinearAttention> load_linear_attention(const std::string& dir, const ModelConfig& config) {
+std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, const ModelConfig& config) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
   const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, config.n_layer, config.n_head);
   return read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config);

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <vector>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope::convert {
 

@@ -17,16 +17,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attnscope/allocation.h"
-#include "attnscope/capture.h"
-#include "attnscope/dof.h"
-#include "attnscope/device.h"
-#include "attnscope/distill.h"
-#include "attnscope/distributed.h"
-#include "attnscope/error.h"
-#include "attnscope/random.h"
-#include "attnscope/run_dir.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/analysis/dof.h"
+#include "base/device.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/distributed.h"
+#include "attnscope/base/error.h"
+#include "base/random.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/io/safetensors.h"
 #include "distill/distill_parts.h"
 
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 // Direct training (distill.h, paper 000's `direct`): the whole model runs with linear attention in
-// place, every head its trainable map (LayerMaps::head_view, so the autograd graph of
+// place, every head its trainable map (LayerMaps::trainable_head_map, so the autograd graph of
 // Model::forward reaches the stacked parameters), on seeded mini-batches of windows of a text; only
 // the maps learn, from the next-token cross-entropy (the model's weights have no gradient). The
 // run directory, checkpoints, resume and cancel are the layerwise job's (distill_parts.h).
@@ -16,13 +16,13 @@
 #include <cmath>
 #include <filesystem>
 
-#include "attnscope/capture.h"
-#include "attnscope/converted_model.h"
-#include "attnscope/device.h"
-#include "attnscope/distill.h"
-#include "attnscope/error.h"
-#include "attnscope/model.h"
-#include "attnscope/text_source.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_model.h"
+#include "base/device.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/text_source.h"
 #include "distill/distill_parts.h"
 
 namespace fs = std::filesystem;
@@ -140,7 +140,7 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
     model.forward(val_w.narrow(0, 0, std::min<int64_t>(kKlWindows, val_w.size(0))), &hook);
     for (LayerState& st : layers) st.initial_val_kl = validate(o, st).second;
   }
-  model.set_linear_attention(group_linear_attention(groups_of(layers)));
+  model.set_feature_maps(group_feature_maps(groups_of(layers)));
   const double initial_val_loss = val_w.defined() ? mean_window_loss(model, val_w) : std::nan("");
 
   double elapsed_before = 0;
@@ -208,7 +208,7 @@ double direct_step_seconds(DistillBench& b) {
   if (!b.ids.defined() || b.ids.dim() != 2) fail("distill bench", "loss direct needs ids [B, L]");
   std::vector<LayerState> layers = bench_layers(b.groups);
   Model model(b.model->config(), b.model->weights());  // shares the weights; gets the maps
-  model.set_linear_attention(group_linear_attention(b.groups));
+  model.set_feature_maps(group_feature_maps(b.groups));
   const at::Tensor& some_param = layers[0].groups[0].group.maps.params[0].second;
   direct_step(b.options, model, layers, b.ids, 0);  // warm-up
   wait_for_device(some_param);

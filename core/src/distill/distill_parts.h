@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "attnscope/distill.h"
-#include "attnscope/run_dir.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/run_dir.h"
 
 namespace attnscope::distill_parts {
 

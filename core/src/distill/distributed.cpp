@@ -2,7 +2,7 @@
 // where CMake found them usable: ATTNSCOPE_HAVE_GLOO (ProcessGroupGloo and the gloo headers; Debian:
 // libgloo-dev) and ATTNSCOPE_HAVE_NCCL (ProcessGroupNCCL in a CUDA LibTorch, and nccl.h). A build
 // without them runs one process and says so when WORLD_SIZE asks for more.
-#include "attnscope/distributed.h"
+#include "attnscope/distill/distributed.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 #if defined(ATTNSCOPE_HAVE_GLOO) || defined(ATTNSCOPE_HAVE_NCCL)
 #define ATTNSCOPE_HAVE_C10D 1

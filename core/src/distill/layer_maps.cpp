@@ -17,11 +17,11 @@
 #include <cmath>
 #include <limits>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/distill.h"
-#include "attnscope/error.h"
-#include "attnscope/model.h"
-#include "attnscope/random.h"
+#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/base/error.h"
+#include "attnscope/model/model.h"
+#include "base/random.h"
 
 namespace attnscope {
 
@@ -107,7 +107,7 @@ std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at:
 
 // The kl / softmax loss of t2r and flex-stationary (clamped kernels), from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
 // A row whose weights j <= i are all 0 has no distribution Ahat (core's undefined rows,
-// linear_attention.h): it is left out of the mean, which is over the defined rows only (and 0, with
+// attention/attention.h): it is left out of the mean, which is over the defined rows only (and 0, with
 // no gradient, when no row is defined). In a defined row an entry Ahat_ij = 0 would make the loss
 // infinite; its log is floored at log(1e-30) (no gradient through that entry, as through the ReLU
 // that zeroed it), the same floor as log_kernel's.
@@ -154,9 +154,9 @@ namespace {
 // features are layer_maps' own formulas on one head, as scaled features: the largest log feature
 // taken out (learned-prf, hedgehog; the scale is detached: the kernel does not depend on it), the
 // norm factor as the scale (flex-*: it carries tau's gradient), or no scale (t2r).
-class HeadView : public FeatureMap {
+class TrainableHeadMap : public FeatureMap {
  public:
-  HeadView(LayerMaps maps, int64_t head) : maps_(std::move(maps)), head_(head) {}
+  TrainableHeadMap(LayerMaps maps, int64_t head) : maps_(std::move(maps)), head_(head) {}
   std::string name() const override { return maps_.map; }
   int64_t input_dim() const override { return maps_.d; }
   int64_t feature_dim() const override { return maps_.features; }
@@ -231,9 +231,9 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
 
 }  // namespace
 
-std::shared_ptr<FeatureMap> LayerMaps::head_view(int64_t head) const {
+std::shared_ptr<FeatureMap> LayerMaps::trainable_head_map(int64_t head) const {
   if (head < 0 || head >= heads) fail("distill", "head " + std::to_string(head) + " outside the stacked maps");
-  return std::make_shared<HeadView>(*this, head);
+  return std::make_shared<TrainableHeadMap>(*this, head);
 }
 
 LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
@@ -259,8 +259,8 @@ std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, int
   return groups;
 }
 
-std::shared_ptr<LinearAttention> group_linear_attention(const std::vector<std::vector<HeadGroup>>& groups) {
-  auto lin = std::make_shared<LinearAttention>();
+std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups) {
+  auto lin = std::make_shared<HeadFeatureMaps>();
   for (const auto& layer : groups) {
     int64_t n = 0;
     for (const auto& g : layer) n += int64_t(g.heads.size());
@@ -269,7 +269,7 @@ std::shared_ptr<LinearAttention> group_linear_attention(const std::vector<std::v
       for (size_t i = 0; i < g.heads.size(); ++i) {
         if (g.heads[i] < 0 || g.heads[i] >= n || heads[size_t(g.heads[i])])
           fail("distill", "head groups do not cover each head of a layer once");
-        heads[size_t(g.heads[i])] = g.maps.head_view(int64_t(i));
+        heads[size_t(g.heads[i])] = g.maps.trainable_head_map(int64_t(i));
       }
     lin->maps.push_back(std::move(heads));
   }

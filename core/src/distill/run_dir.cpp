@@ -1,5 +1,5 @@
 // The run directory of a job (run_dir.h): the files of SPEC 6 and how each is written.
-#include "attnscope/run_dir.h"
+#include "attnscope/distill/run_dir.h"
 
 #include <cerrno>
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "attnscope/safetensors.h"
+#include "attnscope/io/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <set>
 #include <sstream>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "base/shape_str.h"
 
 // safetensors data is little-endian and is handed to torch without byte swapping.

@@ -1,4 +1,4 @@
-#include "attnscope/safetensors_header.h"
+#include "attnscope/io/safetensors_header.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

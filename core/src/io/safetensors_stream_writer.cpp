@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/safetensors_header.h"
+#include "attnscope/io/safetensors_header.h"
 
 namespace attnscope {
 

@@ -1,4 +1,4 @@
-#include "attnscope/text_source.h"
+#include "attnscope/io/text_source.h"
 
 #include <fstream>
 #include <iostream>
@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attnscope/error.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/base/error.h"
+#include "attnscope/tokenize/tokenizer.h"
 
 namespace attnscope {
 

@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
-#include "attnscope/model.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
 
 namespace attnscope {
 

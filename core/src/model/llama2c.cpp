@@ -1,7 +1,7 @@
 // llama2.c "version 0" checkpoints: int32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads,
 // vocab_size, seq_len}, then float32 tensors in a fixed order. A negative vocab_size means the
 // classifier is stored separately at the end instead of sharing the token embedding.
-#include "attnscope/llama2c.h"
+#include "model/llama2c.h"
 
 #include <ATen/ATen.h>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

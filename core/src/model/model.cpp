@@ -2,7 +2,7 @@
 //   h = x + attn(norm1(x)); x = h + mlp(norm2(h))          (sequential residual)
 //   x = x + attn(norm1(x)) + mlp(norm2(x))                  (GPT-NeoX parallel residual)
 // then the final norm and the LM head. Read top to bottom, like llm.c.
-#include "attnscope/model.h"
+#include "attnscope/model/model.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
@@ -10,10 +10,10 @@
 #include <cmath>
 #include <map>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/error.h"
+#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
-#include "attnscope/linear_attention.h"
+#include "attention/attention.h"
 
 namespace attnscope {
 
@@ -184,7 +184,7 @@ void check_ids(const ModelConfig& c, const at::Tensor& ids) {
 
 // Every layer over ids [B, L] (checked by the caller), then the final norm: the hidden states [B, L, D] the
 // language-model head reads. Softmax attention, or linear attention with `maps` when given.
-at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const LinearAttention* linear,
+at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const HeadFeatureMaps* linear,
                         const at::Tensor& ids, const CaptureHook* hook) {
   const int64_t L = ids.size(1);
   at::Tensor x = at::embedding(weights.tok_emb, ids);  // [B, L, D]
@@ -207,7 +207,7 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
 
 // The logits of the last position only, [B, V], for generation: the language-model head over all
 // L positions ([B, L, V]) would be the largest tensor of the step. Checks ids.
-at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const LinearAttention* linear,
+at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const HeadFeatureMaps* linear,
                        const at::Tensor& ids, const CaptureHook* hook) {
   check_ids(c, ids);
   return at::matmul(final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1), weights.lm_head.t());
@@ -219,7 +219,7 @@ at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const 
 // linear_attention_output does), so phi never overflows and a token costs the same at every position.
 class Recurrent {
  public:
-  Recurrent(const ModelConfig& c, const ModelWeights& w, const LinearAttention& lin)
+  Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
       : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {}
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
@@ -275,7 +275,7 @@ class Recurrent {
 
   const ModelConfig& c_;
   const ModelWeights& w_;
-  const LinearAttention& lin_;
+  const HeadFeatureMaps& lin_;
   std::vector<std::vector<Head>> state_;
 };
 
@@ -304,7 +304,7 @@ ModelWeights weights_on(const ModelWeights& w, const at::Device& device) {
   return out;
 }
 
-void Model::set_linear_attention(std::shared_ptr<const LinearAttention> maps) {
+void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
   if (maps) {
     const ModelConfig& c = config_;
     if (int(maps->maps.size()) != c.n_layer)

@@ -1,4 +1,4 @@
-#include "attnscope/model_config.h"
+#include "attnscope/model/model_config.h"
 
 #include <climits>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

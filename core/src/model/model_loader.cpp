@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/converted_model.h"
-#include "attnscope/error.h"
-#include "attnscope/llama2c.h"
-#include "attnscope/model.h"
-#include "attnscope/safetensors.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/base/error.h"
+#include "model/llama2c.h"
+#include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -115,7 +115,7 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
   WeightStore store(converted ? converted_weights_dir(m.path) : m.path);
   store.validate_all();
   m.model = std::make_unique<Model>(c, load_hf_weights(c, store));
-  if (converted) m.model->set_linear_attention(load_linear_attention(m.path, c));
+  if (converted) m.model->set_feature_maps(load_head_feature_maps(m.path, c));
   m.tokenizer_path = fs::absolute(tokenizer.empty() ? m.path : tokenizer).string();
   // A llama2.c model converted to Hugging Face layout keeps its tokenizer.bin.
   if (tokenizer.empty() && !fs::exists(p / "tokenizer.json") && fs::exists(p / "tokenizer.bin")) {

@@ -1,5 +1,5 @@
 // Pretraining a small GPT-2 on CPU: the only core file that needs torch's optimizers.
-#include "attnscope/pretrain.h"
+#include "attnscope/model/pretrain.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
@@ -12,11 +12,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
-#include "attnscope/output_dir.h"
-#include "attnscope/text_file.h"
-#include "attnscope/model.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/base/error.h"
+#include "base/output_dir.h"
+#include "attnscope/base/text_file.h"
+#include "attnscope/model/model.h"
+#include "attnscope/tokenize/tokenizer.h"
 
 namespace fs = std::filesystem;
 

@@ -11,9 +11,9 @@
 #include <queue>
 #include <unordered_map>
 
-#include "attnscope/error.h"
-#include "attnscope/text_file.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "byte_level.h"
 #include "regex_splitter.h"
 

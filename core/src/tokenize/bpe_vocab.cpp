@@ -4,7 +4,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 
 namespace attnscope {
 

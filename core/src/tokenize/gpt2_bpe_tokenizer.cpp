@@ -1,6 +1,6 @@
 #include "gpt2_bpe_tokenizer.h"
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "byte_level.h"
 #include "utf8.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "attnscope/tokenizer.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "bpe_vocab.h"
 #include "regex_splitter.h"
 

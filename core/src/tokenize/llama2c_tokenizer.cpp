@@ -5,8 +5,8 @@
 #include <queue>
 #include <unordered_map>
 
-#include "attnscope/error.h"
-#include "attnscope/tokenizer.h"
+#include "attnscope/base/error.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "bpe_vocab.h"
 #include "utf8.h"
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "utf8.h"
 
 namespace attnscope {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "utf8.h"
 
 namespace attnscope {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "attnscope/tokenizer.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "bpe_vocab.h"
 
 namespace attnscope {

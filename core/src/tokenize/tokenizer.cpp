@@ -1,8 +1,8 @@
-#include "attnscope/tokenizer.h"
+#include "attnscope/tokenize/tokenizer.h"
 
 #include <filesystem>
 
-#include "attnscope/error.h"
+#include "attnscope/base/error.h"
 #include "bpe_vocab.h"
 #include "gpt2_bpe_tokenizer.h"
 #include "sentencepiece_bpe_tokenizer.h"

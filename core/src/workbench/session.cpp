@@ -1,4 +1,4 @@
-#include "attnscope/session.h"
+#include "attnscope/workbench/session.h"
 
 #include <algorithm>
 #include <climits>
@@ -7,10 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "attnscope/error.h"
-#include "attnscope/feature_map.h"
-#include "attnscope/head_view.h"
-#include "attnscope/text_file.h"
+#include "attnscope/base/error.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/analysis/head_detail.h"
+#include "attnscope/base/text_file.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;

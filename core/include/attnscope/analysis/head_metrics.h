@@ -1,0 +1,86 @@
+// Per-head measurements of an attention map (SPEC section 5): entropy, monotonicity in the
+// query-key score, and the errors of a linear map against softmax.
+//
+// Maps are causal and row-stochastic, [L, L] or a batch [T, L, L] (rows i, keys j <= i; 0-based i
+// has i + 1 keys). Everything is computed in float64 whatever the input dtype. Means over rows are
+// over all rows of all T sequences alike.
+//
+// Conventions the SPEC leaves open:
+//   - 0 log 0 = 0 everywhere (entropy, KL, cross-entropy).
+//   - KL(reference || map) and the cross-entropy read the map clamped below at 1e-300 where the
+//     reference is positive, so a map that puts 0 where softmax does not gives a large but finite
+//     value instead of infinity.
+//   - Monotonicity uses rows with >= 3 keys (i >= 2). A row whose scores are all tied is skipped
+//     (there is no order to follow); a row whose scores vary but whose weights are all tied counts
+//     as Spearman 0 (the map ignores the scores). With no usable row both numbers are 0.
+//   - Discordant pairs are pooled over those same rows: pairs (j, j') with distinct scores whose
+//     weights are strictly in the opposite order, over all pairs with distinct scores. Tied weights
+//     are not discordant.
+//   - Undefined rows: a map row whose entries j <= i are all NaN is linear_map's mark for a row with
+//     no positive weight (attention/attention.h). Every function here accepts such rows: row_entropy
+//     gives NaN for them, monotonicity skips them, and compute_head_metrics excludes them from all
+//     of its row means (entropy, normalized entropy, monotonicity, KL, cross-entropy, output
+//     error) and reports their number as undefined_rows; with no defined row those means are NaN.
+//   - Any other non-finite entry (NaN in part of a row, inf anywhere) in a map, and any NaN or inf
+//     in reference, q, k, v, scores, features or row sums, is an Error naming the argument.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "attnscope/attention/features.h"
+
+namespace attnscope {
+
+struct HeadMetricsInput {
+  at::Tensor map;            // [T, L, L] or [L, L]: the causal row-stochastic map being measured
+  at::Tensor reference;      // softmax map, same shape; undefined when `map` IS the softmax map
+  at::Tensor q, k;           // [T, L, d] (or [L, d]): raw queries and keys
+  at::Tensor v;              // [T, L, d_v], optional: for the relative output error
+  Features phi_q, phi_k;     // features [T, L, M] (scaled or plain), optional: for the kernel error
+  // [T, L] raw sums sum_{j<=i} phi(q_i).phi(k_j), optional. Only their signs are read, so any
+  // positive per-row multiple serves.
+  at::Tensor raw_row_sums;
+  uint64_t seed = 0;         // for sampling pairs
+  // Sampled (i, j <= i) pairs for the kernel error, drawn uniformly with replacement over all causal
+  // pairs of all sequences; when it is >= the number of causal pairs, every pair is used once.
+  int64_t kernel_pairs = 4096;
+};
+
+struct Monotonicity {
+  double spearman = 0;             // mean over usable rows of the Spearman rank correlation
+  double discordant_fraction = 0;  // pooled over the pairs of those rows
+};
+
+struct HeadMetrics {
+  double entropy = 0;              // mean over rows of H_i = -sum_{j<=i} A_ij log A_ij (nats)
+  double normalized_entropy = 0;   // mean over rows with >= 2 keys of H_i / log(keys); 0 when L = 1
+  int64_t undefined_rows = 0;      // NaN rows of the map, left out of every row mean (see above)
+  std::optional<Monotonicity> monotonicity;     // needs q, k and L >= 3
+  std::optional<double> kl;                     // mean row KL(reference || map); needs reference
+  std::optional<double> cross_entropy;          // mean row -sum ref log map; needs reference
+  // ||phi(q).phi(k) - exp(q.k/sqrt d)||_F / ||exp(q.k/sqrt d)||_F on the sampled causal pairs;
+  // needs phi_q, phi_k, q, k. Computed in the log domain (each pair's difference shifted by its
+  // larger exponent, the sums combined by logsumexp), so it stays finite where the kernel itself
+  // overflows (q.k / sqrt d beyond ~709).
+  std::optional<double> kernel_rel_error;
+  // ||map@v - ref@v||_F / ||ref@v||_F over the defined rows; needs reference, v
+  std::optional<double> output_rel_error;
+  std::optional<double> nonpositive_row_fraction;  // fraction of raw_row_sums <= 0; needs raw_row_sums
+};
+
+// Throws Error when shapes disagree, the map is not square or has negative entries, or for the
+// non-finite input described above.
+HeadMetrics compute_head_metrics(const HeadMetricsInput& in);
+
+// Row entropies: [..., L, L] -> [..., L], float64, 0 log 0 = 0; NaN for undefined rows. Entries
+// must be >= 0.
+at::Tensor row_entropy(const at::Tensor& map);
+
+// Monotonicity of `map` in `scores` (q k^T or any order-equivalent scaling), both [..., L, L];
+// only the causal part j <= i is read; undefined rows of `map` are skipped. Spearman uses average
+// ranks for ties.
+Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores);
+
+}  // namespace attnscope

@@ -1,0 +1,84 @@
+// `attnscope bench`: speed of softmax against linear attention and of feature-map training on a
+// GPT-2-small-shaped model with random weights (12 layers, 12 heads, head dimension 64, D 768),
+// built in memory: speed does not depend on the weights. Paper 000 Tables 4 and 5 are the anchors.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/progress.h"
+
+namespace attnscope {
+
+class Model;
+struct ModelConfig;
+
+// GPT-2 small's shape with a context of n_ctx positions and `vocab` tokens.
+ModelConfig gpt2_small_config(int n_ctx = 4096, int vocab = 50257);
+
+
+// ---- generation and batch speed at growing contexts ----
+struct GenerateBenchOptions {
+  std::vector<int> contexts{256, 512, 1024, 2048, 4096};
+  int tokens = 3;                        // new tokens timed per context (>= 2): the last ones of a
+                                         // sequence of `context` tokens, from a random prompt
+  std::string feature_map = "learned-prf";  // the converted model's map (untrained, seed 0)
+  int64_t features = 64;                 // M per head
+  bool batch = true;                     // also one batch forward of `context` tokens
+  int vocab = 50257;
+  std::string device = "cpu";
+  uint64_t seed = 0;
+};
+
+struct ContextSpeed {
+  int context = 0;
+  // Generation: new tokens per second once the sequence is `context` long. Softmax re-runs the
+  // whole window per token (Model::generate_greedy's softmax path, no key-value cache); linear
+  // attention steps its recurrent state (constant work per token).
+  double softmax_generate_tokens_per_s = 0, linear_generate_tokens_per_s = 0;
+  // One forward of `context` tokens (0 when not measured).
+  double softmax_batch_tokens_per_s = 0, linear_batch_tokens_per_s = 0;
+  // Extra tensor bytes at the peak (memory_meter.h) of the generation and of the batch forward.
+  // Generation counts from the first new token on, the prompt read: what is held then (linear:
+  // the recurrent state of every head) plus the peak of the steps after it. (A converted model
+  // reads the prompt in one batch forward, Model::generate_greedy; the batch columns show what
+  // a forward of the whole context costs.)
+  int64_t softmax_generate_peak_bytes = 0, linear_generate_peak_bytes = 0;
+  int64_t softmax_batch_peak_bytes = 0, linear_batch_peak_bytes = 0;
+};
+
+// Each context must be in tokens+1 .. 4096 (the model is built with n_ctx = the largest context).
+// Throws Error for bad options.
+std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& options, const ProgressFn& progress = nullptr);
+
+// The same measurement on given models (original: softmax; converted: the same weights with linear
+// attention), contexts within their n_ctx. `eval`-independent; bench_generate calls it.
+std::vector<ContextSpeed> bench_generate(const Model& original, const Model& converted,
+                                         const GenerateBenchOptions& options, const ProgressFn& progress = nullptr);
+
+// ---- training: milliseconds per sample ----
+struct TrainBenchOptions {
+  std::vector<std::string> losses{"l2", "softmax"};  // names from train_bench_losses()
+  int seq_len = 1024;        // tokens per sample
+  int64_t features = 64;     // M per head, every layer
+  std::string feature_map = "learned-prf";
+  int batch = 1;             // samples (windows) per step
+  int steps = 3;             // timed steps, after one untimed warm-up step
+  std::string device = "cpu";
+  uint64_t seed = 0;
+};
+
+struct TrainSpeed {
+  std::string loss;
+  double ms_per_sample = 0;  // one step over all 12 layers (every head), divided by the batch
+  double seconds = 0;        // the timed steps together
+  int steps = 0;
+};
+
+// The losses `bench train` knows: layerwise distill losses (teacher-forced; random q, k per layer,
+// as speed does not depend on them).
+std::vector<std::string> train_bench_losses();
+
+std::vector<TrainSpeed> bench_train(const TrainBenchOptions& options, const ProgressFn& progress = nullptr);
+
+}  // namespace attnscope

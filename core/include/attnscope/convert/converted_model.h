@@ -1,0 +1,66 @@
+// Converted models (SPEC 7): a model directory whose attention layers run as causal linear
+// attention with one feature map per head. `convert_model` writes one; load_model (model.h)
+// recognizes the "attnscope" object in its config.json and loads it as linear attention.
+//
+//   OUT/config.json               the original config.json plus "attnscope": {format_version 1,
+//                                 feature_map {name, activation, tied, seed, ...}, dims, strategy,
+//                                 lambda, budget, loss, steps, source {path, sha256}, job}
+//   OUT/model.safetensors         the original weights (absent with weights = reference: then
+//                                 source.path is the original model directory)
+//   OUT/feature_maps.safetensors  layers.{s}.heads.{h}.feature_map.{param}, float32: every tensor of
+//                                 each head's map (feature_map_tensors.h), random draws included
+//   OUT/tokenizer files, OUT/attnscope_linear.py, OUT/README.md
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/model/head_feature_maps.h"
+
+namespace attnscope {
+
+class Model;
+struct LoadedModel;
+struct ModelConfig;
+
+struct ConvertOptions {
+  FeatureMapSpec map;                       // name, activation, tied, init, temperature, seed
+  std::vector<std::vector<int64_t>> dims;   // [S][H]; the "dims" written is per layer when all heads agree
+  std::string strategy = "fix";
+  double lambda = 0;
+  int64_t budget = 0;
+  std::string loss;                         // "" for untrained maps (written as null)
+  int64_t steps = 0;
+  std::string job_json;                     // the job's job.json text, "" for untrained maps
+  bool copy_weights = true;                 // false: --weights reference
+  std::string python_module;                // attnscope_linear.py to copy into OUT (required)
+  // Trained maps (from a distillation job); null: make_head_feature_maps(map, dims).
+  std::shared_ptr<const HeadFeatureMaps> maps;
+};
+
+// Writes the converted model of `original` (loaded from a Hugging Face directory) to `out` through
+// OutputDir: nothing appears at `out` unless everything was written. Throws Error.
+void convert_model(const LoadedModel& original, const ConvertOptions& options, const std::string& out);
+
+// True when `dir`/config.json holds an "attnscope" object.
+bool is_converted_model(const std::string& dir);
+
+// Where the weights of converted model `dir` are: `dir` itself, or attnscope.source.path with
+// --weights reference (Error when that directory is gone).
+std::string converted_weights_dir(const std::string& dir);
+
+// The maps in `file` (layers.{s}.heads.{h}.feature_map.{param}: a converted model's or a finished
+// distillation job's feature_maps.safetensors), head (s, h) a map of `spec` with dims[s][h]
+// features. Every head's tensors must be there with the right shapes and nothing else. Throws
+// Error naming the file and head.
+std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
+                                                   const std::vector<std::vector<int64_t>>& dims,
+                                                   const ModelConfig& config);
+
+// Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
+// model's shape. Throws Error naming the file and head for anything missing or misshapen.
+std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, const ModelConfig& config);
+
+}  // namespace attnscope

@@ -1,0 +1,28 @@
+// The feature map of every head of a model that runs linear attention (a converted model, SPEC 7,
+// or one whose maps are in training): what Model::set_feature_maps takes. The converted model's
+// files are read and written in convert/ (converted_model.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attnscope/attention/feature_map.h"
+
+namespace attnscope {
+
+// The feature map of every head: maps[s][h] for layer s, head h (query heads; under GQA each query
+// head has its own map over the shared key/value head).
+struct HeadFeatureMaps {
+  std::vector<std::vector<std::shared_ptr<FeatureMap>>> maps;
+};
+
+// The spec of one head's map: `base` with head dimension d and M features (0 for fixed-size maps).
+FeatureMapSpec head_map_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features);
+
+// Fresh (untrained) maps of `spec` for every head: head (s, h) gets dims[s][h] features (ignored
+// for fixed-size maps) and seed derive_seed(spec.seed, s, h), so heads draw independently.
+// Throws Error for a map that cannot run as a converted model (cosformer: position-dependent).
+HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
+                                      int n_layer, int n_head, int head_dim);
+
+}  // namespace attnscope

@@ -1,0 +1,119 @@
+// A pretrained causal transformer in LibTorch: GPT-2, GPT-NeoX (Pythia), Llama and llama2.c models
+// share one forward pass; loaders differ only in how they name and lay out the weights.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscope/model/model_config.h"
+#include "attnscope/base/progress.h"
+#include "attnscope/tokenize/tokenizer.h"
+
+namespace attnscope {
+
+// Per-layer weights in PyTorch Linear layout ([out, in]); undefined tensors are absent (no bias).
+struct LayerWeights {
+  at::Tensor ln1_w, ln1_b;          // pre-attention norm
+  at::Tensor wq, wk, wv, wo;        // [H*d, D], [Hkv*d, D], [Hkv*d, D], [D, H*d]
+  at::Tensor bq, bk, bv, bo;
+  at::Tensor ln2_w, ln2_b;          // pre-MLP norm
+  at::Tensor w_up, b_up;            // [F, D]
+  at::Tensor w_gate;                // [F, D], SwiGLU only
+  at::Tensor w_down, b_down;        // [D, F]
+};
+
+struct ModelWeights {
+  at::Tensor tok_emb;  // [V, D]
+  at::Tensor pos_emb;  // [n_ctx, D], learned positions only
+  std::vector<LayerWeights> layers;
+  at::Tensor lnf_w, lnf_b;
+  at::Tensor lm_head;  // [V, D]; == tok_emb when tied
+};
+
+// A copy of the weights on `device` (tied weights stay one tensor); the model runs where they are.
+ModelWeights weights_on(const ModelWeights& weights, const at::Device& device);
+
+// What one attention layer saw, handed to a capture hook. Shapes [B, H, L, d] with key/value heads
+// already expanded to the H query heads (GQA). q/k are after RoPE; q_pre/k_pre before it (equal to
+// q/k for learned positions). probs [B, H, L, L] only when asked for (it is L^2 per head).
+struct AttentionActivations {
+  int layer = 0;
+  at::Tensor q, k, q_pre, k_pre, v;
+  at::Tensor out;    // per-head attention output, [B, H, L, d], before the output projection
+  at::Tensor probs;  // causal softmax(q k^T / sqrt(d)), undefined unless want_probs
+};
+
+struct CaptureHook {
+  std::function<void(const AttentionActivations&)> on_layer;
+  bool want_probs = false;
+};
+
+struct HeadFeatureMaps;  // head_feature_maps.h: the feature map of every head
+
+class Model {
+ public:
+  Model(ModelConfig config, ModelWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  ModelWeights& mutable_weights() { return weights_; }  // training (pretrain) updates these
+
+  // A converted model (SPEC 7): every attention layer runs causal linear attention with its heads'
+  // feature maps instead of softmax; everything else is unchanged. Null (the default) = softmax.
+  // Throws Error when the maps do not fit the model (layers, heads, head dimension).
+  void set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps);
+  const HeadFeatureMaps* feature_maps() const { return linear_.get(); }
+
+  // The recurrent form of a converted model: one token at a time, per head a state
+  // S = sum phi(k) v^T [M, d_v] and z = sum phi(k) [M] of constant size. Equals forward() up to
+  // float rounding; generate_greedy() decodes this way. Throws Error for a softmax model.
+  at::Tensor forward_recurrent(const at::Tensor& ids) const;
+
+  // ids: int64 [B, L] with L <= n_ctx. Returns float32 logits [B, L, V]. Autograd is recorded only
+  // when weights require grad; capture runs under inference mode by the caller's choice.
+  at::Tensor forward(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
+
+  // Mean next-token cross-entropy (nats) over a token sequence, in windows of `seq_len`.
+  double mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress = nullptr) const;
+
+  // Greedy decoding: appends up to `steps` tokens to `prompt`; stops early at `stop_id` (>= 0),
+  // which is not appended. `on_token` sees the sequence after each new token (for streaming).
+  std::vector<int64_t> generate_greedy(
+      std::vector<int64_t> prompt, int steps, int64_t stop_id = -1,
+      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr) const;
+
+ private:
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::shared_ptr<const HeadFeatureMaps> linear_;
+};
+
+// A model with its tokenizer and where it came from.
+struct LoadedModel {
+  std::string path;  // resolved directory or .bin file
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<std::string> weight_files;
+  std::string tokenizer_path;  // the tokenizer file or directory actually loaded
+};
+
+// `spec` is a Hugging Face model directory, a bare name in the HF cache ($HF_HOME or
+// ~/.cache/huggingface: hub/models--ORG--NAME/snapshots/*/), or a llama2.c .bin checkpoint
+// (`tokenizer`: its tokenizer.bin; empty = a tok*.bin / tokenizer.bin beside it). Validates every
+// weight file and the tokenizer. Pickle checkpoints are refused. Throws Error.
+LoadedModel load_model(const std::string& spec, const std::string& tokenizer = "");
+
+// The model directory a spec names (the resolution step of load_model, exposed for `info`).
+std::string resolve_model_path(const std::string& spec);
+
+// Loads weights of an already-parsed config from a Hugging Face weight store (by architecture).
+ModelWeights load_hf_weights(const ModelConfig& c, const class WeightStore& store);
+
+// Writes a model in Hugging Face layout (config.json + model.safetensors), GPT-2 naming (only for
+// Arch::GPT2). Used by `pretrain` and by tests that need a checkpoint. Atomic per file.
+void save_gpt2_model(const Model& m, const std::string& dir);
+
+}  // namespace attnscope

@@ -1,0 +1,36 @@
+// Fresh feature maps for every head (head_feature_maps.h).
+#include "attnscope/model/head_feature_maps.h"
+
+#include "attnscope/base/error.h"
+#include "base/random.h"
+
+namespace attnscope {
+
+FeatureMapSpec head_map_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features) {
+  FeatureMapSpec s = base;
+  s.d = head_dim;
+  s.features = feature_map_has_fixed_size(base.name) ? 0 : features;
+  return s;
+}
+
+HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
+                                      int n_layer, int n_head, int head_dim) {
+  if (spec.name == "cosformer")
+    fail("feature map cosformer", "depends on token positions and a horizon; it cannot run as a converted model");
+  if (int(dims.size()) != n_layer) fail("dims", std::to_string(dims.size()) + " layers for a model of " + std::to_string(n_layer));
+  HeadFeatureMaps lin;
+  lin.maps.resize(n_layer);
+  for (int s = 0; s < n_layer; ++s) {
+    if (int(dims[s].size()) != n_head)
+      fail("dims", "layer " + std::to_string(s) + " has " + std::to_string(dims[s].size()) + " heads, the model " +
+                       std::to_string(n_head));
+    for (int h = 0; h < n_head; ++h) {
+      FeatureMapSpec hs = head_map_spec(spec, head_dim, dims[s][h]);
+      hs.seed = derive_seed(spec.seed, s, h);
+      lin.maps[s].push_back(std::shared_ptr<FeatureMap>(make_feature_map(hs)));
+    }
+  }
+  return lin;
+}
+
+}  // namespace attnscope
