@@ -24,9 +24,14 @@ std::string with_option(const attnscope::Error& e) {
       {"feature map", "--feature-map"}, {"feature dimension", "--features"}, {"loss", "--loss"},
       {"schedule", "--schedule"}, {"steps", "--steps"}, {"checkpoint interval", "--checkpoint-every"}, {"activation", "--activation"},
       {"device", "--device"}, {"context", "--contexts"}, {"tokens", "--tokens"}, {"features", "--features"},
-      {"features source", "--features-from"}, {"held-out share", "--heldout-share"}};
-  const auto it = option.find(e.quantity());
-  return it == option.end() ? e.what() : std::string(e.what()) + " (" + it->second + ")";
+      {"features source", "--features-from"}, {"held-out share", "--heldout-share"}, {"tokenizer", "--tokenizer"},
+      {"weights", "--weights"}};
+  std::string flag = attnscope::cli::option_for_quantity(e.quantity());  // the commands' option tables
+  if (flag.empty()) {
+    const auto it = option.find(e.quantity());
+    if (it != option.end()) flag = it->second;
+  }
+  return flag.empty() ? e.what() : std::string(e.what()) + " (" + flag + ")";
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
+#include "distill/layer_maps.h"
 #include "attnscope/distill/distributed.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/job.h"
@@ -61,7 +62,7 @@ DistillOptions base_options(const std::string& map, const std::string& loss, int
   DistillOptions o;
   o.capture = bundled_capture();
   o.feature_map = map;
-  o.loss = loss;
+  o.loss = parse_distill_loss(loss);
   o.features = 16;
   o.steps = steps;
   o.seed = 11;
@@ -164,9 +165,9 @@ TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
     // Away from the initialization, so alpha, b and every head differ.
     for (auto& [name, t] : maps.params) t.add_(at::randn(t.sizes()) * 0.3);
     const Ref ref = reference(maps, q, k, pairs);
-    const double kl = layer_loss(maps, q, k, "kl").item<double>();
-    const double ce = layer_loss(maps, q, k, "softmax").item<double>();
-    const double l2 = layer_loss(maps, q, k, "l2", pairs).item<double>();
+    const double kl = layer_loss(maps, q, k, DistillLoss::Kl).item<double>();
+    const double ce = layer_loss(maps, q, k, DistillLoss::Softmax).item<double>();
+    const double l2 = layer_loss(maps, q, k, DistillLoss::L2, pairs).item<double>();
     SCOPED_TRACE(c.map + (c.tied ? " tied " : " untied ") + c.activation);
     EXPECT_GT(ref.kl, 1e-3);
     // The Fourier kernel goes negative here: the clamp at 0 is exercised, not just stated.
@@ -199,10 +200,10 @@ TEST(Distill, T2rLossLeavesOutRowsWithNoPositiveWeight) {
   ASSERT_LT(ref.undefined_rows, 2 * 3 * 12);
   ASSERT_GT(ref.zero_entries, 0);
   for (auto& p : maps.params) p.second.requires_grad_(true);
-  const at::Tensor kl = layer_loss(maps, q, k, "kl");
+  const at::Tensor kl = layer_loss(maps, q, k, DistillLoss::Kl);
   EXPECT_NEAR(kl.item<double>(), ref.kl, 1e-4 * ref.kl);
-  EXPECT_NEAR(layer_loss(maps, q, k, "softmax").item<double>(), ref.ce, 1e-4 * ref.ce);
-  EXPECT_NEAR(layer_loss(maps, q, k, "l2", pairs).item<double>(), ref.l2, 1e-6 + 1e-4 * ref.l2);
+  EXPECT_NEAR(layer_loss(maps, q, k, DistillLoss::Softmax).item<double>(), ref.ce, 1e-4 * ref.ce);
+  EXPECT_NEAR(layer_loss(maps, q, k, DistillLoss::L2, pairs).item<double>(), ref.l2, 1e-6 + 1e-4 * ref.l2);
   kl.backward();
   for (auto& p : maps.params) {
     EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
@@ -218,7 +219,7 @@ TEST(Distill, LossStaysFiniteForLargeQueryNorms) {
   o.feature_map = "learned-prf";
   LayerMaps maps = init_layer_maps(o, 0, 2, 8, 32);
   for (auto& p : maps.params) p.second.requires_grad_(true);
-  const at::Tensor loss = layer_loss(maps, q, k, "kl");
+  const at::Tensor loss = layer_loss(maps, q, k, DistillLoss::Kl);
   loss.backward();
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
   for (auto& p : maps.params) EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
@@ -334,7 +335,7 @@ TEST(Distill, RunDirectoryFilesFollowSpec6And7) {
 TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
   const std::string root = test::temp_dir("distill_resume");
   DistillOptions o = base_options("learned-prf", "kl", 20);
-  o.schedule = "cosine";
+  o.schedule = LrSchedule::Cosine;
   o.checkpoint_every = 10;
   distill(o, root + "/whole");
 
@@ -352,8 +353,7 @@ TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
   EXPECT_EQ(run_state(root + "/killed"), "killed");
   EXPECT_EQ(run_state(root + "/whole"), "finished");
 
-  DistillOptions ignored;  // resume reads everything from job.json
-  distill(ignored, root + "/killed", nullptr, /*resume=*/true);
+  resume_distill(root + "/killed");  // everything from job.json
   const auto a = read_maps(root + "/whole/feature_maps.safetensors");
   const auto b = read_maps(root + "/killed/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
@@ -391,18 +391,18 @@ TEST(Distill, ErrorsNameTheProblem) {
   DistillOptions a = base_options("learned-prf", "kl", 2);
   a.features = 0;
   a.allocation = bad;
-  const std::string e2 = test::error_of([&] { resolve_dims(a, 4); });
+  const std::string e2 = test::error_of([&] { distill_dims(a, 4, 4, nullptr); });
   EXPECT_NE(e2.find(bad), std::string::npos) << e2;
   EXPECT_NE(e2.find("2 layers"), std::string::npos) << e2;
   std::ofstream(bad) << "not json";
-  EXPECT_NE(test::error_of([&] { resolve_dims(a, 4); }).find(bad), std::string::npos);
+  EXPECT_NE(test::error_of([&] { distill_dims(a, 4, 4, nullptr); }).find(bad), std::string::npos);
   std::ofstream(bad) << "{\"dims\": [8, 16, 24, 32]}";
-  resolve_dims(a, 4);
-  EXPECT_EQ(a.dims, (std::vector<int64_t>{8, 16, 24, 32}));
+  const auto dims = distill_dims(a, 4, 4, nullptr);
+  EXPECT_EQ(dims, (std::vector<std::vector<int64_t>>{{8, 8, 8, 8}, {16, 16, 16, 16}, {24, 24, 24, 24}, {32, 32, 32, 32}}));
 
   const std::string run = test::temp_dir("distill_nock") + "/run";
   fs::create_directories(run);
-  EXPECT_NE(test::error_of([&] { distill(DistillOptions{}, run, nullptr, true); }).find("job.json"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { resume_distill(run); }).find("job.json"), std::string::npos);
 }
 
 TEST(Distill, CliTrainsListsAndRefusesFixedMaps) {
@@ -419,10 +419,12 @@ TEST(Distill, CliTrainsListsAndRefusesFixedMaps) {
   EXPECT_NE(out.find("finished"), std::string::npos) << out;
   EXPECT_NE(out.find("3/3"), std::string::npos) << out;
   EXPECT_NE(out.find("learned-prf"), std::string::npos) << out;
+  // A finished run is not resumed (issue 19: a run without a checkpoint now resumes from step 0,
+  // so a finished one is refused for what it is).
   fs::remove(root + "/run/checkpoints/checkpoint.safetensors");
   rc = test::run_command(cli + " distill --resume " + root + "/run 2>&1", &out);
   EXPECT_EQ(rc, 1) << out;
-  EXPECT_NE(out.find("checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("has finished"), std::string::npos) << out;
 }
 
 TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
@@ -477,7 +479,11 @@ TEST(Distill, AllocationDimsPerLayerAndValidationCapture) {
   // validation KL the run reported (the validation capture is the whole bundled capture).
   CaptureStore cap(bundled_capture());
   const at::Tensor q = cap.layer_tensor(2, "q"), k = cap.layer_tensor(2, "k");
-  LayerMaps m = r.maps[2];
+  LayerMaps m;
+  m.map = "learned-prf";
+  m.heads = 4;
+  m.d = 32;
+  m.features = dims[2];
   m.params = {{"z", at::stack({maps.at(feature_map_tensor_name(2, 0, "z")), maps.at(feature_map_tensor_name(2, 1, "z")),
                                maps.at(feature_map_tensor_name(2, 2, "z")), maps.at(feature_map_tensor_name(2, 3, "z"))})},
               {"alpha", at::stack({maps.at(feature_map_tensor_name(2, 0, "alpha")), maps.at(feature_map_tensor_name(2, 1, "alpha")),
@@ -507,10 +513,10 @@ TEST(Distill, DISABLED_BenchGpt2SmallLayer) {
   auto pa = pairs.accessor<int64_t, 2>();
   for (int64_t p = 0; p < 4096; ++p) pa[p][0] = (p * 131) % 1024, pa[p][1] = ((p * 131) % 1024) * (p % 7) / 7;
   for (const std::string loss : {"l2", "softmax", "kl"}) {
-    layer_loss(maps, q, k, loss, pairs).backward();  // warm-up
+    layer_loss(maps, q, k, parse_distill_loss(loss), pairs).backward();  // warm-up
     const int reps = 3;
     const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) layer_loss(maps, q, k, loss, pairs).backward();
+    for (int r = 0; r < reps; ++r) layer_loss(maps, q, k, parse_distill_loss(loss), pairs).backward();
     const double ms = 1000 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
     std::printf("%s: %.1f ms per layer per 1024-token window; x 12 layers = %.0f ms per sample\n", loss.c_str(), ms, 12 * ms);
   }
@@ -626,9 +632,9 @@ TEST(DistillGroups, FlexNonstationaryLossEqualsFloat64Reference) {
     EXPECT_GT(ref.zero_entries, 0);  // the kernel goes negative here: the clamp is exercised
     EXPECT_GT(kl, 1e-3);
     for (auto& p : maps.params) p.second.requires_grad_(true);
-    const at::Tensor loss = layer_loss(maps, q, k, "kl");
+    const at::Tensor loss = layer_loss(maps, q, k, DistillLoss::Kl);
     EXPECT_NEAR(loss.item<double>(), kl, 2e-5 + 1e-4 * kl);
-    EXPECT_NEAR(layer_loss(maps, q, k, "softmax").item<double>(), ce, 1e-4 * ce);
+    EXPECT_NEAR(layer_loss(maps, q, k, DistillLoss::Softmax).item<double>(), ce, 1e-4 * ce);
     loss.backward();
     for (auto& p : maps.params) {
       EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
@@ -663,7 +669,7 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   DistillOptions o;
   o.capture = bundled_capture();
   o.feature_map = "learned-prf";
-  o.loss = "kl";
+  o.loss = DistillLoss::Kl;
   o.allocation = root + "/alloc.json";
   o.steps = 20;
   o.seed = 5;
@@ -676,10 +682,13 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   const auto rep = read_json(root + "/run/report.json");
   EXPECT_EQ(rep["layers"][0]["head_features"], nlohmann::json(dims[0]));
   EXPECT_FALSE(rep["layers"][1].contains("head_features"));  // one group: as a per-layer run
-  ASSERT_EQ(r.groups.size(), 4u);
-  EXPECT_TRUE(r.maps.empty());  // per-layer LayerMaps only where every layer is one group
-  EXPECT_EQ(r.groups[2].size(), 2u);
-  EXPECT_EQ(r.groups[2][1].heads, std::vector<int64_t>{2});
+  // Layer 2 trains as two groups: heads {0, 1, 3} with M = 8 and head {2} with M = 24.
+  const auto groups2 = init_layer_groups(o, 2, dims[2], 32);
+  EXPECT_EQ(groups2.size(), 2u);
+  EXPECT_EQ(groups2[1].heads, std::vector<int64_t>{2});
+  ASSERT_EQ(r.maps->maps.size(), 4u);
+  for (int s = 0; s < 4; ++s)
+    for (int h = 0; h < 4; ++h) EXPECT_EQ(r.maps->maps[s][h]->feature_dim(), dims[s][h]) << s << " " << h;
   const auto maps = read_maps(root + "/run/feature_maps.safetensors");
   EXPECT_EQ(maps.size(), 4u * 4u * 2u);
   for (int s = 0; s < 4; ++s)
@@ -724,7 +733,7 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   };
   EXPECT_THROW(distill(o, root + "/killed", kill_at_13), Cancelled);
   EXPECT_FALSE(fs::exists(root + "/killed/feature_maps.safetensors"));
-  distill(DistillOptions{}, root + "/killed", nullptr, /*resume=*/true);
+  resume_distill(root + "/killed");
   EXPECT_LE(max_diff(maps, read_maps(root + "/killed/feature_maps.safetensors")), 1e-6);
 
   // convert --job takes the per-head run; the converted model's batch and recurrent forms agree.
@@ -779,10 +788,10 @@ TEST(DistillGroups, DirectLossGradientEqualsFiniteDifference) {
     SCOPED_TRACE(map);
     DistillOptions o;
     o.feature_map = map;
-    o.head_dims = {{4, 6}, {6, 6}};  // layer 0: two groups
+    const std::vector<std::vector<int64_t>> head_dims = {{4, 6}, {6, 6}};  // layer 0: two groups
     std::vector<std::vector<HeadGroup>> groups;
     for (int s = 0; s < c.n_layer; ++s) {
-      groups.push_back(init_layer_groups(o, s, c.n_head, c.head_dim));
+      groups.push_back(init_layer_groups(o, s, head_dims[size_t(s)], c.head_dim));
       for (HeadGroup& g : groups.back())
         for (auto& [name, t] : g.maps.params) {
           t = t + at::randn(t.sizes()) * 0.2;
@@ -853,7 +862,7 @@ TEST(DistillGroups, DirectTrainingLowersHeldOutLossResumesAndConverts) {
   DistillOptions o;
   o.model = bundled_model();
   o.text = root + "/texts.txt";
-  o.loss = "direct";
+  o.loss = DistillLoss::Direct;
   o.feature_map = "learned-prf";
   o.features = 8;
   o.seq_len = 64;
@@ -887,7 +896,7 @@ TEST(DistillGroups, DirectTrainingLowersHeldOutLossResumesAndConverts) {
   };
   EXPECT_THROW(distill(o, root + "/killed", kill_at_8), Cancelled);
   EXPECT_FALSE(fs::exists(root + "/killed/report.json"));
-  const DistillResult rr = distill(DistillOptions{}, root + "/killed", nullptr, /*resume=*/true);
+  const DistillResult rr = resume_distill(root + "/killed");
   const auto a = read_maps(root + "/whole/feature_maps.safetensors");
   EXPECT_LE(max_diff(a, read_maps(root + "/killed/feature_maps.safetensors")), 1e-6);
   EXPECT_NEAR(rr.val_loss, r.val_loss, 1e-6);
@@ -932,16 +941,15 @@ TEST(DistillGroups, StepSecondsHookTrainsWhatItTimes) {
   DistillBench b;
   b.options.feature_map = "learned-prf";
   b.options.features = 16;
-  b.options.dims = {16, 16, 16, 16};
   b.options.lr = 0.05;
   for (const std::string loss : {"kl", "l2", "direct"}) {
     SCOPED_TRACE(loss);
-    b.options.loss = loss;
+    b.options.loss = parse_distill_loss(loss);
     b.groups.clear();
     b.q.clear();
     b.k.clear();
     for (int s = 0; s < 4; ++s) {
-      b.groups.push_back(init_layer_groups(b.options, s, 4, 32));
+      b.groups.push_back(init_layer_groups(b.options, s, std::vector<int64_t>(4, 16), 32));
       b.q.push_back(cap.layer_tensor(s, "q").narrow(0, 0, 2));
       b.k.push_back(cap.layer_tensor(s, "k").narrow(0, 0, 2));
     }
@@ -989,8 +997,8 @@ TEST(DistillDevice, CudaEqualsCpu) {
       LayerMaps on_cpu = init_layer_maps(o, s, cap.num_heads(), cap.head_dim(), 16), on_gpu = on_cpu;
       for (auto& p : on_cpu.params) p.second = p.second.clone().requires_grad_(true);
       for (auto& p : on_gpu.params) p.second = p.second.to(cuda).requires_grad_(true);
-      const at::Tensor l_cpu = layer_loss(on_cpu, q, k, loss, pairs);
-      const at::Tensor l_gpu = layer_loss(on_gpu, q.to(cuda), k.to(cuda), loss, pairs.defined() ? pairs.to(cuda) : pairs);
+      const at::Tensor l_cpu = layer_loss(on_cpu, q, k, parse_distill_loss(loss), pairs);
+      const at::Tensor l_gpu = layer_loss(on_gpu, q.to(cuda), k.to(cuda), parse_distill_loss(loss), pairs.defined() ? pairs.to(cuda) : pairs);
       l_cpu.backward();
       l_gpu.backward();
       EXPECT_NEAR(l_gpu.item<double>(), l_cpu.item<double>(), 1e-5 * std::max(1.0, std::abs(l_cpu.item<double>())))
@@ -1007,10 +1015,10 @@ TEST(DistillDevice, CudaEqualsCpu) {
   for (const std::string loss : {"kl", "l2"}) {
     DistillOptions o = base_options("learned-prf", loss, 20);
     distill(o, root + "/cpu-" + loss);
-    o.device = "cuda";
+    o.device = Device::Cuda;
     const DistillResult r = distill(o, root + "/cuda-" + loss);
     EXPECT_EQ(read_json(root + "/cuda-" + loss + "/job.json")["device"], "cuda");
-    EXPECT_EQ(r.maps[0].params[0].second.device().type(), at::kCPU);
+    EXPECT_EQ(r.maps->maps[0][0]->parameters()[0].device().type(), at::kCPU);
     const auto a = read_maps(root + "/cpu-" + loss + "/feature_maps.safetensors");
     const auto b = read_maps(root + "/cuda-" + loss + "/feature_maps.safetensors");
     ASSERT_EQ(a.size(), b.size());
@@ -1026,14 +1034,12 @@ TEST(DistillDevice, CudaEqualsCpu) {
   // Cancelled on CUDA at step 13, resumed on the CPU from the step-10 checkpoint.
   DistillOptions o = base_options("learned-prf", "kl", 20);
   o.checkpoint_every = 10;
-  o.device = "cuda";
+  o.device = Device::Cuda;
   const ProgressFn cancel_at_13 = [](double, const std::string& what) {
     if (what.rfind("step 13/", 0) == 0) throw Cancelled();
   };
   EXPECT_THROW(distill(o, root + "/moved", cancel_at_13), Cancelled);
-  DistillOptions on_cpu;
-  on_cpu.device = "cpu";
-  distill(on_cpu, root + "/moved", nullptr, /*resume=*/true);
+  resume_distill(root + "/moved", nullptr, Device::Cpu);
   const auto a = read_maps(root + "/cpu-kl/feature_maps.safetensors");
   const auto b = read_maps(root + "/moved/feature_maps.safetensors");
   double worst = 0;
@@ -1052,9 +1058,7 @@ TEST(DistillDevice, UnknownDeviceIsAUsageErrorAndMissingCudaIsClear) {
   EXPECT_NE(out.find("cpu"), std::string::npos) << out;
   EXPECT_NE(out.find("cuda"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/tpu"));
-  DistillOptions o = base_options("learned-prf", "kl", 2);
-  o.device = "cuda:7";
-  const std::string e = test::error_of([&] { distill(o, root + "/core"); });
+  const std::string e = test::error_of([&] { parse_device_name("cuda:7"); });
   EXPECT_NE(e.find("'cuda:7' is unknown (valid: cpu, cuda)"), std::string::npos) << e;
   if (at::hasCUDA()) return;  // the GPU machine runs CudaEqualsCpu instead
   rc = test::run_command(cli + args + " --device cuda --out " + root + "/cuda 2>&1", &out);

@@ -13,7 +13,7 @@
 #include <random>
 
 #include "attnscope/capture/capture.h"
-#include "base/device.h"
+#include "attnscope/base/device.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/error.h"
 #include "attnscope/model/model.h"

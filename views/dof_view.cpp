@@ -94,7 +94,7 @@ struct DofView::Impl : QObject {
 
   DofView* view;
   std::shared_ptr<const DofSpectra> spectra;
-  DofState state;
+  DofAllocation state;
   bool has_state = false;
   int sel_layer = 0, sel_head = 0;
   bool quiet = false;            // set_controls: move without emitting
@@ -673,7 +673,7 @@ void DofView::Impl::draw_bars() {
   const std::vector<int64_t> dims = a.layer_dims();
   ensure_bars(int(dims.size()));
   QVector<double> x, y, hx, hy;
-  double top = double(state.budget);
+  double top = double(state.allocation.budget);
   for (size_t s = 0; s < dims.size(); ++s) {
     x.push_back(double(s));
     y.push_back(double(dims[s]));
@@ -700,8 +700,8 @@ void DofView::Impl::draw_bars() {
     bar_texts[s]->position->setCoords(double(s), double(dims[s]));
     bar_texts[s]->setText(QString::number(dims[s]));
   }
-  budget_line->point1->setCoords(0, double(state.budget));
-  budget_line->point2->setCoords(1, double(state.budget));
+  budget_line->point1->setCoords(0, double(state.allocation.budget));
+  budget_line->point2->setCoords(1, double(state.allocation.budget));
   const bool clip = a.strategy == AllocStrategy::DofClip && spectra;
   clip_line->setVisible(clip);
   line_ticks->clear();
@@ -711,14 +711,14 @@ void DofView::Impl::draw_bars() {
     clip_line->point2->setCoords(1, d);
     p->yAxis->setRange(0, std::max(top, d) * 1.2 + 1);
     // One label where the two lines (nearly) meet, so the two never print over each other.
-    if (std::abs(d - double(state.budget)) < 0.08 * p->yAxis->range().upper) {
-      line_ticks->addTick(double(state.budget), tr("budget %1\nclip d = %2").arg(state.budget).arg(spectra->head_dim));
+    if (std::abs(d - double(state.allocation.budget)) < 0.08 * p->yAxis->range().upper) {
+      line_ticks->addTick(double(state.allocation.budget), tr("budget %1\nclip d = %2").arg(state.allocation.budget).arg(spectra->head_dim));
     } else {
-      line_ticks->addTick(double(state.budget), tr("budget %1").arg(state.budget));
+      line_ticks->addTick(double(state.allocation.budget), tr("budget %1").arg(state.allocation.budget));
       line_ticks->addTick(d, tr("clip d = %1").arg(spectra->head_dim));
     }
   } else {
-    line_ticks->addTick(double(state.budget), tr("budget %1").arg(state.budget));
+    line_ticks->addTick(double(state.allocation.budget), tr("budget %1").arg(state.allocation.budget));
   }
   p->yAxis2->setRange(p->yAxis->range());
   cost_text->setText(view->mean_cost_text() + tr("   (%1, λ = %2)").arg(QString(alloc_strategy_name(a.strategy)), lambda_short(state.lambda)) +
@@ -736,7 +736,7 @@ void DofView::Impl::update_titles() {
 
 void DofView::Impl::clear() {
   has_state = false;
-  state = DofState{};
+  state = DofAllocation{};
   ensure_grid(0, 0);
   sel_outer->setVisible(false);
   sel_inner->setVisible(false);
@@ -882,7 +882,7 @@ void DofView::set_spectra(std::shared_ptr<const DofSpectra> spectra) {
   d_->curve_panel->plot()->replot(QCustomPlot::rpQueuedReplot);
 }
 
-void DofView::show_state(const DofState& state) {
+void DofView::show_state(const DofAllocation& state) {
   d_->state = state;
   d_->has_state = true;
   const int S = int(state.head_dof.size());

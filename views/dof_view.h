@@ -26,23 +26,13 @@ namespace attnscope::views {
 // dimension of every head.
 enum class DofTable { DofGrid, Allocation, HeadDims };
 
-// Everything the sliders change, computed by core for (lambda, budget, strategy).
-struct DofState {
-  double lambda = 1.0 / 256;
-  int64_t budget = 64;
-  AllocStrategy strategy = AllocStrategy::Dof;
-  std::vector<std::vector<DofValue>> head_dof;           // [S][H]
-  std::vector<std::vector<DofConvergence>> convergence;  // [S][H]
-  Allocation allocation;
-};
-
 class DofView : public QWidget {
   Q_OBJECT
  public:
   explicit DofView(QWidget* parent = nullptr);
 
   void set_spectra(std::shared_ptr<const DofSpectra> spectra);  // null clears
-  void show_state(const DofState& state);
+  void show_state(const DofAllocation& state);  // everything the sliders change, computed by core (allocation_at)
   void select(int layer, int head);  // no signal
 
   double lambda() const;  // 2^(slider position / 4)

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "attnscope/allocation/allocation.h"
+#include "attnscope/allocation/allocation_file.h"
 #include "attnscope/allocation/allocation_tables.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/error.h"
@@ -51,54 +52,31 @@ void register_allocate(CLI::App& app) {
   g->add_flag_callback("--csv", [format] { *format = "csv"; }, "CSV: layer, head, dof, dim");
   g->require_option(0, 1);
   cmd->callback([=] {
-    const double lambda = parse_lambda(args->lambda);
-    if (spectra->empty() && capture->empty()) fail("allocate", "give --spectra FILE or --capture DIR");
+    if (spectra->empty() && capture->empty()) throw CLI::RequiredError("--spectra FILE or --capture DIR");
     const DofSpectra s = spectra->empty() ? args->compute(*capture) : load_spectra(*spectra);
-    const auto hd = head_dofs(s, lambda);
-    const std::vector<std::vector<double>> values = dof_values(hd);
-    // Fast-path heads are known only to [lower, upper]; the allocation uses the midpoint, and says so
-    // when that matters (> 1%). Likewise for heads whose DoF is not converged in J.
-    const auto wide = wide_bounds(hd);
-    if (!wide.empty())
-      std::cerr << "allocate: " << wide.size() << " head(s) have DoF bounds wider than 1% (fast path); using their "
-                << "midpoints (raise --top-k or --exact-limit for exact values)\n";
-    const auto conv = head_convergence(s, lambda);
-    std::vector<std::pair<int, int>> unconverged;
-    for (size_t l = 0; l < conv.size(); ++l)
-      for (size_t h = 0; h < conv[l].size(); ++h)
-        if (conv[l][h].unconverged()) unconverged.emplace_back(int(l), int(h));
-    if (!unconverged.empty())
-      std::cerr << "allocate: " << unconverged.size() << " head(s) change DoF by more than "
-                << 100 * kDofConvergenceTolerance << "% between J/2 and J (not converged; sample more)\n";
     AllocOptions o;
     o.strategy = parse_alloc_strategy(*strategy);
     o.budget = *budget;
-    o.head_dim = s.head_dim;
     o.multiple = *multiple;
-    const Allocation a = allocate(values, o);
+    const DofAllocation da = allocation_at(s, args->lambda, o);
+    const Allocation& a = da.allocation;
+    // Fast-path heads are known only to [lower, upper]; the allocation uses the midpoint, and says so
+    // when that matters (> 1%). Likewise for heads whose DoF is not converged in J.
+    if (!da.wide_bounds.empty())
+      std::cerr << "allocate: " << da.wide_bounds.size() << " head(s) have DoF bounds wider than 1% (fast path); using "
+                << "their midpoints (raise --top-k or --exact-limit for exact values)\n";
+    const auto unconverged = da.unconverged_heads();
+    if (!unconverged.empty())
+      std::cerr << "allocate: " << unconverged.size() << " head(s) change DoF by more than "
+                << 100 * kDofConvergenceTolerance << "% between J/2 and J (not converged; sample more)\n";
     const std::string model = std::filesystem::path(s.model.empty() ? s.capture_dir : s.model).filename().string();
 
     if (*format == "json") {
-      nlohmann::ordered_json j;
-      j["lambda"] = lambda;
-      j["budget"] = *budget;
-      j["strategy"] = *strategy;
-      j["multiple_of"] = *multiple;
-      j["layer_dof"] = a.layer_dof;
-      if (o.strategy == AllocStrategy::PerHead) j["dims"] = a.dims;
-      else j["dims"] = a.layer_dims();
-      j["mean_cost"] = a.mean_cost;
-      j["head_dof"] = values;
-      j["wide_bounds"] = nlohmann::ordered_json::array();
-      for (const WideBound& w : wide)
-        j["wide_bounds"].push_back(
-            {{"layer", w.layer}, {"head", w.head}, {"dof", w.dof.value}, {"lower", w.dof.lower}, {"upper", w.dof.upper}});
-      j["unconverged_heads"] = nlohmann::ordered_json::array();
-      for (const auto& [l, h] : unconverged) j["unconverged_heads"].push_back({{"layer", l}, {"head", h}});
-      std::cout << j.dump(2) << "\n";
+      std::cout << allocation_file_json(da).dump(2) << "\n";
       return;
     }
     if (*format == "csv") {
+      const auto values = dof_values(da.head_dof);
       Table t;
       t.header = {"layer", "head", "dof", "dim"};
       for (size_t l = 0; l < values.size(); ++l)
@@ -107,7 +85,7 @@ void register_allocate(CLI::App& app) {
       std::cout << to_csv(t);
       return;
     }
-    std::vector<Table> tables = {allocation_table(model, {a}), dof_grid_table(hd, lambda, conv)};
+    std::vector<Table> tables = {allocation_table(model, {a}), dof_grid_table(da.head_dof, da.lambda, da.convergence)};
     if (o.strategy == AllocStrategy::PerHead) tables.push_back(head_dims_table(a));
     for (const Table& t : tables) std::cout << (*format == "latex" ? to_latex(t) : to_markdown(t)) << "\n";
   });

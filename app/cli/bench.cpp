@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/bench/speed_bench.h"
+#include "attnscope/distill/distill_options.h"
 #include "attnscope/base/table.h"
 #include "common.h"
 
@@ -82,7 +83,7 @@ void register_train_bench(CLI::App* bench) {
   auto o = std::make_shared<TrainBenchOptions>();
   auto json = std::make_shared<bool>(false);
   std::string losses;
-  for (const auto& l : train_bench_losses()) losses += (losses.empty() ? "" : ", ") + l;
+  for (const auto& l : distill_loss_names()) losses += (losses.empty() ? "" : ", ") + l;
   cmd->add_option("--loss", o->losses, "losses to time: " + losses)->delimiter(',')->capture_default_str();
   cmd->add_option("-L,--seq-len", o->seq_len, "tokens per sample")->capture_default_str();
   cmd->add_option("--features", o->features, "feature dimension M per head")->capture_default_str();

@@ -14,7 +14,6 @@ void register_dof_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand("dof", "DoF spectra of one layer, per head: dsyevd, eigvalsh, the certified fast "
                                            "path with its bounds, and the layer batched on a device");
   auto o = std::make_shared<DofBenchOptions>();
-  auto lambda = std::make_shared<std::string>("2^-8");
   auto normalize = std::make_shared<std::string>("trace");
   auto json = std::make_shared<bool>(false);
   auto no_eigvalsh = std::make_shared<bool>(false);
@@ -23,7 +22,7 @@ void register_dof_bench(CLI::App* bench) {
   cmd->add_option("-J,--samples", o->settings.samples, "vectors sampled per head")
       ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 16));
   cmd->add_option("-S,--layer", o->layer, "layer to time")->capture_default_str();
-  cmd->add_option("--lambda", *lambda, "lambda the bounds are certified at")->capture_default_str();
+  add_lambda_option(cmd, o->settings.lambda, "lambda the bounds are certified at");
   cmd->add_option("--tolerance", o->settings.tolerance, "relative bound width the fast path must reach")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--top-k", o->settings.top_k, "the fast path's largest Krylov subspace")
@@ -35,7 +34,6 @@ void register_dof_bench(CLI::App* bench) {
   cmd->add_flag("--no-eigvalsh", *no_eigvalsh, "skip LibTorch's eigvalsh per head");
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->callback([=] {
-    o->settings.lambda = parse_lambda(*lambda);
     o->settings.normalize = parse_dof_normalize(*normalize);
     o->eigvalsh = !*no_eigvalsh;
     const DofBenchResult r = bench_dof(*o, terminal_progress("bench dof"));

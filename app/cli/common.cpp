@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include "attnscope/base/command_line.h"
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
 
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 namespace attnscope::cli {
@@ -58,6 +60,29 @@ void ModelArgs::add_to(CLI::App* cmd) {
 }
 
 LoadedModel ModelArgs::load() const { return load_model(model, tokenizer); }
+
+namespace {
+std::map<std::string, std::string>& quantity_flags() {
+  static std::map<std::string, std::string> flags;
+  return flags;
+}
+}  // namespace
+
+void note_quantity_flag(const std::string& quantity, const std::string& flag) { quantity_flags()[quantity] = flag; }
+
+std::string option_for_quantity(const std::string& quantity) {
+  const auto it = quantity_flags().find(quantity);
+  return it == quantity_flags().end() ? std::string() : it->second;
+}
+
+CLI::Option* add_lambda_option(CLI::App* cmd, double& lambda, const std::string& help) {
+  return cmd
+      ->add_option_function<std::string>(
+          "--lambda",
+          [&lambda](const std::string& text) { lambda = parse_lambda(text); },  // Error: exit 1, naming it
+          help)
+      ->default_str(lambda_arg(lambda));
+}
 
 CLI::Validator feature_map_validator() {
   return CLI::Validator(

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "attnscope/analysis/dof.h"
+#include "attnscope/base/command_line.h"
+#include "attnscope/base/error.h"
 #include "attnscope/base/figure.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/model/model.h"
@@ -27,9 +29,45 @@ struct ModelArgs {
   LoadedModel load() const;
 };
 
+// Remembers that `flag` sets `quantity`, for option_for_quantity (main.cpp adds the flag to an
+// Error about that quantity).
+void note_quantity_flag(const std::string& quantity, const std::string& flag);
+// The flag that sets `quantity`, "" when none is known.
+std::string option_for_quantity(const std::string& quantity);
+
+// Registers every row of a core option table (command_line.h) on `cmd`, parsing into *o: a bad
+// value is a usage error naming the flag (exit 2); the help shows the default of a fresh O.
+template <class O>
+void add_option_table(CLI::App* cmd, const std::vector<OptionSpec<O>>& table, const std::shared_ptr<O>& o) {
+  const O defaults{};
+  for (const OptionSpec<O>& row : table) {
+    note_quantity_flag(row.quantity, long_flag(row.flags));
+    if (row.flag) {
+      cmd->add_flag_callback(row.flags, [o, &row] { row.set(*o, "1"); }, row.help);
+      continue;
+    }
+    auto* opt = cmd->add_option_function<std::string>(
+        row.flags,
+        [o, &row](const std::string& text) {
+          try {
+            row.set(*o, text);
+          } catch (const Error& e) {
+            throw CLI::ValidationError(long_flag(row.flags), e.what());
+          }
+        },
+        row.help);
+    const std::string d = row.get(defaults);
+    if (!d.empty()) opt->default_str(d);
+  }
+}
+
+// --lambda: parse_lambda's forms (2^-8, 0.0625, 1e-3) into `lambda` while parsing; a bad value is
+// core's Error (exit 1, the value named). The default shown is `lambda`'s value.
+CLI::Option* add_lambda_option(CLI::App* cmd, double& lambda, const std::string& help);
+
 // The DoF options shared by `dof`, `allocate` and `report`.
 struct DofArgs {
-  std::string lambda = "2^-8";
+  double lambda = kDefaultLambda;
   std::string normalize = "trace";
   DofSettings settings;
   void add_to(CLI::App* cmd);

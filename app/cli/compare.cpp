@@ -19,10 +19,12 @@ void register_compare(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "model directory, HF cache name or llama2.c .bin (default: the bundled model)");
   cmd->add_option("-t,--text", o->texts, ".txt or .jsonl files; the tail (--heldout-share) is held out")->required();
   cmd->add_option("-C,--budget", o->budget, "cost C: the mean feature dimension per layer")->required();
-  cmd->add_option("--lambda", o->lambda, "DoF tolerance lambda (2^-8, 0.0625, 1e-3)")->capture_default_str();
+  add_lambda_option(cmd, o->lambda, "DoF tolerance lambda (2^-8, 0.0625, 1e-3)");
   cmd->add_option("--feature-map", o->feature_map, "trainable map: learned-prf | hedgehog | t2r | flex-stationary")
       ->capture_default_str();
-  cmd->add_option("--loss", o->loss, "distillation loss: kl | softmax | l2")->capture_default_str();
+  cmd->add_option_function<std::string>("--loss", [o](const std::string& v) { o->loss = parse_distill_loss(v); },
+                                         "distillation loss: kl | softmax | l2")
+      ->default_str(distill_loss_name(o->loss));
   cmd->add_option("--steps", o->steps, "distillation steps per strategy")->capture_default_str();
   cmd->add_option("--features-from", o->features_from, "where the DoF spectra come from: capture")->capture_default_str();
   cmd->add_option("--heldout-share", o->heldout_share, "share of the text held out for evaluation")->capture_default_str();

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "attnscope/allocation/allocation_file.h"
 #include "attnscope/convert/convert_job.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/base/error.h"
@@ -14,41 +15,6 @@
 namespace fs = std::filesystem;
 
 namespace attnscope::cli {
-
-namespace {
-
-// `attnscope allocate --json` output: dims per layer ([M_s]) or per head ([[M_sh]]), with strategy,
-// lambda and budget.
-void read_allocation(const std::string& file, int n_layer, int n_head, ConvertOptions& o) {
-  std::ifstream in(file);
-  if (!in) fail(file, "cannot be read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail(file, std::string("is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object() || !j.contains("dims") || !j["dims"].is_array())
-    fail(file, "has no \"dims\" array (expected the output of `attnscope allocate --json`)");
-  if (int(j["dims"].size()) != n_layer)
-    fail(file, "allocates " + std::to_string(j["dims"].size()) + " layers, the model has " + std::to_string(n_layer));
-  o.dims.clear();
-  for (const auto& d : j["dims"]) {
-    std::vector<int64_t> row;
-    if (d.is_number_integer()) row.assign(n_head, d.get<int64_t>());
-    else if (d.is_array() && int(d.size()) == n_head)
-      for (const auto& m : d) row.push_back(m.is_number_integer() ? m.get<int64_t>() : 0);
-    else fail(file, "layer " + std::to_string(o.dims.size()) + " of dims is neither M nor " + std::to_string(n_head) + " values");
-    for (int64_t m : row)
-      if (m < 1) fail(file, "layer " + std::to_string(o.dims.size()) + " has a feature dimension < 1");
-    o.dims.push_back(row);
-  }
-  if (j.contains("strategy") && j["strategy"].is_string()) o.strategy = j["strategy"];
-  if (j.contains("lambda") && j["lambda"].is_number()) o.lambda = j["lambda"];
-  if (j.contains("budget") && j["budget"].is_number_integer()) o.budget = j["budget"];
-}
-
-}  // namespace
 
 void register_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand("convert", "Write a converted model: linear attention with a feature map per head (SPEC 7)");
@@ -104,7 +70,11 @@ void register_convert(CLI::App& app) {
     opt.copy_weights = *weights == "copy";
     opt.python_module = resources_dir() + "/python/attnscope_linear.py";
     if (!allocation->empty()) {
-      read_allocation(*allocation, c.n_layer, c.n_head, opt);
+      const AllocationFile a = read_allocation_file(*allocation, c.n_layer, c.n_head);
+      opt.dims = a.dims;
+      if (a.strategy) opt.strategy = alloc_strategy_name(*a.strategy);
+      opt.lambda = a.lambda;
+      opt.budget = a.budget;
     } else {
       const int64_t M = *features > 0 ? *features : 0;
       opt.dims.assign(c.n_layer, std::vector<int64_t>(c.n_head, M));

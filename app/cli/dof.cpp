@@ -14,7 +14,7 @@
 namespace attnscope::cli {
 
 void DofArgs::add_to(CLI::App* cmd) {
-  cmd->add_option("--lambda", lambda, "tolerance lambda: 2^-8, 0.0625 or 1e-3")->capture_default_str();
+  add_lambda_option(cmd, lambda, "tolerance lambda: 2^-8, 0.0625 or 1e-3");
   cmd->add_option("-J,--samples", settings.samples, "vectors sampled from the queries and keys of each head")
       ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   cmd->add_option("--normalize", normalize, "Gram normalizer n in Sigma = G / n")
@@ -35,7 +35,7 @@ void DofArgs::add_to(CLI::App* cmd) {
 
 DofSpectra DofArgs::compute(const std::string& capture_dir) {
   settings.normalize = parse_dof_normalize(normalize);
-  settings.lambda = parse_lambda(lambda);  // the fast path certifies its bounds there
+  settings.lambda = lambda;  // the fast path certifies its bounds there
   CaptureStore store(capture_dir);
   return compute_spectra(store, settings, terminal_progress("dof"));
 }
@@ -124,7 +124,7 @@ void register_dof(CLI::App& app) {
   cmd->add_option("-o,--out", *out, "save the spectra (.safetensors) for later lambdas, `allocate` and the GUI");
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->callback([=] {
-    const double lambda = parse_lambda(args->lambda);
+    const double lambda = args->lambda;
     if (capture->empty() && spectra_in->empty()) fail("dof", "give --capture DIR or --spectra FILE");
     const DofSpectra sp = spectra_in->empty() ? args->compute(*capture) : load_spectra(*spectra_in);
     if (!out->empty()) save_spectra(*out, sp);

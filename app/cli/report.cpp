@@ -29,7 +29,7 @@ void run_report(ReportArgs& a) {
   o.model = a.model.model;
   o.tokenizer = a.model.tokenizer;
   if (o.texts.empty()) o.texts = default_texts();
-  o.lambda = parse_lambda(a.dof.lambda);
+  o.lambda = a.dof.lambda;
   o.dof = a.dof.settings;
   o.dof.normalize = parse_dof_normalize(a.dof.normalize);
   o.analysis = a.analysis.opt;

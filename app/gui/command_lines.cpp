@@ -14,17 +14,6 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string str(uint64_t v) { return std::to_string(v); }
 std::string str(int v) { return std::to_string(v); }
 
-// A double as an option value that reads back to the same number ("0.02", "1e-05"): the shortest
-// decimal that does.
-std::string number_arg(double v) {
-  char buf[40];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-
 void add_feature_map(std::vector<std::string>& a, const AnalysisOptions& o) {
   if (o.feature_map.empty()) return;
   a.insert(a.end(), {"--feature-map", o.feature_map});
@@ -45,47 +34,6 @@ void add_dof_settings(std::vector<std::string>& a, const DofSettings& d) {
 }
 
 }  // namespace
-
-std::string shell_quote(const std::string& arg) {
-  if (arg.empty()) return "''";
-  bool safe = true;
-  for (const char c : arg) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.' || c == '/' || c == ',' || c == ':' || c == '=' ||
-                    c == '+' || c == '@' || c == '%' || c == '^';
-    if (!ok) {
-      safe = false;
-      break;
-    }
-  }
-  if (safe) return arg;
-  std::string q = "'";
-  for (const char c : arg) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
-
-std::string attnscope_command(const std::vector<std::string>& args) {
-  std::string cmd = "attnscope";
-  for (const std::string& a : args) cmd += " " + shell_quote(a);
-  return cmd;
-}
-
-std::string lambda_arg(double lambda) {
-  int e = 0;
-  if (std::frexp(lambda, &e) == 0.5) return fmt_lambda(lambda);
-  // The DoF view's slider moves in quarter powers of two; parse_lambda reads "2^x" as
-  // std::pow(2, x), the same double the slider holds, so the command computes the same DoF.
-  const double q = std::round(std::log2(lambda) * 4) / 4;
-  if (std::pow(2.0, q) == lambda) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "2^%g", q);
-    return buf;
-  }
-  return number_arg(lambda);
-}
 
 std::vector<std::string> model_args(const Session& s) {
   std::vector<std::string> a = {"--model", s.model};
@@ -168,28 +116,6 @@ std::string info_command(const Session& s) {
   const auto m = model_args(s);
   a.insert(a.end(), m.begin(), m.end());
   return attnscope_command(a);
-}
-
-std::string distill_command(const DistillOptions& o, const std::string& run_dir) {
-  std::vector<std::string> a = {"distill", "--capture", o.capture, "--feature-map", o.feature_map};
-  if (!o.tied) a.push_back("--untied");
-  a.insert(a.end(), {"--loss", o.loss});
-  if (!o.text.empty()) a.insert(a.end(), {"--text", o.text});
-  a.insert(a.end(), {"--steps", str(o.steps), "--lr", number_arg(o.lr), "--lr-alpha",
-                     number_arg(o.lr_alpha), "--batch", str(o.batch), "--schedule", o.schedule, "--seed", str(o.seed),
-                     "--checkpoint-every", str(o.checkpoint_every)});
-  if (o.features > 0) a.insert(a.end(), {"--features", str(o.features)});
-  if (!o.allocation.empty()) a.insert(a.end(), {"--allocation", o.allocation});
-  if (!o.strategy.empty())
-    a.insert(a.end(), {"--strategy", o.strategy, "--budget", str(o.budget), "--lambda", o.lambda, "--samples",
-                       str(o.dof_samples)});
-  if (o.device != "cpu") a.insert(a.end(), {"--device", o.device});
-  a.insert(a.end(), {"--out", run_dir});
-  return attnscope_command(a);
-}
-
-std::string distill_resume_command(const std::string& run_dir) {
-  return attnscope_command({"distill", "--resume", run_dir});
 }
 
 std::string convert_job_command(const std::string& run_dir, const std::string& out_dir) {

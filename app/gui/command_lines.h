@@ -10,22 +10,16 @@
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/capture/capture.h"
 #include "attnscope/convert/converted_eval.h"
-#include "attnscope/distill/distill.h"
+#include "attnscope/base/command_line.h"
+#include "attnscope/distill/distill_options.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/workbench/session.h"
 
 namespace attnscope::gui {
 
-// `arg` as one POSIX shell word: as is when it holds only safe characters, else in single quotes
-// (a quote inside becomes '\'').
-std::string shell_quote(const std::string& arg);
-// "attnscope" followed by the quoted arguments.
-std::string attnscope_command(const std::vector<std::string>& args);
-
-// lambda as --lambda takes it and reads back to the same double: "2^-8" for powers of two (core's
-// fmt_lambda), "2^-8.25" for the slider's quarter steps, else the shortest exact decimal.
-std::string lambda_arg(double lambda);
+// shell_quote, attnscope_command, number_arg and lambda_arg are core's (attnscope/base/command_line.h);
+// distill's command lines too (distill_command, distill_resume_command: distill_options.h).
 
 // The model options (--model, and --tokenizer when one is set).
 std::vector<std::string> model_args(const Session& s);
@@ -50,12 +44,6 @@ std::string maps_command(const std::string& capture_dir, int layer, int head, in
 std::string report_command(const Session& s, const std::vector<std::string>& texts, const std::string& out_dir);
 // attnscope info --model M (what opening a model checks)
 std::string info_command(const Session& s);
-// attnscope distill --capture DIR --feature-map F [--untied] --loss L [--text F] --steps N --lr X
-//   --lr-alpha Y --batch B --schedule S --seed S --checkpoint-every K (--features M | --allocation F |
-//   --strategy S --budget C --lambda X --samples J) [--device cuda] --out RUN
-std::string distill_command(const DistillOptions& o, const std::string& run_dir);
-// attnscope distill --resume RUN
-std::string distill_resume_command(const std::string& run_dir);
 // attnscope convert --job RUN --out OUT
 std::string convert_job_command(const std::string& run_dir, const std::string& out_dir);
 // attnscope eval --model CONVERTED --text F... --seq-len L --closeness-windows N [--speed-lengths a,b]

@@ -143,7 +143,7 @@ void MainWindow::build_views() {
   heads_->set_feature_maps(maps);
   QStringList trainable, losses;
   for (const std::string& n : trainable_feature_maps()) trainable << q(n);
-  for (const std::string& n : distill_losses()) losses << q(n);
+  for (const std::string& n : distill_loss_names()) losses << q(n);
   training_->set_choices(trainable, losses, Workbench::distill_devices());
 
   model_panel_ = new views::ModelPanel(this);
@@ -804,12 +804,12 @@ void MainWindow::start_training() {
   const views::TrainForm f = training_->form();
   DistillOptions o;
   o.feature_map = f.feature_map.toStdString();
-  o.loss = f.loss.toStdString();
+  o.loss = parse_distill_loss(f.loss.toStdString());
   o.steps = f.steps;
   o.lr = f.lr;
   o.lr_alpha = f.lr_alpha;
   o.batch = f.batch;
-  o.schedule = f.schedule.toStdString();
+  o.schedule = parse_lr_schedule(f.schedule.toStdString());
   o.checkpoint_every = f.checkpoint_every;
   o.features = f.use_allocation ? 0 : f.features;  // 0: the DoF view's allocation
   if (workbench_->start_distill(o, f.device) != 0)

@@ -428,30 +428,17 @@ int Workbench::recompute_spectra() {
   return spectra_job_;
 }
 
-views::DofState compute_dof_state(const DofSpectra& spectra, double lambda, int64_t budget, AllocStrategy strategy,
-                                  int64_t multiple) {
-  views::DofState st;
-  st.lambda = lambda;
-  st.budget = budget;
-  st.strategy = strategy;
-  st.head_dof = head_dofs(spectra, lambda);
-  st.convergence = head_convergence(spectra, lambda);
-  AllocOptions o;
-  o.strategy = strategy;
-  o.budget = budget;
-  o.head_dim = spectra.head_dim;
-  o.multiple = multiple;
-  st.allocation = allocate(dof_values(st.head_dof), o);
-  return st;
-}
-
-std::optional<views::DofState> Workbench::set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy) {
+std::optional<DofAllocation> Workbench::set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy) {
   session_.lambda = lambda;
   session_.budget = budget;
   session_.strategy = strategy;
   if (!spectra_) return std::nullopt;
   try {
-    dof_state_ = compute_dof_state(*spectra_, lambda, budget, strategy, session_.multiple);
+    AllocOptions o;
+    o.strategy = strategy;
+    o.budget = budget;
+    o.multiple = session_.multiple;
+    dof_state_ = allocation_at(*spectra_, lambda, o);
     emit dofStateChanged();
     return dof_state_;
   } catch (const std::exception& e) {

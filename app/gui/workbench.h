@@ -37,8 +37,6 @@ namespace attnscope::gui {
 
 // What the DoF view shows for (lambda, budget, strategy): every head's DoF and convergence at lambda
 // from the kept spectra and Algorithm 1's allocation. O(S H J): the slider path, on the UI thread.
-views::DofState compute_dof_state(const DofSpectra& spectra, double lambda, int64_t budget, AllocStrategy strategy,
-                                  int64_t multiple = 1);
 
 class Workbench : public QObject {
   Q_OBJECT
@@ -61,7 +59,7 @@ class Workbench : public QObject {
   const std::vector<std::vector<Matrix>>& thumbnails() const { return thumbnails_; }
   std::shared_ptr<const HeadDetail> head_detail() const { return head_detail_; }
   // The last set_dof_settings() result; empty before spectra exist.
-  const std::optional<views::DofState>& dof_state() const { return dof_state_; }
+  const std::optional<DofAllocation>& dof_state() const { return dof_state_; }
   // True once the current capture's spectra, metrics and selected head's maps are all in and no
   // stage is running (pipelineFinished() announces it).
   bool pipeline_finished() const;
@@ -108,7 +106,7 @@ class Workbench : public QObject {
   // DoF at lambda, convergence and Algorithm 1 under (budget, strategy), synchronously: O(S H J),
   // instant, so the sliders redraw as they move. Stored in the session; dofStateChanged().
   // Empty (and error()) without spectra or for a bad budget.
-  std::optional<views::DofState> set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy);
+  std::optional<DofAllocation> set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy);
   void set_multiple(int64_t multiple);  // dimensions rounded to a multiple of this
   // write_report into out_dir as a job (figures drawn on the UI thread). Returns the job id.
   int export_report(const QString& out_dir);
@@ -228,7 +226,7 @@ class Workbench : public QObject {
   std::vector<std::vector<Matrix>> thumbnails_;
   int thumbnails_seq_ = -1;
   std::shared_ptr<const HeadDetail> head_detail_;
-  std::optional<views::DofState> dof_state_;
+  std::optional<DofAllocation> dof_state_;
 
   QString session_path_;
   QString workspace_root_, workspace_dir_;

@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/allocation/allocation_file.h"
 #include "attnscope/convert/convert_job.h"
+#include "attnscope/distill/distill.h"
 #include "attnscope/base/error.h"
 #include "attnscope/distill/run_dir.h"
 #include "attnscope/io/safetensors.h"
@@ -37,8 +39,8 @@ bool same_path(const std::string& a, const std::string& b) {
 }  // namespace
 
 QStringList Workbench::distill_devices() {
-  QStringList devices = {"cpu"};
-  if (at::hasCUDA()) devices << "cuda";
+  QStringList devices = {device_name(Device::Cpu)};
+  if (at::hasCUDA()) devices << device_name(Device::Cuda);
   return devices;
 }
 
@@ -89,9 +91,9 @@ void Workbench::open_run(const QString& dir) {
   run_steps_ = 0;
   run_command_.clear();
   try {
-    const DistillOptions o = read_distill_job(to_std(run_dir_));
-    run_steps_ = o.steps;
-    run_command_ = o.command;
+    const DistillJob job = read_distill_job(to_std(run_dir_));
+    run_steps_ = job.options.steps;
+    run_command_ = job.command;
   } catch (const std::exception&) {
     // Not written yet (a run just starting) or not a distillation: the state line says so.
   }
@@ -103,7 +105,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     if (closing_) return 0;
     if (!capture_) throw Error("Nothing is captured yet: run Analysis > Capture first.");
     if (distill_job_ != 0) throw Error("A distillation is already running: wait for it or cancel it (Jobs tab).");
-    o.device = to_std(device);
+    o.device = parse_device_name(to_std(device));
     o.capture = session_.capture_dir;
     if (o.features <= 0 && !dof_state_)
       throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
@@ -115,7 +117,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     QString dir = runs + "/" + to_q(o.feature_map) + "-" + stamp;
     for (int i = 2; QFileInfo::exists(dir); ++i) dir = runs + "/" + to_q(o.feature_map) + "-" + stamp + "-" + QString::number(i);
     const std::string run = to_std(dir);
-    if (o.loss == "direct") {
+    if (o.loss == DistillLoss::Direct) {
       // Direct training reads one text file: the session's, or its texts joined beside the run.
       const std::vector<std::string> texts = text_files();
       if (texts.empty()) throw Error("No sample text for direct training: add a text file first.");
@@ -129,43 +131,26 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
       }
     }
     if (o.features <= 0) {
+      // The DoF view's allocation as it is shown (per head too), in an allocation file beside the
+      // run: the command line reproduces it without the spectra.
       o.features = 0;
-      const DofSettings defaults;
-      const DofSettings& d = session_.dof;
-      if (session_.multiple == 1 && d.normalize == defaults.normalize && d.seed == defaults.seed &&
-          d.exact_limit == defaults.exact_limit && d.top_k == defaults.top_k) {
-        // distill computes the DoF view's spectra from the capture itself: the command needs no file.
-        o.strategy = alloc_strategy_name(session_.strategy);
-        o.budget = session_.budget;
-        o.lambda = lambda_arg(session_.lambda);
-        o.dof_samples = d.samples;
-      } else {
-        // Spectra settings or a multiple distill does not take: the allocation shown, as a file
-        // in `attnscope allocate --json`'s shape, beside the run.
-        o.allocation = run + ".allocation.json";
-        const nlohmann::json a = {{"strategy", alloc_strategy_name(session_.strategy)},
-                                  {"lambda", session_.lambda},
-                                  {"budget", session_.budget},
-                                  {"multiple", session_.multiple},
-                                  {"dims", session_.strategy == AllocStrategy::PerHead
-                                               ? nlohmann::json(dof_state_->allocation.dims)
-                                               : nlohmann::json(dof_state_->allocation.layer_dims())}};
-        write_text_file(o.allocation, a.dump(2) + "\n");
-      }
+      o.allocation = run + ".allocation.json";
+      write_allocation_file(o.allocation, *dof_state_);
     }
-    o.command = distill_command(o, run);
+    const std::string command = distill_command(o, run);
 
     run_dir_ = dir;
     metrics_tail_ = MetricsTail(run);
     evaluation_.reset();
     eval_command_.clear();
     run_steps_ = o.steps;
-    run_command_ = o.command;
-    const std::string title = "distill " + o.feature_map + " (" + o.loss + ", " + std::to_string(o.steps) + " steps)";
+    run_command_ = command;
+    const std::string title =
+        "distill " + o.feature_map + " (" + distill_loss_name(o.loss) + ", " + std::to_string(o.steps) + " steps)";
     const int id = start(
-        "distill", title, o.command,
+        "distill", title, command,
         [o, run](Job& job) -> Apply {
-          distill(o, run, job.progress(), /*resume=*/false);
+          distill(o, run, job.progress());
           return nullptr;
         },
         &distill_job_, [this](JobState, bool) { distill_ended(); });
@@ -193,9 +178,7 @@ int Workbench::resume_distill() {
     const int id = start(
         "distill", "resume " + fs::path(run).filename().string(), distill_resume_command(run),
         [run](Job& job) -> Apply {
-          DistillOptions same_device;
-          same_device.device.clear();  // "": the run continues on the device it was started on
-          distill(same_device, run, job.progress(), /*resume=*/true);
+          attnscope::resume_distill(run, job.progress());  // on the device it was started on
           return nullptr;
         },
         &distill_job_, [this](JobState, bool) { distill_ended(); });

@@ -33,6 +33,15 @@ using namespace attnscope;
 
 namespace {
 
+// What the DoF view's sliders ask core for (Workbench::set_dof_settings with multiple 1).
+DofAllocation dof_allocation(const DofSpectra& s, double lambda, int64_t budget, AllocStrategy strategy) {
+  AllocOptions o;
+  o.strategy = strategy;
+  o.budget = budget;
+  return allocation_at(s, lambda, o);
+}
+
+
 HeadSpectrum synthetic_head(int J, double exponent, double tail) {
   HeadSpectrum h;
   double sum = 0;
@@ -77,11 +86,11 @@ struct Bench {
     view->set_spectra(spectra);
     QObject::connect(view.get(), &views::DofView::settingsChanged, view.get(),
                      [this](double lambda, qint64 budget, AllocStrategy strategy) {
-                       view->show_state(gui::compute_dof_state(*spectra, lambda, budget, strategy));
+                       view->show_state(dof_allocation(*spectra, lambda, budget, strategy));
                      });
     for (views::PlotPanel* p : view->panels())
       QObject::connect(p->plot(), &QCustomPlot::afterReplot, [this] { ++replots; });
-    view->show_state(gui::compute_dof_state(*spectra, view->lambda(), view->budget(), view->strategy()));
+    view->show_state(dof_allocation(*spectra, view->lambda(), view->budget(), view->strategy()));
     view->show();
     settle();
   }
@@ -122,7 +131,7 @@ void run_budget(benchmark::State& state, std::shared_ptr<const DofSpectra> sp) {
 void run_compute(benchmark::State& state, std::shared_ptr<const DofSpectra> sp) {
   int i = 0;
   for (auto _ : state) {
-    const auto st = gui::compute_dof_state(*sp, std::exp2((-48 + (i++ * 7) % 49) / 4.0), 64, AllocStrategy::Dof);
+    const auto st = dof_allocation(*sp, std::exp2((-48 + (i++ * 7) % 49) / 4.0), 64, AllocStrategy::Dof);
     benchmark::DoNotOptimize(st.allocation.mean_cost);
   }
 }

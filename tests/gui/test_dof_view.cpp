@@ -31,10 +31,18 @@
 #include "test_support.h"
 
 using namespace attnscope;
-using views::DofState;
 using views::DofView;
 
 namespace {
+
+// What the DoF view's sliders ask core for (Workbench::set_dof_settings with multiple 1).
+DofAllocation dof_allocation(const DofSpectra& s, double lambda, int64_t budget, AllocStrategy strategy) {
+  AllocOptions o;
+  o.strategy = strategy;
+  o.budget = budget;
+  return allocation_at(s, lambda, o);
+}
+
 
 // Geometric spectra e_i = r^i (trace-normalized), a different decay per head, so every head has
 // its own DoF; the J/2 half of head (1, 2) decays much faster (flagged unconverged; the others'
@@ -74,7 +82,7 @@ std::shared_ptr<DofSpectra> synthetic_spectra(int S, int H, int J) {
 struct Fixture {
   std::shared_ptr<DofSpectra> spectra = synthetic_spectra(4, 5, 96);
   std::unique_ptr<DofView> view;
-  DofState last;
+  DofAllocation last;
   Fixture() {
     views::ensure_qt(nullptr);
     view = std::make_unique<DofView>();
@@ -82,10 +90,10 @@ struct Fixture {
     view->set_spectra(spectra);
     QObject::connect(view.get(), &DofView::settingsChanged, view.get(),
                      [this](double lambda, qint64 budget, AllocStrategy strategy) {
-                       last = gui::compute_dof_state(*spectra, lambda, budget, strategy);
+                       last = dof_allocation(*spectra, lambda, budget, strategy);
                        view->show_state(last);
                      });
-    last = gui::compute_dof_state(*spectra, view->lambda(), view->budget(), view->strategy());
+    last = dof_allocation(*spectra, view->lambda(), view->budget(), view->strategy());
     view->show_state(last);
     view->show();
     QCoreApplication::processEvents();
@@ -151,7 +159,7 @@ TEST(DofView, LambdaSliderEmitsQuarterPowersOfTwoAndTheBarsFollowCore) {
   EXPECT_EQ(f.view->lambda_label()->text(), QStringLiteral("λ = 2^-5 = 0.031"));
 
   // The allocation drawn is core's for the same inputs, independently recomputed here.
-  const DofState expect = gui::compute_dof_state(*f.spectra, 1.0 / 32, f.view->budget(), AllocStrategy::Dof);
+  const DofAllocation expect = dof_allocation(*f.spectra, 1.0 / 32, f.view->budget(), AllocStrategy::Dof);
   EXPECT_EQ(f.view->drawn_layer_dims(), as_double(expect.allocation.layer_dims()));
   EXPECT_EQ(f.view->mean_cost_text(),
             QString("mean cost %1 of budget %2").arg(QString::fromStdString(fmt_number(expect.allocation.mean_cost, 1))).arg(f.view->budget()));
@@ -275,7 +283,7 @@ TEST(DofView, BudgetSpinBoxAndStrategyEmitOnceAndPerHeadDrawsTheLayerMaximum) {
   f.view->strategy_box()->setCurrentIndex(3);
   ASSERT_EQ(spy.count(), before + 1);
   EXPECT_EQ(spy.last().at(2).value<AllocStrategy>(), AllocStrategy::PerHead);
-  const DofState expect = gui::compute_dof_state(*f.spectra, f.view->lambda(), 96, AllocStrategy::PerHead);
+  const DofAllocation expect = dof_allocation(*f.spectra, f.view->lambda(), 96, AllocStrategy::PerHead);
   EXPECT_EQ(f.view->drawn_layer_dims(), as_double(expect.allocation.layer_dims()));
   // The per-head dots are every head's dimension.
   QCustomPlot* plot = f.view->panels()[3]->plot();

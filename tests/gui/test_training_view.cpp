@@ -190,8 +190,13 @@ TEST_F(TrainingTest, DofViewAllocationGivesTheRunItsDims) {
   std::vector<int64_t> shown;
   for (const double d : w->dof_view()->drawn_layer_dims()) shown.push_back(int64_t(d));
   EXPECT_EQ(job.at("dims").get<std::vector<int64_t>>(), shown);
-  EXPECT_EQ(job.at("strategy").get<std::string>(), alloc_strategy_name(w->dof_view()->strategy()));
-  EXPECT_EQ(job.at("budget").get<int64_t>(), w->dof_view()->budget());
+  // The run gets the dims the view has, as an allocation file with the view's strategy and budget
+  // (issue 18: no lambda string for distill to turn back into spectra).
+  std::ifstream alloc_in(job.at("allocation").get<std::string>());
+  const auto alloc = nlohmann::json::parse(alloc_in);
+  EXPECT_EQ(alloc.at("dims").get<std::vector<int64_t>>(), shown);
+  EXPECT_EQ(alloc.at("strategy").get<std::string>(), alloc_strategy_name(w->dof_view()->strategy()));
+  EXPECT_EQ(alloc.at("budget").get<int64_t>(), w->dof_view()->budget());
 }
 
 TEST_F(TrainingTest, CancelledRunHasNoReportAndResumeFinishesIt) {
@@ -400,8 +405,8 @@ TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
   f.loss = "direct";
   w->training_view()->set_form(f);
   train(*w, 3, 16, 3);
-  EXPECT_NE(last_job(*w, "distill").command.find("--loss direct --text " + test::bundled_texts().front().toStdString()),
-            std::string::npos);
+  EXPECT_NE(last_job(*w, "distill").command.find("--loss direct"), std::string::npos);
+  EXPECT_NE(last_job(*w, "distill").command.find("--text " + test::bundled_texts().front().toStdString()), std::string::npos);
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
   ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
   std::vector<std::pair<double, double>> model_loss;

@@ -124,7 +124,7 @@ TEST_F(WorkbenchPipeline, DofSettingsAreCoresAllocationOfTheSavedSpectra) {
   // The command line names the same lambda: parse_lambda reads back the slider's double.
   const std::string cmd = wb_->allocate_command();
   EXPECT_NE(cmd.find("--lambda 2^-5.75"), std::string::npos) << cmd;
-  EXPECT_EQ(parse_lambda(gui::lambda_arg(lambda)), lambda);
+  EXPECT_EQ(parse_lambda(lambda_arg(lambda)), lambda);
 
   // A budget of 0 is core's error, reported as a signal, not thrown.
   QSignalSpy errors(wb_.get(), &Workbench::error);
@@ -292,14 +292,14 @@ TEST_F(WorkbenchPipeline, OldWorkspacesArePrunedRecentOnesKept) {
 }
 
 TEST(CommandLines, QuoteOnlyWhatTheShellWouldSplit) {
-  EXPECT_EQ(gui::shell_quote("/a/b-c_d.txt"), "/a/b-c_d.txt");
-  EXPECT_EQ(gui::shell_quote("my texts/a b.txt"), "'my texts/a b.txt'");
-  EXPECT_EQ(gui::shell_quote("it's"), "'it'\\''s'");
-  EXPECT_EQ(gui::shell_quote(""), "''");
-  EXPECT_EQ(gui::lambda_arg(1.0 / 256), "2^-8");
-  EXPECT_EQ(gui::lambda_arg(std::pow(2.0, -8.25)), "2^-8.25");
-  EXPECT_EQ(parse_lambda(gui::lambda_arg(0.003)), 0.003);
-  for (int q = -48; q <= 0; ++q) EXPECT_EQ(parse_lambda(gui::lambda_arg(std::pow(2.0, q / 4.0))), std::pow(2.0, q / 4.0)) << q;
+  EXPECT_EQ(shell_quote("/a/b-c_d.txt"), "/a/b-c_d.txt");
+  EXPECT_EQ(shell_quote("my texts/a b.txt"), "'my texts/a b.txt'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(lambda_arg(1.0 / 256), "2^-8");
+  EXPECT_EQ(lambda_arg(std::pow(2.0, -8.25)), "2^-8.25");
+  EXPECT_EQ(parse_lambda(lambda_arg(0.003)), 0.003);
+  for (int q = -48; q <= 0; ++q) EXPECT_EQ(parse_lambda(lambda_arg(std::pow(2.0, q / 4.0))), std::pow(2.0, q / 4.0)) << q;
 }
 
 TEST(CommandLines, NameTheOptionsTheCliTakes) {

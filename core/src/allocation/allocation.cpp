@@ -78,7 +78,7 @@ Allocation allocate(const std::vector<std::vector<double>>& head_dof, const Allo
   const double C = double(opt.budget);
   const int64_t m = opt.multiple;
   if (opt.strategy != AllocStrategy::Fix && !(total > 0))
-    fail(kWhere, "every head has DoF 0, so there is nothing to allocate in proportion to (use --strategy fix)");
+    fail(kWhere, "every head has DoF 0, so there is nothing to allocate in proportion to (the fix strategy needs no DoF)");
 
   a.dims.assign(S, std::vector<int64_t>(H, 0));
   if (opt.strategy == AllocStrategy::PerHead) {
@@ -100,6 +100,25 @@ Allocation allocate(const std::vector<std::vector<double>>& head_dof, const Allo
   for (const auto& row : a.dims)
     for (int64_t M : row) cost += double(M);
   a.mean_cost = cost / double(S * H);
+  return a;
+}
+
+std::vector<std::pair<int, int>> DofAllocation::unconverged_heads() const {
+  std::vector<std::pair<int, int>> out;
+  for (size_t s = 0; s < convergence.size(); ++s)
+    for (size_t h = 0; h < convergence[s].size(); ++h)
+      if (convergence[s][h].unconverged()) out.emplace_back(int(s), int(h));
+  return out;
+}
+
+DofAllocation allocation_at(const DofSpectra& spectra, double lambda, AllocOptions options) {
+  DofAllocation a;
+  a.lambda = lambda;
+  a.head_dof = head_dofs(spectra, lambda);
+  a.convergence = head_convergence(spectra, lambda);
+  a.wide_bounds = wide_bounds(a.head_dof);
+  options.head_dim = spectra.head_dim;
+  a.allocation = allocate(dof_values(a.head_dof), options);
   return a;
 }
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "analysis/dof_solvers.h"
-#include "base/device.h"
+#include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
 
 namespace attnscope {

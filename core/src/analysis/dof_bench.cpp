@@ -8,7 +8,7 @@
 
 #include "analysis/dof_solvers.h"
 #include "attnscope/capture/capture.h"
-#include "base/device.h"
+#include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
 #include "base/random.h"
 

@@ -1,5 +1,7 @@
 #include "attnscope/attention/feature_map.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <initializer_list>
@@ -44,6 +46,12 @@ bool feature_map_has_fixed_size(const std::string& name) {
   return false;
 }
 
+void check_feature_dim(int64_t m, const std::string& where) {
+  if (m < 1 || m > kMaxFeatureDim)
+    fail_value("feature dimension", std::to_string(m) + (where.empty() ? "" : " (" + where + ")") + " is outside 1.." +
+                                        std::to_string(kMaxFeatureDim));
+}
+
 std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec) {
   const std::string& n = spec.name;
   auto is = [&](std::initializer_list<const char*> names) {
@@ -51,12 +59,13 @@ std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec) {
       if (n == s) return true;
     return false;
   };
-  if (!is({"prf", "prf-orthogonal", "prf-hyperbolic", "learned-prf", "hedgehog", "t2r", "elu", "relu",
-           "exp", "taylor2", "cosformer", "flex-stationary", "flex-nonstationary"})) {
+  const std::vector<std::string> names = feature_map_names();
+  if (std::find(names.begin(), names.end(), n) == names.end()) {
     std::string valid;
-    for (const auto& s : feature_map_names()) valid += (valid.empty() ? "" : ", ") + s;
+    for (const auto& s : names) valid += (valid.empty() ? "" : ", ") + s;
     fail("feature map", "unknown name '" + n + "' (valid: " + valid + ")");
   }
+  if (spec.features > 0) check_feature_dim(spec.features, "feature map " + n);
   if (spec.d <= 0) fail(fmap::where(n), "input dimension d must be positive, got " + std::to_string(spec.d));
   if (spec.features < 0) fail(fmap::where(n), "features must be positive, got " + std::to_string(spec.features));
   if (is({"prf", "prf-orthogonal", "prf-hyperbolic", "learned-prf"})) return fmap::make_prf(spec);

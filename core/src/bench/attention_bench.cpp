@@ -11,7 +11,7 @@
 #include <cmath>
 #include <limits>
 
-#include "base/device.h"
+#include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "base/memory_meter.h"

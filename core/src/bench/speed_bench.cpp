@@ -10,8 +10,9 @@
 #include <memory>
 
 #include "attnscope/convert/converted_model.h"
-#include "base/device.h"
+#include "attnscope/base/device.h"
 #include "attnscope/distill/distill.h"
+#include "distill/layer_maps.h"
 #include "attnscope/base/error.h"
 #include "attention/feature_map_tensors.h"
 #include "base/memory_meter.h"
@@ -41,7 +42,7 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
   for (int c : o.contexts)
     if (c <= o.tokens || c > n_ctx)
       fail_value("context", std::to_string(c) + " must be in " + std::to_string(o.tokens + 1) + ".." + std::to_string(n_ctx) +
-                                " (more than --tokens, at most the model's context length)");
+                                " (more than the tokens generated, at most the model's context length)");
   const MemoryDevice mem = memory_device(original.weights().tok_emb.device());
   Rng rng(o.seed);
   std::vector<ContextSpeed> out;
@@ -129,21 +130,21 @@ namespace {
 // shape (speed does not depend on them): layerwise losses learn from random q, k [B, H, L, d] per
 // layer (teacher-forced), direct runs the whole random model with the maps in place on random ids.
 // Returns the seconds of o.steps steps after one untimed warm-up step.
-double train_seconds(const TrainBenchOptions& o, const ModelConfig& c, const at::Device& device, const std::string& loss) {
+double train_seconds(const TrainBenchOptions& o, const ModelConfig& c, const at::Device& device, DistillLoss loss) {
   DistillBench b;
   b.options.feature_map = o.feature_map;
   b.options.loss = loss;
   b.options.seed = o.seed;
-  b.options.dims.assign(size_t(c.n_layer), o.features);
   b.steps = o.steps;
+  const std::vector<int64_t> head_dims(size_t(c.n_head), o.features);
   for (int l = 0; l < c.n_layer; ++l) {
-    b.groups.push_back(init_layer_groups(b.options, l, c.n_head, c.head_dim));
+    b.groups.push_back(init_layer_groups(b.options, l, head_dims, c.head_dim));
     for (HeadGroup& g : b.groups.back())
       for (auto& p : g.maps.params) p.second = p.second.to(device);
   }
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
   std::unique_ptr<Model> model;
-  if (loss == "direct") {
+  if (loss == DistillLoss::Direct) {
     model = std::make_unique<Model>(c, weights_on(init_gpt2_weights(c, o.seed), device));
     b.model = model.get();
     b.ids = at::randint(c.vocab_size, {o.batch, o.seq_len}, gen, at::kLong).to(device);
@@ -158,21 +159,14 @@ double train_seconds(const TrainBenchOptions& o, const ModelConfig& c, const at:
 
 }  // namespace
 
-std::vector<std::string> train_bench_losses() { return distill_losses(); }
-
 std::vector<TrainSpeed> bench_train(const TrainBenchOptions& o, const ProgressFn& progress) {
   if (o.losses.empty()) fail_value("loss", "none given");
   if (o.seq_len < 2) fail_value("sequence length", std::to_string(o.seq_len) + " must be >= 2");
   if (o.features < 2) fail_value("features", std::to_string(o.features) + " must be >= 2");
   if (o.batch < 1) fail_value("batch", std::to_string(o.batch) + " must be >= 1");
   if (o.steps < 1) fail_value("steps", std::to_string(o.steps) + " must be >= 1");
-  const auto known = train_bench_losses();
-  for (const auto& loss : o.losses)
-    if (std::find(known.begin(), known.end(), loss) == known.end()) {
-      std::string names;
-      for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
-      fail_value("loss", "'" + loss + "' is not one of " + names);
-    }
+  std::vector<DistillLoss> losses;
+  for (const auto& loss : o.losses) losses.push_back(parse_distill_loss(loss));  // Error naming the known ones
   const ModelConfig c = gpt2_small_config(std::max(o.seq_len, 1024), 50257);
   const at::Device device = parse_device(o.device);
   std::vector<TrainSpeed> out;
@@ -181,7 +175,7 @@ std::vector<TrainSpeed> bench_train(const TrainBenchOptions& o, const ProgressFn
     TrainSpeed r;
     r.loss = o.losses[i];
     r.steps = o.steps;
-    r.seconds = train_seconds(o, c, device, r.loss);
+    r.seconds = train_seconds(o, c, device, losses[i]);
     r.ms_per_sample = 1000.0 * r.seconds / (double(o.steps) * o.batch);
     out.push_back(r);
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/convert/converted_model.h"
+#include "attnscope/allocation/allocation_file.h"
 #include "attnscope/base/error.h"
 #include "attention/feature_map_tensors.h"
 #include "attnscope/model/model.h"
@@ -123,7 +124,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   if (!llama2c && (!fs::is_directory(src) || !fs::exists(src / "config.json")))
     fail(original.path, "convert needs a Hugging Face model directory (config.json + safetensors) or a llama2.c .bin");
   if (llama2c && !o.copy_weights)
-    fail(original.path, "a llama2.c checkpoint is converted to Hugging Face layout: --weights reference is not possible");
+    throw Error(original.path + ": a llama2.c checkpoint is converted to Hugging Face layout, so its weights cannot be referenced: copy them", "weights");
   HfExport hf;
   if (llama2c) hf = export_llama2c(*original.model);
   if (original.model->feature_maps()) fail(original.path, "is already a converted model; convert the original");
@@ -163,7 +164,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   nlohmann::ordered_json a;
   a["format_version"] = 1;
   a["feature_map"] = convert::feature_map_json(o.map);
-  a["dims"] = convert::dims_json(dims);
+  a["dims"] = dims_json(dims);
   a["strategy"] = o.strategy;
   a["lambda"] = o.lambda;
   a["budget"] = o.budget;

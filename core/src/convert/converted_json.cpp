@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "attnscope/allocation/allocation_file.h"
 #include "attnscope/base/error.h"
 
 namespace attnscope::convert {
@@ -14,17 +15,6 @@ nlohmann::ordered_json feature_map_json(const FeatureMapSpec& spec) {
   j["seed"] = spec.seed;
   j["init"] = spec.init;
   j["temperature"] = spec.temperature;
-  return j;
-}
-
-nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims) {
-  bool per_layer = true;
-  for (const auto& l : dims) per_layer = per_layer && std::all_of(l.begin(), l.end(), [&](int64_t m) { return m == l[0]; });
-  nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  for (const auto& l : dims) {
-    if (per_layer) j.push_back(l[0]);
-    else j.push_back(l);
-  }
   return j;
 }
 
@@ -46,25 +36,8 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
   if (fm.contains("tied") && fm["tied"].is_boolean()) h.map.tied = fm["tied"];
   if (fm.contains("seed") && fm["seed"].is_number_unsigned()) h.map.seed = fm["seed"];
   if (fm.contains("temperature") && fm["temperature"].is_number()) h.map.temperature = fm["temperature"];
-  if (!a.contains("dims") || !a["dims"].is_array() || int(a["dims"].size()) != n_layer)
-    fail(where + ".dims", "must list " + std::to_string(n_layer) + " layers");
-  for (int s = 0; s < n_layer; ++s) {
-    const auto& d = a["dims"][s];
-    std::vector<int64_t> row;
-    if (d.is_number_integer()) {
-      row.assign(n_head, d.get<int64_t>());
-    } else if (d.is_array() && int(d.size()) == n_head) {
-      for (const auto& m : d) {
-        if (!m.is_number_integer()) fail(where + ".dims", "layer " + std::to_string(s) + " holds a non-integer");
-        row.push_back(m.get<int64_t>());
-      }
-    } else {
-      fail(where + ".dims", "layer " + std::to_string(s) + " must be an integer or " + std::to_string(n_head) + " integers");
-    }
-    for (int64_t m : row)
-      if (m < 1) fail(where + ".dims", "layer " + std::to_string(s) + " has a feature dimension < 1");
-    h.dims.push_back(row);
-  }
+  if (!a.contains("dims")) fail(where, "has no dims");
+  h.dims = parse_dims_json(a["dims"], n_layer, n_head, where + ".dims");
   return h;
 }
 

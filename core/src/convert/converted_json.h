@@ -22,7 +22,6 @@ std::string tensor_prefix(int s, int h);  // "layers.{s}.heads.{h}.feature_map."
 
 // The "feature_map" object and dims from the maps' spec and per-head sizes.
 nlohmann::ordered_json feature_map_json(const FeatureMapSpec& spec);
-nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims);
 // Parses and checks config.json's "attnscope" object against the model's layers and heads.
 ConvertedHeader parse_header(const nlohmann::json& config, const std::string& file, int n_layer, int n_head);
 

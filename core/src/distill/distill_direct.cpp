@@ -16,20 +16,19 @@
 #include <cmath>
 #include <filesystem>
 
-#include "attnscope/capture/capture.h"
-#include "attnscope/convert/converted_model.h"
-#include "base/device.h"
-#include "attnscope/distill/distill.h"
+#include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
-#include "attnscope/model/model.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/distill/distill.h"
 #include "attnscope/io/text_source.h"
-#include "distill/distill_parts.h"
+#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/model/model.h"
+#include "distill/adamw.h"
+#include "distill/train_state.h"
 
 namespace fs = std::filesystem;
 
 namespace attnscope {
-
-using namespace distill_parts;
 
 namespace {
 
@@ -38,7 +37,7 @@ constexpr int64_t kKlWindows = 4;  // held-out windows for the per-layer attenti
 // The text's token ids as `attnscope eval` reads a text (documents joined, EOS between them where
 // the tokenizer has one and adds no BOS). Error naming the file when it is missing or has no text.
 std::vector<int64_t> text_ids(const std::string& file, const LoadedModel& m) {
-  if (!fs::is_regular_file(file)) fail(file, "cannot be read (training text for --loss direct)");
+  if (!fs::is_regular_file(file)) fail(file, "cannot be read (the training text of direct distillation)");
   if (fs::file_size(file) == 0) fail(file, "is empty: direct training needs text");
   return encode_documents(*m.tokenizer, read_text_documents({file}));
 }
@@ -56,12 +55,12 @@ double mean_window_loss(const Model& model, const at::Tensor& windows) {
 }
 
 // One direct step: the loss of the mini-batch, its gradient in every map, AdamW on every group.
-double direct_step(const DistillOptions& o, const Model& model, std::vector<LayerState>& layers, const at::Tensor& ids,
+double direct_step(const Optimizer& opt, const Model& model, std::vector<LayerState>& layers, const at::Tensor& ids,
                    int64_t step /* 0-based */) {
   const at::Tensor loss = direct_loss(model, ids);
   loss.backward();
   for (LayerState& st : layers)
-    for (GroupState& g : st.groups) adamw_step(o, g, step + 1);
+    for (GroupState& g : st.groups) adamw_step(opt, g, step + 1);
   return loss.item<double>();
 }
 
@@ -76,48 +75,48 @@ std::vector<std::vector<HeadGroup>> groups_of(const std::vector<LayerState>& lay
 
 }  // namespace
 
-DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+DistillResult distill_direct(DistillJob job, const std::string& run_dir, const ProgressFn& progress, bool resume) {
   const auto t_start = std::chrono::steady_clock::now();
+  DistillOptions& o = job.options;
   std::unique_ptr<CaptureStore> cap;
   if (!o.capture.empty()) cap = std::make_unique<CaptureStore>(o.capture);
   const std::string model_spec = !o.model.empty() ? o.model : cap ? cap->model_path() : "";
-  if (model_spec.empty()) fail_value("model", "direct training needs --model M or a --capture of the model");
+  if (model_spec.empty()) fail_value("model", "is missing: direct training needs the model, or a capture of it");
   LoadedModel lm = load_model(model_spec);
   Model& model = *lm.model;
   const ModelConfig& c = model.config();
   if (cap && (cap->num_layers() != c.n_layer || cap->num_heads() != c.n_head || cap->head_dim() != c.head_dim))
     fail(o.capture, "is a capture of another model shape than " + model_spec);
-  if (!resume) {
-    if (cap) resolve_dims(o, *cap);
-    else resolve_dims(o, c.n_layer);
+  if (resume) {
+    job.dims = job.dims_for(c.n_layer, c.n_head);
+  } else {
+    job.dims = distill_dims(o, c.n_layer, c.n_head, cap.get());
     if (o.seq_len == 0) o.seq_len = cap ? std::min<int64_t>(cap->seq_len(), c.n_ctx) : std::min<int64_t>(128, c.n_ctx);
   }
-  check_distill_options(o);
-  check_dims(o, c.n_layer, c.n_head, run_dir + "/job.json");
-  // The frozen model runs on the job's device: its weights are copied there (no copy on the CPU).
-  const at::Device device = parse_device(o.device);
-  if (!device.is_cpu()) model = Model(c, weights_on(model.weights(), device));
   if (o.seq_len > c.n_ctx)
     fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));
+  // The frozen model runs on the job's device: its weights are copied there (no copy on the CPU).
+  const at::Device device = torch_device(o.device);
 
   // Windows of the text: seeded held-out share, as the layerwise capture windows.
   const std::vector<int64_t> ids = text_ids(o.text, lm);
   const int64_t L = o.seq_len, T = int64_t(ids.size()) / L;
   if (T < 2)
-    fail(o.text, "has " + std::to_string(ids.size()) + " tokens: too few for two windows of " + std::to_string(L) +
-                     " (one to train on, one held out); give a longer text or a smaller --seq-len");
+    throw Error(o.text + ": has " + std::to_string(ids.size()) + " tokens: too few for two windows of " + std::to_string(L) +
+                    " (one to train on, one held out); give a longer text or a shorter sequence length", "sequence length");
+  const auto [train_idx, val_idx] = split_windows(o.seed, o.val_share, T, o.text);
+  if (!device.is_cpu()) model = Model(c, weights_on(model.weights(), device));
   const at::Tensor windows = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T * L), at::kLong).view({T, L});
-  const auto [train_idx, val_idx] = split_windows(o, T, o.text);
   const at::Tensor train_w = windows.index_select(0, at::tensor(train_idx, at::kLong)).to(device);
   const at::Tensor val_w = val_idx.empty() ? at::Tensor() : windows.index_select(0, at::tensor(val_idx, at::kLong)).to(device);
 
   RunDir run(run_dir, !resume);
-  if (resume && !run.has_checkpoint()) fail(run.checkpoint_path(), "missing: nothing to resume from");
   run.mark_running();
   if (!resume) {
-    json job = options_json(o);
-    job["model"] = lm.path;
-    run.write_job(job.dump(2) + "\n");
+    job.model = lm.path;
+    o.model = lm.path;  // job.json and its command name the model itself, not only the capture's
+    job.command = distill_command(o, run_dir);
+    run.write_job(distill_job_json(job));
     run.log("distill " + o.feature_map + " loss direct on " + o.text + " (" + std::to_string(train_idx.size()) +
             " windows of " + std::to_string(L) + " tokens, " + std::to_string(val_idx.size()) + " held out), " +
             std::to_string(o.steps) + " steps");
@@ -126,7 +125,7 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
   const int S = c.n_layer;
   std::vector<LayerState> layers(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
-    init_layer_state(o, s, c.n_head, c.head_dim, layers[size_t(s)]);
+    init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, layers[size_t(s)]);
     to_device(layers[size_t(s)], device);
   }
   // The softmax model's q, k on held-out windows (it is frozen: they never change).
@@ -138,36 +137,38 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
       layers[size_t(a.layer)].val_k = a.k.detach().contiguous();
     };
     model.forward(val_w.narrow(0, 0, std::min<int64_t>(kKlWindows, val_w.size(0))), &hook);
-    for (LayerState& st : layers) st.initial_val_kl = validate(o, st).second;
+    for (LayerState& st : layers) st.initial_val_kl = validate(st, o.loss, at::Tensor()).second;
   }
   model.set_feature_maps(group_feature_maps(groups_of(layers)));
   const double initial_val_loss = val_w.defined() ? mean_window_loss(model, val_w) : std::nan("");
 
   double elapsed_before = 0;
-  const int64_t start_step = start_training(run, resume, layers, elapsed_before);
+  const int64_t start_step = start_training(run, resume, o.seed, o.steps, layers, elapsed_before);
+  const Optimizer opt = optimizer_of(o);
   const auto elapsed = [&] {
     return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
 
   for (int64_t step = start_step; step < o.steps; ++step) {
-    const at::Tensor batch = step_batch(o, train_w.size(0), step).to(device);
-    const double loss = direct_step(o, model, layers, train_w.index_select(0, batch), step);
-    if (!std::isfinite(loss)) fail("distill", "loss is not finite at step " + std::to_string(step + 1) + " (lower --lr)");
+    const at::Tensor batch = step_batch(o.seed, o.batch, train_w.size(0), step).to(device);
+    const double loss = direct_step(opt, model, layers, train_w.index_select(0, batch), step);
+    if (!std::isfinite(loss))
+      fail_value("learning rate", "is too high for this run: the loss is not finite at step " + std::to_string(step + 1) + " (lower it)");
     for (LayerState& st : layers) {
       st.last_loss = loss;
       if (step == 0) st.first_loss = loss;
     }
-    run.append_metric(json{{"step", step + 1}, {"loss", loss}, {"lr", lr_at(o, o.lr, step)}, {"elapsed_s", elapsed()}}.dump());
+    run.append_metric(json{{"step", step + 1}, {"loss", loss}, {"lr", scheduled_lr(o.schedule, o.lr, step, o.steps)}, {"elapsed_s", elapsed()}}.dump());
     const bool last = step + 1 == o.steps;
     if (((step + 1) % o.checkpoint_every == 0 || last) && val_w.defined()) {
       const double vl = mean_window_loss(model, val_w);
       std::vector<std::string> lines = {
           json{{"step", step + 1}, {"val_loss", vl}, {"val_perplexity", std::exp(vl)}}.dump()};
       for (int s = 0; s < S; ++s)
-        lines.push_back(json{{"step", step + 1}, {"layer", s}, {"val_kl", validate(o, layers[size_t(s)]).second}}.dump());
+        lines.push_back(json{{"step", step + 1}, {"layer", s}, {"val_kl", validate(layers[size_t(s)], o.loss, at::Tensor()).second}}.dump());
       run.append_metrics(lines);
     }
-    if ((step + 1) % o.checkpoint_every == 0 || last) save_checkpoint(run, o, layers, step + 1, elapsed());
+    if ((step + 1) % o.checkpoint_every == 0 || last) save_checkpoint(run, o.seed, layers, step + 1, elapsed());
     // Cancellation lands here: after a complete step, its checkpoint (if due) already written.
     report_progress(progress, double(step + 1) / double(o.steps),
                     "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " + num_str(loss));
@@ -196,7 +197,7 @@ DistillResult distill_direct(DistillOptions o, const std::string& run_dir, const
   extra["seconds_per_step"] = r.seconds / double(std::max<int64_t>(1, o.steps - start_step));
   for (LayerState& st : layers) {
     st.has_val = st.val_q.defined();
-    if (st.has_val) st.val_kl = validate(o, st).second;
+    if (st.has_val) st.val_kl = validate(st, o.loss, at::Tensor()).second;
   }
   write_outputs(run, o, layers, extra, r);
   run.clear_running();
@@ -210,10 +211,11 @@ double direct_step_seconds(DistillBench& b) {
   Model model(b.model->config(), b.model->weights());  // shares the weights; gets the maps
   model.set_feature_maps(group_feature_maps(b.groups));
   const at::Tensor& some_param = layers[0].groups[0].group.maps.params[0].second;
-  direct_step(b.options, model, layers, b.ids, 0);  // warm-up
+  const Optimizer opt = optimizer_of(b.options);
+  direct_step(opt, model, layers, b.ids, 0);  // warm-up
   wait_for_device(some_param);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 1; i <= b.steps; ++i) direct_step(b.options, model, layers, b.ids, i);
+  for (int i = 1; i <= b.steps; ++i) direct_step(opt, model, layers, b.ids, i);
   wait_for_device(some_param);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

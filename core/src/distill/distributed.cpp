@@ -80,12 +80,12 @@ double dist_timeout_s() {
   return s;
 }
 
-bool dist_available(const std::string& device) {
+bool dist_available(Device device) {
 #ifdef ATTNSCOPE_HAVE_NCCL
-  if (device == "cuda") return true;
+  if (device == Device::Cuda) return true;
 #endif
 #ifdef ATTNSCOPE_HAVE_GLOO
-  if (device == "cpu") return true;
+  if (device == Device::Cpu) return true;
 #endif
   (void)device;
   return false;
@@ -143,11 +143,11 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const DistEnv& env) {
 }  // namespace
 #endif
 
-DistGroup::DistGroup(const DistEnv& env, const std::string& device) : env_(env) {
+DistGroup::DistGroup(const DistEnv& env, Device device) : env_(env) {
   if (env_.world <= 1) return;
   if (!dist_available(device))
     fail("distributed job", "WORLD_SIZE is " + std::to_string(env_.world) + " but this build has no c10d backend for " +
-                                device + (device == "cuda" ? " (its LibTorch has no NCCL); run the ranks with --device cpu (Gloo)"
+                                device_name(device) + (device == Device::Cuda ? " (its LibTorch has no NCCL); run the ranks on the cpu (Gloo)"
                                                            : " (Gloo: install libgloo-dev and reconfigure)"));
   impl_ = std::make_unique<Impl>();
   impl_->timeout_s = dist_timeout_s();
@@ -179,7 +179,7 @@ DistGroup::DistGroup(const DistEnv& env, const std::string& device) : env_(env) 
   }
   try {
 #ifdef ATTNSCOPE_HAVE_NCCL
-    if (device == "cuda") {
+    if (device == Device::Cuda) {
       // NCCL honours the timeout only in blocking-wait mode (torch's own switch for it).
       setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
       setenv("NCCL_BLOCKING_WAIT", "1", 0);
@@ -190,7 +190,7 @@ DistGroup::DistGroup(const DistEnv& env, const std::string& device) : env_(env) 
     }
 #endif
 #ifdef ATTNSCOPE_HAVE_GLOO
-    if (device == "cpu") {
+    if (device == Device::Cpu) {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_device(env_));
       impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env_.rank, env_.world, options);
@@ -240,10 +240,10 @@ void DistGroup::barrier() {
 
 struct DistGroup::Impl {};
 
-DistGroup::DistGroup(const DistEnv& env, const std::string& device) : env_(env) {
+DistGroup::DistGroup(const DistEnv& env, Device device) : env_(env) {
   if (env_.world > 1)
     fail("distributed job", "WORLD_SIZE is " + std::to_string(env_.world) + " but this build has no c10d backend for " +
-                                device + " (Gloo: install libgloo-dev and reconfigure)");
+                                device_name(device) + " (Gloo: install libgloo-dev and reconfigure)");
 }
 DistGroup::~DistGroup() = default;
 void DistGroup::all_reduce_sum(std::vector<double>&) {}

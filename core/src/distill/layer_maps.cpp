@@ -17,18 +17,14 @@
 #include <cmath>
 #include <limits>
 
-#include "attnscope/model/head_feature_maps.h"
-#include "attnscope/distill/distill.h"
+#include "distill/layer_maps.h"
+
 #include "attnscope/base/error.h"
+#include "attnscope/model/head_feature_maps.h"
 #include "attnscope/model/model.h"
 #include "base/random.h"
 
 namespace attnscope {
-
-std::vector<std::string> trainable_feature_maps() {
-  return {"learned-prf", "hedgehog", "t2r", "flex-stationary", "flex-nonstationary"};
-}
-std::vector<std::string> distill_losses() { return {"kl", "softmax", "l2", "direct"}; }
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
   return "layers." + std::to_string(layer) + ".heads." + std::to_string(head) + ".feature_map." + param;
@@ -112,15 +108,14 @@ std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at:
 // infinite; its log is floored at log(1e-30) (no gradient through that entry, as through the ReLU
 // that zeroed it), the same floor as log_kernel's.
 at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& causal,
-                         const std::string& loss) {
+                         DistillLoss loss) {
   const at::Tensor z = khat.sum(-1, true);  // [B, H, L, 1]
   const at::Tensor defined = z.squeeze(-1) > 0;
   const at::Tensor log_ahat = at::log((khat / z.clamp_min(1e-30)).clamp_min(1e-30));
   const at::Tensor a = log_a.exp();
   at::Tensor per_entry;
-  if (loss == "kl") per_entry = a * (log_a - log_ahat);
-  else if (loss == "softmax") per_entry = -a * log_ahat;
-  else fail("distill", "unknown loss '" + loss + "'");
+  if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
+  else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;
   const at::Tensor rows = per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).masked_fill(defined.logical_not(), 0.0);
   return rows.sum() / defined.sum().clamp_min(1).to(rows.scalar_type());
 }
@@ -242,11 +237,12 @@ LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int
   return init_maps(o, layer, all, d, features);
 }
 
-std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, int64_t heads, int64_t d) {
+std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
+                                         int64_t d) {
   std::vector<HeadGroup> groups;
   std::vector<int64_t> group_m;
-  for (int64_t h = 0; h < heads; ++h) {
-    const int64_t m = head_features(o, layer, h);
+  for (int64_t h = 0; h < int64_t(head_dims.size()); ++h) {
+    const int64_t m = head_dims[size_t(h)];
     size_t g = 0;
     while (g < group_m.size() && group_m[g] != m) ++g;
     if (g == group_m.size()) {
@@ -284,8 +280,9 @@ at::Tensor direct_loss(const Model& model, const at::Tensor& ids) {
                                 ids.narrow(1, 1, L - 1).reshape({-1}));
 }
 
-at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, const std::string& loss,
+at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
                       const at::Tensor& pairs) {
+  if (loss == DistillLoss::Direct) fail("distill", "direct is not a layerwise loss");
   const int64_t L = q.size(2);
   const at::Tensor causal = at::ones({L, L}, q.options().dtype(at::kBool)).tril();
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
@@ -295,7 +292,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const auto [vq, lsq] = fourier_features(m, q);
     const auto [vk, lsk] = fourier_features(m, k);
     const at::Tensor v = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
-    if (loss == "l2") {
+    if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
       const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
       const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
@@ -312,7 +309,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   }
   if (m.map == "t2r") {
     const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
-    if (loss == "l2") {
+    if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
       const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
       const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
@@ -325,7 +322,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
   }
   const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
-  if (loss == "l2") {
+  if (loss == DistillLoss::L2) {
     // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
     if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
     const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
@@ -342,16 +339,15 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
   const at::Tensor a = log_a.exp();
   at::Tensor per_entry;
-  if (loss == "kl") per_entry = a * (log_a - log_ahat);
-  else if (loss == "softmax") per_entry = -a * log_ahat;
-  else fail("distill", "unknown loss '" + loss + "'");
+  if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
+  else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;
   // Masked entries are 0 * (-inf - -inf) = NaN: zero them explicitly.
   return per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).mean();
 }
 
 double layer_kl(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k) {
   at::NoGradGuard no_grad;
-  return layer_loss(m, q, k, "kl").item<double>();
+  return layer_loss(m, q, k, DistillLoss::Kl).item<double>();
 }
 
 }  // namespace attnscope

@@ -68,7 +68,7 @@ std::string find_llama2c_tokenizer(const fs::path& bin) {
     const std::string f = e.path().filename().string();
     if (f.rfind("tok", 0) == 0 && e.path().extension() == ".bin") return e.path().string();
   }
-  fail(bin.string(), "no tokenizer given and no tokenizer.bin or tok*.bin beside it (use --tokenizer FILE)");
+  throw Error(bin.string() + ": no tokenizer given and no tokenizer.bin or tok*.bin beside it", "tokenizer");
 }
 
 }  // namespace

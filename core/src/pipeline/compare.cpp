@@ -64,7 +64,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
   const auto& rows = cmp.strategies;
   const ConvertedEvaluation& first = rows.front().eval;
   const std::string setting = "budget C = " + std::to_string(o.budget) + ", lambda = " + fmt_lambda(cmp.lambda) +
-                              ", " + o.feature_map + ", " + o.loss + " loss, " + std::to_string(o.steps) + " steps";
+                              ", " + o.feature_map + ", " + distill_loss_name(o.loss) + " loss, " + std::to_string(o.steps) + " steps";
 
   Table quality;  // Table 3's shape, with held-out language-model quality in place of downstream tasks
   quality.caption = "Held-out next-token loss, perplexity and attention KL of the converted models (" + setting + ").";
@@ -76,7 +76,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
     for (int64_t d : r.dims) dims += (dims.empty() ? "" : " ") + std::to_string(d);
     double err = 0;
     for (const auto& l : r.eval.layers) err += l.output_rel_error;
-    quality.add_row({display_name(r.strategy), o.loss, dims, fmt_number(r.eval.converted_loss, 4),
+    quality.add_row({display_name(r.strategy), distill_loss_name(o.loss), dims, fmt_number(r.eval.converted_loss, 4),
                      fmt_number(std::exp(r.eval.converted_loss), 2), fmt_number(r.mean_attention_kl(), 4),
                      fmt_number(err / double(r.eval.layers.size()), 4)});
   }
@@ -107,7 +107,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
   Table training;  // Table 5's shape
   training.caption = "Training time per sample of " + std::to_string(L) + " tokens, all layers (" + setting + ").";
   training.header = {"Type of loss"};
-  std::vector<std::string> ms{o.loss};
+  std::vector<std::string> ms{distill_loss_name(o.loss)};
   for (const auto& r : rows) {
     training.header.push_back(std::string(display_name(r.strategy)) + " (ms/sample)");
     ms.push_back(fmt_number(r.train_ms_per_sample, 1));
@@ -117,7 +117,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
 
   Table next_token;  // Table 7's shape
   next_token.caption = "Held-out next-token loss of the converted models (" + setting + ").";
-  next_token.header = {"", o.loss, "Baseline method", "Loss"};
+  next_token.header = {"", distill_loss_name(o.loss), "Baseline method", "Loss"};
   for (size_t i = 0; i < rows.size(); ++i)
     next_token.add_row({display_name(rows[i].strategy), fmt_number(rows[i].eval.converted_loss, 4),
                         i == 0 ? "Original" : "", i == 0 ? fmt_number(first.original_loss, 4) : ""});
@@ -128,7 +128,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
             {"budget", o.budget},
             {"lambda", cmp.lambda},
             {"feature_map", o.feature_map},
-            {"loss", o.loss},
+            {"loss", distill_loss_name(o.loss)},
             {"steps", o.steps},
             {"seq_len", L},
             {"heldout_tokens", first.tokens},
@@ -166,14 +166,25 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
     fail_value("features source", "'" + o.features_from + "' is not known: the DoF spectra come from the capture (capture)");
   if (!(o.heldout_share > 0 && o.heldout_share < 1)) fail_value("held-out share", "must be in (0, 1)");
   if (o.steps < 1) fail_value("steps", std::to_string(o.steps) + " must be >= 1");
-  const double lambda = parse_lambda(o.lambda);
-  {
-    DistillOptions check;
-    check.feature_map = o.feature_map;
-    check.loss = o.loss;
-    check.steps = o.steps;
-    check_distill_options(check);
-  }
+  // The distillation each strategy runs (distill() checks it again with the capture it writes).
+  const auto distill_options = [&](AllocStrategy strategy, const std::string& capture) {
+    DistillOptions d;
+    d.capture = capture;
+    d.feature_map = o.feature_map;
+    d.strategy = strategy;
+    d.budget = o.budget;
+    d.lambda = o.lambda;
+    d.dof_samples = o.dof_samples;
+    d.loss = o.loss;
+    d.steps = o.steps;
+    d.seed = o.seed;
+    d.checkpoint_every = o.steps;  // one checkpoint, at the end: nothing here resumes
+    return d;
+  };
+  if (o.loss == DistillLoss::Direct) fail_value("loss", "direct trains on a text, not a capture: compare takes a layerwise loss");
+  check_distill_options(distill_options(AllocStrategy::Dof, "capture"));
+  if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
+    fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
   const std::vector<TextDocument> docs = read_text_documents(o.texts);
   const auto [train_text, heldout_text] = split_text(docs, o.heldout_share);
   if (heldout_text.find_first_not_of(" \t\r\n") == std::string::npos)
@@ -201,23 +212,15 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
   Comparison cmp;
   cmp.loss = o.loss;
   cmp.budget = o.budget;
-  cmp.lambda = lambda;
+  cmp.lambda = o.lambda;
+  // The converted models reference the original's weights, except a llama2.c checkpoint's, which
+  // are converted to Hugging Face layout and so copied into each.
+  const bool copy_weights = c.arch == Arch::Llama2C;
   const auto strategies = compare_strategies();
   for (size_t i = 0; i < strategies.size(); ++i) {
     const std::string& s = strategies[i];
     const double base = 0.1 + 0.9 * double(i) / double(strategies.size()), span = 0.9 / double(strategies.size());
-    DistillOptions d;
-    d.capture = out.file("capture");
-    d.feature_map = o.feature_map;
-    d.strategy = s;
-    d.budget = o.budget;
-    d.lambda = o.lambda;
-    d.dof_samples = o.dof_samples;
-    d.loss = o.loss;
-    d.steps = o.steps;
-    d.seed = o.seed;
-    d.checkpoint_every = o.steps;  // one checkpoint, at the end: nothing here resumes
-    d.command = "attnscope compare (strategy " + s + ")";
+    const DistillOptions d = distill_options(parse_alloc_strategy(s), out.file("capture"));
     const std::string run = out.file("runs/" + s);
     const DistillResult dr = distill(d, run, sub_progress(progress, base, base + 0.6 * span));
 
@@ -230,10 +233,10 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
     const int64_t windows = std::max<int64_t>(1, std::min<int64_t>(d.batch, o.num_seqs - n_val));
     r.train_ms_per_sample = 1000.0 * dr.seconds / double(std::max<int64_t>(1, dr.steps) * windows);
     // The converted model, as `attnscope convert --job RUN --weights reference` writes it: the three
-    // strategies share the original's weights.
+    // strategies share the original's weights (a llama2.c model's are copied).
     const std::string model_dir = out.file("models/" + s);
     ConvertOptions conv = distill_run_convert_options(run, c);
-    conv.copy_weights = false;
+    conv.copy_weights = copy_weights;
     conv.python_module = o.python_module;
     convert_model(m, conv, model_dir);
 

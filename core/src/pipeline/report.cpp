@@ -2,6 +2,8 @@
 // and figures -> index.md, each stage handing its result to the next.
 #include "attnscope/pipeline/report.h"
 
+#include "attnscope/allocation/allocation_file.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -38,33 +40,31 @@ void check_options(const ReportOptions& o) {
   if (!(o.lambda > 0) || !std::isfinite(o.lambda)) fail_value("lambda", "must be positive and finite");
 }
 
-std::vector<Allocation> allocate_every_strategy(const std::vector<std::vector<DofValue>>& hd, int64_t head_dim,
-                                                int64_t budget, int64_t multiple) {
-  const std::vector<std::vector<double>> hv = dof_values(hd);
-  std::vector<Allocation> out;
-  for (AllocStrategy st : {AllocStrategy::Fix, AllocStrategy::Dof, AllocStrategy::DofClip, AllocStrategy::PerHead}) {
+// Algorithm 1 for every strategy at lambda, in alloc_strategy_names() order.
+std::vector<DofAllocation> allocate_every_strategy(const DofSpectra& spectra, double lambda, int64_t budget,
+                                                   int64_t multiple) {
+  std::vector<DofAllocation> out;
+  for (const std::string& name : alloc_strategy_names()) {
     AllocOptions o;
-    o.strategy = st;
+    o.strategy = parse_alloc_strategy(name);
     o.budget = budget;
-    o.head_dim = head_dim;
     o.multiple = multiple;
-    out.push_back(allocate(hv, o));
+    out.push_back(allocation_at(spectra, lambda, o));
   }
   return out;
 }
 
-nlohmann::ordered_json allocation_json(const std::vector<Allocation>& allocs, double lambda, int64_t budget,
+// allocation.json: every strategy's allocation file (allocation_file.h) under its name; each is also
+// allocation/STRATEGY.json, which `distill --allocation` and `convert --allocation` read.
+nlohmann::ordered_json allocation_json(const std::vector<DofAllocation>& allocs, double lambda, int64_t budget,
                                        int64_t multiple) {
   nlohmann::ordered_json j;
   j["lambda"] = lambda;
   j["budget"] = budget;
   j["multiple_of"] = multiple;
-  j["layer_dof"] = allocs.front().layer_dof;  // N_s, the same for every strategy
+  j["layer_dof"] = allocs.front().allocation.layer_dof;  // N_s, the same for every strategy
   j["strategies"] = nlohmann::ordered_json::object();
-  for (const Allocation& a : allocs)
-    j["strategies"][alloc_strategy_name(a.strategy)] = {
-        {"dims", a.strategy == AllocStrategy::PerHead ? nlohmann::ordered_json(a.dims) : nlohmann::ordered_json(a.layer_dims())},
-        {"mean_cost", a.mean_cost}};
+  for (const DofAllocation& a : allocs) j["strategies"][alloc_strategy_name(a.allocation.strategy)] = allocation_file_json(a);
   return j;
 }
 
@@ -137,6 +137,7 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   OutputDir dir(out_dir);
   fs::create_directories(fs::path(dir.path()) / "figures");
   fs::create_directories(fs::path(dir.path()) / "maps");
+  fs::create_directories(fs::path(dir.path()) / "allocation");
   ReportResult r;
 
   // 1. Capture.
@@ -157,11 +158,15 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   write_text_file(dir.file("dof.json"), dof_to_json(r.spectra, o.lambda).dump(2) + "\n");
 
   // 3. Algorithm 1 for every strategy: Table 1, and Table 2 (the DoF grid).
-  const auto hd = head_dofs(r.spectra, o.lambda);
-  r.allocations = allocate_every_strategy(hd, r.spectra.head_dim, o.budget, o.multiple);
-  write_text_file(dir.file("allocation.json"), allocation_json(r.allocations, o.lambda, o.budget, o.multiple).dump(2) + "\n");
+  const std::vector<DofAllocation> every = allocate_every_strategy(r.spectra, o.lambda, o.budget, o.multiple);
+  const auto& hd = every.front().head_dof;
+  for (const DofAllocation& a : every) {
+    r.allocations.push_back(a.allocation);
+    write_allocation_file(dir.file(std::string("allocation/") + alloc_strategy_name(a.allocation.strategy) + ".json"), a);
+  }
+  write_text_file(dir.file("allocation.json"), allocation_json(every, o.lambda, o.budget, o.multiple).dump(2) + "\n");
   r.table1 = allocation_table(r.model_name, r.allocations);
-  const auto convergence = head_convergence(r.spectra, o.lambda);
+  const auto& convergence = every.front().convergence;
   r.table2 = dof_grid_table(hd, o.lambda, convergence);
   write_table(dir, "table1_allocation", r.table1);
   write_table(dir, "table2_dof", r.table2);
@@ -227,7 +232,7 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   idx += unconverged.empty()
              ? "\nEvery head's DoF moves by at most " + fmt_number(100 * kDofConvergenceTolerance, 0) +
                    "% between J/2 and J samples: the estimates have converged.\n"
-             : "\n**These heads need a larger J** (`--samples`): their DoF moves by more than " +
+             : "\n**These heads need a larger J** (more samples per head): their DoF moves by more than " +
                    fmt_number(100 * kDofConvergenceTolerance, 0) + "% between J/2 and J samples, so the allocation above depends on J.\n\n" +
                    unconverged;
   idx += "\n## Head metrics\n\nEntropy, monotonicity, linear-map errors";

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/analysis/dof.h"
+
 namespace attnscope {
 
 enum class AllocStrategy { Fix, Dof, DofClip, PerHead };
@@ -47,5 +49,22 @@ struct Allocation {
 // input (empty, ragged, NaN, negative, all zero with a DoF strategy) or options (budget < 1,
 // multiple < 1, head_dim < 1).
 Allocation allocate(const std::vector<std::vector<double>>& head_dof, const AllocOptions& options);
+
+// Everything one lambda and one allocation choice give from a model's spectra: the DoF of every
+// head (with its fast-path bounds), its convergence between J/2 and J, the heads whose bounds are
+// wider than 1% (the allocation uses their midpoints), and Algorithm 1's dimensions. Every caller
+// (`allocate`, `report`, `distill --strategy`, `compare`, the DoF view's sliders) composes them here.
+struct DofAllocation {
+  double lambda = kDefaultLambda;
+  std::vector<std::vector<DofValue>> head_dof;           // [S][H]
+  std::vector<std::vector<DofConvergence>> convergence;  // [S][H]
+  std::vector<WideBound> wide_bounds;
+  Allocation allocation;
+
+  std::vector<std::pair<int, int>> unconverged_heads() const;  // (layer, head) flagged by convergence
+};
+
+// options.head_dim is the spectra's (the dof-clip cap). Throws Error for a bad lambda or options.
+DofAllocation allocation_at(const DofSpectra& spectra, double lambda, AllocOptions options);
 
 }  // namespace attnscope

@@ -99,7 +99,11 @@ namespace attnscope {
 class CaptureStore;
 
 
-// "2^-8", "0.0625", "1e-3"; must be > 0 and finite, else Error.
+// The DoF tolerance lambda everywhere one is not given: 2^-8 (paper 000's setting).
+constexpr double kDefaultLambda = 1.0 / 256;
+
+// "2^-8", "0.0625", "1e-3"; must be > 0 and finite, else Error. Only the front ends parse: core
+// takes lambda as a double.
 double parse_lambda(const std::string& text);
 
 struct DofSettings {
@@ -109,7 +113,7 @@ struct DofSettings {
   int64_t exact_limit = 1024;  // J above this takes the certified fast path
   int64_t top_k = 1024;        // the fast path's largest Krylov subspace (Ritz values kept), then exact
   int64_t block = 64;          // columns added to the Krylov subspace per step
-  double lambda = 0.00390625;  // 2^-8: where the fast path's bounds must be within the tolerance
+  double lambda = kDefaultLambda;  // where the fast path's bounds must be within the tolerance
   double tolerance = 0.01;     // (upper - lower) / value the fast path must reach
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N"; CUDA computes a layer's heads batched
   bool batched = false;        // all heads of a layer at once (exact) on `device`, the CPU included

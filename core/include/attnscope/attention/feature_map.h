@@ -76,6 +76,14 @@ class FeatureMap {  // phi: [..., d] -> [..., M]
   virtual std::vector<at::Tensor> parameters();
 };
 
+// The largest feature dimension M attnscope takes anywhere (command lines, allocation files,
+// job.json, converted models): 64 times the largest head dimension of today's models, far above
+// any useful M (paper 000's DoF dimensions reach 277), and small enough that one head's maps and
+// their training state stay within a workstation's memory.
+constexpr int64_t kMaxFeatureDim = 16384;
+// M in [1, kMaxFeatureDim]: else Error with quantity "feature dimension", saying where it came from.
+void check_feature_dim(int64_t m, const std::string& where);
+
 struct FeatureMapSpec {
   std::string name;
   int64_t d = 0;          // input (head) dimension

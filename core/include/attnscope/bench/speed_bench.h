@@ -58,7 +58,7 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
 
 // ---- training: milliseconds per sample ----
 struct TrainBenchOptions {
-  std::vector<std::string> losses{"l2", "softmax"};  // names from train_bench_losses()
+  std::vector<std::string> losses{"l2", "softmax"};  // distill_loss_names(): every loss distill trains
   int seq_len = 1024;        // tokens per sample
   int64_t features = 64;     // M per head, every layer
   std::string feature_map = "learned-prf";
@@ -74,10 +74,6 @@ struct TrainSpeed {
   double seconds = 0;        // the timed steps together
   int steps = 0;
 };
-
-// The losses `bench train` knows: layerwise distill losses (teacher-forced; random q, k per layer,
-// as speed does not depend on them).
-std::vector<std::string> train_bench_losses();
 
 std::vector<TrainSpeed> bench_train(const TrainBenchOptions& options, const ProgressFn& progress = nullptr);
 

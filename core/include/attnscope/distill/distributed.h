@@ -8,6 +8,7 @@
 // ATTNSCOPE_DIST_TIMEOUT_S): a rank that failed or was killed makes the others fail with an Error
 // that says so, instead of hanging forever. The torch/csrc headers stay in distributed.cpp.
 #pragma once
+#include "attnscope/base/device.h"
 #include <ATen/core/Tensor.h>
 
 #include <memory>
@@ -30,15 +31,15 @@ DistEnv dist_env_from_environment();
 // ATTNSCOPE_DIST_TIMEOUT_S when set (a positive number; Error otherwise), else 300.
 double dist_timeout_s();
 
-// True when this build can run more than one rank on `device` ("cpu": Gloo, "cuda": NCCL).
-bool dist_available(const std::string& device);
+// True when this build can run more than one rank on `device` (cpu: Gloo, cuda: NCCL).
+bool dist_available(Device device);
 
 // The ranks of a job. With world 1 every collective returns at once and nothing is opened.
 class DistGroup {
  public:
-  // Joins the group: rank 0 opens the store on MASTER_PORT, the others connect to it. "cpu" runs
-  // over Gloo, "cuda" over NCCL; an Error says so when the build has no such backend.
-  DistGroup(const DistEnv& env, const std::string& device);
+  // Joins the group: rank 0 opens the store on MASTER_PORT, the others connect to it. cpu runs
+  // over Gloo, cuda over NCCL; an Error says so when the build has no such backend.
+  DistGroup(const DistEnv& env, Device device);
   ~DistGroup();
   DistGroup(const DistGroup&) = delete;
   DistGroup& operator=(const DistGroup&) = delete;

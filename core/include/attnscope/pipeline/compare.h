@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attnscope/convert/converted_eval.h"
+#include "attnscope/distill/distill_options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -27,9 +28,9 @@ struct CompareOptions {
   std::string model;                    // a model load_model accepts
   std::vector<std::string> texts;       // text files (read_text_documents)
   int64_t budget = 0;                   // C: the mean feature dimension per layer
-  std::string lambda = "2^-8";          // DoF tolerance (parse_lambda's forms)
+  double lambda = kDefaultLambda;       // DoF tolerance
   std::string feature_map = "learned-prf";
-  std::string loss = "softmax";         // distillation loss (distill_losses())
+  DistillLoss loss = DistillLoss::Softmax;  // distillation loss (layerwise)
   int64_t steps = 100;                  // distillation steps per strategy
   std::string features_from = "capture";  // where the DoF spectra come from: the capture (only)
   double heldout_share = 0.25;          // the text's tail, never captured or trained on
@@ -51,7 +52,7 @@ struct StrategyResult {
 };
 
 struct Comparison {
-  std::string loss;
+  DistillLoss loss = DistillLoss::Softmax;
   int64_t budget = 0;
   double lambda = 0;
   std::vector<StrategyResult> strategies;  // fix, dof, dof-clip

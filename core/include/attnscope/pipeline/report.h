@@ -8,7 +8,7 @@
 //   DIR/capture/                      the capture store (attnscope capture)
 //   DIR/spectra.safetensors           kept eigenvalues: `dof --spectra` / `allocate --spectra` reuse them
 //   DIR/dof.json                      the `dof --json` document
-//   DIR/table1_allocation.{md,tex,csv}, DIR/allocation.json
+//   DIR/table1_allocation.{md,tex,csv}, DIR/allocation.json, DIR/allocation/STRATEGY.json (allocation files)
 //   DIR/table2_dof.{md,tex,csv}, DIR/per_head_dims.{md,tex,csv}
 //   DIR/metrics.{json,csv,md}
 //   DIR/figures/*.png                 DoF per head, layer DoF against lambda, entropy against DoF
@@ -37,7 +37,7 @@ struct ReportOptions {
   std::vector<std::string> texts;   // sample text files (text_source.h); at least one
   CaptureOptions capture;           // its sequence length is capped at the model's context length
   DofSettings dof;
-  double lambda = 1.0 / 256;
+  double lambda = kDefaultLambda;
   AnalysisOptions analysis = default_report_analysis();
   int64_t budget = 64;              // C
   int64_t multiple = 1;             // round dimensions to a multiple of this

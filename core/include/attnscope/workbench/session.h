@@ -32,7 +32,7 @@ struct Session {
   std::string spectra;              // a spectra.safetensors; "" = not computed yet
   DofSettings dof;
   AnalysisOptions analysis;
-  double lambda = 1.0 / 256;
+  double lambda = kDefaultLambda;
   int64_t budget = 64;
   AllocStrategy strategy = AllocStrategy::Dof;
   int64_t multiple = 1;

@@ -1,0 +1,52 @@
+// The allocation file: feature dimensions per layer or per head, as `attnscope allocate --json`
+// prints them, `distill --allocation` and `convert --allocation` read them, and the workbench
+// writes them beside a run. One writer, one reader:
+//
+//   {"lambda": 0.00390625, "budget": 64, "strategy": "dof", "multiple_of": 1,
+//    "dims": [M_0, M_1, ...]              per layer (every head of layer s has M_s), or
+//            [[M_00, M_01, ...], ...]     per head (`per-head`, or a layer whose heads differ),
+//    "layer_dof": [...], "mean_cost": 63.5, "head_dof": [[...]],
+//    "wide_bounds": [{"layer", "head", "dof", "lower", "upper"}], "unconverged_heads": [{"layer", "head"}]}
+//
+// Only "dims" is required on reading (a hand-written file may hold just that); "strategy", "lambda"
+// and "budget" are read when present (a converted model records them).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnscope/allocation/allocation.h"
+
+namespace attnscope {
+
+struct AllocationFile {
+  std::vector<std::vector<int64_t>> dims;  // [S][H]: per-layer dims expanded to every head
+  std::optional<AllocStrategy> strategy;
+  double lambda = 0;   // 0: not recorded
+  int64_t budget = 0;  // 0: not recorded
+  int64_t multiple = 1;
+};
+
+// The file's JSON (what `allocate --json` prints and write_allocation_file writes): dims per layer
+// unless the strategy is per-head or the heads of a layer differ.
+nlohmann::ordered_json allocation_file_json(const DofAllocation& a);
+
+// Writes allocation_file_json(a) to `path` (atomic). Throws Error naming the file.
+void write_allocation_file(const std::string& path, const DofAllocation& a);
+
+// Reads `path` for a model of n_layer layers and n_head heads: every dimension a whole number in
+// 1..kMaxFeatureDim, per layer (a number) or per head (exactly n_head numbers) for each of the
+// n_layer layers. Throws Error naming the file, the layer and the problem.
+AllocationFile read_allocation_file(const std::string& path, int n_layer, int n_head);
+
+// The dims written per layer when every head of every layer agrees, else per head (SPEC 7 allows
+// both): what job.json, the allocation file and a converted model's config.json write.
+nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims);
+// The inverse, for n_layer x n_head: Error naming `where` for anything but whole numbers in
+// 1..kMaxFeatureDim in one of the two shapes.
+std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& dims, int n_layer, int n_head,
+                                                  const std::string& where);
+
+}  // namespace attnscope

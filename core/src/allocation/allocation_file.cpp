@@ -1,0 +1,117 @@
+// The allocation file (allocation_file.h): its one writer and one reader.
+#include "attnscope/allocation/allocation_file.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/text_file.h"
+
+namespace attnscope {
+
+nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims) {
+  bool per_layer = true;
+  for (const auto& l : dims)
+    per_layer = per_layer && std::all_of(l.begin(), l.end(), [&](int64_t m) { return m == l[0]; });
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const auto& l : dims) {
+    if (per_layer) j.push_back(l.empty() ? 0 : l[0]);
+    else j.push_back(l);
+  }
+  return j;
+}
+
+std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& d, int n_layer, int n_head,
+                                                  const std::string& where) {
+  if (!d.is_array()) fail(where, "\"dims\" is not a list of feature dimensions");
+  if (int(d.size()) != n_layer)
+    fail(where, "has dims for " + std::to_string(d.size()) + " layers, the model has " + std::to_string(n_layer));
+  const auto dimension = [&](const nlohmann::json& m, size_t s) {
+    const std::string layer = "layer " + std::to_string(s);
+    if (!m.is_number_integer()) fail(where, layer + " has a feature dimension that is not a whole number: " + m.dump());
+    const int64_t v = m.get<int64_t>();
+    if (v < 1 || v > kMaxFeatureDim)
+      fail(where, layer + " has feature dimension " + std::to_string(v) + ", outside 1.." + std::to_string(kMaxFeatureDim));
+    return v;
+  };
+  std::vector<std::vector<int64_t>> dims;
+  for (size_t s = 0; s < d.size(); ++s) {
+    const nlohmann::json& v = d[s];
+    if (v.is_array()) {
+      if (int(v.size()) != n_head)
+        fail(where, "layer " + std::to_string(s) + " lists " + std::to_string(v.size()) + " per-head dimensions, the model has " +
+                        std::to_string(n_head) + " heads");
+      std::vector<int64_t> row;
+      for (const nlohmann::json& m : v) row.push_back(dimension(m, s));
+      dims.push_back(row);
+    } else {
+      dims.emplace_back(size_t(n_head), dimension(v, s));
+    }
+  }
+  return dims;
+}
+
+nlohmann::ordered_json allocation_file_json(const DofAllocation& a) {
+  const Allocation& al = a.allocation;
+  nlohmann::ordered_json j;
+  j["lambda"] = a.lambda;
+  j["budget"] = al.budget;
+  j["strategy"] = alloc_strategy_name(al.strategy);
+  j["multiple_of"] = al.multiple;
+  j["layer_dof"] = al.layer_dof;
+  j["dims"] = al.strategy == AllocStrategy::PerHead ? nlohmann::ordered_json(al.dims) : dims_json(al.dims);
+  j["mean_cost"] = al.mean_cost;
+  j["head_dof"] = dof_values(a.head_dof);
+  j["wide_bounds"] = nlohmann::ordered_json::array();
+  for (const WideBound& w : a.wide_bounds)
+    j["wide_bounds"].push_back(
+        {{"layer", w.layer}, {"head", w.head}, {"dof", w.dof.value}, {"lower", w.dof.lower}, {"upper", w.dof.upper}});
+  j["unconverged_heads"] = nlohmann::ordered_json::array();
+  for (const auto& [l, h] : a.unconverged_heads()) j["unconverged_heads"].push_back({{"layer", l}, {"head", h}});
+  return j;
+}
+
+void write_allocation_file(const std::string& path, const DofAllocation& a) {
+  write_text_file(path, allocation_file_json(a).dump(2) + "\n");
+}
+
+AllocationFile read_allocation_file(const std::string& path, int n_layer, int n_head) {
+  std::ifstream in(path);
+  if (!in) fail(path, "cannot be read (allocation file)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(path, std::string("is not JSON (an allocation file is `attnscope allocate --json` output): ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("dims"))
+    fail(path, "has no \"dims\" (an allocation file is `attnscope allocate --json` output)");
+  AllocationFile f;
+  f.dims = parse_dims_json(j["dims"], n_layer, n_head, path);
+  if (j.contains("strategy")) {
+    if (!j["strategy"].is_string()) fail(path, "\"strategy\" is not a name");
+    try {
+      f.strategy = parse_alloc_strategy(j["strategy"].get<std::string>());
+    } catch (const Error& e) {
+      fail(path, e.what());
+    }
+  }
+  if (j.contains("lambda")) {
+    if (!j["lambda"].is_number() || !(j["lambda"].get<double>() > 0)) fail(path, "\"lambda\" is not a positive number");
+    f.lambda = j["lambda"];
+  }
+  if (j.contains("budget")) {
+    if (!j["budget"].is_number_integer() || j["budget"].get<int64_t>() < 1) fail(path, "\"budget\" is not a positive whole number");
+    f.budget = j["budget"];
+  }
+  const char* multiple_key = j.contains("multiple_of") ? "multiple_of" : "multiple";  // the workbench wrote "multiple"
+  if (j.contains(multiple_key)) {
+    if (!j[multiple_key].is_number_integer() || j[multiple_key].get<int64_t>() < 1)
+      fail(path, std::string("\"") + multiple_key + "\" is not a positive whole number");
+    f.multiple = j[multiple_key];
+  }
+  return f;
+}
+
+}  // namespace attnscope

@@ -1,0 +1,71 @@
+// Command lines of jobs (command_line.h).
+#include "attnscope/base/command_line.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "attnscope/base/table.h"
+
+namespace attnscope {
+
+std::string long_flag(const char* flags) {
+  const char* comma = std::strrchr(flags, ',');
+  return comma ? std::string(comma + 1) : std::string(flags);
+}
+
+std::string shell_quote(const std::string& arg) {
+  if (arg.empty()) return "''";
+  bool safe = true;
+  for (const char c : arg) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.' || c == '/' || c == ',' || c == ':' || c == '=' || c == '+' || c == '@' ||
+                    c == '%' || c == '^';
+    if (!ok) {
+      safe = false;
+      break;
+    }
+  }
+  if (safe) return arg;
+  std::string q = "'";
+  for (const char c : arg) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+std::string attnscope_command(const std::vector<std::string>& args) {
+  std::string cmd = "attnscope";
+  for (const std::string& a : args) cmd += " " + shell_quote(a);
+  return cmd;
+}
+
+std::string number_arg(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string lambda_arg(double lambda) {
+  if (!(lambda > 0) || !std::isfinite(lambda)) return number_arg(lambda);
+  int e = 0;
+  if (std::frexp(lambda, &e) == 0.5) return fmt_lambda(lambda);
+  // The DoF view's slider moves in quarter powers of two; parse_lambda reads "2^x" as
+  // std::pow(2, x), the same double the slider holds, so the command computes the same DoF.
+  const double q = std::round(std::log2(lambda) * 4) / 4;
+  if (std::pow(2.0, q) == lambda) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "2^%g", q);
+    return buf;
+  }
+  return number_arg(lambda);
+}
+
+}  // namespace attnscope

@@ -1,0 +1,99 @@
+// The trainer's maps and losses (inside core: distill.cpp, distill_direct.cpp, the training
+// benchmark, and the tests): one layer's maps stacked over heads, the groups of heads that share a
+// feature dimension, and the layerwise losses in the log domain.
+//
+// Layerwise losses, per query row i over keys j <= i (A = softmax attention, Ahat = the linear map):
+//   kl       mean row KL(A || Ahat)
+//   softmax  mean row cross-entropy -sum_j A_ij log Ahat_ij
+//   l2       mean squared error of kernel values on sampled pairs (i, j), both scaled by the
+//            row's largest softmax kernel value exp(max_j q_i.k_j / sqrt d), which attention
+//            ignores and which keeps the values in range
+// Everything is computed from log phi (log domain): log Khat_ij = logsumexp_m(log phi_q + log phi_k),
+// so exp never overflows on real heads. t2r's features are exactly 0 wherever ReLU cuts, so its
+// kernel is formed directly (no exp to overflow) and rows with no positive weight are left out.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/distill/distill_options.h"
+
+namespace attnscope {
+
+class Model;
+struct HeadFeatureMaps;
+
+// SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}".
+std::string feature_map_tensor_name(int layer, int head, const std::string& param);
+
+// One layer's maps (or one group of its heads): every parameter stacked over the H heads.
+struct LayerMaps {
+  std::string map;  // one of trainable_feature_maps()
+  std::string activation = "exp";
+  int64_t heads = 0, d = 0, features = 0;
+  std::vector<std::pair<std::string, at::Tensor>> params;  // e.g. "z" [H, M, d], "alpha" [H, M]
+  // Head h's map as a core FeatureMap (copies of the parameters).
+  std::unique_ptr<FeatureMap> head_map(int64_t head) const;
+  // Head h's map computed from the stacked parameters themselves (no copy, cast to the input's
+  // dtype): gradients through its features reach params, e.g. through Model::forward (direct).
+  std::shared_ptr<FeatureMap> trainable_head_map(int64_t head) const;
+};
+
+// Initial maps of a layer; head h is make_feature_map's map with seed derive_seed(seed, layer, h).
+// o gives the map, its activation, init, tying and seed.
+LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features);
+
+// The heads of a layer that share one feature dimension, trained as one stacked LayerMaps: maps'
+// stacked index i is the layer's head heads[i].
+struct HeadGroup {
+  std::vector<int64_t> heads;
+  LayerMaps maps;
+};
+
+// Layer s's groups for head dims `head_dims` (one M per head), in order of first head: one group
+// (all heads, in order) when the heads share M. Head h's map is init_layer_maps' head h (seed
+// derive_seed(seed, s, h)) whatever its group.
+std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
+                                         int64_t d);
+
+// Every head's trainable_head_map (groups[s] is layer s's groups): the model runs with the
+// trainable maps in place, and gradients reach their parameters.
+std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups);
+
+// Direct training's loss: the mean next-token cross-entropy of `model` (as it is: with its linear
+// attention) on windows ids [B, L] (int64, L >= 2); differentiable in whatever requires grad.
+at::Tensor direct_loss(const Model& model, const at::Tensor& ids);
+
+// The training loss of a mini-batch q, k [B, H, L, d] (float32), averaged over windows, heads and
+// rows; differentiable in maps.params. `pairs` (int64 [P, 2], i >= j) are the l2 pairs. A layerwise
+// loss (not direct).
+at::Tensor layer_loss(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
+                      const at::Tensor& pairs = {});
+// Mean row KL(A || Ahat) (no gradient).
+double layer_kl(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k);
+
+// Benchmark hook (training ms per sample, paper 000 Table 5): the wall time in seconds of `steps`
+// training steps exactly as distill() runs them (forward, backward, AdamW update of the maps), after
+// one untimed warm-up step, on the device the tensors are on (the clock stops when it has finished).
+// groups[s] are layer s's groups (init_layer_groups), updated in place.
+//   loss kl | softmax | l2: q[s], k[s] [B, H, L, d] float32 are layer s's mini-batch (layers run
+//                           concurrently, as in distill); model and ids are ignored
+//   loss direct:            model (float32 weights, no gradient) runs with the maps in place on
+//                           ids [B, L]; q and k are ignored
+// options gives lr, lr_alpha, weight_decay, schedule, steps, l2_pairs and seed. Throws Error on shape mismatch.
+struct DistillBench {
+  int steps = 1;  // timed steps after the warm-up: the result is their total time
+  DistillOptions options;
+  std::vector<std::vector<HeadGroup>> groups;
+  std::vector<at::Tensor> q, k;
+  const Model* model = nullptr;
+  at::Tensor ids;
+};
+double distill_step_seconds(DistillBench& bench);
+
+}  // namespace attnscope

@@ -1,0 +1,222 @@
+// The distillation trainers' shared pieces (train_state.h), except checkpoints (checkpoint.cpp).
+//
+// Determinism: the mini-batch of step t and the l2 pairs are drawn from derive_seed(seed, stream, t)
+// alone, so the random state of a run at step t is (seed, t): a resumed run draws exactly what the
+// uninterrupted one would have.
+#include "distill/train_state.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "attnscope/base/error.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/model/head_feature_maps.h"
+#include "base/random.h"
+#include "distill/adamw.h"
+
+namespace attnscope {
+
+namespace {
+bool one_group(const LayerState& st) { return st.groups.size() == 1; }
+}  // namespace
+
+at::Tensor group_heads(const LayerState& st, const GroupState& g, const at::Tensor& t) {
+  return one_group(st) ? t : t.index_select(1, g.head_index);
+}
+
+Optimizer optimizer_of(const DistillOptions& o) { return {o.lr, o.lr_alpha, o.weight_decay, o.schedule, o.steps}; }
+
+void adamw_step(const Optimizer& opt, GroupState& g, int64_t step) {
+  LayerMaps& maps = g.group.maps;
+  for (size_t i = 0; i < maps.params.size(); ++i) {
+    at::Tensor& p = maps.params[i].second;
+    const at::Tensor grad = p.grad();
+    if (!grad.defined()) continue;  // a parameter the loss does not reach (none of the maps' so far)
+    const std::string& name = maps.params[i].first;
+    const double base = name == "alpha" ? opt.lr_alpha : opt.lr;
+    adamw_update(p, grad, g.exp_avg[i], g.exp_avg_sq[i], scheduled_lr(opt.schedule, base, step - 1, opt.steps),
+                 opt.weight_decay, step);
+    p.mutable_grad().zero_();
+  }
+}
+
+GroupState group_state(HeadGroup group) {
+  GroupState g;
+  g.group = std::move(group);
+  g.head_index = at::tensor(g.group.heads, at::kLong);
+  for (auto& [name, p] : g.group.maps.params) {
+    g.exp_avg.push_back(at::zeros_like(p));
+    g.exp_avg_sq.push_back(at::zeros_like(p));
+  }
+  return g;
+}
+
+void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
+                      LayerState& st) {
+  st.heads = int64_t(head_dims.size());
+  st.groups.clear();
+  for (HeadGroup& hg : init_layer_groups(o, layer, head_dims, d)) st.groups.push_back(group_state(std::move(hg)));
+}
+
+void to_device(LayerState& st, const at::Device& device) {
+  for (GroupState& g : st.groups) {
+    for (auto& p : g.group.maps.params) p.second = p.second.to(device);
+    for (auto& t : g.exp_avg) t = t.to(device);
+    for (auto& t : g.exp_avg_sq) t = t.to(device);
+    g.head_index = g.head_index.to(device);
+  }
+}
+
+LayerMaps cpu_copy(const LayerMaps& maps) {
+  LayerMaps m = maps;
+  for (auto& p : m.params) p.second = p.second.detach().to(at::kCPU, at::kFloat);
+  return m;
+}
+
+std::vector<LayerState> bench_layers(const std::vector<std::vector<HeadGroup>>& groups) {
+  std::vector<LayerState> layers(groups.size());
+  for (size_t s = 0; s < groups.size(); ++s)
+    for (const HeadGroup& hg : groups[s]) {
+      layers[s].groups.push_back(group_state(hg));  // the same tensors: updated in place
+      layers[s].heads += int64_t(hg.heads.size());
+      for (auto& p : layers[s].groups.back().group.maps.params) p.second.requires_grad_(true);
+    }
+  return layers;
+}
+
+at::Tensor step_batch(uint64_t seed, int64_t batch, int64_t n_train, int64_t step) {
+  const auto idx = sample_without_replacement(n_train, std::min(batch, n_train),
+                                              derive_seed(derive_seed(seed, kBatchStream), uint64_t(step)));
+  return at::tensor(idx, at::kLong);
+}
+
+at::Tensor step_pairs(uint64_t seed, int64_t n_pairs, int64_t L, int64_t step) {
+  Rng rng(derive_seed(derive_seed(seed, kPairStream), uint64_t(step)));
+  at::Tensor pairs = at::empty({n_pairs, 2}, at::kLong);
+  auto a = pairs.accessor<int64_t, 2>();
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    const int64_t i = int64_t(rng.below(uint64_t(L)));
+    a[p][0] = i;
+    a[p][1] = int64_t(rng.below(uint64_t(i + 1)));
+  }
+  return pairs;
+}
+
+std::pair<std::vector<int64_t>, std::vector<int64_t>> split_windows(uint64_t seed, double val_share, int64_t T,
+                                                                    const std::string& source) {
+  const auto order = shuffle_indices(T, derive_seed(seed, kSplitStream));
+  int64_t n_val = val_share > 0 ? std::max<int64_t>(1, int64_t(std::llround(val_share * double(T)))) : 0;
+  if (n_val >= T) fail(source, "has " + std::to_string(T) + " windows: too few to hold out a validation share");
+  return {std::vector<int64_t>(order.begin() + n_val, order.end()), std::vector<int64_t>(order.begin(), order.begin() + n_val)};
+}
+
+double head_weighted(const LayerState& st, const std::vector<double>& per_group) {
+  if (one_group(st)) return per_group[0];
+  double sum = 0;
+  for (size_t g = 0; g < st.groups.size(); ++g) sum += per_group[g] * double(st.groups[g].group.heads.size());
+  return sum / double(st.heads);
+}
+
+// Validation on all held-out windows, a few at a time.
+std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const at::Tensor& pairs) {
+  at::NoGradGuard no_grad;
+  const int64_t T = st.val_q.size(0);
+  const bool direct = loss == DistillLoss::Direct;
+  std::vector<double> losses, kls;
+  for (const GroupState& g : st.groups) {
+    const at::Tensor gq = group_heads(st, g, st.val_q), gk = group_heads(st, g, st.val_k);
+    double sum_loss = 0, sum_kl = 0;
+    for (int64_t t0 = 0; t0 < T; t0 += 4) {
+      const int64_t n = std::min<int64_t>(4, T - t0);
+      const at::Tensor q = gq.narrow(0, t0, n), k = gk.narrow(0, t0, n);
+      const double l = direct ? layer_kl(g.group.maps, q, k) : layer_loss(g.group.maps, q, k, loss, pairs).item<double>();
+      const double kk = loss == DistillLoss::Kl || direct ? l : layer_kl(g.group.maps, q, k);
+      sum_loss += l * double(n);
+      sum_kl += kk * double(n);
+    }
+    losses.push_back(sum_loss / double(T));
+    kls.push_back(sum_kl / double(T));
+  }
+  return {head_weighted(st, losses), head_weighted(st, kls)};
+}
+
+std::string num_str(double v, int digits) {
+  std::ostringstream s;
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
+
+void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>& layers, const json& extra,
+                   DistillResult& r) {
+  NamedTensors maps_out;
+  json rep;
+  rep["feature_map"] = o.feature_map;
+  rep["loss"] = distill_loss_name(o.loss);
+  rep["steps"] = o.steps;
+  rep["layers"] = json::array();
+  double sum_kl = 0;
+  const int S = int(layers.size());
+  std::vector<std::vector<HeadGroup>> groups(static_cast<size_t>(S));
+  for (int s = 0; s < S; ++s) {
+    LayerState& st = layers[size_t(s)];
+    DistillLayerResult lr;
+    lr.head_features.assign(size_t(st.heads), 0);
+    for (GroupState& g : st.groups) {
+      for (auto& p : g.group.maps.params) p.second = p.second.detach().requires_grad_(false);
+      for (size_t i = 0; i < g.group.heads.size(); ++i) lr.head_features[size_t(g.group.heads[i])] = g.group.maps.features;
+      groups[size_t(s)].push_back({g.group.heads, cpu_copy(g.group.maps)});
+    }
+    // Head by head in order, each head's tensors in its map's order (SPEC 7 names).
+    for (int64_t h = 0; h < st.heads; ++h)
+      for (const GroupState& g : st.groups)
+        for (size_t i = 0; i < g.group.heads.size(); ++i)
+          if (g.group.heads[i] == h)
+            for (const auto& [name, t] : g.group.maps.params)
+              maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[int64_t(i)].to(at::kCPU, at::kFloat).contiguous());
+    lr.layer = s;
+    lr.features = *std::max_element(lr.head_features.begin(), lr.head_features.end());
+    lr.initial_loss = st.first_loss;
+    lr.final_loss = st.last_loss;
+    lr.initial_val_kl = st.initial_val_kl;
+    lr.val_kl = st.has_val ? st.val_kl : std::nan("");
+    sum_kl += lr.val_kl;
+    r.layers.push_back(lr);
+    json jl = {{"layer", s}, {"features", lr.features}};
+    if (!one_group(st)) jl["head_features"] = lr.head_features;
+    jl["initial_loss"] = lr.initial_loss;
+    jl["final_loss"] = lr.final_loss;
+    if (st.has_val) {
+      jl["initial_val_kl"] = lr.initial_val_kl;
+      jl["val_kl"] = lr.val_kl;
+    } else {
+      jl["val_kl"] = nullptr;
+    }
+    rep["layers"].push_back(jl);
+  }
+  // The trained maps as every head's own FeatureMap (copies, CPU float32).
+  auto maps = std::make_shared<HeadFeatureMaps>();
+  for (const auto& layer : groups) {
+    std::vector<std::shared_ptr<FeatureMap>> heads;
+    int64_t n = 0;
+    for (const auto& g : layer) n += int64_t(g.heads.size());
+    heads.resize(size_t(n));
+    for (const auto& g : layer)
+      for (size_t i = 0; i < g.heads.size(); ++i) heads[size_t(g.heads[i])] = g.maps.head_map(int64_t(i));
+    maps->maps.push_back(std::move(heads));
+  }
+  r.maps = maps;
+  rep["mean_val_kl"] = sum_kl / double(S);
+  for (auto it = extra.begin(); it != extra.end(); ++it) rep[it.key()] = it.value();
+  if (run.writes())
+    write_safetensors(run.file("feature_maps.safetensors"), maps_out,
+                      {{"feature_map", o.feature_map}, {"format", "attnscope feature maps (SPEC 7)"}});
+  run.write_report(rep.dump(2) + "\n");
+  run.log("finished: mean validation KL " + num_str(sum_kl / double(S)));
+}
+
+}  // namespace attnscope
