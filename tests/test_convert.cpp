@@ -217,12 +217,7 @@ TEST(Convert, BadInputIsClearError) {
 // The CLI end to end, and attnscope_linear.py (PyTorch alone) against attnscope's logits.
 TEST(Convert, PythonModuleMatchesAttnscope) {
   std::string o;
-  std::string python;
-  for (const char* p : {"/usr/bin/python3", "python3"})
-    if (test::run_command(std::string(p) + " -c 'import torch' 2>&1", &o) == 0) {
-      python = p;
-      break;
-    }
+  const std::string python = test::python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   const std::string cli = test::cli_path();
   const std::string tmp = test::temp_dir("convert_py");
@@ -266,14 +261,6 @@ TEST(Convert, PythonModuleMatchesAttnscope) {
 }
 
 namespace {
-
-std::string find_python_with_torch() {
-  std::string o;
-  for (const char* p : {"/usr/bin/python3", "python3"})
-    if (test::run_command(std::string(p) + " -c 'import torch' 2>&1", &o) == 0) return p;
-  return "";
-}
-
 
 // OUT's attnscope_linear.py against attnscope on the same ids: `attnscope logits` writes the
 // reference, the Python runner recomputes the logits. ran is false (output says why) when either
@@ -357,7 +344,7 @@ TEST(Convert, FromFinishedJob) {
   std::cout << "[ learned-prf ] max |batch - recurrent| logits = " << rec << "\n";
   EXPECT_LT(rec, 1e-3);
 
-  const std::string python = find_python_with_torch();
+  const std::string python = test::python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   const PythonCheck py = python_against_attnscope(python, out, "1,2,3,4,5,600,700,8,9");
   ASSERT_TRUE(py.ran) << py.output;
@@ -402,7 +389,7 @@ TEST(Convert, LlamaWithGroupedQueryAttention) {
             << batch.abs().max().item<double>() << ")\n";
   EXPECT_LT(rec, 1e-4);
 
-  const std::string python = find_python_with_torch();
+  const std::string python = test::python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   const PythonCheck py = python_against_attnscope(python, out, "1,2,3,4,5,600,700,8,9,4000");
   ASSERT_TRUE(py.ran) << py.output;
@@ -449,7 +436,7 @@ TEST(Convert, GptNeoXRunsInPyTorch) {
     const at::Tensor batch = m.model->forward(ids);
     EXPECT_LT((m.model->forward_recurrent(ids) - batch).abs().max().item<double>(), 1e-4);
 
-    const std::string python = find_python_with_torch();
+    const std::string python = test::python_with_torch();
     if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
     const PythonCheck py = python_against_attnscope(python, out, "1,2,3,4,5,600,700,8,9,4000,11,12");
     ASSERT_TRUE(py.ran) << py.output;
@@ -528,7 +515,7 @@ TEST(Convert, DistilledJobConvertsAndRunsInPyTorch) {
   const at::Tensor ids = sample_ids(40, 4096, 6);
   EXPECT_LT((m.model->forward_recurrent(ids) - m.model->forward(ids)).abs().max().item<double>(), 1e-3);
 
-  const std::string python = find_python_with_torch();
+  const std::string python = test::python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   const std::string out = dir + "/out";
   const PythonCheck py = python_against_attnscope(python, out, "11,22,33,44,55,600,700,8,9,1000");
@@ -559,7 +546,7 @@ TEST(Convert, QueriesWithoutPositiveWeightReadNothing) {
   ASSERT_TRUE(at::isfinite(batch).all().item<bool>());
   EXPECT_LT((batch - rec).abs().max().item<double>(), 1e-3);
 
-  const std::string python = find_python_with_torch();
+  const std::string python = test::python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
   std::string id_list;
   for (int64_t i = 0; i < ids.size(1); ++i) id_list += (i ? "," : "") + std::to_string(ids[0][i].item<int64_t>());

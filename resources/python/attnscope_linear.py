@@ -16,6 +16,13 @@ only (the safetensors format is parsed here), so the directory runs where attnsc
 
     python3 attnscope_linear.py OUT --ids 1,2,3 --new-tokens 20   # greedy continuation ids
 
+load() checks what attnscope checks before it runs anything: config.json and its "attnscope" object
+(format_version, feature map, dims against the model's layers and heads), every weight (name, shape,
+finite), every head's feature-map tensors (names, shapes, float32, finite, the dims they give), and
+with weights referenced by attnscope.source, that those weights still have the recorded sha256. A
+model it refuses raises ConvertedModelError, whose message is "FILE: problem" in attnscope's words;
+run as a program it prints that line and exits 1.
+
 Generation runs the recurrent form: per head a state S = sum phi(k) v^T [M, d] and z = sum phi(k)
 [M] carries the prefix, so each new token costs the same at every position (model(ids, cache, pos)
 with a cache from model.new_cache()).
@@ -25,54 +32,489 @@ Architectures: GPT-2, GPT-NeoX (Pythia), Llama (grouped-query attention included
 flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
 import struct
 import sys
+import types
 
 import torch
+
+
+# ---- errors: one type, "FILE: problem" -----------------------------------------------------------
+
+class ConvertedModelError(ValueError):
+    """A converted model (or one of its files) that cannot be run; str() is "FILE: problem"."""
+
+
+def _fail(where, what):
+    raise ConvertedModelError("%s: %s" % (where, what))
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _shape_str(shape):
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def _read_json(path):
+    """The JSON value in `path`; an error naming the file when it is missing or not JSON."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as e:
+        _fail(path, "cannot be read (%s)" % (e.strerror or e))
+    try:
+        return json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        _fail(path, "not valid JSON (%s)" % e)
+
+
+# ---- safetensors -------------------------------------------------------------------------------
 
 _DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
     "BOOL": torch.bool,
 }
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
-def read_safetensors(path):
-    """All tensors of a .safetensors file, by name (the format: u64 header size, JSON header, data)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n].decode("utf-8"))
-    base = 8 + n
+def _unique_keys(pairs):
+    """json's object_pairs_hook: a header naming a key twice is ambiguous (json keeps the last)."""
     out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _DTYPES[e["dtype"]]
-        start, end = e["data_offsets"]
-        buf = bytearray(data[base + start:base + end])
-        t = torch.frombuffer(buf, dtype=dtype) if len(buf) else torch.empty(0, dtype=dtype)
-        out[name] = t.reshape(e["shape"])
+    for k, v in pairs:
+        if k in out:
+            raise KeyError(k)
+        out[k] = v
     return out
 
 
-def read_weights(directory):
-    """model.safetensors, or the shards of model.safetensors.index.json."""
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-        out = {}
-        for name in files:
-            out.update(read_safetensors(os.path.join(directory, name)))
-        return out
-    return read_safetensors(os.path.join(directory, "model.safetensors"))
+def _header_entry(name, e, where):
+    """(dtype name, shape, begin, end) of one header entry, checked as attnscope's header parser does."""
+    if not isinstance(e, dict):
+        _fail(where, "header entry is not a JSON object")
+    dtype, shape, offsets = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+    if not isinstance(dtype, str):
+        _fail(where, 'missing or non-string "dtype"')
+    if dtype not in _DTYPES:
+        _fail(where, 'unknown dtype "%s"' % dtype)
+    if not isinstance(shape, list):
+        _fail(where, 'missing or non-array "shape"')
+    if not all(_is_int(s) and s >= 0 for s in shape):
+        _fail(where, "shape has a dimension that is not a non-negative integer")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) and o >= 0 for o in offsets)):
+        _fail(where, '"data_offsets" must be two non-negative integers')
+    begin, end = offsets
+    if end < begin:
+        _fail(where, "data_offsets end before they begin")
+    want = math.prod(shape) * _DTYPE_BYTES[dtype]
+    if end - begin != want:
+        _fail(where, "shape x dtype needs %d bytes but data_offsets span %d" % (want, end - begin))
+    return dtype, shape, begin, end
 
 
-# ---- feature maps: each returns (values, log_scale) with phi = exp(log_scale) * values ----------
+def read_safetensors(path):
+    """All tensors of a .safetensors file, by name (the format: u64 header size, JSON header, data).
+    A file that is missing, truncated or whose header lies raises ConvertedModelError naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        _fail(path, "cannot be read (%s)" % (e.strerror or e))
+    if len(data) < 8:
+        _fail(path, "too short for a safetensors file (%d bytes)" % len(data))
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > len(data) - 8:
+        _fail(path, "header length %d runs past the end of the file (%d bytes): truncated?" % (n, len(data)))
+    if n < 2:
+        _fail(path, "header is empty")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"), object_pairs_hook=_unique_keys)
+    except KeyError as e:
+        _fail(path, "header has the key '%s' more than once" % e.args[0])
+    except (UnicodeDecodeError, ValueError):
+        _fail(path, "header is not valid JSON")
+    if not isinstance(header, dict):
+        _fail(path, "header is not a JSON object")
+    base, buffer = 8 + n, len(data) - 8 - n
+    out, spans = {}, []
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, begin, end = _header_entry(name, e, "%s: tensor '%s'" % (path, name))
+        if end > buffer:
+            _fail(path, "tensor '%s' ends at byte %d of a data buffer of %d bytes: truncated?" % (name, end, buffer))
+        spans.append((begin, end, name))
+        buf = bytearray(data[base + begin:base + end])
+        t = torch.frombuffer(buf, dtype=_DTYPES[dtype]) if len(buf) else torch.empty(0, dtype=_DTYPES[dtype])
+        out[name] = t.reshape(shape)
+    spans.sort()
+    for (_, a_end, a), (b_begin, _, b) in zip(spans, spans[1:]):
+        if b_begin < a_end:
+            _fail(path, "tensors '%s' and '%s' overlap in the data buffer" % (a, b))
+    return out
+
+
+def _weights_index(index):
+    """The shard file names model.safetensors.index.json lists, sorted (each inside its directory)."""
+    j = _read_json(index)
+    if not isinstance(j, dict):
+        _fail(index, "index is not a JSON object")
+    wm = j.get("weight_map")
+    if not isinstance(wm, dict):
+        _fail(index, 'index has no "weight_map" object')
+    for name, shard in wm.items():
+        if not isinstance(shard, str):
+            _fail(index, "weight_map entry for '%s' is not a file name string" % name)
+        if not shard or os.path.isabs(shard) or ".." in shard.replace("\\", "/").split("/"):
+            _fail(index, "weight_map entry for '%s' names '%s', which is not a file inside the index's directory" % (name, shard))
+    if not wm:
+        _fail(index, "index lists no tensors")
+    return wm
+
+
+class Weights:
+    """The original model's weights: model.safetensors, or the shards of model.safetensors.index.json.
+    get() checks each tensor as attnscope's weight store does: present, of the shape the config
+    gives, finite as float32."""
+
+    def __init__(self, directory):
+        single = os.path.join(directory, "model.safetensors")
+        index = os.path.join(directory, "model.safetensors.index.json")
+        self.tensors = {}  # name -> (file, tensor)
+        if os.path.exists(single):
+            self.source = single
+            self.tensors = {k: (single, t) for k, t in read_safetensors(single).items()}
+            return
+        if not os.path.exists(index):
+            _fail(directory, "has no model.safetensors or model.safetensors.index.json")
+        self.source = index
+        wm = _weights_index(index)
+        for shard in sorted(set(wm.values())):
+            path = os.path.join(directory, shard)
+            if not os.path.exists(path):
+                listed = sorted(k for k, v in wm.items() if v == shard)[0]
+                _fail(index, "shard '%s' (listed for tensor '%s') does not exist: %s" % (shard, listed, path))
+            tensors = read_safetensors(path)
+            for name, s in wm.items():
+                if s == shard:
+                    if name not in tensors:
+                        _fail(index, "tensor '%s' is listed in shard '%s' but %s does not contain it" % (name, shard, path))
+                    self.tensors[name] = (path, tensors[name])
+
+    def has(self, name):
+        return name in self.tensors
+
+    def get(self, name, shape):
+        if name not in self.tensors:
+            _fail(self.source, "no tensor named '%s'" % name)
+        path, t = self.tensors[name]
+        where = "%s: tensor '%s'" % (path, name)
+        if list(t.shape) != list(shape):
+            _fail(where, "expected shape %s but the file has %s" % (_shape_str(shape), _shape_str(t.shape)))
+        floating = t.is_floating_point()
+        t = t.to(torch.float32)
+        bad = ~torch.isfinite(t.reshape(-1)) if floating else None
+        if bad is not None and bool(bad.any()):
+            _fail(where, "has %d non-finite values (NaN or Inf) as float32, the first at flat index %d"
+                  % (int(bad.sum()), int(bad.nonzero()[0, 0])))
+        return t
+
+
+# ---- attnscope.source: the weights a model refers to, and their sha256 ---------------------------
+# The same definition as attnscope's (core/src/convert/source_weights.h): the sha256 is of the bytes
+# of the weight files in order: a llama2.c .bin itself; in a model directory model.safetensors alone
+# (what `sha256sum model.safetensors` prints), or model.safetensors.index.json followed by every
+# shard it lists, sorted by name. Each file's size and modification time are recorded beside it; a
+# file that still has both is taken as unchanged, any other is hashed.
+
+def source_weight_files(path):
+    """(name, full path) of the files attnscope.source.sha256 covers, in hashing order."""
+    if os.path.isfile(path):
+        return [(os.path.basename(path), path)]
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return [("model.safetensors", os.path.join(path, "model.safetensors"))]
+    index = os.path.join(path, "model.safetensors.index.json")
+    shards = sorted(set(_weights_index(index).values()))
+    return [("model.safetensors.index.json", index)] + [(s, os.path.join(path, s)) for s in shards]
+
+
+def sha256_files(paths):
+    """Lower-case hex sha256 of the files' bytes, one after another."""
+    h = hashlib.sha256()
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError as e:
+            _fail(p, "cannot be read (%s)" % (e.strerror or e))
+    return h.hexdigest()
+
+
+def _changed_files(record, files):
+    """The files whose size or modification time differ from attnscope.source.files: all of them
+    when there is no such record (a model converted before it was kept) or it lists other files."""
+    by_name = {r.get("name"): r for r in record if isinstance(r, dict)} if isinstance(record, list) else {}
+    if not isinstance(record, list) or len(record) != len(files) or sorted(by_name, key=str) != sorted(n for n, _ in files):
+        return [full for _, full in files]
+    changed = []
+    for name, full in files:
+        st, r = os.stat(full), by_name[name]
+        if not (r.get("size") == st.st_size and r.get("mtime_ns") == st.st_mtime_ns):
+            changed.append(full)
+    return changed
+
+
+def _check_source(source, config_file):
+    """The referenced weights' directory, after checking them against the recorded sha256 (hashed
+    only when a file's size or modification time differs from the record)."""
+    path = source["path"]
+    if not (os.path.exists(os.path.join(path, "model.safetensors"))
+            or os.path.exists(os.path.join(path, "model.safetensors.index.json"))):
+        _fail(config_file, "refers to the original weights at %s, which hold no model.safetensors (moved or deleted?)" % path)
+    recorded = source.get("sha256")
+    if not isinstance(recorded, str):
+        _fail(config_file, "attnscope.source has no sha256 of the original weights at %s" % path)
+    try:
+        files = source_weight_files(path)
+    except ConvertedModelError as e:
+        _fail(config_file, "refers to the original weights at %s: %s" % (path, e))
+    for name, full in files:
+        if not os.path.isfile(full):
+            _fail(config_file, "refers to the original weights at %s, whose file %s is missing (moved or deleted?)" % (path, name))
+    changed = _changed_files(source.get("files"), files)
+    if changed:
+        now = sha256_files([full for _, full in files])
+        if now != recorded:
+            _fail(config_file, "refers to the original weights %s, which changed since the conversion: their sha256 is %s, "
+                  "attnscope.source.sha256 records %s" % (", ".join(changed), now, recorded))
+    return path
+
+
+# ---- config.json: the model's sizes and the "attnscope" object ----------------------------------
+
+_INT_MAX = 2 ** 31 - 1
+_ARCHS = "GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM"
+
+
+def _config_int(config, keys, file, default=None):
+    """A positive integer field (the first of `keys` present), or `default` when absent."""
+    for k in keys:
+        v = config.get(k)
+        if v is None or (default is None and not _is_int(v)):
+            continue
+        if not (_is_int(v) and 1 <= v <= _INT_MAX):
+            _fail(file, '"%s" = %s must be a positive integer up to %d' % (k, json.dumps(v), _INT_MAX))
+        return v
+    if default is None:
+        _fail(file, 'missing integer field "%s"' % keys[0])
+    return default
+
+
+def _config_number(config, key, default, file):
+    v = config.get(key)
+    if v is None:
+        return default
+    if not _is_number(v):
+        _fail(file, '"%s" must be a number' % key)
+    return float(v)
+
+
+def _config_bool(config, key, default):
+    v = config.get(key)
+    return v if isinstance(v, bool) else default
+
+
+def _config_gelu(config, key, default, file):
+    """The tanh approximation or the exact GELU, as torch.nn.functional.gelu's `approximate`."""
+    name = config.get(key, default)
+    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        return "tanh"
+    if name == "gelu":
+        return "none"
+    _fail(file, 'activation "%s" is not supported (gelu or gelu_new for this architecture; silu only for Llama)' % name)
+
+
+def model_shape(config, file):
+    """The sizes attnscope reads from a Hugging Face config.json (its architecture's field names)."""
+    if not isinstance(config, dict):
+        _fail(file, "config is not a JSON object")
+    archs = config.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    if not arch:
+        _fail(file, 'no "architectures" entry; attnscope supports ' + _ARCHS)
+    c = types.SimpleNamespace(arch=arch, file=file, head_dim=0)
+    if arch == "GPT2LMHeadModel":
+        c.kind = LinearGPT2
+        c.d_model = _config_int(config, ("n_embd", "hidden_size"), file)
+        c.n_layer = _config_int(config, ("n_layer", "num_hidden_layers"), file)
+        c.n_head = _config_int(config, ("n_head", "num_attention_heads"), file)
+        c.n_ctx = _config_int(config, ("n_positions", "n_ctx", "max_position_embeddings"), file)
+        c.d_ff = _config_int(config, ("n_inner",), file, 4 * c.d_model)
+        c.n_kv_head = c.n_head
+    elif arch == "GPTNeoXForCausalLM":
+        c.kind = LinearNeoX
+        c.d_model = _config_int(config, ("hidden_size",), file)
+        c.n_layer = _config_int(config, ("num_hidden_layers",), file)
+        c.n_head = _config_int(config, ("num_attention_heads",), file)
+        c.n_ctx = _config_int(config, ("max_position_embeddings",), file)
+        c.d_ff = _config_int(config, ("intermediate_size",), file, 4 * c.d_model)
+        c.n_kv_head = c.n_head
+    elif arch == "LlamaForCausalLM":
+        c.kind = LinearLlama
+        c.d_model = _config_int(config, ("hidden_size",), file)
+        c.n_layer = _config_int(config, ("num_hidden_layers",), file)
+        c.n_head = _config_int(config, ("num_attention_heads",), file)
+        c.n_ctx = _config_int(config, ("max_position_embeddings",), file)
+        c.d_ff = _config_int(config, ("intermediate_size",), file)
+        c.n_kv_head = _config_int(config, ("num_key_value_heads",), file, c.n_head)
+        c.head_dim = _config_int(config, ("head_dim",), file, 0)
+        if config.get("rope_scaling") is not None:
+            _fail(file, "rope_scaling is not supported yet (found %s)" % json.dumps(config["rope_scaling"]))
+    else:
+        _fail(file, 'architecture "%s" is not supported; attnscope supports %s' % (arch, _ARCHS))
+    c.vocab_size = _config_int(config, ("vocab_size",), file)
+    if c.head_dim == 0:
+        if c.d_model % c.n_head:
+            _fail(file, "hidden size %d is not divisible by %d heads" % (c.d_model, c.n_head))
+        c.head_dim = c.d_model // c.n_head
+    if c.n_head % c.n_kv_head:
+        _fail(file, "%d query heads cannot share %d key/value heads evenly" % (c.n_head, c.n_kv_head))
+    return c
+
+
+FEATURE_MAPS = ("prf", "prf-orthogonal", "prf-hyperbolic", "learned-prf", "hedgehog", "t2r", "elu", "relu",
+                "exp", "taylor2", "cosformer", "flex-stationary", "flex-nonstationary")
+
+
+def parse_header(config, file, n_layer, n_head):
+    """The "attnscope" object's feature map spec and dims [layer][head], checked as attnscope does."""
+    a = config.get("attnscope")
+    if not isinstance(a, dict):
+        _fail(file, 'has no "attnscope" object')
+    where = file + ": attnscope"
+    if not _is_int(a.get("format_version")) or a["format_version"] != 1:
+        _fail(where, "format_version must be 1 (this attnscope reads version 1)")
+    fm = a.get("feature_map")
+    if not isinstance(fm, dict):
+        _fail(where, "has no feature_map object")
+    if not isinstance(fm.get("name"), str):
+        _fail(where + ".feature_map", "has no name")
+    if fm["name"] not in FEATURE_MAPS:
+        _fail(where + ".feature_map.name", "'%s' is not a feature map attnscope knows" % fm["name"])
+    spec = {"name": fm["name"],
+            "activation": fm["activation"] if isinstance(fm.get("activation"), str) else "exp",
+            "tied": fm["tied"] if isinstance(fm.get("tied"), bool) else True,
+            "temperature": float(fm["temperature"]) if _is_number(fm.get("temperature")) else 1.0}
+    dims = a.get("dims")
+    if not isinstance(dims, list) or len(dims) != n_layer:
+        _fail(where + ".dims", "must list %d layers" % n_layer)
+    rows = []
+    for s, d in enumerate(dims):
+        if _is_int(d):
+            row = [d] * n_head
+        elif isinstance(d, list) and len(d) == n_head:
+            if not all(_is_int(m) for m in d):
+                _fail(where + ".dims", "layer %d holds a non-integer" % s)
+            row = list(d)
+        else:
+            _fail(where + ".dims", "layer %d must be an integer or %d integers" % (s, n_head))
+        if min(row) < 1:
+            _fail(where + ".dims", "layer %d has a feature dimension < 1" % s)
+        rows.append(row)
+    return spec, rows
+
+
+# ---- feature maps: the tensors each stores, checked, then each returns (values, log_scale) -------
+
+def map_tensor_shapes(spec, d, M, where):
+    """The tensors a head's map stores (name -> shape, in attnscope's order) and its feature count,
+    for head dimension d and M features (the fixed-size maps ignore M)."""
+    n = spec["name"]
+
+    def half():
+        if M % 2:
+            _fail(where, "feature map %s: features (M) must be even (pairs of features), got %d" % (n, M))
+        return M // 2
+
+    if n in ("prf", "prf-orthogonal"):
+        return {"w": [M, d]}, M
+    if n == "prf-hyperbolic":
+        return {"w": [half(), d]}, M
+    if n == "learned-prf":
+        return {"z": [M, d], "alpha": [M]}, M
+    if n in ("hedgehog", "t2r"):
+        if n == "hedgehog" and spec["activation"] not in ("exp", "softmax", "softmax-joint"):
+            _fail(where, "feature map hedgehog: unknown activation '%s' (valid: exp, softmax, softmax-joint)" % spec["activation"])
+        out = half() if n == "hedgehog" else M
+        sides = ("",) if spec["tied"] else ("q.", "k.")
+        return {side + k: shape for side in sides for k, shape in (("W", [d, out]), ("b", [out]))}, M
+    if n in ("flex-stationary", "flex-nonstationary"):
+        omegas = ("omega",) if n == "flex-stationary" else ("omega1", "omega2")
+        shapes = {w: [half(), d] for w in omegas}
+        shapes["tau"] = [1]
+        return shapes, M
+    if n == "exp" and not (math.isfinite(spec["temperature"]) and spec["temperature"] != 0):
+        _fail(where, "feature map exp: temperature must be finite and non-zero, got %g" % spec["temperature"])
+    if n in ("elu", "relu", "exp"):
+        return {}, d
+    if n == "taylor2":
+        return {}, 1 + d + d * d
+    _fail(where, "feature map %s is not supported by attnscope_linear.py" % n)
+
+
+def _head_map(spec, tensors, d, M, file, s, h):
+    """Head (s, h)'s FeatureMap from its stored tensors, each checked as attnscope checks it."""
+    where = "%s (layer %d head %d)" % (file, s, h)
+    shapes, features = map_tensor_shapes(spec, d, M, where)
+    n = spec["name"]
+    for name in tensors:
+        if name not in shapes:
+            _fail(where, "unexpected tensor '%s' for feature map %s (it has: %s)" % (name, n, ", ".join(shapes) or "none"))
+    for name, shape in shapes.items():
+        if name not in tensors:
+            _fail(where, "missing tensor '%s' of feature map %s" % (name, n))
+        t = tensors[name]
+        if list(t.shape) != shape:
+            _fail(where, "tensor '%s' has shape %s, feature map %s needs %s" % (name, _shape_str(t.shape), n, _shape_str(shape)))
+        if t.dtype != torch.float32:
+            _fail(where, "tensor '%s' is not float32" % name)
+        if not bool(torch.isfinite(t).all()):
+            _fail(where, "tensor '%s' holds NaN or inf" % name)
+    if features != M:
+        _fail(file, "layer %d head %d has %d features, the dims say %d" % (s, h, features, M))
+    return FeatureMap(spec, tensors, d, features)
+
+
+def read_feature_maps(file, spec, dims, shape):
+    """[layer][head] FeatureMap from feature_maps.safetensors: every head's tensors and nothing else."""
+    if not os.path.exists(file):
+        _fail(file, "is missing: it should hold every head's feature map")
+    tensors = read_safetensors(file)
+    maps, used = [], 0
+    for s in range(shape.n_layer):
+        row = []
+        for h in range(shape.n_head):
+            prefix = "layers.%d.heads.%d.feature_map." % (s, h)
+            own = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+            used += len(own)
+            row.append(_head_map(spec, own, shape.head_dim, dims[s][h], file, s, h))
+        maps.append(row)
+    if used != len(tensors):
+        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.feature_map.*"
+              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1))
+    return maps
+
 
 def _shift(logits):
     m = logits.max(-1, keepdim=True).values
@@ -82,8 +524,8 @@ def _shift(logits):
 class FeatureMap:
     def __init__(self, spec, tensors, d, features):
         self.name = spec["name"]
-        self.activation = spec.get("activation", "exp")
-        self.temperature = float(spec.get("temperature", 1.0))
+        self.activation = spec["activation"]
+        self.temperature = spec["temperature"]
         self.t = {k: v.to(torch.float64) for k, v in tensors.items()}
         self.d = d
         self.features = features
@@ -206,20 +648,26 @@ def _rotate_half(x, cos, sin, rotary_dim):
 # ---- GPT-2 -------------------------------------------------------------------------------------
 
 class LinearGPT2(torch.nn.Module):
-    def __init__(self, config, weights, maps):
+    def __init__(self, shape, config, weights, maps):
         super().__init__()
-        self.c = config
-        p = "transformer." if "transformer.wte.weight" in weights else ""
-        self.w = {k[len(p):] if k.startswith(p) else k: v.to(torch.float32) for k, v in weights.items()}
+        self.shape = shape
         self.maps = maps  # [layer][head] -> FeatureMap
-        self.n_layer = config["n_layer"]
-        self.n_head = config["n_head"]
-        self.d_model = config["n_embd"]
-        self.eps = config.get("layer_norm_epsilon", 1e-5)
-        act = config.get("activation_function", "gelu_new")
-        self.gelu_approx = "none" if act == "gelu" else "tanh"
-        tied = config.get("tie_word_embeddings", True)
-        self.lm_head = self.w["lm_head.weight"] if (not tied and "lm_head.weight" in self.w) else self.w["wte.weight"]
+        self.n_layer, self.n_head, self.d_model = shape.n_layer, shape.n_head, shape.d_model
+        D, F, V = shape.d_model, shape.d_ff, shape.vocab_size
+        need = {"wte.weight": [V, D], "wpe.weight": [shape.n_ctx, D], "ln_f.weight": [D], "ln_f.bias": [D]}
+        for s in range(self.n_layer):
+            for name, dims in (("ln_1.weight", [D]), ("ln_1.bias", [D]), ("attn.c_attn.weight", [D, 3 * D]),
+                               ("attn.c_attn.bias", [3 * D]), ("attn.c_proj.weight", [D, D]), ("attn.c_proj.bias", [D]),
+                               ("ln_2.weight", [D]), ("ln_2.bias", [D]), ("mlp.c_fc.weight", [D, F]),
+                               ("mlp.c_fc.bias", [F]), ("mlp.c_proj.weight", [F, D]), ("mlp.c_proj.bias", [D])):
+                need["h.%d.%s" % (s, name)] = dims
+        p = "transformer." if weights.has("transformer.wte.weight") else ""  # both spellings exist
+        self.w = {k: weights.get(p + k, dims) for k, dims in need.items()}
+        self.eps = _config_number(config, "layer_norm_epsilon", 1e-5, shape.file)
+        self.gelu_approx = _config_gelu(config, "activation_function", "gelu_new", shape.file)
+        tied = _config_bool(config, "tie_word_embeddings", True)
+        self.lm_head = (weights.get("lm_head.weight", [V, D]) if not tied and weights.has("lm_head.weight")
+                        else self.w["wte.weight"])
 
     def _ln(self, x, name):
         return torch.nn.functional.layer_norm(x, (self.d_model,), self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
@@ -256,23 +704,43 @@ class LinearGPT2(torch.nn.Module):
 # ---- Llama (HF layout: RMSNorm, rotate-half RoPE, SwiGLU, grouped-query attention) ---------------
 
 class LinearLlama(torch.nn.Module):
-    def __init__(self, config, weights, maps):
+    def __init__(self, shape, config, weights, maps):
         super().__init__()
-        self.c = config
-        self.w = {k: v.to(torch.float32) for k, v in weights.items()}
+        self.shape = shape
         self.maps = maps
-        self.n_layer = config["num_hidden_layers"]
-        self.d_model = config["hidden_size"]
-        self.n_head = config["num_attention_heads"]
-        self.n_kv = config.get("num_key_value_heads") or self.n_head
-        self.head_dim = config.get("head_dim") or self.d_model // self.n_head
-        self.eps = config.get("rms_norm_eps", 1e-6)
-        self.theta = config.get("rope_theta", 10000.0)
-        tied = config.get("tie_word_embeddings", False)
-        self.lm_head = self.w["lm_head.weight"] if (not tied and "lm_head.weight" in self.w) else self.w["model.embed_tokens.weight"]
+        self.n_layer, self.d_model, self.n_head = shape.n_layer, shape.d_model, shape.n_head
+        self.n_kv, self.head_dim = shape.n_kv_head, shape.head_dim
+        D, F, V = shape.d_model, shape.d_ff, shape.vocab_size
+        q, kv = self.n_head * self.head_dim, self.n_kv * self.head_dim
+        need = {"model.embed_tokens.weight": [V, D], "model.norm.weight": [D]}
+        optional = {}  # biases, read where the config has them and the checkpoint holds them
+        for s in range(self.n_layer):
+            pre = "model.layers.%d." % s
+            for name, dims in (("input_layernorm.weight", [D]), ("self_attn.q_proj.weight", [q, D]),
+                               ("self_attn.k_proj.weight", [kv, D]), ("self_attn.v_proj.weight", [kv, D]),
+                               ("self_attn.o_proj.weight", [D, q]), ("post_attention_layernorm.weight", [D]),
+                               ("mlp.gate_proj.weight", [F, D]), ("mlp.up_proj.weight", [F, D]),
+                               ("mlp.down_proj.weight", [D, F])):
+                need[pre + name] = dims
+            if _config_bool(config, "attention_bias", False):
+                optional.update({pre + "self_attn.q_proj.bias": [q], pre + "self_attn.k_proj.bias": [kv],
+                                 pre + "self_attn.v_proj.bias": [kv], pre + "self_attn.o_proj.bias": [D]})
+            if _config_bool(config, "mlp_bias", False):
+                optional.update({pre + "mlp.up_proj.bias": [F], pre + "mlp.down_proj.bias": [D]})
+        need.update({k: dims for k, dims in optional.items() if weights.has(k)})
+        self.w = {k: weights.get(k, dims) for k, dims in need.items()}
+        self.eps = _config_number(config, "rms_norm_eps", 1e-6, shape.file)
+        self.theta = _config_number(config, "rope_theta", 10000.0, shape.file)
+        tied = _config_bool(config, "tie_word_embeddings", False)
+        self.lm_head = (self.w["model.embed_tokens.weight"] if tied or not weights.has("lm_head.weight")
+                        else weights.get("lm_head.weight", [V, D]))
 
     def _rms(self, x, weight):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+    def _linear(self, x, name):
+        y = x @ self.w[name + ".weight"].T
+        return y + self.w[name + ".bias"] if name + ".bias" in self.w else y
 
     def new_cache(self):
         return _cache(self.n_layer, self.n_head)
@@ -286,9 +754,9 @@ class LinearLlama(torch.nn.Module):
         for s in range(self.n_layer):
             pre = "model.layers.%d." % s
             h = self._rms(x, w[pre + "input_layernorm.weight"])
-            q = _rotate_half((h @ w[pre + "self_attn.q_proj.weight"].T).view(B, L, H, d), cos, sin, d)
-            k = _rotate_half((h @ w[pre + "self_attn.k_proj.weight"].T).view(B, L, Hkv, d), cos, sin, d)
-            v = (h @ w[pre + "self_attn.v_proj.weight"].T).view(B, L, Hkv, d)
+            q = _rotate_half(self._linear(h, pre + "self_attn.q_proj").view(B, L, H, d), cos, sin, d)
+            k = _rotate_half(self._linear(h, pre + "self_attn.k_proj").view(B, L, Hkv, d), cos, sin, d)
+            v = self._linear(h, pre + "self_attn.v_proj").view(B, L, Hkv, d)
             heads = []
             for j in range(H):
                 kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
@@ -296,10 +764,10 @@ class LinearLlama(torch.nn.Module):
                 qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
                 heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
-            x = x + a @ w[pre + "self_attn.o_proj.weight"].T
+            x = x + self._linear(a, pre + "self_attn.o_proj")
             h = self._rms(x, w[pre + "post_attention_layernorm.weight"])
-            u = torch.nn.functional.silu(h @ w[pre + "mlp.gate_proj.weight"].T) * (h @ w[pre + "mlp.up_proj.weight"].T)
-            x = x + u @ w[pre + "mlp.down_proj.weight"].T
+            u = torch.nn.functional.silu(h @ w[pre + "mlp.gate_proj.weight"].T) * self._linear(h, pre + "mlp.up_proj")
+            x = x + self._linear(u, pre + "mlp.down_proj")
         x = self._rms(x, w["model.norm.weight"])
         return x @ self.lm_head.T
 
@@ -307,24 +775,34 @@ class LinearLlama(torch.nn.Module):
 # ---- GPT-NeoX (Pythia: fused per-head qkv [H, 3, d], partial rotary, parallel residual) ---------
 
 class LinearNeoX(torch.nn.Module):
-    def __init__(self, config, weights, maps):
+    def __init__(self, shape, config, weights, maps):
         super().__init__()
-        self.c = config
-        self.w = {k[len("gpt_neox."):] if k.startswith("gpt_neox.") else k: v.to(torch.float32) for k, v in weights.items()}
+        self.shape = shape
         self.maps = maps
-        self.n_layer = config["num_hidden_layers"]
-        self.d_model = config["hidden_size"]
-        self.n_head = config["num_attention_heads"]
-        self.head_dim = self.d_model // self.n_head
-        self.eps = config.get("layer_norm_eps", 1e-5)
-        pct = config.get("rotary_pct", config.get("partial_rotary_factor", 1.0))
+        self.n_layer, self.d_model, self.n_head = shape.n_layer, shape.d_model, shape.n_head
+        self.head_dim = shape.head_dim
+        D, F, V = shape.d_model, shape.d_ff, shape.vocab_size
+        need = {"embed_in.weight": [V, D], "final_layer_norm.weight": [D], "final_layer_norm.bias": [D]}
+        per_layer = [("input_layernorm.weight", [D]), ("input_layernorm.bias", [D]),
+                     ("attention.query_key_value.weight", [3 * D, D]), ("attention.dense.weight", [D, D]),
+                     ("post_attention_layernorm.weight", [D]), ("post_attention_layernorm.bias", [D]),
+                     ("mlp.dense_h_to_4h.weight", [F, D]), ("mlp.dense_h_to_4h.bias", [F]),
+                     ("mlp.dense_4h_to_h.weight", [D, F]), ("mlp.dense_4h_to_h.bias", [D])]
+        if _config_bool(config, "attention_bias", True):
+            per_layer += [("attention.query_key_value.bias", [3 * D]), ("attention.dense.bias", [D])]
+        for s in range(self.n_layer):
+            need.update({"layers.%d.%s" % (s, name): dims for name, dims in per_layer})
+        self.w = {k: weights.get("gpt_neox." + k, dims) for k, dims in need.items()}
+        self.eps = _config_number(config, "layer_norm_eps", 1e-5, shape.file)
+        pct = _config_number(config, "rotary_pct", _config_number(config, "partial_rotary_factor", 1.0, shape.file), shape.file)
+        if not 0 < pct <= 1:
+            _fail(shape.file, "rotary_pct must be in (0, 1]")
         self.rotary_dim = int(self.head_dim * pct)  # HF truncates, as attnscope does
-        self.theta = config.get("rotary_emb_base", config.get("rope_theta", 10000.0))
-        self.parallel = config.get("use_parallel_residual", True)
-        act = config.get("hidden_act", "gelu")
-        self.gelu_approx = "none" if act == "gelu" else "tanh"
-        tied = config.get("tie_word_embeddings", False)
-        self.lm_head = self.w["embed_in.weight"] if tied else self.w["embed_out.weight"]
+        self.theta = _config_number(config, "rotary_emb_base", _config_number(config, "rope_theta", 10000.0, shape.file), shape.file)
+        self.parallel = _config_bool(config, "use_parallel_residual", True)
+        self.gelu_approx = _config_gelu(config, "hidden_act", "gelu", shape.file)
+        tied = _config_bool(config, "tie_word_embeddings", False)
+        self.lm_head = self.w["embed_in.weight"] if tied else weights.get("embed_out.weight", [V, D])
 
     def new_cache(self):
         return _cache(self.n_layer, self.n_head)
@@ -367,45 +845,34 @@ class LinearNeoX(torch.nn.Module):
         return x @ self.lm_head.T
 
 
-def load(directory):
-    """The converted model in `directory` as a torch.nn.Module (forward(ids [B, L]) -> logits)."""
-    with open(os.path.join(directory, "config.json")) as f:
-        config = json.load(f)
-    a = config.get("attnscope")
-    if not a or a.get("format_version") != 1:
-        raise ValueError("%s/config.json has no attnscope object of format_version 1" % directory)
-    arch = (config.get("architectures") or [""])[0]
-    if config.get("model_type") == "gpt2" or arch == "GPT2LMHeadModel":
-        kind = LinearGPT2
-    elif config.get("model_type") == "llama" or arch == "LlamaForCausalLM":
-        kind = LinearLlama
-    elif config.get("model_type") == "gpt_neox" or arch == "GPTNeoXForCausalLM":
-        kind = LinearNeoX
-    else:
-        raise ValueError("attnscope_linear.py runs GPT-2, GPT-NeoX and Llama models; this is %r" % (arch or config.get("model_type")))
-    wdir = directory
-    if not (os.path.exists(os.path.join(directory, "model.safetensors"))
+# ---- loading and running -----------------------------------------------------------------------
+
+def _weights_dir(directory, a, config_file):
+    """OUT itself when it holds the weights, else attnscope.source.path once its sha256 checks out."""
+    if (os.path.exists(os.path.join(directory, "model.safetensors"))
             or os.path.exists(os.path.join(directory, "model.safetensors.index.json"))):
-        wdir = a["source"]["path"]
-    weights = read_weights(wdir)
-    fm = read_safetensors(os.path.join(directory, "feature_maps.safetensors"))
-    if kind is LinearGPT2:
-        n_layer, n_head = config["n_layer"], config["n_head"]
-        d = config["n_embd"] // n_head
-    else:
-        n_layer, n_head = config["num_hidden_layers"], config["num_attention_heads"]
-        d = config.get("head_dim") or config["hidden_size"] // n_head
-    maps = []
-    for s in range(n_layer):
-        dims = a["dims"][s]
-        row = []
-        for h in range(n_head):
-            prefix = "layers.%d.heads.%d.feature_map." % (s, h)
-            tensors = {k[len(prefix):]: v for k, v in fm.items() if k.startswith(prefix)}
-            M = dims[h] if isinstance(dims, list) else dims
-            row.append(FeatureMap(a["feature_map"], tensors, d, M))
-        maps.append(row)
-    model = kind(config, weights, maps)
+        return directory
+    source = a.get("source")
+    if not (isinstance(source, dict) and isinstance(source.get("path"), str)):
+        _fail(config_file, "has no model.safetensors beside it and no attnscope.source.path to the original weights")
+    return _check_source(source, config_file)
+
+
+def load(directory):
+    """The converted model in `directory` as a torch.nn.Module (forward(ids [B, L]) -> logits).
+    Raises ConvertedModelError ("FILE: problem") for anything attnscope would refuse to load."""
+    config_file = os.path.join(directory, "config.json")
+    if not os.path.isfile(config_file):
+        _fail(directory, "not a model directory: no config.json")
+    config = _read_json(config_file)
+    shape = model_shape(config, config_file)
+    spec, dims = parse_header(config, config_file, shape.n_layer, shape.n_head)
+    if spec["name"] == "cosformer":
+        _fail(config_file + ": attnscope.feature_map.name",
+              "cosformer depends on token positions and a horizon; it cannot run as a converted model")
+    weights = Weights(_weights_dir(directory, config["attnscope"], config_file))
+    maps = read_feature_maps(os.path.join(directory, "feature_maps.safetensors"), spec, dims, shape)
+    model = shape.kind(shape, config, weights, maps)
     model.eval()
     return model
 
@@ -415,7 +882,7 @@ def generate(model, ids, new_tokens):
     then each token is one step. When positions run out the state restarts over the last n_ctx
     tokens, as attnscope's generate does."""
     seq = list(ids)
-    n_ctx = model.c.get("n_positions") or model.c.get("max_position_embeddings") or model.c.get("n_ctx", 1024)
+    n_ctx = model.shape.n_ctx
     with torch.no_grad():
         def restart():
             cache = model.new_cache()
@@ -434,15 +901,37 @@ def generate(model, ids, new_tokens):
     return seq[len(ids):]
 
 
+def _token_ids(text):
+    ids = []
+    for t in text.split(","):
+        if t.strip():
+            try:
+                ids.append(int(t))
+            except ValueError:
+                raise argparse.ArgumentTypeError("'%s' is not a token id" % t.strip())
+    if not ids:
+        raise argparse.ArgumentTypeError("no token ids given")
+    return ids
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Run an attnscope converted model with PyTorch alone")
     ap.add_argument("directory")
-    ap.add_argument("--ids", required=True, help="comma-separated prompt token ids")
+    ap.add_argument("--ids", required=True, type=_token_ids, help="comma-separated prompt token ids")
     ap.add_argument("--new-tokens", type=int, default=20)
     args = ap.parse_args(argv)
-    ids = [int(t) for t in args.ids.split(",") if t.strip()]
-    model = load(args.directory)
-    print(" ".join(str(t) for t in generate(model, ids, args.new_tokens)))
+    if args.new_tokens < 0:
+        ap.error("argument --new-tokens: must be >= 0, got %d" % args.new_tokens)
+    try:
+        model = load(args.directory)
+    except ConvertedModelError as e:
+        print(e, file=sys.stderr)
+        return 1
+    vocab = model.shape.vocab_size
+    outside = [i for i in args.ids if not 0 <= i < vocab]
+    if outside:
+        ap.error("argument --ids: token id %d is outside the vocabulary (0..%d)" % (outside[0], vocab - 1))
+    print(" ".join(str(t) for t in generate(model, args.ids, args.new_tokens)))
     return 0
 
 

@@ -67,6 +67,16 @@ int run_command(const std::string& cmd, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+std::string python_with_torch() {
+  static const std::string python = [] {
+    std::string o;
+    for (const char* p : {"/usr/bin/python3", "python3"})
+      if (run_command(std::string(p) + " -c 'import torch'", &o) == 0) return std::string(p);
+    return std::string();
+  }();
+  return python;
+}
+
 std::vector<TextDocument> sample_documents() {
   std::vector<std::string> paths;
   for (const auto& e : fs::directory_iterator(source_dir() + "/resources/texts")) paths.push_back(e.path().string());

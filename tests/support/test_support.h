@@ -36,4 +36,8 @@ std::string error_of(F&& call) {
 // Runs a command through the shell; returns its exit code and captures stdout+stderr.
 int run_command(const std::string& cmd, std::string* output);
 
+// A python3 that imports torch (/usr/bin/python3 first), or "" when there is none (the caller skips
+// with GTEST_SKIP). Looked up once.
+std::string python_with_torch();
+
 }  // namespace attnscope::test

@@ -31,7 +31,12 @@ std::unique_ptr<FeatureMap> feature_map_from_tensors(const FeatureMapSpec& spec,
   FeatureMapSpec s = spec;
   s.init.clear();  // every tensor is replaced; leverage init would need data it does not use
   s.data = at::Tensor();
-  std::unique_ptr<FeatureMap> map = make_feature_map(s);
+  std::unique_ptr<FeatureMap> map;
+  try {
+    map = make_feature_map(s);  // e.g. an odd M for a map of feature pairs: say whose map it is
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
   const auto expected = feature_map_tensors(*map);
   for (const auto& [name, t] : tensors) {
     bool known = false;
@@ -51,8 +56,8 @@ std::unique_ptr<FeatureMap> feature_map_from_tensors(const FeatureMapSpec& spec,
     if (!t.defined() || !t.sizes().equals(ref.sizes()))
       fail(where, "tensor '" + name + "' has shape " + (t.defined() ? shape_of(t) : "none") + ", feature map " +
                       spec.name + " needs " + shape_of(ref));
-    if (!at::isFloatingType(t.scalar_type())) fail(where, "tensor '" + name + "' is not floating point");
-    at::Tensor c = t.to(at::kFloat).contiguous().clone();
+    if (t.scalar_type() != at::kFloat) fail(where, "tensor '" + name + "' is not float32");
+    at::Tensor c = t.contiguous().clone();
     if (!at::isfinite(c).all().item<bool>()) fail(where, "tensor '" + name + "' holds NaN or inf");
     given.emplace_back(name, c);
   }

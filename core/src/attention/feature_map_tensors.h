@@ -24,9 +24,9 @@ std::vector<std::pair<std::string, at::Tensor>> feature_map_tensors(FeatureMap& 
 
 // The map `spec` describes (name, d, features, activation, tied, temperature, horizon; init and
 // seed do not matter) with its defining tensors replaced by `tensors`, which must hold exactly the
-// names feature_map_tensors gives for such a map, with the same shapes. The tensors are converted
-// to float32 and copied. Throws Error naming `where` (e.g. the file and head) for a missing, extra
-// or misshapen tensor.
+// names feature_map_tensors gives for such a map, with the same shapes, float32 (SPEC 7) and
+// finite; they are copied. Throws Error naming `where` (e.g. the file and head) for a missing,
+// extra, misshapen, non-float32 or non-finite tensor, or a spec no map can be made of.
 std::unique_ptr<FeatureMap> feature_map_from_tensors(const FeatureMapSpec& spec,
                                                      const std::map<std::string, at::Tensor>& tensors,
                                                      const std::string& where);

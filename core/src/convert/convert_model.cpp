@@ -15,7 +15,7 @@
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
 #include "convert/converted_json.h"
-#include "convert/sha256.h"
+#include "convert/source_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -152,9 +152,9 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
       }
     }
 
-  const bool sharded = !llama2c && fs::exists(src / "model.safetensors.index.json");
-  const fs::path weights_id = llama2c ? src : sharded ? src / "model.safetensors.index.json" : src / "model.safetensors";
-  if (!fs::exists(weights_id)) fail(src.string(), "has no model.safetensors or model.safetensors.index.json");
+  const bool sharded = !llama2c && !fs::exists(src / "model.safetensors") && fs::exists(src / "model.safetensors.index.json");
+  if (!llama2c && !sharded && !fs::exists(src / "model.safetensors"))
+    fail(src.string(), "has no model.safetensors or model.safetensors.index.json");
 
   nlohmann::ordered_json cfg = hf.config;
   if (!llama2c) {
@@ -170,7 +170,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["budget"] = o.budget;
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
-  a["source"] = {{"path", src.lexically_normal().string()}, {"sha256", convert::sha256_file(weights_id.string())}};
+  a["source"] = convert::source_record(src.lexically_normal().string());
   a["job"] = o.job_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(o.job_json);
   cfg["attnscope"] = a;
 
@@ -180,7 +180,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
     write_safetensors(dir.file("model.safetensors"), hf.weights, {{"format", "pt"}});
     fs::copy_file(original.tokenizer_path, dir.file("tokenizer.bin"));
   } else if (o.copy_weights) {
-    if (sharded) fs::copy_file(weights_id, dir.file("model.safetensors.index.json"));
+    if (sharded) fs::copy_file(src / "model.safetensors.index.json", dir.file("model.safetensors.index.json"));
     for (const std::string& f : original.weight_files)
       fs::copy_file(f, dir.file(fs::path(f).filename().string()), fs::copy_options::overwrite_existing);
   }

@@ -16,6 +16,7 @@
 #include "base/random.h"
 #include "attnscope/io/safetensors.h"
 #include "convert/converted_json.h"
+#include "convert/source_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -55,10 +56,7 @@ std::string converted_weights_dir(const std::string& dir) {
   const auto& a = j.at("attnscope");
   if (!a.contains("source") || !a["source"].contains("path") || !a["source"]["path"].is_string())
     fail(cfg, "has no model.safetensors beside it and no attnscope.source.path to the original weights");
-  const std::string src = a["source"]["path"];
-  if (!fs::exists(fs::path(src) / "model.safetensors") && !fs::exists(fs::path(src) / "model.safetensors.index.json"))
-    fail(cfg, "refers to the original weights at " + src + ", which hold no model.safetensors (moved or deleted?)");
-  return src;
+  return convert::check_source_weights(a["source"], cfg);
 }
 
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,

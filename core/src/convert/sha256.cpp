@@ -78,16 +78,18 @@ class Sha256 {
 
 }  // namespace
 
-std::string sha256_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot be read");
+std::string sha256_files(const std::vector<std::string>& paths) {
   Sha256 s;
   std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    s.update(reinterpret_cast<const unsigned char*>(buf.data()), size_t(in.gcount()));
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(path, "cannot be read");
+    while (in) {
+      in.read(buf.data(), std::streamsize(buf.size()));
+      s.update(reinterpret_cast<const unsigned char*>(buf.data()), size_t(in.gcount()));
+    }
+    if (in.bad()) fail(path, "read error");
   }
-  if (in.bad()) fail(path, "read error");
   return s.hex();
 }
 

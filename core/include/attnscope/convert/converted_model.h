@@ -4,9 +4,10 @@
 //
 //   OUT/config.json               the original config.json plus "attnscope": {format_version 1,
 //                                 feature_map {name, activation, tied, seed, ...}, dims, strategy,
-//                                 lambda, budget, loss, steps, source {path, sha256}, job}
+//                                 lambda, budget, loss, steps, source {path, sha256, files}, job}
 //   OUT/model.safetensors         the original weights (absent with weights = reference: then
-//                                 source.path is the original model directory)
+//                                 source.path is the original model directory, and source.files
+//                                 the name, size and mtime_ns of each file the sha256 covers)
 //   OUT/feature_maps.safetensors  layers.{s}.heads.{h}.feature_map.{param}, float32: every tensor of
 //                                 each head's map (feature_map_tensors.h), random draws included
 //   OUT/tokenizer files, OUT/attnscope_linear.py, OUT/README.md
@@ -47,8 +48,10 @@ void convert_model(const LoadedModel& original, const ConvertOptions& options, c
 // True when `dir`/config.json holds an "attnscope" object.
 bool is_converted_model(const std::string& dir);
 
-// Where the weights of converted model `dir` are: `dir` itself, or attnscope.source.path with
-// --weights reference (Error when that directory is gone).
+// Where the weights of converted model `dir` are: `dir` itself, or attnscope.source.path when they
+// are referenced, after checking them against attnscope.source.sha256 (hashed only when a file's
+// size or modification time differs from the record; convert/source_weights.h). Error naming
+// dir/config.json and the referenced files when they are gone or changed since the conversion.
 std::string converted_weights_dir(const std::string& dir);
 
 // The maps in `file` (layers.{s}.heads.{h}.feature_map.{param}: a converted model's or a finished
