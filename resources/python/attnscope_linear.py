@@ -416,23 +416,36 @@ def parse_header(config, file, n_layer, n_head):
             "activation": fm["activation"] if isinstance(fm.get("activation"), str) else "exp",
             "tied": fm["tied"] if isinstance(fm.get("tied"), bool) else True,
             "temperature": float(fm["temperature"]) if _is_number(fm.get("temperature")) else 1.0}
-    dims = a.get("dims")
-    if not isinstance(dims, list) or len(dims) != n_layer:
-        _fail(where + ".dims", "must list %d layers" % n_layer)
+    rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims")
+    return spec, rows
+
+
+MAX_FEATURE_DIM = 16384  # attnscope's kMaxFeatureDim
+
+
+def parse_dims(dims, n_layer, n_head, where):
+    """dims per layer (M) or per head ([M, ...]) for n_layer x n_head, as attnscope's parse_dims_json."""
+    if not isinstance(dims, list):
+        _fail(where, "\"dims\" is not a list of feature dimensions")
+    if len(dims) != n_layer:
+        _fail(where, "has dims for %d layers, the model has %d" % (len(dims), n_layer))
+
+    def dimension(m, s):
+        if not _is_int(m):
+            _fail(where, "layer %d has a feature dimension that is not a whole number: %s" % (s, json.dumps(m)))
+        if m < 1 or m > MAX_FEATURE_DIM:
+            _fail(where, "layer %d has feature dimension %d, outside 1..%d" % (s, m, MAX_FEATURE_DIM))
+        return m
+
     rows = []
     for s, d in enumerate(dims):
-        if _is_int(d):
-            row = [d] * n_head
-        elif isinstance(d, list) and len(d) == n_head:
-            if not all(_is_int(m) for m in d):
-                _fail(where + ".dims", "layer %d holds a non-integer" % s)
-            row = list(d)
+        if isinstance(d, list):
+            if len(d) != n_head:
+                _fail(where, "layer %d lists %d per-head dimensions, the model has %d heads" % (s, len(d), n_head))
+            rows.append([dimension(m, s) for m in d])
         else:
-            _fail(where + ".dims", "layer %d must be an integer or %d integers" % (s, n_head))
-        if min(row) < 1:
-            _fail(where + ".dims", "layer %d has a feature dimension < 1" % s)
-        rows.append(row)
-    return spec, rows
+            rows.append([dimension(d, s)] * n_head)
+    return rows
 
 
 # ---- feature maps: the tensors each stores, checked, then each returns (values, log_scale) -------
