@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "attnscope/capture/capture.h"
@@ -1269,4 +1270,148 @@ TEST(DistillDistributed, StopOnRankZeroStopsAllAndResumeEqualsUninterrupted) {
               (long long)stopped_at, worst);
   EXPECT_LE(worst, 1e-6);
   EXPECT_TRUE(fs::is_empty(root + "/cwd1"));
+}
+
+// ---- issue 18: one name table per set, one option table, one command line -------------------------
+
+// Every value of every name set has one name, reads back from it, and an unknown name is refused
+// naming the quantity and every valid name.
+TEST(NameTables, EveryValueRoundTripsAndUnknownNamesListTheValidOnes) {
+  for (const std::string& n : distill_loss_names()) EXPECT_EQ(distill_loss_name(parse_distill_loss(n)), n);
+  for (const std::string& n : lr_schedule_names()) EXPECT_EQ(lr_schedule_name(parse_lr_schedule(n)), n);
+  for (const std::string& n : device_names()) EXPECT_EQ(device_name(parse_device_name(n)), n);
+  for (const std::string& n : alloc_strategy_names()) EXPECT_EQ(alloc_strategy_name(parse_alloc_strategy(n)), n);
+  EXPECT_EQ(distill_loss_names(), (std::vector<std::string>{"kl", "softmax", "l2", "direct"}));
+  for (DistillLoss l : {DistillLoss::Kl, DistillLoss::Softmax, DistillLoss::L2, DistillLoss::Direct})
+    EXPECT_NE(std::string(distill_loss_name(l)), "?");
+  try {
+    parse_lr_schedule("linear");
+    FAIL() << "an unknown schedule was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.quantity(), "schedule");
+    EXPECT_NE(std::string(e.what()).find("'linear' is unknown (valid: constant, cosine)"), std::string::npos) << e.what();
+  }
+}
+
+// The option table: every row writes back what it reads (a value that is not the default, so a
+// row whose get or set forgot its field fails), and every long flag is distinct.
+TEST(DistillOptionTable, EveryRowRoundTripsAndFlagsAreDistinct) {
+  DistillOptions o;
+  o.capture = "/c a p";
+  o.val_capture = "/v";
+  o.val_share = 0.375;
+  o.model = "/m";
+  o.text = "/t.txt";
+  o.seq_len = 48;
+  o.feature_map = "hedgehog";
+  o.init = "random";
+  o.tied = false;
+  o.activation = "softmax";
+  o.features = 24;
+  o.allocation = "/a.json";
+  o.strategy = AllocStrategy::DofClip;
+  o.budget = 40;
+  o.lambda = std::pow(2.0, -6.25);
+  o.dof_samples = 300;
+  o.loss = DistillLoss::L2;
+  o.steps = 77;
+  o.lr = 0.0123;
+  o.lr_alpha = 0.456;
+  o.weight_decay = 0.01;
+  o.schedule = LrSchedule::Cosine;
+  o.batch = 5;
+  o.l2_pairs = 999;
+  o.seed = 12345678901234ull;
+  o.checkpoint_every = 13;
+  o.device = Device::Cuda;
+  std::set<std::string> flags;
+  for (const auto& row : distill_option_table()) {
+    EXPECT_TRUE(flags.insert(long_flag(row.flags)).second) << row.flags;
+    DistillOptions fresh;
+    fresh.strategy = o.strategy;  // budget, lambda and samples are written with a strategy only
+    const std::string text = row.get(o);
+    ASSERT_FALSE(text.empty()) << row.flags << ": the test sets every option";
+    row.set(fresh, text);
+    EXPECT_EQ(row.get(fresh), text) << row.flags;
+    DistillOptions defaults;
+    defaults.strategy = o.strategy;
+    if (long_flag(row.flags) != "--strategy")
+      EXPECT_NE(row.get(defaults), text) << row.flags << ": the test value equals the default";
+  }
+  EXPECT_EQ(flags.size(), distill_option_table().size());
+  // The command line quotes what the shell would split.
+  EXPECT_NE(distill_command(o, "/r").find("--capture '/c a p'"), std::string::npos) << distill_command(o, "/r");
+}
+
+// Defect 2: job.json's command reproduces the job. Runs with every option (one source of dims
+// each: features, an allocation file, a strategy; direct) are rerun from their recorded command
+// with only --out changed: the same job.json options and the same maps, bit for bit.
+TEST(DistillCommand, RecordedCommandRerunsToTheSameResult) {
+  const std::string root = test::temp_dir("distill_command");
+  std::ofstream(root + "/alloc.json") << "{\"dims\": [[4, 8, 4, 8], 8, 4, [8, 8, 4, 4]]}";
+  std::vector<DistillOptions> jobs;
+  {  // hedgehog, untied, softmax activation, a validation capture, cosine, weight decay
+    DistillOptions o = base_options("hedgehog", "kl", 3);
+    o.features = 8;
+    o.tied = false;
+    o.activation = "softmax";
+    o.init = "random";
+    o.val_capture = bundled_capture();
+    o.schedule = LrSchedule::Cosine;
+    o.lr = 0.015;
+    o.weight_decay = 0.02;
+    o.batch = 3;
+    o.checkpoint_every = 2;
+    jobs.push_back(o);
+  }
+  {  // learned-prf from an allocation file (per-head rows), l2 with its pairs, a validation share
+    DistillOptions o = base_options("learned-prf", "l2", 3);
+    o.features = 0;
+    o.allocation = root + "/alloc.json";
+    o.l2_pairs = 128;
+    o.init = "orthogonal";
+    o.val_share = 0.4;
+    o.lr_alpha = 0.3;
+    jobs.push_back(o);
+  }
+  {  // t2r from Algorithm 1 on the capture's DoF
+    DistillOptions o = base_options("t2r", "softmax", 2);
+    o.features = 0;
+    o.strategy = AllocStrategy::Dof;
+    o.budget = 8;
+    o.lambda = std::pow(2.0, -6.5);
+    o.dof_samples = 64;
+    o.seed = 3;
+    jobs.push_back(o);
+  }
+  {  // direct, on a text, from the capture's model
+    DistillOptions o = base_options("learned-prf", "direct", 2);
+    o.text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";
+    o.seq_len = 32;
+    jobs.push_back(o);
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE("job " + std::to_string(i));
+    const std::string first = root + "/first" + std::to_string(i), again = root + "/again" + std::to_string(i);
+    distill(jobs[i], first);
+    const auto job = read_json(first + "/job.json");
+    std::string command = job.at("command");
+    const std::string out = " --out " + first;
+    ASSERT_EQ(command.rfind("attnscope distill ", 0), 0u) << command;
+    ASSERT_EQ(command.substr(command.size() - out.size()), out) << command;
+    command = test::cli_path() + command.substr(std::string("attnscope").size(), command.size() - out.size() - 9) +
+              " --out " + again;
+    std::string log;
+    ASSERT_EQ(test::run_command("cd / && " + command + " 2>&1", &log), 0) << command << "\n" << log;
+    auto job2 = read_json(again + "/job.json");
+    for (const char* key : {"command"}) {
+      job2.erase(key);
+    }
+    auto job1 = job;
+    job1.erase("command");
+    EXPECT_EQ(job1.dump(), job2.dump());
+    const auto a = read_maps(first + "/feature_maps.safetensors"), b = read_maps(again + "/feature_maps.safetensors");
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;
+  }
 }
