@@ -90,6 +90,36 @@ TEST(OutputDir, TheNextWriterRemovesDebrisOfKilledWriters) {
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_FALSE(fs::exists(dead_old));
   EXPECT_TRUE(fs::exists(live)) << "a running writer's directory is not debris";
-  EXPECT_TRUE(fs::exists(other)) << "another output's sibling is not ours";
+  // Issue 19: any writer in the folder sweeps every killed writer's partial output there.
+  EXPECT_FALSE(fs::exists(other)) << "a killed writer's partial output of another result is debris too";
   EXPECT_EQ(test::read_file((final_dir / "a.txt").string()), "whole");
+  for (const auto& e : fs::directory_iterator(root))
+    EXPECT_TRUE(e.path() == final_dir || e.path() == live) << "left: " << e.path();
+}
+
+// Issue 19, defect 5: a commit killed between its two renames leaves only OUT.old-PID. The next
+// writer in the folder (of any output) puts it back as OUT instead of deleting it.
+TEST(OutputDir, ALoneOldVersionIsRestoredNotDeleted) {
+  const fs::path root = test::temp_dir("outdir_lone_old");
+  const fs::path lone = root / "model.old-99999997";
+  fs::create_directories(lone);
+  write_text_file((lone / "weights.txt").string(), "the user's model");
+  {
+    OutputDir d((root / "report").string());
+    write_text_file(d.file("index.md"), "x");
+    d.commit();
+  }
+  EXPECT_FALSE(fs::exists(lone));
+  EXPECT_EQ(test::read_file((root / "model" / "weights.txt").string()), "the user's model");
+  // And a lone old version of the output being written comes back before it is replaced whole.
+  fs::rename(root / "model", root / "model.old-99999996");
+  {
+    OutputDir d((root / "model").string());
+    EXPECT_EQ(test::read_file((root / "model" / "weights.txt").string()), "the user's model");
+    write_text_file(d.file("weights.txt"), "new");
+    d.commit();
+  }
+  EXPECT_EQ(test::read_file((root / "model" / "weights.txt").string()), "new");
+  for (const auto& e : fs::directory_iterator(root))
+    EXPECT_TRUE(e.path() == root / "model" || e.path() == root / "report") << "left: " << e.path();
 }

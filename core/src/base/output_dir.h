@@ -1,9 +1,10 @@
 // A directory that appears whole or not at all. Everything is written into a temporary sibling
-// (DIR.partial-PID); commit() moves it over DIR in two renames (the old DIR aside, the new one in,
-// the old one removed), so at every moment one complete version exists. Destroyed without
-// commit() (an error, a cancellation), it removes the sibling and leaves any earlier DIR untouched.
-// A writer killed outright (SIGKILL) cannot clean up: the next OutputDir for the same DIR removes
-// the siblings of writers that no longer run.
+// (DIR.partial-PID); commit() exchanges it with DIR in one atomic rename (renameat2 EXCHANGE; where
+// the file system cannot, two renames: the old DIR aside as DIR.old-PID, the new one in), then
+// removes the old one, so at every moment one complete version exists. Destroyed without commit()
+// (an error, a cancellation), it removes the sibling and leaves any earlier DIR untouched. A writer
+// killed outright (SIGKILL) cannot clean up: the next OutputDir in the same folder removes the
+// partial siblings of writers that no longer run, and puts a lone DIR.old-PID back as DIR.
 // Captures, pretrained models, reports, and later jobs and converted models all write this way.
 #pragma once
 #include <string>

@@ -131,6 +131,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   const int S = cap.num_layers();
   job.dims = resume ? job.dims_for(S, cap.num_heads())
                     : distill_dims(o, S, cap.num_heads(), &cap);
+  check_training_memory(job.dims, cap.head_dim(), cap.num_seqs(), o.batch, cap.seq_len());
   check_capture(cap, o.capture);
   Windows win = windows_of(o, cap);
   if (win.val_capture) check_capture(*win.val_capture, o.val_capture);
@@ -294,6 +295,11 @@ DistillResult distill(const DistillOptions& options, const std::string& run_dir,
   for (std::string* p : {&o.capture, &o.val_capture, &o.text, &o.allocation}) *p = absolute(*p);
   if (!o.model.empty() && fs::exists(o.model)) o.model = absolute(o.model);
   check_distill_options(o);
+  // Validated before any work: a run directory holds one run.
+  std::error_code ec;
+  if (fs::exists(run_dir) && (!fs::is_directory(run_dir) || !fs::is_empty(run_dir, ec)))
+    fail(run_dir, "is not empty: a new run needs a new (or empty) run directory; resume the run that is there, or "
+                  "choose another");
   return run(std::move(job), absolute(run_dir), progress, /*resume=*/false);
 }
 

@@ -4,9 +4,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -39,15 +42,44 @@ RunDir::RunDir(const std::string& dir, bool create, bool writes) : dir_(dir), st
     return;
   }
   if (create) {
+    if (fs::exists(dir_) && !fs::is_directory(dir_)) fail(dir_, "exists and is not a directory");
+    if (fs::is_directory(dir_) && !fs::is_empty(dir_, ec))
+      fail(dir_, "is not empty: a new run needs a new (or empty) run directory; resume the run that is there, or "
+                 "choose another");
     fs::create_directories(fs::path(dir_) / "checkpoints", ec);
     if (ec) fail(dir_, "cannot create the run directory: " + ec.message());
   } else if (!fs::is_regular_file(fs::path(dir_) / "job.json")) {
     fail(dir_, "is not a run directory (no job.json)");
   }
+  lock();
+  if (create) {
+    // Another process may have created the same new run between the check above and the lock.
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename() != "running" && e.path().filename() != "checkpoints") {
+        clear_running();
+        fail(dir_, "is not empty: another process started a run here");
+      }
+  }
+  // What a killed writer left: a checkpoint cut short before its rename.
+  fs::remove(checkpoint_path() + ".tmp", ec);
   fs::create_directories(fs::path(dir_) / "checkpoints", ec);
   metrics_.open(file("metrics.jsonl"), std::ios::app);
   log_.open(file("log.txt"), std::ios::app);
   if (!metrics_ || !log_) fail(dir_, "cannot open metrics.jsonl / log.txt for appending");
+}
+
+void RunDir::lock() {
+  lock_fd_ = ::open(file("running").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) fail(file("running"), std::string("cannot be opened: ") + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::string pid;
+    char buf[32] = {0};
+    if (::pread(lock_fd_, buf, sizeof buf - 1, 0) > 0) pid = std::string(buf).substr(0, std::string(buf).find('\n'));
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    fail(dir_, "is in use: another process (pid " + (pid.empty() ? std::string("?") : pid) + ") is training this run");
+  }
+  marked_ = true;
 }
 
 bool RunDir::has_checkpoint() const { return fs::is_regular_file(checkpoint_path()); }
@@ -106,24 +138,32 @@ void RunDir::write_checkpoint(const NamedTensors& tensors, const std::map<std::s
 RunDir::~RunDir() { clear_running(); }
 
 void RunDir::mark_running() {
-  if (!writes_) return;
-  write_text_file(file("running"), std::to_string(::getpid()) + "\n");
-  marked_ = true;
+  if (lock_fd_ < 0) return;
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+    fail(file("running"), "cannot be written");
 }
 
 void RunDir::clear_running() {
   if (!marked_) return;
   std::error_code ec;
-  fs::remove(file("running"), ec);
+  fs::remove(file("running"), ec);  // still locked by us: nobody else uses it now
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
   marked_ = false;
+}
+
+bool run_is_live(const std::string& dir) {
+  const int fd = ::open((fs::path(dir) / "running").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
 }
 
 std::string run_state(const std::string& dir) {
   if (fs::exists(fs::path(dir) / "report.json")) return "finished";
-  std::ifstream in(fs::path(dir) / "running");
-  long pid = 0;
-  if (in >> pid && pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM)) return "running";
-  return "killed";
+  return run_is_live(dir) ? "running" : "killed";
 }
 
 void RunDir::write_report(const std::string& json_text) {

@@ -6,7 +6,9 @@
 #include "distill/train_state.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -149,6 +151,32 @@ std::string num_str(double v, int digits) {
   s.precision(digits);
   s << v;
   return s.str();
+}
+
+void check_training_memory(const std::vector<std::vector<int64_t>>& dims, int64_t head_dim, int64_t windows,
+                           int64_t batch, int64_t seq_len) {
+  const double f = 4.0;  // float32
+  const double d = double(head_dim), L = double(seq_len), B = double(std::min(batch, std::max<int64_t>(windows, 1)));
+  double params = 0, largest_layer = 0;
+  for (const auto& layer : dims) {
+    double step = 0;
+    for (int64_t m : layer) {
+      params += 4.0 * (2.0 * double(m) * d + double(m)) * f;  // maps, gradients, two AdamW moments
+      step += B * L * (2.0 * double(m) + 3.0 * L) * f * 2.0;   // log features of q and k, L x L maps, backward
+    }
+    largest_layer = std::max(largest_layer, step);
+  }
+  const double threads = std::min<double>(double(dims.size()), double(std::max(1, at::get_num_threads())));
+  const double data = double(dims.size()) * double(windows) * double(dims.empty() ? 0 : dims[0].size()) * L * d * f * 2.0;
+  const double need = params + data + threads * largest_layer;
+  const double have = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  if (have > 0 && need > have) {
+    int64_t m_max = 0;
+    for (const auto& layer : dims)
+      for (int64_t m : layer) m_max = std::max(m_max, m);
+    fail_value("feature dimension", "M up to " + std::to_string(m_max) + " needs about " + num_str(need / 1e9, 3) +
+                                        " GB to train, more than this machine's " + num_str(have / 1e9, 3) + " GB");
+  }
 }
 
 void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>& layers, const json& extra,

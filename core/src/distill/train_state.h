@@ -102,6 +102,13 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
                    DistillResult& r);
 std::string num_str(double v, int digits = 6);
 
+// A coarse upper bound on the memory a layerwise job needs (every head's maps with their gradients
+// and AdamW moments, the captured windows it holds, a mini-batch's features and L x L maps for the
+// layers that train at once), checked against this machine's memory before anything is written:
+// Error (quantity "feature dimension") saying both numbers.
+void check_training_memory(const std::vector<std::vector<int64_t>>& dims, int64_t head_dim, int64_t windows,
+                           int64_t batch, int64_t seq_len);
+
 // Direct training (distill_direct.cpp): distill() hands loss direct to it, and
 // distill_step_seconds its benchmark step.
 DistillResult distill_direct(DistillJob job, const std::string& run_dir, const ProgressFn& progress, bool resume);

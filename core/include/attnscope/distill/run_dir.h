@@ -6,7 +6,9 @@
 //   RUN/checkpoints/      checkpoint.safetensors: the latest complete checkpoint (written to
 //                         checkpoint.safetensors.tmp and renamed, so a kill leaves the previous one)
 //   RUN/report.json       written last, on success
-//   RUN/running           the pid of the process running the job (absent once it has stopped)
+//   RUN/running           the pid of the process running the job, locked (flock) by it while it
+//                         runs: a second process cannot open the run for writing; absent once it
+//                         has stopped (left, unlocked, by a killed one)
 //
 // Only the file layout lives here; what goes into the files is the job's business (distill.h).
 #pragma once
@@ -22,8 +24,10 @@ namespace attnscope {
 
 class RunDir {
  public:
-  // Opens RUN, creating it (and checkpoints/) when `create`; else it must exist with a job.json.
-  // Throws Error naming the directory. With `writes` false the run directory is only read: nothing
+  // Opens RUN, creating it (and checkpoints/) when `create` (it must be absent or empty); else it
+  // must exist with a job.json. A writing RunDir locks RUN/running for its lifetime: a second one
+  // (another process, or a resume of a run that still trains) is refused. It sweeps a checkpoint a
+  // killed writer left half-written. Throws Error naming the directory. With `writes` false the run directory is only read: nothing
   // is created and every write below does nothing (the other ranks of a distributed job, whose
   // results rank 0 writes).
   RunDir(const std::string& dir, bool create, bool writes = true);
@@ -49,8 +53,8 @@ class RunDir {
   void write_checkpoint(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
   void write_report(const std::string& json_text);  // atomic
 
-  // RUN/running: this process's pid while the job runs, removed when it ends in any way but a
-  // kill, so `attnscope jobs` tells running (pid alive) from killed (file left, pid gone).
+  // RUN/running: this process's pid while the job runs (locked since the constructor), removed
+  // when it ends in any way but a kill, so `attnscope jobs` tells running (locked) from killed.
   void mark_running();
   void clear_running();
 
@@ -61,11 +65,15 @@ class RunDir {
   double start_s_ = 0;
   bool marked_ = false;
   bool writes_ = true;
+  int lock_fd_ = -1;
+  void lock();
 };
 
 }  // namespace attnscope
 
 namespace attnscope {
-// "finished" (report.json), "running" (RUN/running names a live process) or "killed".
+// "finished" (report.json), "running" (a process holds RUN/running's lock) or "killed".
 std::string run_state(const std::string& dir);
+// True while a process holds RUN/running's lock.
+bool run_is_live(const std::string& dir);
 }  // namespace attnscope
