@@ -38,26 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One capture of the bundled model per test process: 6 windows x 64 tokens.
-const std::string& bundled_capture() {
-  static const std::string dir = [] {
-    std::vector<TextDocument> docs;
-    for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts")) {
-      std::ifstream in(e.path());
-      docs.push_back({e.path().string(), std::string(std::istreambuf_iterator<char>(in), {})});
-    }
-    std::sort(docs.begin(), docs.end(), [](auto& a, auto& b) { return a.source < b.source; });
-    LoadedModel m = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
-    CaptureOptions o;
-    o.seq_len = 64;
-    o.num_seqs = 6;
-    o.seed = 3;
-    const std::string d = test::temp_dir("distill_cap") + "/cap";
-    capture_to_dir(m, docs, o, d);
-    return d;
-  }();
-  return dir;
-}
+using test::bundled_capture;
 
 DistillOptions base_options(const std::string& map, const std::string& loss, int64_t steps) {
   DistillOptions o;

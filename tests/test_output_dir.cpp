@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "attnscope/base/error.h"
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 #include "attnscope/base/text_file.h"
 #include "test_support.h"
 

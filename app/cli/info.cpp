@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/convert/converted_model.h"
+#include "attnscope/base/output_dir.h"
 #include "common.h"
 
 namespace attnscope::cli {
@@ -57,6 +58,9 @@ void register_info(CLI::App& app) {
     } else {
       j["attention"] = {{"kind", "softmax"}};
     }
+    // What killed writers left beside the model (a convert or pretrain that died mid-way).
+    const std::vector<std::string> debris = killed_writer_debris(m.path);
+    j["killed_writer_debris"] = debris;
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -77,6 +81,8 @@ void register_info(CLI::App& app) {
               << "attention     " << attention << "\n"
               << "tokenizer     " << m.tokenizer->kind() << ", " << m.tokenizer->vocab_size() << " tokens\n"
               << "weight files  " << m.weight_files.size() << " (validated)\n";
+    for (const std::string& d : debris)
+      std::cout << "note: " << d << " is what a killed writer left (swept by the next write in that folder)\n";
   });
 }
 

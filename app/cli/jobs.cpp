@@ -1,5 +1,6 @@
 // `attnscope jobs RUN...`: a status table of run directories (SPEC 6), read from their files only,
 // so it works on runs of other processes, finished or killed.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -7,6 +8,8 @@
 #include <sstream>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/output_dir.h"
+#include "attnscope/distill/distill_options.h"
 #include "attnscope/distill/run_dir.h"
 #include "attnscope/distill/run_metrics.h"
 #include "attnscope/base/table.h"
@@ -16,6 +19,7 @@ namespace attnscope::cli {
 namespace {
 
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 std::string num(double v) {
   std::ostringstream s;
@@ -33,31 +37,42 @@ void register_jobs(CLI::App& app) {
   cmd->callback([runs] {
     Table t;
     t.header = {"run", "feature map", "step", "state", "last loss per layer", "val KL"};
+    std::vector<std::string> notes;
     for (const std::string& run : *runs) {
-      std::ifstream jf(run + "/job.json");
-      if (!jf) fail(run, "is not a run directory (no job.json)");
-      json job;
-      try {
-        job = json::parse(jf);
-      } catch (const std::exception& e) {
-        fail(run + "/job.json", std::string("is not JSON: ") + e.what());
-      }
-      const int64_t steps = job.value("steps", int64_t(0));
+      const DistillJob job = read_distill_job(run);  // Error naming job.json for anything malformed
+      const int layers = int(job.dims.size());
       // The last value of each layer (a line cut by a kill is skipped by the reader); direct
-      // training's lines are the whole model's, layer -1, shown first.
+      // training's lines are the whole model's, layer -1, shown first. A line of a layer the job
+      // does not have is not this job's: left out, and said.
       const RunMetrics metrics = read_run_metrics(run);
       std::map<int, double> loss, val_kl;
-      for (const TrainingPoint& p : metrics.training) loss[p.layer] = p.loss;
-      for (const ValidationPoint& p : metrics.validation) val_kl[p.layer] = p.val_kl;
+      int foreign = 0;
+      for (const TrainingPoint& p : metrics.training) {
+        if (p.layer < -1 || p.layer >= layers) ++foreign;
+        else loss[p.layer] = p.loss;
+      }
+      for (const ValidationPoint& p : metrics.validation) {
+        if (p.layer < -1 || p.layer >= layers) ++foreign;
+        else val_kl[p.layer] = p.val_kl;
+      }
+      if (foreign)
+        notes.push_back(run + "/metrics.jsonl: " + std::to_string(foreign) + " lines name a layer outside 0.." +
+                        std::to_string(layers - 1) + " (not shown)");
+      if (fs::exists(run + "/checkpoints/checkpoint.safetensors.tmp"))
+        notes.push_back(run + ": a half-written checkpoint of a killed run (checkpoints/checkpoint.safetensors.tmp) is "
+                              "removed when the run is resumed");
+      for (const std::string& d : killed_writer_debris(run))
+        notes.push_back(d + ": what a killed writer left (swept by the next write in that folder)");
       const int64_t step = metrics.last_step();
       const std::string state = run_state(run);
       std::string losses, kls;
       for (const auto& [l, v] : loss) losses += (losses.empty() ? "" : " ") + num(v);
       for (const auto& [l, v] : val_kl) kls += (kls.empty() ? "" : " ") + num(v);
-      const std::string map = job.contains("feature_map") ? job["feature_map"].value("name", "?") : "?";
-      t.add_row({run, map, std::to_string(step) + "/" + std::to_string(steps), state, losses, kls});
+      t.add_row({run, job.options.feature_map, std::to_string(step) + "/" + std::to_string(job.options.steps), state,
+                 losses, kls});
     }
     std::cout << to_markdown(t);
+    for (const std::string& n : notes) std::cout << "note: " << n << "\n";
   });
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "attnscope/capture/capture.h"
 #include "attnscope/model/model.h"
 #include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
@@ -41,6 +42,20 @@ std::string tiny_gpt2_dir() {
   }
   w.lnf_w = 1 + r({16}), w.lnf_b = r({16}), w.lm_head = w.tok_emb;
   save_gpt2_model(Model(c, w), dir);
+  return dir;
+}
+
+std::string bundled_capture() {
+  static const std::string dir = [] {
+    LoadedModel m = load_model(source_dir() + "/resources/models/brown-gpt2-mini");
+    CaptureOptions o;
+    o.seq_len = 64;
+    o.num_seqs = 6;
+    o.seed = 3;
+    const std::string d = temp_dir("bundled_cap") + "/cap";
+    capture_to_dir(m, sample_documents(), o, d);
+    return d;
+  }();
   return dir;
 }
 

@@ -8,4 +8,8 @@ namespace attnscope::test {
 // trained on resources/texts, written once per process in Hugging Face layout; returns its dir.
 std::string tiny_gpt2_dir();
 
+// A capture of the bundled model (resources/models/brown-gpt2-mini) on the sample texts: 6 windows x
+// 64 tokens, seed 3, written once per process; returns its dir.
+std::string bundled_capture();
+
 }  // namespace attnscope::test

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attnscope/attention/feature_map.h"
 #include "attnscope/base/error.h"
 
 namespace attnscope {
@@ -52,7 +53,9 @@ std::vector<int64_t> Allocation::layer_dims() const {
 }
 
 Allocation allocate(const std::vector<std::vector<double>>& head_dof, const AllocOptions& opt) {
-  if (opt.budget < 1) fail(kWhere, "the budget (cost C) must be at least 1, got " + std::to_string(opt.budget));
+  if (opt.budget < 1 || opt.budget > kMaxFeatureDim)
+    fail_value("budget", "(cost C) " + std::to_string(opt.budget) + " is outside 1.." + std::to_string(kMaxFeatureDim) +
+                             ", the feature dimensions attnscope takes");
   if (opt.multiple < 1) fail(kWhere, "the rounding multiple must be at least 1, got " + std::to_string(opt.multiple));
   if (opt.head_dim < 1) fail(kWhere, "the head dimension must be at least 1, got " + std::to_string(opt.head_dim));
   if (head_dof.empty()) fail(kWhere, "no layers to allocate");

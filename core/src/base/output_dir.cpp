@@ -1,4 +1,4 @@
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -63,6 +63,28 @@ bool exchange_paths(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+std::vector<std::string> killed_writer_debris(const std::string& path) {
+  std::vector<std::string> out;
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(p.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    for (const std::string tag : {".partial-", ".old-"}) {
+      const auto at = name.rfind(tag);
+      if (at == std::string::npos || at == 0) continue;
+      if (process_gone(sibling_pid(name, name.substr(0, at), tag))) out.push_back(e.path().string());
+    }
+  }
+  return out;
+}
+
+void recover_killed_writers(const std::string& path) {
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  recover_dead_writers(p.parent_path());
+}
 
 OutputDir::OutputDir(const std::string& final_dir) {
   fs::path out = fs::absolute(final_dir).lexically_normal();

@@ -8,7 +8,7 @@
 
 #include "capture/capture_manifest.h"
 #include "attnscope/base/error.h"
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 #include "base/random.h"
 #include "attnscope/io/safetensors.h"
 #include "io/safetensors_stream_writer.h"

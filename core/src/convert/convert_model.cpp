@@ -11,7 +11,7 @@
 #include "attnscope/base/error.h"
 #include "attention/feature_map_tensors.h"
 #include "attnscope/model/model.h"
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
 #include "convert/converted_json.h"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/output_dir.h"
 #include "attnscope/base/text_file.h"
 
 namespace fs = std::filesystem;
@@ -42,6 +43,7 @@ RunDir::RunDir(const std::string& dir, bool create, bool writes) : dir_(dir), st
     return;
   }
   if (create) {
+    recover_killed_writers(dir_);  // a writer in this folder sweeps what killed ones left
     if (fs::exists(dir_) && !fs::is_directory(dir_)) fail(dir_, "exists and is not a directory");
     if (fs::is_directory(dir_) && !fs::is_empty(dir_, ec))
       fail(dir_, "is not empty: a new run needs a new (or empty) run directory; resume the run that is there, or "

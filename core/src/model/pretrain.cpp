@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/model/model.h"
 #include "attnscope/tokenize/tokenizer.h"

@@ -15,7 +15,7 @@
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/error.h"
 #include "attnscope/model/model.h"
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 #include "attnscope/base/table.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/io/text_source.h"

@@ -17,7 +17,7 @@
 #include "attnscope/analysis/head_analysis_table.h"
 #include "attnscope/analysis/map_export.h"
 #include "attnscope/model/model.h"
-#include "base/output_dir.h"
+#include "attnscope/base/output_dir.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/io/text_source.h"
 

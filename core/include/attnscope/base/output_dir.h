@@ -8,6 +8,7 @@
 // Captures, pretrained models, reports, and later jobs and converted models all write this way.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace attnscope {
 
@@ -28,5 +29,12 @@ class OutputDir {
   std::string final_, tmp_;
   bool committed_ = false;
 };
+
+// What killed writers left beside `path` (its folder's X.partial-PID and lone X.old-PID of
+// processes that are gone): the next OutputDir in that folder sweeps or restores them. For
+// `attnscope info` and `jobs` to say so.
+std::vector<std::string> killed_writer_debris(const std::string& path);
+// Sweeps (and restores) them, as every OutputDir does at its start; a run directory's writer too.
+void recover_killed_writers(const std::string& path);
 
 }  // namespace attnscope
