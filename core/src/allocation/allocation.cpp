@@ -6,6 +6,7 @@
 
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/base/error.h"
+#include "attnscope/base/names.h"
 
 namespace attnscope {
 namespace {
@@ -19,32 +20,14 @@ int64_t round_dim(double t, int64_t m) {
 
 }  // namespace
 
-constexpr AllocStrategy kStrategies[] = {AllocStrategy::Fix, AllocStrategy::Dof, AllocStrategy::DofClip, AllocStrategy::PerHead};
+constexpr Named<AllocStrategy> kStrategies[] = {{AllocStrategy::Fix, "fix"},
+                                                {AllocStrategy::Dof, "dof"},
+                                                {AllocStrategy::DofClip, "dof-clip"},
+                                                {AllocStrategy::PerHead, "per-head"}};
 
-std::vector<std::string> alloc_strategy_names() {
-  std::vector<std::string> out;
-  for (AllocStrategy s : kStrategies) out.push_back(alloc_strategy_name(s));
-  return out;
-}
-
-AllocStrategy parse_alloc_strategy(const std::string& name) {
-  std::string valid;
-  for (AllocStrategy s : kStrategies) {
-    if (name == alloc_strategy_name(s)) return s;
-    valid += (valid.empty() ? "" : ", ") + std::string(alloc_strategy_name(s));
-  }
-  fail_value("strategy", "'" + name + "' is unknown (valid: " + valid + ")");
-}
-
-const char* alloc_strategy_name(AllocStrategy s) {
-  switch (s) {
-    case AllocStrategy::Fix: return "fix";
-    case AllocStrategy::Dof: return "dof";
-    case AllocStrategy::DofClip: return "dof-clip";
-    case AllocStrategy::PerHead: return "per-head";
-  }
-  return "?";
-}
+std::vector<std::string> alloc_strategy_names() { return names_of(kStrategies); }
+AllocStrategy parse_alloc_strategy(const std::string& name) { return parse_name(kStrategies, name, "strategy"); }
+const char* alloc_strategy_name(AllocStrategy s) { return name_of(kStrategies, s); }
 
 std::vector<int64_t> Allocation::layer_dims() const {
   std::vector<int64_t> out;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/names.h"
 
 namespace attnscope {
 namespace {
@@ -19,32 +20,14 @@ void check_lambda(double lambda) {
 
 }  // namespace
 
-constexpr DofNormalize kNormalizers[] = {DofNormalize::Trace, DofNormalize::Max, DofNormalize::Samples, DofNormalize::None};
+constexpr Named<DofNormalize> kNormalizers[] = {{DofNormalize::Trace, "trace"},
+                                                {DofNormalize::Max, "max"},
+                                                {DofNormalize::Samples, "samples"},
+                                                {DofNormalize::None, "none"}};
 
-std::vector<std::string> dof_normalize_names() {
-  std::vector<std::string> out;
-  for (DofNormalize n : kNormalizers) out.push_back(dof_normalize_name(n));
-  return out;
-}
-
-DofNormalize parse_dof_normalize(const std::string& name) {
-  std::string valid;
-  for (DofNormalize n : kNormalizers) {
-    if (name == dof_normalize_name(n)) return n;
-    valid += (valid.empty() ? "" : ", ") + std::string(dof_normalize_name(n));
-  }
-  fail_value("normalization", "'" + name + "' is unknown (valid: " + valid + ")");
-}
-
-const char* dof_normalize_name(DofNormalize n) {
-  switch (n) {
-    case DofNormalize::Trace: return "trace";
-    case DofNormalize::Max: return "max";
-    case DofNormalize::Samples: return "samples";
-    case DofNormalize::None: return "none";
-  }
-  return "?";
-}
+std::vector<std::string> dof_normalize_names() { return names_of(kNormalizers); }
+DofNormalize parse_dof_normalize(const std::string& name) { return parse_name(kNormalizers, name, "normalization"); }
+const char* dof_normalize_name(DofNormalize n) { return name_of(kNormalizers, n); }
 
 GramScale gram_scale(DofNormalize normalize, double trace, double top_eigenvalue, int64_t J, double shift) {
   if (!std::isfinite(shift)) fail(kWhere, "the Gram's log scale is not finite");
