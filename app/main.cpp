@@ -39,6 +39,7 @@ std::string with_option(const attnscope::Error& e) {
 int main(int argc, char** argv) {
   namespace cli = attnscope::cli;
   attnscope::configure_runtime();
+  cli::set_invocation(argc, argv);
   CLI::App app{"attnscope: inspect, measure and linearize the attention of transformer models"};
   app.set_version_flag("--version", ATTNSCOPE_VERSION);
   app.require_subcommand(1);

@@ -30,7 +30,7 @@ void register_capture(CLI::App& app) {
     LoadedModel m = args->load();
     // The same job runner as the workbench's, here in the foreground with a terminal bar.
     run_job("capture", "capture " + std::to_string(opt->num_seqs) + " x " + std::to_string(opt->seq_len) + " tokens",
-            "attnscope capture --out " + *out,
+            invocation(),
             [&](Job& job) { capture_to_dir(m, docs, *opt, *out, job.progress()); }, terminal_progress("capture"));
     const auto& c = m.model->config();
     std::cerr << "captured " << c.n_layer << " layers x " << c.n_head << " heads, " << opt->num_seqs << " x "

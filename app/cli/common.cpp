@@ -36,6 +36,20 @@ std::string resources_dir() {
   return ATTNSCOPE_RESOURCES;
 }
 
+namespace {
+std::string& invocation_text() {
+  static std::string text = "attnscope";
+  return text;
+}
+}  // namespace
+
+void set_invocation(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  invocation_text() = attnscope_command(args);
+}
+
+const std::string& invocation() { return invocation_text(); }
+
 std::string default_model() { return resources_dir() + "/models/brown-gpt2-mini"; }
 
 std::vector<std::string> default_texts() {

@@ -16,6 +16,11 @@
 
 namespace attnscope::cli {
 
+// The command line this process was started with, as `attnscope ...` with every argument quoted
+// (main.cpp records it): the command a foreground job records, which reruns it exactly.
+void set_invocation(int argc, char** argv);
+const std::string& invocation();
+
 // The bundled model under resources/ (ATTNSCOPE_RESOURCES overrides where resources live).
 std::string resources_dir();
 std::string default_model();
