@@ -55,12 +55,14 @@ DistillOptions base_options(const std::string& map, const std::string& loss, int
 
 // Explicit float64 reference of one head: phi from core's FeatureMap, Ahat by its definition.
 struct Ref {
-  double kl = 0, ce = 0, l2 = 0;
+  double kl = 0, ce = 0, l2 = 0, output = 0;  // output: mean over defined rows and d_v of (A V - Ahat V)^2
   int64_t undefined_rows = 0, zero_entries = 0;  // t2r: rows with no positive weight, Khat_ij = 0 in defined rows
 };
 
-Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& pairs) {
+Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& pairs,
+              const at::Tensor& v = {}) {
   const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3);
+  const int64_t dv = v.defined() ? v.size(3) : 0;
   Ref r;
   double l2_sum = 0;
   for (int64_t h = 0; h < H; ++h) {
@@ -93,12 +95,19 @@ Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, c
           ++r.undefined_rows;
           continue;
         }
+        std::vector<double> y(size_t(dv), 0.0), yh(size_t(dv), 0.0);
         for (int64_t j = 0; j <= i; ++j) {
           if (kh[i][j] == 0) ++r.zero_entries;
           const double a = std::exp(s[i][j] - mx) / z, ah = std::max(kh[i][j] / zh, 1e-30);
           r.kl += a * std::log(a / ah);
           r.ce += -a * std::log(ah);
+          for (int64_t c = 0; c < dv; ++c) {
+            const double vj = v[b][h][j][c].item<double>();
+            y[size_t(c)] += a * vj;
+            yh[size_t(c)] += kh[i][j] / zh * vj;
+          }
         }
+        for (int64_t c = 0; c < dv; ++c) r.output += (y[size_t(c)] - yh[size_t(c)]) * (y[size_t(c)] - yh[size_t(c)]);
       }
       auto P = pairs.accessor<int64_t, 2>();
       for (int64_t p = 0; p < pairs.size(0); ++p) {
@@ -111,6 +120,7 @@ Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, c
   r.kl /= double(B * H * L - r.undefined_rows);
   r.ce /= double(B * H * L - r.undefined_rows);
   r.l2 = l2_sum / double(B * H * pairs.size(0));
+  if (dv) r.output /= double((B * H * L - r.undefined_rows) * dv);
   return r;
 }
 
@@ -128,6 +138,7 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
   at::manual_seed(5);
   const at::Tensor q = at::randn({2, 3, 12, 8}) * 1.5, k = at::randn({2, 3, 12, 8}) * 1.5;
+  const at::Tensor v = at::randn({2, 3, 12, 8}) * 2;
   at::Tensor pairs = at::empty({20, 2}, at::kLong);
   auto pa = pairs.accessor<int64_t, 2>();
   for (int64_t p = 0; p < 20; ++p) {
@@ -146,8 +157,9 @@ TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
     LayerMaps maps = init_layer_maps(o, 1, 3, 8, 16);
     // Away from the initialization, so alpha, b and every head differ.
     for (auto& [name, t] : maps.params) t.add_(at::randn(t.sizes()) * 0.3);
-    const Ref ref = reference(maps, q, k, pairs);
+    const Ref ref = reference(maps, q, k, pairs, v);
     const double kl = layer_loss(maps, q, k, DistillLoss::Kl).item<double>();
+    const double out = layer_loss(maps, q, k, DistillLoss::Output, {}, v).item<double>();
     const double ce = layer_loss(maps, q, k, DistillLoss::Softmax).item<double>();
     const double l2 = layer_loss(maps, q, k, DistillLoss::L2, pairs).item<double>();
     SCOPED_TRACE(c.map + (c.tied ? " tied " : " untied ") + c.activation);
@@ -159,6 +171,8 @@ TEST(Distill, BatchedLossEqualsFloat64ReferenceForEveryLossAndMap) {
     EXPECT_NEAR(kl, ref.kl, 2e-5 + 1e-4 * ref.kl);
     EXPECT_NEAR(ce, ref.ce, 1e-4 * ref.ce);
     EXPECT_NEAR(l2, ref.l2, 1e-6 + 1e-4 * ref.l2);
+    EXPECT_GT(ref.output, 1e-4);
+    EXPECT_NEAR(out, ref.output, 1e-6 + 1e-4 * ref.output);
     EXPECT_NEAR(layer_kl(maps, q, k), ref.kl, 2e-5 + 1e-4 * ref.kl);
   }
 }
@@ -177,7 +191,8 @@ TEST(Distill, T2rLossLeavesOutRowsWithNoPositiveWeight) {
   LayerMaps maps = init_layer_maps(o, 0, 3, 8, 6);
   for (auto& [name, t] : maps.params)
     if (name.size() >= 1 && name.back() == 'b') t.sub_(at::full(t.sizes(), 0.9));
-  const Ref ref = reference(maps, q, k, pairs);
+  const at::Tensor v = at::randn({2, 3, 12, 8});
+  const Ref ref = reference(maps, q, k, pairs, v);
   ASSERT_GT(ref.undefined_rows, 0);
   ASSERT_LT(ref.undefined_rows, 2 * 3 * 12);
   ASSERT_GT(ref.zero_entries, 0);
@@ -186,6 +201,11 @@ TEST(Distill, T2rLossLeavesOutRowsWithNoPositiveWeight) {
   EXPECT_NEAR(kl.item<double>(), ref.kl, 1e-4 * ref.kl);
   EXPECT_NEAR(layer_loss(maps, q, k, DistillLoss::Softmax).item<double>(), ref.ce, 1e-4 * ref.ce);
   EXPECT_NEAR(layer_loss(maps, q, k, DistillLoss::L2, pairs).item<double>(), ref.l2, 1e-6 + 1e-4 * ref.l2);
+  const at::Tensor out = layer_loss(maps, q, k, DistillLoss::Output, {}, v);
+  EXPECT_NEAR(out.item<double>(), ref.output, 1e-6 + 1e-4 * ref.output);
+  out.backward();
+  for (auto& p : maps.params) EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << "output " << p.first;
+  for (auto& p : maps.params) p.second.mutable_grad().zero_();
   kl.backward();
   for (auto& p : maps.params) {
     EXPECT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
@@ -208,7 +228,7 @@ TEST(Distill, LossStaysFiniteForLargeQueryNorms) {
 }
 
 TEST(Distill, TrainingLowersLossAndHeldOutKlOnBundledCapture) {
-  for (const auto& [map, loss] : std::vector<std::pair<std::string, std::string>>{{"learned-prf", "kl"}, {"hedgehog", "softmax"}, {"learned-prf", "l2"}, {"t2r", "kl"}, {"flex-stationary", "kl"}}) {
+  for (const auto& [map, loss] : std::vector<std::pair<std::string, std::string>>{{"learned-prf", "kl"}, {"hedgehog", "softmax"}, {"learned-prf", "l2"}, {"t2r", "kl"}, {"flex-stationary", "kl"}, {"hedgehog", "output"}}) {
     const std::string run = test::temp_dir("distill_train") + "/run";
     DistillOptions o = base_options(map, loss, 50);
     const auto t0 = std::chrono::steady_clock::now();
@@ -1262,8 +1282,8 @@ TEST(NameTables, EveryValueRoundTripsAndUnknownNamesListTheValidOnes) {
   for (const std::string& n : lr_schedule_names()) EXPECT_EQ(lr_schedule_name(parse_lr_schedule(n)), n);
   for (const std::string& n : device_names()) EXPECT_EQ(device_name(parse_device_name(n)), n);
   for (const std::string& n : alloc_strategy_names()) EXPECT_EQ(alloc_strategy_name(parse_alloc_strategy(n)), n);
-  EXPECT_EQ(distill_loss_names(), (std::vector<std::string>{"kl", "softmax", "l2", "direct"}));
-  for (DistillLoss l : {DistillLoss::Kl, DistillLoss::Softmax, DistillLoss::L2, DistillLoss::Direct})
+  EXPECT_EQ(distill_loss_names(), (std::vector<std::string>{"kl", "softmax", "l2", "output", "direct"}));
+  for (DistillLoss l : {DistillLoss::Kl, DistillLoss::Softmax, DistillLoss::L2, DistillLoss::Output, DistillLoss::Direct})
     EXPECT_NE(std::string(distill_loss_name(l)), "?");
   try {
     parse_lr_schedule("linear");

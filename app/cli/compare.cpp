@@ -23,7 +23,7 @@ void register_compare(CLI::App& app) {
   cmd->add_option("--feature-map", o->feature_map, "trainable map: learned-prf | hedgehog | t2r | flex-stationary")
       ->capture_default_str();
   cmd->add_option_function<std::string>("--loss", [o](const std::string& v) { o->loss = parse_distill_loss(v); },
-                                         "distillation loss: kl | softmax | l2")
+                                         "distillation loss: kl | softmax | l2 | output")
       ->default_str(distill_loss_name(o->loss));
   cmd->add_option("--steps", o->steps, "distillation steps per strategy")->capture_default_str();
   cmd->add_option("--features-from", o->features_from, "where the DoF spectra come from: capture")->capture_default_str();

@@ -152,6 +152,8 @@ double train_seconds(const TrainBenchOptions& o, const ModelConfig& c, const at:
     for (int l = 0; l < c.n_layer; ++l) {
       b.q.push_back(at::normal(0.0, 1.0, {o.batch, c.n_head, o.seq_len, c.head_dim}, gen).to(device));
       b.k.push_back(at::normal(0.0, 1.0, {o.batch, c.n_head, o.seq_len, c.head_dim}, gen).to(device));
+      if (loss == DistillLoss::Output)
+        b.v.push_back(at::normal(0.0, 1.0, {o.batch, c.n_head, o.seq_len, c.head_dim}, gen).to(device));
     }
   }
   return distill_step_seconds(b);

@@ -25,7 +25,8 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr Named<DistillLoss> kLosses[] = {
-    {DistillLoss::Kl, "kl"}, {DistillLoss::Softmax, "softmax"}, {DistillLoss::L2, "l2"}, {DistillLoss::Direct, "direct"}};
+    {DistillLoss::Kl, "kl"}, {DistillLoss::Softmax, "softmax"}, {DistillLoss::L2, "l2"},
+    {DistillLoss::Output, "output"}, {DistillLoss::Direct, "direct"}};
 constexpr Named<LrSchedule> kSchedules[] = {{LrSchedule::Constant, "constant"}, {LrSchedule::Cosine, "cosine"}};
 
 // AdamW's fixed settings, recorded in job.json.
@@ -119,7 +120,7 @@ const std::vector<Row> kTable = {
     {"-J,--samples", "samples", "with a strategy: vectors sampled per head for the DoF",
      [](const O& o) { return o.strategy ? str(o.dof_samples) : std::string(); },
      [](O& o, const std::string& v) { o.dof_samples = whole(v, "samples"); }},
-    {"--loss", "loss", "kl | softmax | l2 (layerwise, on the capture) | direct (next-token loss of the whole model "
+    {"--loss", "loss", "kl | softmax | l2 | output (layerwise, on the capture) | direct (next-token loss of the whole model "
                        "with the maps in place, on the text)",
      [](const O& o) { return std::string(distill_loss_name(o.loss)); },
      [](O& o, const std::string& v) { o.loss = parse_distill_loss(v); }},

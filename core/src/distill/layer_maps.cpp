@@ -108,11 +108,17 @@ std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at:
 // infinite; its log is floored at log(1e-30) (no gradient through that entry, as through the ReLU
 // that zeroed it), the same floor as log_kernel's.
 at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& causal,
-                         DistillLoss loss) {
+                         DistillLoss loss, const at::Tensor& v) {
   const at::Tensor z = khat.sum(-1, true);  // [B, H, L, 1]
   const at::Tensor defined = z.squeeze(-1) > 0;
-  const at::Tensor log_ahat = at::log((khat / z.clamp_min(1e-30)).clamp_min(1e-30));
   const at::Tensor a = log_a.exp();
+  if (loss == DistillLoss::Output) {
+    // Undefined rows have no output: left out, as from the other losses.
+    const at::Tensor y_lin = at::matmul(khat / z.clamp_min(1e-30), v), y = at::matmul(a, v);
+    const at::Tensor rows = (y - y_lin).pow(2).mean(-1).masked_fill(defined.logical_not(), 0.0);
+    return rows.sum() / defined.sum().clamp_min(1).to(rows.scalar_type());
+  }
+  const at::Tensor log_ahat = at::log((khat / z.clamp_min(1e-30)).clamp_min(1e-30));
   at::Tensor per_entry;
   if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
   else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;
@@ -281,8 +287,10 @@ at::Tensor direct_loss(const Model& model, const at::Tensor& ids) {
 }
 
 at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
-                      const at::Tensor& pairs) {
+                      const at::Tensor& pairs, const at::Tensor& v) {
   if (loss == DistillLoss::Direct) fail("distill", "direct is not a layerwise loss");
+  if (loss == DistillLoss::Output && (!v.defined() || v.dim() != 4 || v.size(2) != q.size(2)))
+    fail("distill", "the output loss needs the values v [B, H, L, d_v]");
   const int64_t L = q.size(2);
   const at::Tensor causal = at::ones({L, L}, q.options().dtype(at::kBool)).tril();
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
@@ -291,7 +299,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   if (is_fourier(m.map)) {
     const auto [vq, lsq] = fourier_features(m, q);
     const auto [vk, lsk] = fourier_features(m, k);
-    const at::Tensor v = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
+    const at::Tensor kv = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
     if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
       const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
@@ -304,8 +312,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     // exp(ls_j - max_{j' <= i} ls_j'): at most 1 on j <= i, and -inf (0) above the diagonal.
     const at::Tensor run_max = std::get<0>(at::cummax(lsk, -1)).detach();  // [B, H, L]
     const at::Tensor rel = (lsk.unsqueeze(-2) - run_max.unsqueeze(-1)).masked_fill(causal.logical_not(), ninf);
-    const at::Tensor khat = (v * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
+    const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
+    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss, v);
   }
   if (m.map == "t2r") {
     const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
@@ -319,7 +327,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
       return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
     }
     const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss);
+    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss, v);
   }
   const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
   if (loss == DistillLoss::L2) {
@@ -338,6 +346,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor log_a = at::log_softmax(masked, -1);
   const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
   const at::Tensor a = log_a.exp();
+  if (loss == DistillLoss::Output)  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
+    return (at::matmul(a, v) - at::matmul(log_ahat.exp(), v)).pow(2).mean();
   at::Tensor per_entry;
   if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
   else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;

@@ -8,6 +8,8 @@
 //   l2       mean squared error of kernel values on sampled pairs (i, j), both scaled by the
 //            row's largest softmax kernel value exp(max_j q_i.k_j / sqrt d), which attention
 //            ignores and which keeps the values in range
+//   output   mean squared error of the head's outputs, (A V - Ahat V)^2 over rows and d_v
+//            (LoLCATs' attention transfer)
 // Everything is computed from log phi (log domain): log Khat_ij = logsumexp_m(log phi_q + log phi_k),
 // so exp never overflows on real heads. t2r's features are exactly 0 wherever ReLU cuts, so its
 // kernel is formed directly (no exp to overflow) and rows with no positive weight are left out.
@@ -70,10 +72,10 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
 at::Tensor direct_loss(const Model& model, const at::Tensor& ids);
 
 // The training loss of a mini-batch q, k [B, H, L, d] (float32), averaged over windows, heads and
-// rows; differentiable in maps.params. `pairs` (int64 [P, 2], i >= j) are the l2 pairs. A layerwise
-// loss (not direct).
+// rows; differentiable in maps.params. `pairs` (int64 [P, 2], i >= j) are the l2 pairs; `v`
+// [B, H, L, d_v] the values, for output. A layerwise loss (not direct).
 at::Tensor layer_loss(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
-                      const at::Tensor& pairs = {});
+                      const at::Tensor& pairs = {}, const at::Tensor& v = {});
 // Mean row KL(A || Ahat) (no gradient).
 double layer_kl(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k);
 
@@ -90,7 +92,7 @@ struct DistillBench {
   int steps = 1;  // timed steps after the warm-up: the result is their total time
   DistillOptions options;
   std::vector<std::vector<HeadGroup>> groups;
-  std::vector<at::Tensor> q, k;
+  std::vector<at::Tensor> q, k, v;  // v: for the output loss
   const Model* model = nullptr;
   at::Tensor ids;
 };

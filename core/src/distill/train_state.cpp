@@ -131,11 +131,13 @@ std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const
   std::vector<double> losses, kls;
   for (const GroupState& g : st.groups) {
     const at::Tensor gq = group_heads(st, g, st.val_q), gk = group_heads(st, g, st.val_k);
+    const at::Tensor gv = st.val_v.defined() ? group_heads(st, g, st.val_v) : at::Tensor();
     double sum_loss = 0, sum_kl = 0;
     for (int64_t t0 = 0; t0 < T; t0 += 4) {
       const int64_t n = std::min<int64_t>(4, T - t0);
       const at::Tensor q = gq.narrow(0, t0, n), k = gk.narrow(0, t0, n);
-      const double l = direct ? layer_kl(g.group.maps, q, k) : layer_loss(g.group.maps, q, k, loss, pairs).item<double>();
+      const at::Tensor v = gv.defined() ? gv.narrow(0, t0, n) : at::Tensor();
+      const double l = direct ? layer_kl(g.group.maps, q, k) : layer_loss(g.group.maps, q, k, loss, pairs, v).item<double>();
       const double kk = loss == DistillLoss::Kl || direct ? l : layer_kl(g.group.maps, q, k);
       sum_loss += l * double(n);
       sum_kl += kk * double(n);

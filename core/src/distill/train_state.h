@@ -39,6 +39,7 @@ struct LayerState {
   std::vector<GroupState> groups;
   int64_t heads = 0;
   at::Tensor q, k, val_q, val_k;
+  at::Tensor v, val_v;  // the values, for the output loss only
   double last_loss = 0, first_loss = 0, initial_val_kl = 0;
   bool has_val = false;             // the job holds out windows (report.json gets val_kl)
   double val_loss = 0, val_kl = 0;  // of the last validation

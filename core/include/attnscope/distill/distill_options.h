@@ -20,11 +20,12 @@ class CaptureStore;
 //   kl       mean row KL(A || Ahat)
 //   softmax  mean row cross-entropy -sum_j A_ij log Ahat_ij
 //   l2       mean squared error of kernel values on sampled pairs (i, j)
+//   output   mean squared error of the head's output, A V against Ahat V (LoLCATs' attention transfer)
 //   direct   next-token cross-entropy of the whole model with the maps in place
-enum class DistillLoss { Kl, Softmax, L2, Direct };
+enum class DistillLoss { Kl, Softmax, L2, Output, Direct };
 DistillLoss parse_distill_loss(const std::string& name);  // else Error (quantity "loss")
 const char* distill_loss_name(DistillLoss loss);
-std::vector<std::string> distill_loss_names();  // kl, softmax, l2, direct
+std::vector<std::string> distill_loss_names();  // kl, softmax, l2, output, direct
 
 // The learning-rate schedule over the run's steps.
 enum class LrSchedule { Constant, Cosine };
