@@ -1416,3 +1416,34 @@ TEST(DistillCommand, RecordedCommandRerunsToTheSameResult) {
     for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;
   }
 }
+
+// Issue 15, item 5: a run records the window length it trained on, the converted model carries it,
+// and eval says when it evaluates beyond it (at every length given).
+TEST(DistillCommand, TrainedLengthTravelsToEvalWhichWarnsBeyondIt) {
+  const std::string root = test::temp_dir("distill_trained_length");
+  DistillOptions o = base_options("learned-prf", "kl", 2);
+  distill(o, root + "/run");
+  EXPECT_EQ(read_json(root + "/run/job.json")["trained_length"], 64);  // the capture's windows
+  std::string out;
+  ASSERT_EQ(test::run_command(test::cli_path() + " convert --job " + root + "/run --out " + root + "/conv 2>&1", &out), 0) << out;
+  EXPECT_EQ(read_json(root + "/conv/config.json")["attnscope"]["trained_length"], 64);
+  const std::string text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";
+  ASSERT_EQ(test::run_command("(" + test::cli_path() + " eval --model " + root + "/conv --text " + text +
+                                  " --seq-len 64,128 --speed-lengths 32 --min-seconds 0 --closeness-windows 1 --json 2>" +
+                                  root + "/err.txt)",
+                              &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["by_length"].size(), 2u);
+  EXPECT_EQ(j["seq_len"], 64);
+  EXPECT_EQ(j["by_length"][0]["beyond_trained_length"], false);
+  EXPECT_EQ(j["by_length"][1]["beyond_trained_length"], true);
+  EXPECT_EQ(j["by_length"][1]["trained_length"], 64);
+  EXPECT_EQ(j["by_length"][1]["positions"].size(), 2u);
+  EXPECT_FALSE(j["by_length"][0]["speed"].empty());
+  EXPECT_TRUE(j["by_length"][1]["speed"].empty());
+  const std::string err = test::read_file(root + "/err.txt");
+  EXPECT_NE(err.find("trained on 64-token windows and are evaluated at 128"), std::string::npos) << err;
+  EXPECT_EQ(err.find("evaluated at 64 "), std::string::npos) << err;
+}

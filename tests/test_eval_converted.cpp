@@ -201,3 +201,58 @@ TEST(EvalConverted, CoreRefusesSoftmaxModelAndBadLengths) {
   EXPECT_EQ(default_speed_lengths(4096), (std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096}));
   EXPECT_EQ(default_speed_lengths(32768).back(), 4096);
 }
+
+// Issue 15, item 5 (length honesty): the loss and attention KL by position. Each bucket's losses
+// equal the per-token cross-entropy of an independent forward pass over the same windows; the
+// buckets average back to the overall loss, and their KL (row by row, float64) to the layers' KL
+// (head_metrics' means).
+TEST(EvalConverted, PositionBucketsMatchAnIndependentPerTokenLoss) {
+  EXPECT_EQ(position_bucket(0), 0);
+  EXPECT_EQ(position_bucket(63), 0);
+  EXPECT_EQ(position_bucket(64), 1);
+  EXPECT_EQ(position_bucket(127), 1);
+  EXPECT_EQ(position_bucket(128), 2);
+  EXPECT_EQ(position_bucket(4095), 6);
+  LoadedModel m = load_model(converted_prf64());
+  const std::vector<int64_t> ids = text_ids(m);
+  ConvertedEvalOptions o;
+  o.seq_len = 160;
+  o.closeness_windows = 2;
+  o.speed = false;
+  const ConvertedEvaluation e = evaluate_converted(*m.model, ids, o);
+  ASSERT_EQ(e.positions.size(), 3u);  // 0-63, 64-127, 128-159
+  EXPECT_EQ(e.positions[2].first, 128);
+  EXPECT_EQ(e.positions[2].last, 159);
+  EXPECT_TRUE(e.speed.empty());
+  // Independent: logits of every window, cross-entropy by hand in float64, bucketed.
+  at::NoGradGuard no_grad;
+  std::vector<double> sum(3, 0), n(3, 0);
+  for (size_t start = 0; start + 1 < ids.size(); start += 160) {
+    const size_t len = std::min<size_t>(160, ids.size() - start);
+    if (len < 2) break;
+    const at::Tensor w = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + len)).view({1, -1});
+    const at::Tensor logp = at::log_softmax(m.model->forward(w).squeeze(0).to(at::kDouble), -1);
+    for (size_t p = 1; p < len; ++p) {
+      const int b = position_bucket(int(p));
+      sum[b] -= logp[int64_t(p) - 1][ids[start + p]].item<double>();
+      n[b] += 1;
+    }
+  }
+  double total = 0, count = 0;
+  for (int b = 0; b < 3; ++b) {
+    EXPECT_EQ(e.positions[b].tokens, int64_t(n[b])) << b;
+    EXPECT_NEAR(e.positions[b].converted_loss, sum[b] / n[b], 1e-4) << b;
+    total += e.positions[b].converted_loss * double(e.positions[b].tokens);
+    count += double(e.positions[b].tokens);
+  }
+  EXPECT_NEAR(total / count, e.converted_loss, 1e-9);
+  // Every row of these heads is defined (PRF is positive): the rows-weighted bucket KL is the
+  // layers' mean KL.
+  double layer_mean = 0;
+  for (const auto& l : e.layers) layer_mean += l.attention_kl / double(e.layers.size());
+  double kl = 0;
+  for (const auto& p : e.positions) kl += p.attention_kl * double(p.last - p.first + 1);
+  EXPECT_NEAR(kl / 160.0, layer_mean, 1e-6 * layer_mean);
+  EXPECT_EQ(e.trained_length, 0);  // untrained maps
+  EXPECT_FALSE(e.beyond_trained_length());
+}

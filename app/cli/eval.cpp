@@ -21,6 +21,11 @@ void print_table(const ConvertedEvaluation& e) {
   std::printf("%-10s %12s %12s\n", "model", "loss", "perplexity");
   std::printf("%-10s %12.4f %12.3f\n", "original", e.original_loss, std::exp(e.original_loss));
   std::printf("%-10s %12.4f %12.3f\n\n", "converted", e.converted_loss, std::exp(e.converted_loss));
+  std::printf("%-12s %8s %12s %12s %14s\n", "positions", "tokens", "original", "converted", "attention KL");
+  for (const auto& p : e.positions)
+    std::printf("%5d-%-6d %8lld %12.4f %12.4f %14.5f\n", p.first, p.last, (long long)p.tokens, p.original_loss,
+                p.converted_loss, p.attention_kl);
+  std::printf("\n");
   std::printf("%-6s %14s %18s\n", "layer", "attention KL", "output rel error");
   for (const auto& l : e.layers) std::printf("%-6d %14.5f %18.5f\n", l.layer, l.attention_kl, l.output_rel_error);
   std::printf("\n%-9s %8s %16s %16s %8s %14s %14s\n", "mode", "seq_len", "softmax tok/s", "linear tok/s", "speedup",
@@ -39,14 +44,16 @@ void register_eval(CLI::App& app) {
                                          "the comparison with its original (closeness and speed)");
   auto args = std::make_shared<ModelArgs>();
   auto texts = std::make_shared<std::vector<std::string>>();
-  auto seq_len = std::make_shared<int>(0);
+  auto seq_lens = std::make_shared<std::vector<int>>();
   auto json = std::make_shared<bool>(false);
   auto speed_lengths = std::make_shared<std::vector<int>>();
   auto windows = std::make_shared<int>(4);
   auto min_seconds = std::make_shared<double>(0.2);
   args->add_to(cmd);
   cmd->add_option("-t,--text", *texts, ".txt or .jsonl files, or - for standard input")->required();
-  cmd->add_option("-L,--seq-len", *seq_len, "window length in tokens (default: the context length)");
+  cmd->add_option("-L,--seq-len", *seq_lens,
+                  "window lengths in tokens, e.g. 128,512 (default: the context length); each is evaluated")
+      ->delimiter(',');
   cmd->add_option("--speed-lengths", *speed_lengths,
                   "converted models: sequence lengths to time (default 64, 128, ... up to the context length or 4096)")
       ->delimiter(',');
@@ -62,29 +69,46 @@ void register_eval(CLI::App& app) {
     auto docs = read_text_documents(*texts);
     LoadedModel m = args->load();
     const std::vector<int64_t> ids = encode_documents(*m.tokenizer, docs);
-    const int L = *seq_len > 0 ? *seq_len : m.model->config().n_ctx;
-    if (L > m.model->config().n_ctx)
-      fail("--seq-len", std::to_string(L) + " exceeds the context length " + std::to_string(m.model->config().n_ctx));
-    if (m.model->feature_maps()) {
-      ConvertedEvalOptions o;
-      o.seq_len = L;
-      o.closeness_windows = *windows;
-      o.speed_lengths = *speed_lengths;
-      o.min_seconds = *min_seconds;
-      const ConvertedEvaluation e = evaluate_converted(*m.model, ids, o, terminal_progress("eval"));
-      if (*json)
-        std::cout << converted_eval_to_json(e).dump(2) << "\n";
-      else
-        print_table(e);
-      return;
+    const int n_ctx = m.model->config().n_ctx;
+    std::vector<int> lengths = *seq_lens;
+    if (lengths.empty()) lengths.push_back(n_ctx);
+    for (int L : lengths)
+      if (L < 2 || L > n_ctx)
+        throw CLI::ValidationError("--seq-len", std::to_string(L) + " is outside 2.." + std::to_string(n_ctx) +
+                                                    " (the context length)");
+    // One result per length; the first carries the timings. With one length the JSON is that
+    // result (SPEC 7); with several, the first's fields and "by_length" with all of them.
+    nlohmann::json all = nlohmann::json::array();
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      const int L = lengths[i];
+      nlohmann::json j;
+      if (m.model->feature_maps()) {
+        ConvertedEvalOptions o;
+        o.seq_len = L;
+        o.closeness_windows = *windows;
+        o.speed_lengths = *speed_lengths;
+        o.min_seconds = *min_seconds;
+        o.speed = i == 0;
+        const ConvertedEvaluation e = evaluate_converted(*m.model, ids, o, terminal_progress("eval"));
+        if (e.beyond_trained_length())
+          std::cerr << "eval: warning: the maps were trained on " << e.trained_length << "-token windows and are evaluated at "
+                    << L << " tokens; maps break beyond the length they were trained at (see the positions table)\n";
+        j = converted_eval_to_json(e);
+        if (!*json) print_table(e);
+      } else {
+        const double loss = m.model->mean_loss(ids, L, terminal_progress("eval"));
+        j = {{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", ids.size()}, {"seq_len", L}};
+        if (!*json)
+          std::cout << "tokens      " << ids.size() << "\nseq_len     " << L << "\nloss        " << loss
+                    << " nats/token\nperplexity  " << std::exp(loss) << "\n";
+      }
+      if (!*json && i + 1 < lengths.size()) std::cout << "\n";
+      all.push_back(j);
     }
-    const double loss = m.model->mean_loss(ids, L, terminal_progress("eval"));
     if (*json) {
-      std::cout << nlohmann::json{{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", ids.size()}, {"seq_len", L}}.dump(2)
-                << "\n";
-    } else {
-      std::cout << "tokens      " << ids.size() << "\nseq_len     " << L << "\nloss        " << loss
-                << " nats/token\nperplexity  " << std::exp(loss) << "\n";
+      nlohmann::json out = all[0];
+      if (all.size() > 1) out["by_length"] = all;
+      std::cout << out.dump(2) << "\n";
     }
   });
 }

@@ -170,6 +170,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["budget"] = o.budget;
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
+  if (o.trained_length > 0) a["trained_length"] = o.trained_length;
   a["source"] = convert::source_record(src.lexically_normal().string());
   a["job"] = o.job_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(o.job_json);
   cfg["attnscope"] = a;

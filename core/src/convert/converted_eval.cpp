@@ -53,6 +53,13 @@ at::Tensor window_of(const std::vector<int64_t>& ids, int L) {
 
 }  // namespace
 
+int position_bucket(int p) {
+  if (p < 64) return 0;
+  int b = 0;
+  while ((64 << (b + 1)) <= p) ++b;
+  return b + 1;
+}
+
 std::vector<int> default_speed_lengths(int n_ctx) {
   const int top = std::min(n_ctx, 4096);  // paper 000's longest context; longer ones take minutes on CPU
   std::vector<int> out;
@@ -85,10 +92,34 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
   ConvertedEvaluation r;
   r.seq_len = L;
   r.tokens = int64_t(ids.size());
+  r.trained_length = linear->trained_length;
+  const int n_buckets = position_bucket(L - 1) + 1;
+  r.positions.resize(size_t(n_buckets));
+  for (int b = 0; b < n_buckets; ++b) {
+    r.positions[size_t(b)].first = b == 0 ? 0 : 64 << (b - 1);
+    r.positions[size_t(b)].last = std::min(L - 1, (64 << b) - 1);
+  }
+  // Losses token by token (Model::mean_loss's windows), then their means overall and per bucket.
+  const auto losses = [&](const Model& m, double PositionBucket::*field) {
+    double total = 0;
+    int64_t count = 0;
+    std::vector<double> sum(size_t(n_buckets), 0.0);
+    std::vector<int64_t> n(size_t(n_buckets), 0);
+    for (const auto& w : m.window_losses(ids, L))
+      for (size_t i = 0; i < w.size(); ++i) {
+        const size_t b = size_t(position_bucket(int(i) + 1));
+        sum[b] += w[i], ++n[b], total += w[i], ++count;
+      }
+    for (int b = 0; b < n_buckets; ++b) {
+      r.positions[size_t(b)].*field = n[size_t(b)] ? sum[size_t(b)] / double(n[size_t(b)]) : std::nan("");
+      r.positions[size_t(b)].tokens = n[size_t(b)];
+    }
+    return total / double(count);
+  };
   report(0.0, "original loss");
-  r.original_loss = original.mean_loss(ids, L);
+  r.original_loss = losses(original, &PositionBucket::original_loss);
   report(0.15, "converted loss");
-  r.converted_loss = converted.mean_loss(ids, L);
+  r.converted_loss = losses(converted, &PositionBucket::converted_loss);
 
   // Closeness, teacher-forced: the original model's q, k, v and softmax output of every layer, and
   // each head's linear map of those same q, k (the converted model's own activations would drift
@@ -101,6 +132,7 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
   if (windows.empty()) windows.push_back({0, ids.size()});  // a text shorter than one window
   r.closeness_windows = int(windows.size());
   std::vector<double> kl_sum(c.n_layer, 0), kl_rows(c.n_layer, 0), err_num(c.n_layer, 0), err_den(c.n_layer, 0);
+  std::vector<double> pos_kl(size_t(n_buckets), 0.0), pos_rows(size_t(n_buckets), 0.0);
   for (const auto& [start, n] : windows) {
     const at::Tensor w =
         at::tensor(std::vector<int64_t>(ids.begin() + start, ids.begin() + start + n)).view({1, int64_t(n)});
@@ -120,6 +152,19 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
       HeadMetricsInput in;
       in.map = at::stack(maps, 0);
       in.reference = a.probs.select(0, 0);
+      {  // KL of every row (float64), by position: undefined rows (NaN in Ahat) left out.
+        const at::Tensor A = in.reference.to(at::kDouble), Ah = in.map.to(at::kDouble);  // [H, L, L]
+        const at::Tensor terms = at::where(A > 0, A * (A.log() - Ah.log()), at::zeros_like(A));
+        const at::Tensor row_kl = terms.sum(-1), defined = Ah.isnan().any(-1).logical_not();  // [H, L]
+        const at::Tensor kl_by_pos = at::where(defined, row_kl, at::zeros_like(row_kl)).sum(0).contiguous();
+        const at::Tensor rows_by_pos = defined.to(at::kDouble).sum(0).contiguous();
+        const double* kp = kl_by_pos.data_ptr<double>();
+        const double* rp = rows_by_pos.data_ptr<double>();
+        for (int64_t i = 0; i < kl_by_pos.size(0); ++i) {
+          pos_kl[size_t(position_bucket(int(i)))] += kp[i];
+          pos_rows[size_t(position_bucket(int(i)))] += rp[i];
+        }
+      }
       const HeadMetrics m = compute_head_metrics(in);
       const double rows = double(in.map.size(0) * in.map.size(1) - m.undefined_rows);
       if (rows > 0) {
@@ -135,6 +180,12 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
   for (int s = 0; s < c.n_layer; ++s)
     r.layers.push_back({s, kl_rows[s] > 0 ? kl_sum[s] / kl_rows[s] : std::nan(""),
                         err_den[s] > 0 ? std::sqrt(err_num[s] / err_den[s]) : std::nan("")});
+  for (int b = 0; b < n_buckets; ++b)
+    r.positions[size_t(b)].attention_kl = pos_rows[size_t(b)] > 0 ? pos_kl[size_t(b)] / pos_rows[size_t(b)] : std::nan("");
+  if (!options.speed) {
+    report(1.0, "done");
+    return r;
+  }
 
   // Speed: batch forward at each length, then greedy generation of a sequence of that length from
   // one token (the converted model decodes with its recurrent form, the original re-runs softmax).

@@ -17,8 +17,17 @@ nlohmann::json converted_eval_to_json(const ConvertedEvaluation& e) {
                      {"linear_tokens_per_s", s.linear_tokens_per_s},
                      {"softmax_peak_bytes", s.softmax_peak_bytes},
                      {"linear_peak_bytes", s.linear_peak_bytes}});
+  nlohmann::json positions = nlohmann::json::array();
+  const auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  for (const auto& p : e.positions)
+    positions.push_back({{"first", p.first}, {"last", p.last}, {"tokens", p.tokens},
+                         {"original_loss", num(p.original_loss)}, {"converted_loss", num(p.converted_loss)},
+                         {"attention_kl", num(p.attention_kl)}});
   return {{"tokens", e.tokens},
           {"seq_len", e.seq_len},
+          {"trained_length", e.trained_length},
+          {"beyond_trained_length", e.beyond_trained_length()},
+          {"positions", positions},
           {"closeness_windows", e.closeness_windows},
           {"original", loss_json(e.original_loss)},
           {"converted", loss_json(e.converted_loss)},

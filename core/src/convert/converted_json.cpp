@@ -38,6 +38,11 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
   if (fm.contains("temperature") && fm["temperature"].is_number()) h.map.temperature = fm["temperature"];
   if (!a.contains("dims")) fail(where, "has no dims");
   h.dims = parse_dims_json(a["dims"], n_layer, n_head, where + ".dims");
+  if (a.contains("trained_length")) {
+    if (!a["trained_length"].is_number_integer() || a["trained_length"].get<int64_t>() < 1)
+      fail(where + ".trained_length", "is not a positive whole number of tokens");
+    h.trained_length = a["trained_length"];
+  }
   return h;
 }
 

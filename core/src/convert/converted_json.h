@@ -13,6 +13,7 @@ namespace attnscope {
 struct ConvertedHeader {
   FeatureMapSpec map;                      // name, activation, tied, seed, init, temperature
   std::vector<std::vector<int64_t>> dims;  // [S][H], expanded from per-layer dims
+  int64_t trained_length = 0;              // "trained_length", 0 when absent
 };
 
 namespace convert {

@@ -94,7 +94,9 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
 std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, const ModelConfig& config) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
   const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, config.n_layer, config.n_head);
-  return read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config);
+  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config);
+  maps->trained_length = hdr.trained_length;
+  return maps;
 }
 
 }  // namespace attnscope

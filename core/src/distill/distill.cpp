@@ -146,6 +146,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   if (!resume) {
     job.model = cap.model_path();
     job.world_size = dist.world();
+    job.trained_length = cap.seq_len();
     job.command = distill_command(o, run_dir);
     run.write_job(distill_job_json(job));
     run.log("distill " + o.feature_map + " loss " + distill_loss_name(o.loss) + " on " + o.capture + ", " +

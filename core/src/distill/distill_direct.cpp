@@ -114,6 +114,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   run.mark_running();
   if (!resume) {
     job.model = lm.path;
+    job.trained_length = o.seq_len;
     o.model = lm.path;  // job.json and its command name the model itself, not only the capture's
     job.command = distill_command(o, run_dir);
     run.write_job(distill_job_json(job));

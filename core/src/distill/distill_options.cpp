@@ -337,6 +337,7 @@ std::string distill_job_json(const DistillJob& job) {
   j["checkpoint_every"] = o.checkpoint_every;
   j["device"] = device_name(o.device);
   j["world_size"] = job.world_size;
+  j["trained_length"] = job.trained_length;
   return j.dump(2) + "\n";
 }
 
@@ -418,6 +419,7 @@ DistillJob read_distill_job(const std::string& run_dir) {
     if (has(j, "checkpoint_every")) o.checkpoint_every = r.integer(j, "checkpoint_every", "checkpoint_every");
     if (has(j, "device")) o.device = parse_device_name(r.text(j, "device", "device"));
     if (has(j, "world_size")) job.world_size = int(r.integer(j, "world_size", "world_size"));
+    if (has(j, "trained_length")) job.trained_length = r.integer(j, "trained_length", "trained_length");
     // The dims' layer and head counts are checked against the capture or model where they are used.
     const auto& d = r.at(j, "dims", "dims");
     if (!d.is_array() || d.empty()) fail(path, "\"dims\" is not a list of feature dimensions");

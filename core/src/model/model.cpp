@@ -347,13 +347,13 @@ at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const 
   return at::matmul(final_hidden(config_, weights_, linear_.get(), ids, hook), weights_.lm_head.t());
 }
 
-double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress) const {
+std::vector<std::vector<double>> Model::window_losses(const std::vector<int64_t>& ids, int seq_len,
+                                                     const ProgressFn& progress) const {
   if (seq_len < 2 || seq_len > config_.n_ctx)
-    fail("eval", "sequence length " + std::to_string(seq_len) + " must be in 2.." + std::to_string(config_.n_ctx));
+    fail_value("sequence length", std::to_string(seq_len) + " must be in 2.." + std::to_string(config_.n_ctx));
   if (ids.size() < 2) fail("eval", "the text has fewer than 2 tokens");
   at::NoGradGuard no_grad;
-  double total = 0;
-  int64_t count = 0;
+  std::vector<std::vector<double>> out;
   // Non-overlapping windows; the last, shorter one is kept so every token is predicted once.
   for (size_t start = 0; start + 1 < ids.size(); start += seq_len) {
     const size_t n = std::min<size_t>(seq_len, ids.size() - start);
@@ -362,13 +362,24 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const Prog
                        .view({1, -1})
                        .to(weights_.tok_emb.device());
     at::Tensor logits = forward(w).squeeze(0);
-    at::Tensor loss = at::cross_entropy_loss(logits.narrow(0, 0, n - 1), w.squeeze(0).narrow(0, 1, n - 1),
-                                             {}, at::Reduction::Sum);
-    total += loss.item<double>();
-    count += n - 1;
+    const at::Tensor loss = at::cross_entropy_loss(logits.narrow(0, 0, n - 1), w.squeeze(0).narrow(0, 1, n - 1), {},
+                                                   at::Reduction::None)
+                                .to(at::kCPU, at::kDouble)
+                                .contiguous();
+    out.emplace_back(loss.data_ptr<double>(), loss.data_ptr<double>() + loss.numel());
     if (progress) progress(double(start + n) / ids.size(), std::to_string(start + n) + " tokens");
   }
-  return total / count;
+  return out;
+}
+
+double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress) const {
+  double total = 0;
+  int64_t count = 0;
+  for (const auto& w : window_losses(ids, seq_len, progress)) {
+    for (double l : w) total += l;
+    count += int64_t(w.size());
+  }
+  return total / double(count);
 }
 
 std::vector<int64_t> Model::generate_greedy(

@@ -18,6 +18,7 @@ struct ConvertedEvalOptions {
   // than seq_len). It materializes L x L maps per head, so it is kept to a sample.
   int closeness_windows = 4;
   std::vector<int> speed_lengths;  // empty: default_speed_lengths(n_ctx)
+  bool speed = true;               // false: no timings (e.g. the second length of `eval --seq-len a,b`)
   double min_seconds = 0.2;        // each timing repeats until it has run this long (and >= 2 times)
 };
 
@@ -44,8 +45,25 @@ struct SpeedEntry {
   int64_t softmax_peak_bytes = 0, linear_peak_bytes = 0;
 };
 
+// Where in a window a model loses: positions first..last of every window (in powers of two: 0-63,
+// 64-127, 128-255, ...). Losses are of predicting the token at a position (1 and up); the attention
+// KL is the mean over the closeness windows' rows at those positions, all layers and heads.
+struct PositionBucket {
+  int first = 0, last = 0;
+  int64_t tokens = 0;                            // predicted tokens in the bucket
+  double original_loss = 0, converted_loss = 0;  // mean next-token loss (nats); NaN with no tokens
+  double attention_kl = 0;                       // NaN with no defined rows
+};
+// The bucket of position p: 0 for p < 64, then one per power of two.
+int position_bucket(int p);
+
 struct ConvertedEvaluation {
   int seq_len = 0;
+  // The window length the maps were trained on (the converted model's "trained_length"; 0 unknown)
+  // and whether this evaluation goes beyond it, where trained maps are known to break.
+  int64_t trained_length = 0;
+  bool beyond_trained_length() const { return trained_length > 0 && seq_len > trained_length; }
+  std::vector<PositionBucket> positions;
   int64_t tokens = 0;
   int closeness_windows = 0;  // windows actually used
   double original_loss = 0, converted_loss = 0;  // mean next-token loss (nats), Model::mean_loss windows

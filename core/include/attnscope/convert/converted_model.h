@@ -34,6 +34,7 @@ struct ConvertOptions {
   int64_t budget = 0;
   std::string loss;                         // "" for untrained maps (written as null)
   int64_t steps = 0;
+  int64_t trained_length = 0;               // tokens per window the maps were trained on (0: untrained)
   std::string job_json;                     // the job's job.json text, "" for untrained maps
   bool copy_weights = true;                 // false: --weights reference
   std::string python_module;                // attnscope_linear.py to copy into OUT (required)

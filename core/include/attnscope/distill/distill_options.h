@@ -101,6 +101,7 @@ struct DistillJob {
   std::string model;                       // the model the maps are for (resolved path)
   int world_size = 1;
   std::string command;                     // distill_command(options, run) when written
+  int64_t trained_length = 0;              // tokens per training window (the capture's, or direct's seq_len)
   std::string file;                        // the job.json it was read from ("" for a new job)
 
   // dims for a model of n_layer layers and n_head heads (per-layer rows expanded to every head).

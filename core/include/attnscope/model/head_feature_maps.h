@@ -14,6 +14,7 @@ namespace attnscope {
 // head has its own map over the shared key/value head).
 struct HeadFeatureMaps {
   std::vector<std::vector<std::shared_ptr<FeatureMap>>> maps;
+  int64_t trained_length = 0;  // the window length (tokens) the maps were trained on; 0: unknown or untrained
 };
 
 // The spec of one head's map: `base` with head dimension d and M features (0 for fixed-size maps).

@@ -78,6 +78,10 @@ class Model {
 
   // Mean next-token cross-entropy (nats) over a token sequence, in windows of `seq_len`.
   double mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress = nullptr) const;
+  // The same losses token by token: per non-overlapping window of `seq_len` tokens (the last may be
+  // shorter), element p - 1 is the loss of predicting the token at position p (1..n-1).
+  std::vector<std::vector<double>> window_losses(const std::vector<int64_t>& ids, int seq_len,
+                                                 const ProgressFn& progress = nullptr) const;
 
   // Greedy decoding: appends up to `steps` tokens to `prompt`; stops early at `stop_id` (>= 0),
   // which is not appended. `on_token` sees the sequence after each new token (for streaming).
