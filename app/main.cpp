@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   cli::register_jobs(app);
   cli::register_bench(app);
   cli::register_compare(app);
+  cli::register_finetune(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif

@@ -13,7 +13,9 @@
 
 #include <algorithm>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -139,6 +141,20 @@ const FigureWriter* figure_writer(const std::string& command) {
   std::cerr << command << ": figures need the Qt build (ATTNSCOPE_GUI=ON); the CSV files hold the same numbers\n";
 #endif
   return nullptr;
+}
+
+namespace {
+std::atomic<bool> stop_requested{false};
+extern "C" void request_stop(int sig) {
+  stop_requested.store(true);
+  std::signal(sig, SIG_DFL);
+}
+}  // namespace
+
+const std::atomic<bool>* stop_on_interrupt() {
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
+  return &stop_requested;
 }
 
 ProgressFn terminal_progress(const std::string& label) {

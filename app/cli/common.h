@@ -2,6 +2,7 @@
 // terminal progress bar, and registration hooks (one per command file).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -51,6 +52,16 @@ void add_option_table(CLI::App* cmd, const std::vector<OptionSpec<O>>& table, co
       cmd->add_flag_callback(row.flags, [o, &row] { row.set(*o, "1"); }, row.help);
       continue;
     }
+    if (row.repeated) {
+      cmd->add_option_function<std::vector<std::string>>(
+             row.flags,
+             [o, &row](const std::vector<std::string>& texts) {
+               for (const std::string& text : texts) row.set(*o, text);
+             },
+             row.help)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      continue;
+    }
     auto* opt = cmd->add_option_function<std::string>(
         row.flags,
         [o, &row](const std::string& text) {
@@ -95,6 +106,11 @@ CLI::Validator feature_map_validator();
 // display), else null with a note on stderr saying that only CSV/tables are written.
 const FigureWriter* figure_writer(const std::string& command);
 
+// SIGINT and SIGTERM (Ctrl-C; torchrun or Slurm stopping a job) from now on set the returned flag,
+// which a job's progress (sub_progress) turns into a cancel at its next step, so the last checkpoint
+// stays whole for --resume; a second signal acts as usual (the default handler is back).
+const std::atomic<bool>* stop_on_interrupt();
+
 // A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
 ProgressFn terminal_progress(const std::string& label);
 
@@ -117,5 +133,6 @@ void register_bench(CLI::App& app);
 void register_attention_bench(CLI::App* bench);  // bench_attention.cpp
 void register_dof_bench(CLI::App* bench);        // bench_dof.cpp
 void register_compare(CLI::App& app);
+void register_finetune(CLI::App& app);
 
 }  // namespace attnscope::cli

@@ -13,18 +13,6 @@
 #include "common.h"
 
 namespace attnscope::cli {
-namespace {
-
-// SIGINT and SIGTERM (Ctrl-C; torchrun or Slurm stopping the job) cancel at the next step: the last
-// checkpoint stays whole for --resume and, in a distributed run, the other ranks stop at the same
-// step. A second signal acts as usual (the default handler is back).
-std::atomic<bool> stop_requested{false};
-extern "C" void request_stop(int sig) {
-  stop_requested.store(true);
-  std::signal(sig, SIG_DFL);
-}
-
-}  // namespace
 
 
 void register_distill(CLI::App& app) {
@@ -63,12 +51,11 @@ void register_distill(CLI::App& app) {
     // reports and writes.
     const bool rank0 = dist_env_from_environment().rank == 0;
     DistillResult r;
-    std::signal(SIGINT, request_stop);
-    std::signal(SIGTERM, request_stop);
+    const std::atomic<bool>* stop_requested = stop_on_interrupt();
     try {
       run_job("distill", "distill " + o->feature_map, command,
               [&](Job& job) {
-                const ProgressFn progress = sub_progress(job.progress(), 0, 1, &stop_requested);
+                const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
                 r = resuming ? resume_distill(run, progress, device) : distill(*o, run, progress);
               },
               rank0 ? terminal_progress("distill") : nullptr);

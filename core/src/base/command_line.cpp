@@ -1,14 +1,46 @@
 // Command lines of jobs (command_line.h).
 #include "attnscope/base/command_line.h"
 
+#include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "attnscope/base/error.h"
 #include "attnscope/base/table.h"
 
 namespace attnscope {
+
+int64_t parse_whole(const std::string& text, const char* quantity) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
+    fail_value(quantity, "'" + text + "' is not a whole number");
+  if (errno == ERANGE) fail_value(quantity, "'" + text + "' is out of range");
+  return v;
+}
+
+uint64_t parse_unsigned(const std::string& text, const char* quantity) {
+  if (!text.empty() && text[0] == '-') fail_value(quantity, "'" + text + "' is negative");
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
+    fail_value(quantity, "'" + text + "' is not a whole number");
+  if (errno == ERANGE) fail_value(quantity, "'" + text + "' is out of range");
+  return v;
+}
+
+double parse_number(const std::string& text, const char* quantity) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
+    fail_value(quantity, "'" + text + "' is not a number");
+  return v;
+}
 
 std::string long_flag(const char* flags) {
   const char* comma = std::strrchr(flags, ',');

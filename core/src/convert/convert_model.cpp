@@ -26,7 +26,7 @@ namespace {
 // Files a tokenizer may consist of in a Hugging Face directory; whichever exist are copied.
 const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
                                  "vocab.json",       "merges.txt",            "tokenizer.model",
-                                 "generation_config.json", "added_tokens.json"};
+                                 "generation_config.json", "added_tokens.json", "tokenizer.bin"};
 
 std::string readme(const nlohmann::ordered_json& a, const ModelConfig& c, bool copied) {
   const auto& fm = a["feature_map"];
@@ -119,7 +119,10 @@ int64_t input_axis(const std::string& name) {
 }  // namespace
 
 void convert_model(const LoadedModel& original, const ConvertOptions& o, const std::string& out) {
-  const fs::path src = fs::absolute(original.path);
+  const bool finetuned = o.weights != nullptr;
+  // A finetuned converted model's checkpoint is the one it was finetuned from (its weights: in it,
+  // or where it references).
+  const fs::path src = fs::absolute(finetuned ? converted_weights_dir(original.path) : original.path);
   const bool llama2c = original.model->config().arch == Arch::Llama2C;
   if (!llama2c && (!fs::is_directory(src) || !fs::exists(src / "config.json")))
     fail(original.path, "convert needs a Hugging Face model directory (config.json + safetensors) or a llama2.c .bin");
@@ -127,7 +130,9 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
     throw Error(original.path + ": a llama2.c checkpoint is converted to Hugging Face layout, so its weights cannot be referenced: copy them", "weights");
   HfExport hf;
   if (llama2c) hf = export_llama2c(*original.model);
-  if (original.model->feature_maps()) fail(original.path, "is already a converted model; convert the original");
+  if (original.model->feature_maps() && !finetuned) fail(original.path, "is already a converted model; convert the original");
+  if (finetuned && !original.model->feature_maps()) fail(original.path, "is not a converted model: finetune converts first");
+  if (finetuned && !o.copy_weights) throw Error(original.path + ": finetuned weights are written, not referenced", "weights");
   const ModelConfig& c = original.model->config();
   if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
     fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
@@ -158,8 +163,9 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
 
   nlohmann::ordered_json cfg = hf.config;
   if (!llama2c) {
-    std::ifstream in(src / "config.json");
+    std::ifstream in(fs::path(original.path) / "config.json");
     cfg = nlohmann::ordered_json::parse(in);
+    cfg.erase("attnscope");  // a finetuned model's earlier conversion: replaced below
   }
   nlohmann::ordered_json a;
   a["format_version"] = 1;
@@ -171,6 +177,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
   if (o.trained_length > 0) a["trained_length"] = o.trained_length;
+  if (o.finetune_rank > 0) a["finetune"] = {{"rank", o.finetune_rank}, {"steps", o.finetune_steps}};
   a["source"] = convert::source_record(src.lexically_normal().string());
   a["job"] = o.job_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(o.job_json);
   cfg["attnscope"] = a;
@@ -180,6 +187,9 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   if (llama2c) {
     write_safetensors(dir.file("model.safetensors"), hf.weights, {{"format", "pt"}});
     fs::copy_file(original.tokenizer_path, dir.file("tokenizer.bin"));
+  } else if (finetuned) {
+    write_safetensors(dir.file("model.safetensors"), hf_weights_with_attention(c, WeightStore(src.string()), *o.weights),
+                      {{"format", "pt"}});
   } else if (o.copy_weights) {
     if (sharded) fs::copy_file(src / "model.safetensors.index.json", dir.file("model.safetensors.index.json"));
     for (const std::string& f : original.weight_files)
@@ -187,7 +197,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   }
   write_safetensors(dir.file("feature_maps.safetensors"), tensors, {{"format", "pt"}});
   for (const char* t : kTokenizerFiles)
-    if (!llama2c && fs::exists(src / t)) fs::copy_file(src / t, dir.file(t));
+    if (!llama2c && fs::exists(fs::path(original.path) / t)) fs::copy_file(fs::path(original.path) / t, dir.file(t));
   fs::copy_file(o.python_module, dir.file("attnscope_linear.py"));
   write_text_file(dir.file("README.md"), readme(a, c, o.copy_weights));
   dir.commit();

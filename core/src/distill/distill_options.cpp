@@ -41,36 +41,6 @@ constexpr int64_t kMaxSamples = 1 << 20;
 constexpr int64_t kMaxSeqLen = 1 << 20;
 constexpr double kMaxLr = 1e3;
 
-// Whole numbers and decimals as an option's text: all of it, or an Error naming the quantity.
-int64_t whole(const std::string& text, const char* quantity) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
-    fail_value(quantity, "'" + text + "' is not a whole number");
-  if (errno == ERANGE) fail_value(quantity, "'" + text + "' is out of range");
-  return v;
-}
-
-uint64_t unsigned_whole(const std::string& text, const char* quantity) {
-  if (!text.empty() && text[0] == '-') fail_value(quantity, "'" + text + "' is negative");
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
-    fail_value(quantity, "'" + text + "' is not a whole number");
-  if (errno == ERANGE) fail_value(quantity, "'" + text + "' is out of range");
-  return v;
-}
-
-double decimal(const std::string& text, const char* quantity) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0')
-    fail_value(quantity, "'" + text + "' is not a number");
-  return v;
-}
-
 std::string str(int64_t v) { return std::to_string(v); }
 std::string positive(int64_t v) { return v > 0 ? std::to_string(v) : std::string(); }
 
@@ -86,14 +56,14 @@ const std::vector<Row> kTable = {
      [](const O& o) { return o.val_capture; }, [](O& o, const std::string& v) { o.val_capture = v; }},
     {"--val-share", "validation share", "share of the windows held out when there is no validation capture",
      [](const O& o) { return number_arg(o.val_share); },
-     [](O& o, const std::string& v) { o.val_share = decimal(v, "validation share"); }},
+     [](O& o, const std::string& v) { o.val_share = parse_number(v, "validation share"); }},
     {"-m,--model", "model", "direct: the model (default: the capture's)",
      [](const O& o) { return o.model; }, [](O& o, const std::string& v) { o.model = v; }},
     {"-t,--text", "text", "direct: the training text (.txt or .jsonl)",
      [](const O& o) { return o.text; }, [](O& o, const std::string& v) { o.text = v; }},
     {"-L,--seq-len", "sequence length", "direct: tokens per window (default: the capture's, else 128)",
      [](const O& o) { return positive(o.seq_len); },
-     [](O& o, const std::string& v) { o.seq_len = whole(v, "sequence length"); }},
+     [](O& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
     {"--feature-map", "feature map", "learned-prf | hedgehog | t2r | flex-stationary | flex-nonstationary",
      [](const O& o) { return o.feature_map; }, [](O& o, const std::string& v) { o.feature_map = v; }},
     {"--init", "initialization", "initialization of the map (learned-prf: gaussian | orthogonal; hedgehog: identity | random)",
@@ -105,7 +75,7 @@ const std::vector<Row> kTable = {
      [](const O& o) { return o.activation; }, [](O& o, const std::string& v) { o.activation = v; }},
     {"-M,--features", "feature dimension", "feature dimension M of every head",
      [](const O& o) { return positive(o.features); },
-     [](O& o, const std::string& v) { o.features = whole(v, "feature dimension"); }},
+     [](O& o, const std::string& v) { o.features = parse_whole(v, "feature dimension"); }},
     {"--allocation", "allocation", "per-layer or per-head dimensions: `attnscope allocate --json` output",
      [](const O& o) { return o.allocation; }, [](O& o, const std::string& v) { o.allocation = v; }},
     {"--strategy", "strategy", "dimensions from the capture's DoF, as `attnscope allocate`: fix | dof | dof-clip | per-head",
@@ -113,39 +83,39 @@ const std::vector<Row> kTable = {
      [](O& o, const std::string& v) { o.strategy = parse_alloc_strategy(v); }},
     {"-C,--budget", "budget", "with a strategy: cost C, the mean feature dimension",
      [](const O& o) { return o.strategy ? str(o.budget) : std::string(); },
-     [](O& o, const std::string& v) { o.budget = whole(v, "budget"); }},
+     [](O& o, const std::string& v) { o.budget = parse_whole(v, "budget"); }},
     {"--lambda", "lambda", "with a strategy: DoF tolerance lambda (2^-8, 0.0625, 1e-3)",
      [](const O& o) { return o.strategy ? lambda_arg(o.lambda) : std::string(); },
      [](O& o, const std::string& v) { o.lambda = parse_lambda(v); }},
     {"-J,--samples", "samples", "with a strategy: vectors sampled per head for the DoF",
      [](const O& o) { return o.strategy ? str(o.dof_samples) : std::string(); },
-     [](O& o, const std::string& v) { o.dof_samples = whole(v, "samples"); }},
+     [](O& o, const std::string& v) { o.dof_samples = parse_whole(v, "samples"); }},
     {"--loss", "loss", "kl | softmax | l2 | output (layerwise, on the capture) | direct (next-token loss of the whole model "
                        "with the maps in place, on the text)",
      [](const O& o) { return std::string(distill_loss_name(o.loss)); },
      [](O& o, const std::string& v) { o.loss = parse_distill_loss(v); }},
     {"--steps", "steps", "training steps",
-     [](const O& o) { return str(o.steps); }, [](O& o, const std::string& v) { o.steps = whole(v, "steps"); }},
+     [](const O& o) { return str(o.steps); }, [](O& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
     {"--lr", "learning rate", "learning rate of every parameter but alpha: z (learned-prf), W, b (hedgehog, t2r), omega, tau (flex)",
-     [](const O& o) { return number_arg(o.lr); }, [](O& o, const std::string& v) { o.lr = decimal(v, "learning rate"); }},
+     [](const O& o) { return number_arg(o.lr); }, [](O& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
     {"--lr-alpha", "alpha learning rate", "learning rate of alpha (learned-prf)",
      [](const O& o) { return number_arg(o.lr_alpha); },
-     [](O& o, const std::string& v) { o.lr_alpha = decimal(v, "alpha learning rate"); }},
+     [](O& o, const std::string& v) { o.lr_alpha = parse_number(v, "alpha learning rate"); }},
     {"--weight-decay", "weight decay", "AdamW weight decay",
      [](const O& o) { return number_arg(o.weight_decay); },
-     [](O& o, const std::string& v) { o.weight_decay = decimal(v, "weight decay"); }},
+     [](O& o, const std::string& v) { o.weight_decay = parse_number(v, "weight decay"); }},
     {"--schedule", "schedule", "constant | cosine",
      [](const O& o) { return std::string(lr_schedule_name(o.schedule)); },
      [](O& o, const std::string& v) { o.schedule = parse_lr_schedule(v); }},
     {"--batch", "batch", "windows per mini-batch",
-     [](const O& o) { return str(o.batch); }, [](O& o, const std::string& v) { o.batch = whole(v, "batch"); }},
+     [](const O& o) { return str(o.batch); }, [](O& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
     {"--l2-pairs", "l2 pairs", "loss l2: sampled (query, key) pairs per mini-batch",
-     [](const O& o) { return str(o.l2_pairs); }, [](O& o, const std::string& v) { o.l2_pairs = whole(v, "l2 pairs"); }},
+     [](const O& o) { return str(o.l2_pairs); }, [](O& o, const std::string& v) { o.l2_pairs = parse_whole(v, "l2 pairs"); }},
     {"--seed", "seed", "seed of the maps, the split and the mini-batches",
-     [](const O& o) { return std::to_string(o.seed); }, [](O& o, const std::string& v) { o.seed = unsigned_whole(v, "seed"); }},
+     [](const O& o) { return std::to_string(o.seed); }, [](O& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
     {"--checkpoint-every", "checkpoint interval", "steps between checkpoints",
      [](const O& o) { return str(o.checkpoint_every); },
-     [](O& o, const std::string& v) { o.checkpoint_every = whole(v, "checkpoint interval"); }},
+     [](O& o, const std::string& v) { o.checkpoint_every = parse_whole(v, "checkpoint interval"); }},
     {"--device", "device", "cpu | cuda",
      [](const O& o) { return std::string(device_name(o.device)); },
      [](O& o, const std::string& v) { o.device = parse_device_name(v); }},

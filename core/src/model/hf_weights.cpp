@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
@@ -139,6 +140,59 @@ ModelWeights load_hf_weights(const ModelConfig& c, const WeightStore& store) {
     case Arch::Llama2C: break;
   }
   fail("weights", "llama2.c checkpoints are loaded with load_llama2c_model");
+}
+
+NamedTensors hf_weights_with_attention(const ModelConfig& c, const WeightStore& st, const ModelWeights& w) {
+  if (int(w.layers.size()) != c.n_layer) fail(st.source(), "weights of another layer count");
+  auto cpu = [](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).contiguous(); };
+  std::map<std::string, at::Tensor> replaced;  // HF name -> tensor in that checkpoint's layout
+  for (int s = 0; s < c.n_layer; ++s) {
+    const LayerWeights& lw = w.layers[size_t(s)];
+    switch (c.arch) {
+      case Arch::GPT2: {
+        const std::string l = gpt2_prefix(st) + "h." + std::to_string(s) + ".";
+        replaced[l + "attn.c_attn.weight"] = cpu(at::cat({lw.wq, lw.wk, lw.wv}, 0).t());
+        replaced[l + "attn.c_attn.bias"] = cpu(at::cat({lw.bq, lw.bk, lw.bv}, 0));
+        replaced[l + "attn.c_proj.weight"] = cpu(lw.wo.t());
+        replaced[l + "attn.c_proj.bias"] = cpu(lw.bo);
+        break;
+      }
+      case Arch::GPTNeoX: {
+        const std::string l = "gpt_neox.layers." + std::to_string(s) + ".";
+        const int64_t H = c.n_head, d = c.head_dim, D = c.d_model;
+        const auto per_head = [&](const at::Tensor& t) { return t.reshape({H, 1, d, -1}); };
+        replaced[l + "attention.query_key_value.weight"] =
+            cpu(at::cat({per_head(lw.wq), per_head(lw.wk), per_head(lw.wv)}, 1).reshape({3 * H * d, D}));
+        if (c.attn_bias) {
+          replaced[l + "attention.query_key_value.bias"] =
+              cpu(at::cat({per_head(lw.bq), per_head(lw.bk), per_head(lw.bv)}, 1).reshape({3 * H * d}));
+          replaced[l + "attention.dense.bias"] = cpu(lw.bo);
+        }
+        replaced[l + "attention.dense.weight"] = cpu(lw.wo);
+        break;
+      }
+      case Arch::Llama: {
+        const std::string l = "model.layers." + std::to_string(s) + ".self_attn.";
+        replaced[l + "q_proj.weight"] = cpu(lw.wq);
+        replaced[l + "k_proj.weight"] = cpu(lw.wk);
+        replaced[l + "v_proj.weight"] = cpu(lw.wv);
+        replaced[l + "o_proj.weight"] = cpu(lw.wo);
+        for (const auto& [name, b] : {std::pair<const char*, const at::Tensor*>{"q_proj.bias", &lw.bq},
+                                      {"k_proj.bias", &lw.bk}, {"v_proj.bias", &lw.bv}, {"o_proj.bias", &lw.bo}})
+          if (b->defined() && st.contains(l + name)) replaced[l + name] = cpu(*b);
+        break;
+      }
+      case Arch::Llama2C: fail(st.source(), "llama2.c checkpoints are written in Hugging Face layout by convert");
+    }
+  }
+  NamedTensors out;
+  for (const std::string& name : st.names()) {
+    const auto it = replaced.find(name);
+    out.emplace_back(name, it != replaced.end() ? it->second : st.get(name).contiguous());
+  }
+  for (const auto& [name, t] : replaced)
+    if (!st.contains(name)) fail(st.source(), "has no tensor " + name + " to write the attention weights into");
+  return out;
 }
 
 void save_gpt2_model(const Model& m, const std::string& dir) {

@@ -7,6 +7,8 @@
 // from the table, the command line is written from it, and an error about a quantity is mapped to
 // its flag through it: adding an option is one row.
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,8 +24,15 @@ struct OptionSpec {
   std::string (*get)(const Options&);
   // Parses `text` into the options; throws Error with the quantity for a bad value.
   void (*set)(Options&, const std::string& text);
-  bool flag = false;  // takes no value
+  bool flag = false;      // takes no value
+  bool repeated = false;  // given once per value (--text a --text b): get joins them with '\n', set appends one
 };
+
+// An option's text as a number, all of it (no trailing characters, no leading space, in range), or
+// an Error with quantity() = `quantity`: what an option table's set uses.
+int64_t parse_whole(const std::string& text, const char* quantity);
+uint64_t parse_unsigned(const std::string& text, const char* quantity);
+double parse_number(const std::string& text, const char* quantity);  // "nan" and "inf" read as such
 
 // The long form of an option's flags: "--features" for "-M,--features".
 std::string long_flag(const char* flags);
@@ -49,6 +58,15 @@ std::vector<std::string> option_args(const std::vector<OptionSpec<Options>>& tab
   for (const auto& row : table) {
     const std::string v = row.get(o);
     if (v.empty()) continue;
+    if (row.repeated) {
+      for (size_t start = 0; start <= v.size();) {
+        const size_t end = std::min(v.find('\n', start), v.size());
+        args.push_back(long_flag(row.flags));
+        args.push_back(v.substr(start, end - start));
+        start = end + 1;
+      }
+      continue;
+    }
     args.push_back(long_flag(row.flags));
     if (!row.flag) args.push_back(v);
   }

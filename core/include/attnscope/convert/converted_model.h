@@ -25,6 +25,7 @@ namespace attnscope {
 class Model;
 struct LoadedModel;
 struct ModelConfig;
+struct ModelWeights;
 
 struct ConvertOptions {
   FeatureMapSpec map;                       // name, activation, tied, init, temperature, seed
@@ -40,6 +41,11 @@ struct ConvertOptions {
   std::string python_module;                // attnscope_linear.py to copy into OUT (required)
   // Trained maps (from a distillation job); null: make_head_feature_maps(map, dims).
   std::shared_ptr<const HeadFeatureMaps> maps;
+  // Finetuned weights (stage 2): written as OUT/model.safetensors (the source checkpoint's tensors
+  // with these attention projections) instead of copying or referencing the original's. `original`
+  // is then the converted model they were finetuned from.
+  std::shared_ptr<const ModelWeights> weights;
+  int64_t finetune_rank = 0, finetune_steps = 0;  // the attnscope object's "finetune" (0: none)
 };
 
 // Writes the converted model of `original` (loaded from a Hugging Face directory) to `out` through

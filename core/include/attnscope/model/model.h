@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnscope/model/model_config.h"
@@ -115,6 +116,12 @@ std::string resolve_model_path(const std::string& spec);
 
 // Loads weights of an already-parsed config from a Hugging Face weight store (by architecture).
 ModelWeights load_hf_weights(const ModelConfig& c, const class WeightStore& store);
+
+// Every tensor of `store` (a Hugging Face checkpoint of c's architecture), float32, with the
+// attention projections (q, k, v, o weights and biases) taken from `weights` in the checkpoint's own
+// names and layout: how finetuned attention is written back. Throws Error naming the store.
+std::vector<std::pair<std::string, at::Tensor>> hf_weights_with_attention(const ModelConfig& c, const class WeightStore& store,
+                                                                       const ModelWeights& weights);
 
 // Writes a model in Hugging Face layout (config.json + model.safetensors), GPT-2 naming (only for
 // Arch::GPT2). Used by `pretrain` and by tests that need a checkpoint. Atomic per file.

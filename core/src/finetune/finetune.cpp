@@ -1,0 +1,471 @@
+// Stage 2: low-rank adapters and the feature maps on the next-token loss (finetune.h).
+//
+// Determinism: the mini-batch of step t is drawn from derive_seed(seed, stream, t) alone and the
+// adapters' A from derive_seed(seed, layer, projection), so a resumed run draws what the
+// uninterrupted one would have.
+#include "attnscope/finetune/finetune.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/base/error.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/distill/distill_options.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/io/text_source.h"
+#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/model/model.h"
+#include "base/random.h"
+#include "convert/converted_json.h"
+#include "distill/adamw.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope {
+namespace {
+
+using json = nlohmann::ordered_json;
+using O = FinetuneOptions;
+
+constexpr uint64_t kBatchStream = 0xF17E1;
+constexpr uint64_t kSplitStream = 0xF17E2;
+constexpr int64_t kMaxRank = 4096;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+const std::vector<OptionSpec<O>> kTable = {
+    {"-m,--model", "model", "the converted model to finetune (attnscope convert's output)",
+     [](const O& o) { return o.model; }, [](O& o, const std::string& v) { o.model = v; }},
+    {"-t,--text", "text", "training text (.txt or .jsonl), repeatable; a share of its windows is held out",
+     [](const O& o) {
+       std::string s;
+       for (const auto& t : o.texts) s += (s.empty() ? "" : "\n") + t;
+       return s;
+     },
+     [](O& o, const std::string& v) { o.texts.push_back(v); }, false, true},
+    {"-r,--rank", "rank", "rank r of the adapters on q, k, v and o",
+     [](const O& o) { return str(o.rank); }, [](O& o, const std::string& v) { o.rank = parse_whole(v, "rank"); }},
+    {"--steps", "steps", "training steps",
+     [](const O& o) { return str(o.steps); }, [](O& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
+    {"--lr", "learning rate", "learning rate of the adapters",
+     [](const O& o) { return number_arg(o.lr); }, [](O& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
+    {"--map-lr", "map learning rate", "learning rate of the feature maps (0: keep them)",
+     [](const O& o) { return number_arg(o.map_lr); },
+     [](O& o, const std::string& v) { o.map_lr = parse_number(v, "map learning rate"); }},
+    {"--kl-weight", "KL weight", "weight of the KL from the original model's next-token distribution (0: none)",
+     [](const O& o) { return number_arg(o.kl_weight); },
+     [](O& o, const std::string& v) { o.kl_weight = parse_number(v, "KL weight"); }},
+    {"-L,--seq-len", "sequence length", "tokens per window (default: the maps' trained length, else min(context, 512))",
+     [](const O& o) { return o.seq_len > 0 ? str(o.seq_len) : std::string(); },
+     [](O& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
+    {"--batch", "batch", "windows per step",
+     [](const O& o) { return str(o.batch); }, [](O& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
+    {"--val-share", "validation share", "share of the windows held out",
+     [](const O& o) { return number_arg(o.val_share); },
+     [](O& o, const std::string& v) { o.val_share = parse_number(v, "validation share"); }},
+    {"--seed", "seed", "seed of the adapters, the split and the mini-batches",
+     [](const O& o) { return std::to_string(o.seed); }, [](O& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
+    {"--checkpoint-every", "checkpoint interval", "steps between checkpoints",
+     [](const O& o) { return str(o.checkpoint_every); },
+     [](O& o, const std::string& v) { o.checkpoint_every = parse_whole(v, "checkpoint interval"); }},
+};
+
+void check_range(int64_t v, int64_t lo, int64_t hi, const char* quantity) {
+  if (v < lo || v > hi)
+    fail_value(quantity, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+}
+void check_rate(double v, bool zero_ok, const char* quantity) {
+  if (!std::isfinite(v) || v < 0 || (!zero_ok && v == 0) || v > 1e3)
+    fail_value(quantity, number_arg(v) + " is not a finite number in " + (zero_ok ? "[0" : "(0") + ", 1000]");
+}
+
+// The adapters of one projection: W' = W + B A.
+struct Adapter {
+  at::Tensor w0;  // the converted model's weight [out, in] (no gradient)
+  at::Tensor a, b;
+  at::Tensor ma, va, mb, vb;  // AdamW moments
+};
+
+// One trainable tensor of a head's map, with its AdamW moments.
+struct MapParam {
+  std::string name;  // "maps.{s}.{h}.{param}"
+  at::Tensor p, m, v;
+};
+
+struct State {
+  std::vector<std::array<Adapter, 4>> adapters;  // [layer][q, k, v, o]
+  std::vector<MapParam> maps;
+};
+
+constexpr const char* kProjections[4] = {"q", "k", "v", "o"};
+
+at::Tensor& projection(LayerWeights& w, int i) {
+  switch (i) {
+    case 0: return w.wq;
+    case 1: return w.wk;
+    case 2: return w.wv;
+    default: return w.wo;
+  }
+}
+
+State init_state(Model& model, int64_t rank, uint64_t seed, bool train_maps) {
+  State st;
+  ModelWeights& w = model.mutable_weights();
+  for (size_t s = 0; s < w.layers.size(); ++s) {
+    std::array<Adapter, 4> layer;
+    for (int i = 0; i < 4; ++i) {
+      Adapter& ad = layer[size_t(i)];
+      ad.w0 = projection(w.layers[s], i).detach().to(at::kFloat).clone();
+      const int64_t out = ad.w0.size(0), in = ad.w0.size(1);
+      at::Generator gen = at::detail::createCPUGenerator(derive_seed(seed, int(s), i));
+      ad.a = (at::randn({rank, in}, gen) / std::sqrt(double(in))).requires_grad_(true);
+      ad.b = at::zeros({out, rank}).requires_grad_(true);
+      ad.ma = at::zeros_like(ad.a), ad.va = at::zeros_like(ad.a);
+      ad.mb = at::zeros_like(ad.b), ad.vb = at::zeros_like(ad.b);
+    }
+    st.adapters.push_back(std::move(layer));
+  }
+  if (train_maps) {
+    const auto trainable = trainable_feature_maps();
+    const HeadFeatureMaps& maps = *model.feature_maps();
+    for (size_t s = 0; s < maps.maps.size(); ++s)
+      for (size_t h = 0; h < maps.maps[s].size(); ++h) {
+        FeatureMap& fm = *maps.maps[s][h];
+        if (std::find(trainable.begin(), trainable.end(), fm.name()) == trainable.end()) continue;
+        for (auto& [name, t] : fm.named_parameters()) {
+          t.requires_grad_(true);
+          st.maps.push_back({"maps." + std::to_string(s) + "." + std::to_string(h) + "." + name, t,
+                             at::zeros_like(t), at::zeros_like(t)});
+        }
+      }
+  }
+  return st;
+}
+
+// W = W0 + B A in the model (with the autograd graph to A and B when training).
+void apply_adapters(Model& model, const State& st) {
+  ModelWeights& w = model.mutable_weights();
+  for (size_t s = 0; s < st.adapters.size(); ++s)
+    for (int i = 0; i < 4; ++i) {
+      const Adapter& ad = st.adapters[s][size_t(i)];
+      projection(w.layers[s], i) = ad.w0 + at::matmul(ad.b, ad.a);
+    }
+}
+
+// Mean over tokens of CE + kl_weight * KL(original || converted); `ce` gets the cross-entropy.
+at::Tensor batch_loss(const Model& model, const Model& original, const at::Tensor& ids, double kl_weight, double* ce) {
+  const int64_t L = ids.size(1);
+  const at::Tensor logits = model.forward(ids).narrow(1, 0, L - 1);
+  const at::Tensor targets = ids.narrow(1, 1, L - 1).reshape({-1});
+  const at::Tensor logp = at::log_softmax(logits.reshape({-1, logits.size(-1)}), -1);
+  const at::Tensor nll = at::nll_loss(logp, targets);
+  *ce = nll.item<double>();
+  if (kl_weight == 0) return nll;
+  at::Tensor ref;
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor o = original.forward(ids).narrow(1, 0, L - 1);
+    ref = at::log_softmax(o.reshape({-1, o.size(-1)}), -1);
+  }
+  const at::Tensor kl = (ref.exp() * (ref - logp)).sum(-1).mean();
+  return nll + kl_weight * kl;
+}
+
+double mean_ce(const Model& model, const at::Tensor& windows) {
+  at::NoGradGuard no_grad;
+  double sum = 0;
+  for (int64_t t0 = 0; t0 < windows.size(0); t0 += 4) {
+    const at::Tensor w = windows.narrow(0, t0, std::min<int64_t>(4, windows.size(0) - t0));
+    const int64_t L = w.size(1);
+    const at::Tensor logits = model.forward(w).narrow(1, 0, L - 1);
+    sum += at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), w.narrow(1, 1, L - 1).reshape({-1})).item<double>() *
+           double(w.size(0));
+  }
+  return sum / double(windows.size(0));
+}
+
+void save(RunDir& run, const State& st, uint64_t seed, int64_t step, double elapsed) {
+  NamedTensors t;
+  for (size_t s = 0; s < st.adapters.size(); ++s)
+    for (int i = 0; i < 4; ++i) {
+      const Adapter& ad = st.adapters[s][size_t(i)];
+      const std::string p = "lora." + std::to_string(s) + "." + kProjections[i] + ".";
+      for (const auto& [name, x] : {std::pair<const char*, const at::Tensor*>{"A", &ad.a}, {"B", &ad.b},
+                                    {"A.adamw.exp_avg", &ad.ma}, {"A.adamw.exp_avg_sq", &ad.va},
+                                    {"B.adamw.exp_avg", &ad.mb}, {"B.adamw.exp_avg_sq", &ad.vb}})
+        t.emplace_back(p + name, x->detach().to(at::kCPU).contiguous().clone());
+    }
+  for (const MapParam& m : st.maps) {
+    t.emplace_back(m.name, m.p.detach().to(at::kCPU).contiguous().clone());
+    t.emplace_back(m.name + ".adamw.exp_avg", m.m.clone());
+    t.emplace_back(m.name + ".adamw.exp_avg_sq", m.v.clone());
+  }
+  run.write_checkpoint(t, {{"step", std::to_string(step)}, {"seed", std::to_string(seed)}, {"elapsed_s", number_arg(elapsed)}});
+  run.log("checkpoint at step " + std::to_string(step));
+}
+
+int64_t load(RunDir& run, State& st, uint64_t seed, int64_t steps, double& elapsed) {
+  const std::string file = run.checkpoint_path();
+  const SafetensorsFile ck(file);
+  const auto& meta = ck.metadata();
+  const auto it = meta.find("step");
+  if (it == meta.end()) fail(file, "has no step");
+  const int64_t step = parse_whole(it->second, "step");
+  if (step < 0 || step > steps) fail(file, "is at step " + it->second + ", outside this job's 0.." + std::to_string(steps));
+  if (!meta.count("seed") || meta.at("seed") != std::to_string(seed)) fail(file, "belongs to another run (its seed differs from job.json's)");
+  elapsed = meta.count("elapsed_s") ? parse_number(meta.at("elapsed_s"), "elapsed") : 0.0;
+  const auto read = [&](const std::string& name, at::Tensor& dst) {
+    if (!ck.contains(name)) fail(file, "has no tensor " + name + " (a checkpoint of another job?)");
+    const at::Tensor t = ck.tensor(name);
+    if (t.scalar_type() != at::kFloat || t.sizes() != dst.sizes()) fail(file, "tensor " + name + " is not float32 of the job's shape");
+    if (!at::isfinite(t).all().item<bool>()) fail(file, "tensor " + name + " holds NaN or infinity");
+    at::NoGradGuard no_grad;
+    dst.copy_(t);
+  };
+  for (size_t s = 0; s < st.adapters.size(); ++s)
+    for (int i = 0; i < 4; ++i) {
+      Adapter& ad = st.adapters[s][size_t(i)];
+      const std::string p = "lora." + std::to_string(s) + "." + kProjections[i] + ".";
+      read(p + "A", ad.a), read(p + "B", ad.b), read(p + "A.adamw.exp_avg", ad.ma), read(p + "A.adamw.exp_avg_sq", ad.va);
+      read(p + "B.adamw.exp_avg", ad.mb), read(p + "B.adamw.exp_avg_sq", ad.vb);
+    }
+  for (MapParam& m : st.maps) read(m.name, m.p), read(m.name + ".adamw.exp_avg", m.m), read(m.name + ".adamw.exp_avg_sq", m.v);
+  return step;
+}
+
+std::string job_json(const FinetuneOptions& o, const std::string& command, int64_t seq_len) {
+  json j;
+  j["kind"] = "finetune";
+  j["command"] = command;
+  j["model"] = o.model;
+  j["texts"] = o.texts;
+  j["rank"] = o.rank;
+  j["steps"] = o.steps;
+  j["lr"] = o.lr;
+  j["map_lr"] = o.map_lr;
+  j["kl_weight"] = o.kl_weight;
+  j["seq_len"] = seq_len;
+  j["batch"] = o.batch;
+  j["val_share"] = o.val_share;
+  j["seed"] = o.seed;
+  j["checkpoint_every"] = o.checkpoint_every;
+  j["python_module"] = o.python_module;
+  j["optimizer"] = {{"name", "adamw"}, {"betas", {kAdamBeta1, kAdamBeta2}}, {"eps", kAdamEps}, {"weight_decay", 0}};
+  return j.dump(2) + "\n";
+}
+
+FinetuneOptions read_job(const std::string& run_dir) {
+  const std::string path = run_dir + "/job.json";
+  std::ifstream in(path);
+  if (!in) fail(run_dir, "is not a run directory (no job.json)");
+  FinetuneOptions o;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("kind", "") != "finetune") fail(path, "is not a finetune job");
+    o.model = j.at("model");
+    o.texts = j.at("texts").get<std::vector<std::string>>();
+    o.rank = j.at("rank"), o.steps = j.at("steps"), o.lr = j.at("lr"), o.map_lr = j.at("map_lr");
+    o.kl_weight = j.at("kl_weight"), o.seq_len = j.at("seq_len"), o.batch = j.at("batch");
+    o.val_share = j.at("val_share"), o.seed = j.at("seed"), o.checkpoint_every = j.at("checkpoint_every");
+    o.python_module = j.at("python_module");
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(path, std::string("is not a finetune job.json: ") + e.what());
+  }
+  check_finetune_options(o);
+  return o;
+}
+
+FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
+  const auto t_start = std::chrono::steady_clock::now();
+  // Every check before the run directory is touched.
+  if (!is_converted_model(o.model))
+    fail(o.model, "is not a converted model (no \"attnscope\" object in its config.json): finetune takes "
+                  "attnscope convert's output");
+  LoadedModel lm = load_model(o.model);
+  Model& model = *lm.model;
+  const ModelConfig& c = model.config();
+  const HeadFeatureMaps* maps = model.feature_maps();
+  if (o.seq_len == 0) o.seq_len = maps->trained_length > 0 ? std::min<int64_t>(maps->trained_length, c.n_ctx) : std::min(c.n_ctx, 512);
+  if (o.seq_len < 2 || o.seq_len > c.n_ctx)
+    fail_value("sequence length", std::to_string(o.seq_len) + " is outside 2.." + std::to_string(c.n_ctx) + " (the context length)");
+  if (o.rank > std::min<int64_t>(c.d_model, int64_t(c.n_head) * c.head_dim))
+    fail_value("rank", std::to_string(o.rank) + " exceeds the model width " + std::to_string(c.d_model));
+  const std::vector<int64_t> ids = encode_documents(*lm.tokenizer, read_text_documents(o.texts));
+  const int64_t L = o.seq_len, T = int64_t(ids.size()) / L;
+  if (T < 2)
+    throw Error("text: " + std::to_string(ids.size()) + " tokens make fewer than two windows of " + std::to_string(L) +
+                    " (one to train on, one held out); give a longer text or a shorter sequence length",
+                "sequence length");
+  const auto order = shuffle_indices(T, derive_seed(o.seed, kSplitStream));
+  const int64_t n_val = std::min<int64_t>(T - 1, std::max<int64_t>(1, int64_t(std::llround(o.val_share * double(T)))));
+  const at::Tensor windows = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T * L), at::kLong).view({T, L});
+  const at::Tensor val = windows.index_select(0, at::tensor(std::vector<int64_t>(order.begin(), order.begin() + n_val), at::kLong));
+  const at::Tensor train = windows.index_select(0, at::tensor(std::vector<int64_t>(order.begin() + n_val, order.end()), at::kLong));
+
+  RunDir rd(run_dir, !resume);
+  rd.mark_running();
+  if (!resume) {
+    rd.write_job(job_json(o, finetune_command(o, run_dir), L));
+    rd.log("finetune " + o.model + ": rank " + std::to_string(o.rank) + ", " + std::to_string(o.steps) + " steps on " +
+           std::to_string(train.size(0)) + " windows of " + std::to_string(L) + " tokens (" + std::to_string(n_val) +
+           " held out)");
+  }
+  const Model original(c, model.weights());  // the same weights with softmax attention (the adapters are not in them)
+  State st = init_state(model, o.rank, o.seed, o.map_lr > 0);
+  FinetuneResult r;
+  r.seq_len = L;
+  {
+    at::NoGradGuard no_grad;
+    r.original_val_loss = mean_ce(original, val);
+    r.initial_val_loss = mean_ce(model, val);
+  }
+  double elapsed_before = 0;
+  int64_t start = 0;
+  if (resume && rd.has_checkpoint()) {
+    start = load(rd, st, o.seed, o.steps, elapsed_before);
+    rd.truncate_metrics_after(start);
+    rd.log("resumed at step " + std::to_string(start));
+  } else if (resume) {
+    rd.truncate_metrics_after(0);
+  }
+  const auto elapsed = [&] {
+    return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
+  for (int64_t step = start; step < o.steps; ++step) {
+    const auto pick = sample_without_replacement(train.size(0), std::min(o.batch, train.size(0)),
+                                                 derive_seed(derive_seed(o.seed, kBatchStream), uint64_t(step)));
+    apply_adapters(model, st);
+    double ce = 0;
+    const at::Tensor loss = batch_loss(model, original, train.index_select(0, at::tensor(pick, at::kLong)), o.kl_weight, &ce);
+    loss.backward();
+    const double lr = scheduled_lr(LrSchedule::Cosine, o.lr, step, o.steps);
+    const double map_lr = scheduled_lr(LrSchedule::Cosine, o.map_lr, step, o.steps);
+    for (auto& layer : st.adapters)
+      for (Adapter& ad : layer) {
+        if (ad.a.grad().defined()) adamw_update(ad.a, ad.a.grad(), ad.ma, ad.va, lr, 0.0, step + 1), ad.a.mutable_grad().zero_();
+        if (ad.b.grad().defined()) adamw_update(ad.b, ad.b.grad(), ad.mb, ad.vb, lr, 0.0, step + 1), ad.b.mutable_grad().zero_();
+      }
+    for (MapParam& m : st.maps)
+      if (m.p.grad().defined()) adamw_update(m.p, m.p.grad(), m.m, m.v, map_lr, 0.0, step + 1), m.p.mutable_grad().zero_();
+    const double l = loss.item<double>();
+    if (!std::isfinite(l))
+      fail_value("learning rate", "is too high for this run: the loss is not finite at step " + std::to_string(step + 1) + " (lower it)");
+    rd.append_metric(json{{"step", step + 1}, {"loss", l}, {"ce", ce}, {"lr", lr}, {"elapsed_s", elapsed()}}.dump());
+    const bool last = step + 1 == o.steps;
+    if ((step + 1) % o.checkpoint_every == 0 || last) {
+      apply_adapters(model, st);
+      const double vl = mean_ce(model, val);
+      rd.append_metric(json{{"step", step + 1}, {"val_loss", vl}, {"val_perplexity", std::exp(vl)}}.dump());
+      save(rd, st, o.seed, step + 1, elapsed());
+    }
+    report_progress(progress, double(step + 1) / double(o.steps),
+                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " + number_arg(l));
+  }
+
+  // Merged weights and the trained maps, written as an ordinary converted model.
+  {
+    at::NoGradGuard no_grad;
+    apply_adapters(model, st);
+    for (auto& layer : model.mutable_weights().layers)
+      for (int i = 0; i < 4; ++i) projection(layer, i) = projection(layer, i).detach();
+    for (MapParam& m : st.maps) m.p.requires_grad_(false);
+    r.val_loss = mean_ce(model, val);
+  }
+  const std::string cfg_file = (fs::path(o.model) / "config.json").string();
+  const nlohmann::json cfg = convert::read_config(o.model);
+  const ConvertedHeader hdr = convert::parse_header(cfg, cfg_file, c.n_layer, c.n_head);
+  const nlohmann::json& a = cfg["attnscope"];
+  ConvertOptions co;
+  co.map = hdr.map;
+  co.dims = hdr.dims;
+  co.strategy = a.value("strategy", std::string("fix"));
+  co.lambda = a.contains("lambda") && a["lambda"].is_number() ? a["lambda"].get<double>() : 0.0;
+  co.budget = a.contains("budget") && a["budget"].is_number_integer() ? a["budget"].get<int64_t>() : 0;
+  co.loss = a.contains("loss") && a["loss"].is_string() ? a["loss"].get<std::string>() : "";
+  co.steps = a.contains("steps") && a["steps"].is_number_integer() ? a["steps"].get<int64_t>() : 0;
+  co.trained_length = std::max<int64_t>(hdr.trained_length, L);
+  co.job_json = a.contains("job") && !a["job"].is_null() ? a["job"].dump() : "";
+  co.python_module = o.python_module;
+  co.maps = std::shared_ptr<const HeadFeatureMaps>(lm.model->feature_maps(), [](const HeadFeatureMaps*) {});
+  co.weights = std::make_shared<ModelWeights>(model.weights());
+  co.finetune_rank = o.rank;
+  co.finetune_steps = o.steps;
+  r.model_dir = (fs::path(run_dir) / "model").string();
+  convert_model(lm, co, r.model_dir);
+  r.steps = o.steps;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  json rep;
+  rep["model"] = r.model_dir;
+  rep["seq_len"] = L;
+  rep["original_val_loss"] = r.original_val_loss;
+  rep["initial_val_loss"] = r.initial_val_loss;
+  rep["val_loss"] = r.val_loss;
+  rep["original_val_perplexity"] = std::exp(r.original_val_loss);
+  rep["initial_val_perplexity"] = std::exp(r.initial_val_loss);
+  rep["val_perplexity"] = std::exp(r.val_loss);
+  rep["seconds"] = r.seconds;
+  rd.write_report(rep.dump(2) + "\n");
+  rd.log("finished: held-out perplexity " + number_arg(std::exp(r.initial_val_loss)) + " -> " + number_arg(std::exp(r.val_loss)) +
+         " (original " + number_arg(std::exp(r.original_val_loss)) + ")");
+  rd.clear_running();
+  return r;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec<FinetuneOptions>>& finetune_option_table() { return kTable; }
+
+std::string finetune_command(const FinetuneOptions& o, const std::string& run_dir) {
+  std::vector<std::string> args = {"finetune"};
+  const auto opts = option_args(kTable, o);
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.insert(args.end(), {"--out", run_dir});
+  return attnscope_command(args);
+}
+
+void check_finetune_options(const FinetuneOptions& o) {
+  if (o.model.empty()) fail_value("model", "is missing: give the converted model to finetune");
+  if (o.texts.empty()) fail_value("text", "is missing: finetune trains on a text");
+  check_range(o.rank, 1, kMaxRank, "rank");
+  check_range(o.steps, 1, 1000000000, "steps");
+  check_range(o.batch, 1, 1 << 16, "batch");
+  check_range(o.checkpoint_every, 1, 1000000000, "checkpoint interval");
+  if (o.seq_len != 0) check_range(o.seq_len, 2, 1 << 20, "sequence length");
+  check_rate(o.lr, false, "learning rate");
+  check_rate(o.map_lr, true, "map learning rate");
+  if (!std::isfinite(o.kl_weight) || o.kl_weight < 0 || o.kl_weight > 1e3)
+    fail_value("KL weight", number_arg(o.kl_weight) + " is not a finite number in [0, 1000]");
+  if (!(o.val_share > 0 && o.val_share < 1)) fail_value("validation share", number_arg(o.val_share) + " is not in (0, 1)");
+}
+
+FinetuneResult finetune(const FinetuneOptions& options, const std::string& run_dir, const ProgressFn& progress) {
+  FinetuneOptions o = options;
+  const auto absolute = [](const std::string& p) { return p == "-" ? p : fs::absolute(p).lexically_normal().string(); };
+  o.model = absolute(o.model);
+  for (std::string& t : o.texts) t = absolute(t);
+  check_finetune_options(o);
+  std::error_code ec;
+  if (fs::exists(run_dir) && (!fs::is_directory(run_dir) || !fs::is_empty(run_dir, ec)))
+    fail(run_dir, "is not empty: a new run needs a new (or empty) run directory; resume the run that is there, or "
+                  "choose another");
+  if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
+    fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
+  return run(o, fs::absolute(run_dir).lexically_normal().string(), progress, false);
+}
+
+FinetuneResult resume_finetune(const std::string& run_dir, const ProgressFn& progress) {
+  if (fs::is_regular_file(fs::path(run_dir) / "report.json"))
+    fail(run_dir, "has finished (report.json is written): there is nothing to resume");
+  return run(read_job(run_dir), run_dir, progress, true);
+}
+
+}  // namespace attnscope
