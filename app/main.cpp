@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   cli::register_bench(app);
   cli::register_compare(app);
   cli::register_finetune(app);
+  cli::register_linearize(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif

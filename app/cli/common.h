@@ -134,5 +134,6 @@ void register_attention_bench(CLI::App* bench);  // bench_attention.cpp
 void register_dof_bench(CLI::App* bench);        // bench_dof.cpp
 void register_compare(CLI::App& app);
 void register_finetune(CLI::App& app);
+void register_linearize(CLI::App& app);
 
 }  // namespace attnscope::cli

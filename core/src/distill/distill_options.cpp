@@ -266,6 +266,8 @@ std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_
     AllocOptions a;
     a.strategy = *o.strategy;
     a.budget = o.budget;
+    // Maps built of [f, g] pairs (hedgehog, the Fourier maps) need an even M: rounded to pairs.
+    a.multiple = o.feature_map == "hedgehog" || o.feature_map == "flex-stationary" || o.feature_map == "flex-nonstationary" ? 2 : 1;
     dims = allocation_at(compute_spectra(*capture, settings), o.lambda, a).allocation.dims;
   } else {
     fail_value("feature dimension", "is missing");

@@ -1,5 +1,7 @@
 #include "attnscope/io/text_source.h"
 
+#include <cctype>
+
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -68,6 +70,14 @@ std::vector<int64_t> encode_documents(const Tokenizer& tokenizer, const std::vec
     if (tokenizer.eos_id() >= 0 && !tokenizer.adds_bos()) ids.push_back(tokenizer.eos_id());
   }
   return ids;
+}
+
+std::pair<std::string, std::string> split_text(const std::vector<TextDocument>& docs, double heldout_share) {
+  std::string all;
+  for (const auto& d : docs) all += (all.empty() ? "" : "\n\n") + d.text;
+  size_t cut = size_t(double(all.size()) * (1.0 - heldout_share));
+  while (cut < all.size() && !std::isspace(static_cast<unsigned char>(all[cut]))) ++cut;
+  return {all.substr(0, cut), cut < all.size() ? all.substr(cut) : std::string()};
 }
 
 }  // namespace attnscope

@@ -32,16 +32,6 @@ const char* display_name(const std::string& strategy) {
   return "DoF + Clip";
 }
 
-// The text split by characters: the first (1 - share) for the capture, the rest held out. The cut
-// moves forward to the next whitespace so no word is split between the two.
-std::pair<std::string, std::string> split_text(const std::vector<TextDocument>& docs, double heldout_share) {
-  std::string all;
-  for (const auto& d : docs) all += (all.empty() ? "" : "\n\n") + d.text;
-  size_t cut = size_t(double(all.size()) * (1.0 - heldout_share));
-  while (cut < all.size() && !std::isspace(static_cast<unsigned char>(all[cut]))) ++cut;
-  return {all.substr(0, cut), cut < all.size() ? all.substr(cut) : std::string()};
-}
-
 void write_table(const OutputDir& out, const std::string& name, const Table& t) {
   write_text_file(out.file(name + ".md"), to_markdown(t));
   write_text_file(out.file(name + ".tex"), to_latex(t));

@@ -89,7 +89,8 @@ void check_distill_options(const DistillOptions& o, bool dims_given = false);
 
 // The feature dimension of every head [S][H]: from features, the allocation file, or Algorithm 1 on
 // the capture's spectra (exactly what `attnscope allocate --capture DIR --budget C --strategy S
-// --lambda X --samples J --json` prints). Throws Error naming the file or quantity.
+// --lambda X --samples J --json` prints; with --multiple-of 2 for maps that need an even M:
+// hedgehog and the Fourier maps). Throws Error naming the file or quantity.
 std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_layers, int num_heads,
                                                const CaptureStore* capture);
 

@@ -1,0 +1,77 @@
+// `attnscope linearize`: the whole conversion recipe as one resumable job (SPEC 6), each stage in
+// the run directory OUT and skipped when a resumed run finds it done:
+//
+//   OUT/job.json, log.txt       the options and the command line; what happened
+//   OUT/texts/                  train.txt and heldout.txt: the text's tail is held out, never trained on
+//   OUT/capture/                q, k, v of windows of the training text at the length the model will
+//                               be used at (default: its context length, at most 4096)
+//   OUT/stage1/                 layerwise distillation (a distill run: spectra and Algorithm 1 by
+//                               default, `--strategy dof --budget C`)
+//   OUT/converted/              the stage-1 converted model
+//   OUT/stage2/                 the low-rank finetune (a finetune run); OUT/stage2/model is the result
+//   OUT/linearize.md, .json     how close it is: held-out loss and perplexity of the original, an
+//                               untrained map, stage 1 and stage 2 at several lengths, by position,
+//                               the stage-1 attention KL per layer, and speed
+//
+// The final model is OUT/stage2/model (OUT/converted when the finetune is skipped, --finetune-steps 0).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnscope/allocation/allocation.h"
+#include "attnscope/base/command_line.h"
+#include "attnscope/base/progress.h"
+#include "attnscope/distill/distill_options.h"
+
+namespace attnscope {
+
+struct LinearizeOptions {
+  std::string model;
+  std::vector<std::string> texts;
+  double heldout_share = 0.15;
+  int64_t seq_len = 0;       // capture and evaluation length; 0: the context length, at most 4096
+  int64_t max_windows = 64;  // capture windows of the training text (fewer when it is shorter)
+  // Stage 1.
+  std::string feature_map = "hedgehog";
+  int64_t features = 0;                                        // M for every head, or
+  std::string allocation;                                      // an allocation file, or
+  std::optional<AllocStrategy> strategy = AllocStrategy::Dof;  // Algorithm 1 at budget C (0: 2 x head dim)
+  int64_t budget = 0;
+  double lambda = kDefaultLambda;
+  DistillLoss loss = DistillLoss::Output;
+  int64_t steps = 300;
+  double lr = 0.01;
+  int64_t batch = 4;
+  // Stage 2.
+  int64_t finetune_steps = 100;  // 0: no finetune
+  int64_t rank = 8;
+  double finetune_lr = 1e-3;
+  double kl_weight = 1.0;
+  uint64_t seed = 0;
+  std::string python_module;  // attnscope_linear.py (set by the program)
+};
+
+const std::vector<OptionSpec<LinearizeOptions>>& linearize_option_table();
+std::string linearize_command(const LinearizeOptions& o, const std::string& out_dir);
+void check_linearize_options(const LinearizeOptions& o);  // every check that needs no file
+
+struct LengthResult {
+  int64_t seq_len = 0;
+  double original_loss = 0, untrained_loss = 0, stage1_loss = 0, final_loss = 0;  // held-out, nats
+};
+
+struct LinearizeResult {
+  std::vector<LengthResult> lengths;  // ascending; the last is the run's length
+  std::string final_model;            // OUT/stage2/model or OUT/converted
+  std::string report;                 // OUT/linearize.md
+  double seconds = 0;
+};
+
+// Runs (or with resume, continues) the job in out_dir. Every check first; Error naming the file or
+// quantity, nothing left behind for a new run that cannot start.
+LinearizeResult linearize(const LinearizeOptions& options, const std::string& out_dir, const ProgressFn& progress = nullptr);
+LinearizeResult resume_linearize(const std::string& out_dir, const ProgressFn& progress = nullptr);
+
+}  // namespace attnscope

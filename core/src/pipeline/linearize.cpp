@@ -1,0 +1,445 @@
+// The linearize pipeline (linearize.h): capture -> stage 1 (distill) -> convert -> stage 2
+// (finetune) -> held-out evaluation and the report, each stage skipped when a resumed run finds it
+// done and resumed when it was cut short.
+#include "attnscope/pipeline/linearize.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/base/error.h"
+#include "attnscope/base/table.h"
+#include "attnscope/base/text_file.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/convert_job.h"
+#include "attnscope/convert/converted_eval.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/finetune/finetune.h"
+#include "attnscope/io/text_source.h"
+#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/model/model.h"
+
+namespace fs = std::filesystem;
+
+namespace attnscope {
+namespace {
+
+using LO = LinearizeOptions;
+
+std::string linearize_int(int64_t v) { return std::to_string(v); }
+
+const std::vector<OptionSpec<LO>> kLinearizeTable = {
+    {"-m,--model", "model", "the model to convert (Hugging Face directory, cached name, or llama2.c .bin)",
+     [](const LO& o) { return o.model; }, [](LO& o, const std::string& v) { o.model = v; }},
+    {"-t,--text", "text", "text files (.txt, .jsonl), repeatable: the tail (--heldout-share) is held out for evaluation",
+     [](const LO& o) {
+       std::string s;
+       for (const auto& t : o.texts) s += (s.empty() ? "" : "\n") + t;
+       return s;
+     },
+     [](LO& o, const std::string& v) { o.texts.push_back(v); }, false, true},
+    {"--heldout-share", "held-out share", "share of the text held out for evaluation",
+     [](const LO& o) { return number_arg(o.heldout_share); },
+     [](LO& o, const std::string& v) { o.heldout_share = parse_number(v, "held-out share"); }},
+    {"-L,--seq-len", "sequence length", "tokens per window for training and evaluation (default: the context length, at most 4096)",
+     [](const LO& o) { return o.seq_len > 0 ? linearize_int(o.seq_len) : std::string(); },
+     [](LO& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
+    {"--max-windows", "number of windows", "capture windows of the training text at most",
+     [](const LO& o) { return linearize_int(o.max_windows); },
+     [](LO& o, const std::string& v) { o.max_windows = parse_whole(v, "number of windows"); }},
+    {"--feature-map", "feature map", "trainable map: hedgehog | learned-prf | t2r | flex-stationary | flex-nonstationary",
+     [](const LO& o) { return o.feature_map; }, [](LO& o, const std::string& v) { o.feature_map = v; }},
+    {"-M,--features", "feature dimension", "one M for every head (instead of a strategy)",
+     [](const LO& o) { return o.features > 0 ? linearize_int(o.features) : std::string(); },
+     [](LO& o, const std::string& v) {
+       o.features = parse_whole(v, "feature dimension");
+       o.strategy.reset();
+     }},
+    {"--allocation", "allocation", "an allocation file (instead of a strategy)",
+     [](const LO& o) { return o.allocation; },
+     [](LO& o, const std::string& v) {
+       o.allocation = v;
+       o.strategy.reset();
+     }},
+    {"--strategy", "strategy", "Algorithm 1 on the capture's DoF: fix | dof | dof-clip | per-head",
+     [](const LO& o) { return o.strategy ? std::string(alloc_strategy_name(*o.strategy)) : std::string(); },
+     [](LO& o, const std::string& v) { o.strategy = parse_alloc_strategy(v); }},
+    {"-C,--budget", "budget", "with a strategy: the mean feature dimension (default: 2 x head dim for hedgehog, else head dim)",
+     [](const LO& o) { return o.strategy && o.budget > 0 ? linearize_int(o.budget) : std::string(); },
+     [](LO& o, const std::string& v) { o.budget = parse_whole(v, "budget"); }},
+    {"--lambda", "lambda", "with a strategy: DoF tolerance lambda",
+     [](const LO& o) { return o.strategy ? lambda_arg(o.lambda) : std::string(); },
+     [](LO& o, const std::string& v) { o.lambda = parse_lambda(v); }},
+    {"--loss", "loss", "stage-1 loss: output | kl | softmax | l2",
+     [](const LO& o) { return std::string(distill_loss_name(o.loss)); },
+     [](LO& o, const std::string& v) { o.loss = parse_distill_loss(v); }},
+    {"--steps", "steps", "stage-1 steps",
+     [](const LO& o) { return linearize_int(o.steps); }, [](LO& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
+    {"--lr", "learning rate", "stage-1 learning rate",
+     [](const LO& o) { return number_arg(o.lr); }, [](LO& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
+    {"--batch", "batch", "windows per step (both stages)",
+     [](const LO& o) { return linearize_int(o.batch); }, [](LO& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
+    {"--finetune-steps", "finetune steps", "stage-2 steps (0: no finetune)",
+     [](const LO& o) { return linearize_int(o.finetune_steps); },
+     [](LO& o, const std::string& v) { o.finetune_steps = parse_whole(v, "finetune steps"); }},
+    {"-r,--rank", "rank", "stage 2: rank of the adapters on q, k, v, o",
+     [](const LO& o) { return linearize_int(o.rank); }, [](LO& o, const std::string& v) { o.rank = parse_whole(v, "rank"); }},
+    {"--finetune-lr", "finetune learning rate", "stage 2: learning rate of the adapters and the maps",
+     [](const LO& o) { return number_arg(o.finetune_lr); },
+     [](LO& o, const std::string& v) { o.finetune_lr = parse_number(v, "finetune learning rate"); }},
+    {"--kl-weight", "KL weight", "stage 2: weight of the KL from the original's next-token distribution",
+     [](const LO& o) { return number_arg(o.kl_weight); },
+     [](LO& o, const std::string& v) { o.kl_weight = parse_number(v, "KL weight"); }},
+    {"--seed", "seed", "seed of the capture, the maps, the adapters and the mini-batches",
+     [](const LO& o) { return std::to_string(o.seed); }, [](LO& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
+};
+
+// The stage-1 job: exactly what OUT/stage1 runs.
+DistillOptions stage1_options(const LO& o, const std::string& out, int64_t head_dim) {
+  DistillOptions d;
+  d.capture = (fs::path(out) / "capture").string();
+  d.feature_map = o.feature_map;
+  d.features = o.features;
+  d.allocation = o.allocation;
+  d.strategy = o.strategy;
+  d.budget = o.budget > 0 ? o.budget : (o.feature_map == "hedgehog" ? 2 * head_dim : head_dim);
+  d.lambda = o.lambda;
+  d.loss = o.loss;
+  d.steps = o.steps;
+  d.lr = o.lr;
+  d.batch = o.batch;
+  d.seed = o.seed;
+  d.checkpoint_every = std::max<int64_t>(1, o.steps / 5);
+  return d;
+}
+
+FinetuneOptions stage2_options(const LO& o, const std::string& out, int64_t L) {
+  FinetuneOptions f;
+  f.model = (fs::path(out) / "converted").string();
+  f.texts = {(fs::path(out) / "texts" / "train.txt").string()};
+  f.rank = o.rank;
+  f.steps = o.finetune_steps;
+  f.lr = o.finetune_lr;
+  f.map_lr = o.finetune_lr;
+  f.kl_weight = o.kl_weight;
+  f.seq_len = L;
+  f.batch = o.batch;
+  f.seed = o.seed;
+  f.checkpoint_every = std::max<int64_t>(1, o.finetune_steps / 4);
+  f.python_module = o.python_module;
+  return f;
+}
+
+double mean_of(const std::vector<std::vector<double>>& windows) {
+  double s = 0;
+  int64_t n = 0;
+  for (const auto& w : windows)
+    for (double l : w) s += l, ++n;
+  return s / double(n);
+}
+
+// Mean loss per position bucket (converted_eval.h's buckets) of token losses.
+std::vector<double> bucket_means(const std::vector<std::vector<double>>& windows, int n_buckets) {
+  std::vector<double> sum(size_t(n_buckets), 0), n(size_t(n_buckets), 0);
+  for (const auto& w : windows)
+    for (size_t i = 0; i < w.size(); ++i) {
+      const size_t b = size_t(position_bucket(int(i) + 1));
+      if (b < sum.size()) sum[b] += w[i], n[b] += 1;
+    }
+  for (size_t b = 0; b < sum.size(); ++b) sum[b] = n[b] > 0 ? sum[b] / n[b] : std::nan("");
+  return sum;
+}
+
+std::string ppl(double loss) { return fmt_number(std::exp(loss), 2); }
+
+std::string job_text(const LO& o, const std::string& out) {
+  nlohmann::ordered_json j;
+  j["kind"] = "linearize";
+  j["command"] = linearize_command(o, out);
+  nlohmann::ordered_json opts;
+  for (const auto& row : kLinearizeTable) {
+    const std::string v = row.get(o);
+    if (!v.empty()) opts[long_flag(row.flags)] = v;
+  }
+  j["options"] = opts;
+  j["python_module"] = o.python_module;
+  return j.dump(2) + "\n";
+}
+
+LO read_job(const std::string& out) {
+  const std::string path = (fs::path(out) / "job.json").string();
+  std::ifstream in(path);
+  if (!in) fail(out, "is not a linearize run directory (no job.json)");
+  LO o;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("kind", "") != "linearize") fail(path, "is not a linearize job");
+    o.strategy.reset();  // as recorded: a strategy only when the job had one
+    const auto& opts = j.at("options");
+    for (const auto& row : kLinearizeTable) {
+      const std::string flag = long_flag(row.flags);
+      if (!opts.contains(flag)) continue;
+      const std::string v = opts[flag].get<std::string>();
+      if (!row.repeated) {
+        row.set(o, v);
+        continue;
+      }
+      for (size_t start = 0; start <= v.size();) {
+        const size_t end = std::min(v.find('\n', start), v.size());
+        row.set(o, v.substr(start, end - start));
+        start = end + 1;
+      }
+    }
+    o.python_module = j.at("python_module");
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind(path, 0) == 0) throw;
+    throw Error(path + ": " + e.what());
+  } catch (const std::exception& e) {
+    fail(path, std::string("is not a linearize job.json: ") + e.what());
+  }
+  return o;
+}
+
+LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bool resume) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Everything that can be checked before the first file.
+  check_linearize_options(o);
+  LoadedModel m = load_model(o.model);
+  const ModelConfig& c = m.model->config();
+  const int64_t L = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(c.n_ctx, 4096);
+  if (L < 8 || L > c.n_ctx)
+    fail_value("sequence length", std::to_string(L) + " is outside 8.." + std::to_string(c.n_ctx) + " (the context length)");
+  const auto [train_text, heldout_text] = split_text(read_text_documents(o.texts), o.heldout_share);
+  const std::vector<int64_t> train_ids = encode_documents(*m.tokenizer, {{"train", train_text}});
+  const std::vector<int64_t> heldout = encode_documents(*m.tokenizer, {{"heldout", heldout_text}});
+  const int64_t windows = int64_t(train_ids.size()) / L;
+  if (windows < 4)
+    throw Error("text: its training share is " + std::to_string(train_ids.size()) + " tokens, fewer than four windows of " +
+                    std::to_string(L) + "; give more text or a shorter sequence length",
+                "sequence length");
+  if (int64_t(heldout.size()) < L + 1)
+    throw Error("text: the held-out share is " + std::to_string(heldout.size()) + " tokens, less than one window of " +
+                    std::to_string(L) + "; give more text, a larger held-out share or a shorter sequence length",
+                "held-out share");
+  const DistillOptions d1 = stage1_options(o, out, c.head_dim);
+  check_distill_options(d1);
+  if (o.finetune_steps > 0) check_finetune_options(stage2_options(o, out, L));
+  if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
+    fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
+
+  RunDir rd(out, !resume);
+  rd.mark_running();
+  const fs::path dir(out);
+  if (!resume) {
+    rd.write_job(job_text(o, out));
+    fs::create_directories(dir / "texts");
+    write_text_file((dir / "texts" / "train.txt").string(), train_text);
+    write_text_file((dir / "texts" / "heldout.txt").string(), heldout_text);
+    rd.log("linearize " + o.model + " at " + std::to_string(L) + " tokens: " + std::to_string(train_ids.size()) +
+           " training tokens, " + std::to_string(heldout.size()) + " held out");
+  } else {
+    rd.log("resumed");
+  }
+  const auto stage = [&](double a, double b) { return sub_progress(progress, a, b); };
+
+  // 1. Capture at the length the model will be used at.
+  if (!fs::exists(dir / "capture")) {
+    CaptureOptions co;
+    co.seq_len = int(L);
+    co.num_seqs = int(std::min(o.max_windows, windows - 1));
+    co.seed = o.seed;
+    capture_to_dir(m, {{(dir / "texts" / "train.txt").string(), train_text}}, co, (dir / "capture").string(), stage(0, 0.05));
+    rd.log("captured " + std::to_string(co.num_seqs) + " windows");
+  }
+  // 2. Stage 1.
+  const std::string s1 = (dir / "stage1").string();
+  if (!fs::exists(dir / "stage1" / "report.json")) {
+    if (fs::exists(dir / "stage1" / "job.json")) resume_distill(s1, stage(0.05, 0.55));
+    else distill(d1, s1, stage(0.05, 0.55));
+    rd.log("stage 1 finished");
+  }
+  // 3. The stage-1 converted model (the original's weights referenced; a llama2.c model's copied).
+  const std::string conv = (dir / "converted").string();
+  if (!fs::exists(conv)) {
+    ConvertOptions co = distill_run_convert_options(s1, c);
+    co.copy_weights = c.arch == Arch::Llama2C;
+    co.python_module = o.python_module;
+    convert_model(m, co, conv);
+  }
+  // 4. Stage 2.
+  std::string final_model = conv;
+  if (o.finetune_steps > 0) {
+    const std::string s2 = (dir / "stage2").string();
+    if (!fs::exists(dir / "stage2" / "report.json")) {
+      if (fs::exists(dir / "stage2" / "job.json")) resume_finetune(s2, stage(0.55, 0.85));
+      else finetune(stage2_options(o, out, L), s2, stage(0.55, 0.85));
+      rd.log("stage 2 finished");
+    }
+    final_model = s2 + "/model";
+  }
+
+  // 5. Held-out evaluation: the original, the same maps untrained, stage 1, the final model.
+  report_progress(progress, 0.85, "evaluation");
+  LoadedModel stage1 = load_model(conv), fin = load_model(final_model);
+  const HeadFeatureMaps& trained = *stage1.model->feature_maps();
+  std::vector<std::vector<int64_t>> dims;
+  for (const auto& layer : trained.maps) {
+    dims.emplace_back();
+    for (const auto& map : layer) dims.back().push_back(map->feature_dim());
+  }
+  FeatureMapSpec spec;
+  spec.name = o.feature_map;
+  spec.seed = o.seed;
+  Model untrained(c, m.model->weights());
+  untrained.set_feature_maps(std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim)));
+  LinearizeResult r;
+  std::vector<int64_t> lengths;
+  for (int64_t l : {L / 4, L / 2, L})
+    if (l >= 8 && (lengths.empty() || l > lengths.back())) lengths.push_back(l);
+  const int n_buckets = position_bucket(int(L) - 1) + 1;
+  std::vector<double> orig_pos, s1_pos, fin_pos;
+  for (int64_t l : lengths) {
+    LengthResult lr;
+    lr.seq_len = l;
+    const auto orig = m.model->window_losses(heldout, int(l)), s1w = stage1.model->window_losses(heldout, int(l));
+    const auto finw = fin.model->window_losses(heldout, int(l));
+    lr.original_loss = mean_of(orig);
+    lr.untrained_loss = mean_of(untrained.window_losses(heldout, int(l)));
+    lr.stage1_loss = mean_of(s1w);
+    lr.final_loss = mean_of(finw);
+    if (l == L) orig_pos = bucket_means(orig, n_buckets), s1_pos = bucket_means(s1w, n_buckets), fin_pos = bucket_means(finw, n_buckets);
+    r.lengths.push_back(lr);
+  }
+  ConvertedEvalOptions eo;
+  eo.seq_len = int(L);
+  eo.closeness_windows = 2;
+  eo.speed = false;
+  const ConvertedEvaluation close = evaluate_converted(*stage1.model, heldout, eo);  // teacher-forced, original weights
+  report_progress(progress, 0.92, "speed");
+  eo.speed = true;
+  eo.closeness_windows = 1;
+  eo.speed_lengths = {int(L)};
+  const ConvertedEvaluation speed = evaluate_converted(*fin.model, heldout, eo);
+
+  // 6. The report.
+  const LengthResult& at_L = r.lengths.back();
+  const double gap = std::exp(at_L.final_loss - at_L.original_loss) - 1.0;
+  std::string md = "# linearize: " + fs::path(o.model).filename().string() + "\n\n";
+  md += "At " + std::to_string(L) + " tokens on the held-out text (" + std::to_string(heldout.size()) +
+        " tokens, never trained on), the converted model's perplexity is **" + ppl(at_L.final_loss) + "** against the original's " +
+        ppl(at_L.original_loss) + ": " + fmt_number(100 * gap, 1) + "% " + (gap >= 0 ? "above" : "below") + " it (" +
+        o.feature_map + ", " + (o.strategy ? std::string(alloc_strategy_name(*o.strategy)) + " at budget " + std::to_string(d1.budget)
+                                            : std::string("fixed dimensions")) +
+        ", stage 1 " + distill_loss_name(o.loss) + " x " + std::to_string(o.steps) + " steps" +
+        (o.finetune_steps > 0 ? ", stage 2 rank " + std::to_string(o.rank) + " x " + std::to_string(o.finetune_steps) + " steps" : "") +
+        "). The final model is `" + final_model + "`.\n\n";
+  Table lt;
+  lt.header = {"tokens", "original", "untrained map", "stage 1", "final", "final / original"};
+  for (const auto& x : r.lengths)
+    lt.add_row({std::to_string(x.seq_len), ppl(x.original_loss), ppl(x.untrained_loss), ppl(x.stage1_loss), ppl(x.final_loss),
+                fmt_number(std::exp(x.final_loss - x.original_loss), 3)});
+  md += "## Held-out perplexity by length\n\n" + to_markdown(lt) + "\n";
+  Table pt;
+  pt.header = {"positions", "original", "stage 1", "final"};
+  for (int b = 0; b < n_buckets; ++b) {
+    const int first = b == 0 ? 0 : 64 << (b - 1), last = std::min<int>(int(L) - 1, (64 << b) - 1);
+    pt.add_row({std::to_string(std::max(first, 1)) + "-" + std::to_string(last), ppl(orig_pos[size_t(b)]), ppl(s1_pos[size_t(b)]),
+                ppl(fin_pos[size_t(b)])});
+  }
+  md += "## Where it loses: perplexity by position at " + std::to_string(L) + " tokens\n\n" + to_markdown(pt) + "\n";
+  Table kt;
+  kt.header = {"layer", "M per head", "attention KL", "output rel. error"};
+  for (const auto& l : close.layers) {
+    std::string ms;
+    for (int64_t mm : dims[size_t(l.layer)]) ms += (ms.empty() ? "" : " ") + std::to_string(mm);
+    kt.add_row({std::to_string(l.layer), ms, fmt_number(l.attention_kl, 4), fmt_number(l.output_rel_error, 4)});
+  }
+  md += "## Stage 1, layer by layer (teacher-forced, held-out windows)\n\n" + to_markdown(kt) + "\n";
+  Table st;
+  st.header = {"mode", "tokens", "softmax tok/s", "linear tok/s", "softmax peak MB", "linear peak MB"};
+  for (const auto& s : speed.speed)
+    st.add_row({s.generate ? "generate" : "batch", std::to_string(s.seq_len), fmt_number(s.softmax_tokens_per_s, 1),
+                fmt_number(s.linear_tokens_per_s, 1), fmt_number(double(s.softmax_peak_bytes) / 1e6, 2),
+                fmt_number(double(s.linear_peak_bytes) / 1e6, 2)});
+  md += "## Speed\n\n" + to_markdown(st) + "\n";
+  md += "Reproduce: `" + linearize_command(o, out) + "`\n";
+  nlohmann::ordered_json j;
+  j["seq_len"] = L;
+  j["final_model"] = final_model;
+  j["heldout_tokens"] = heldout.size();
+  j["lengths"] = nlohmann::ordered_json::array();
+  for (const auto& x : r.lengths)
+    j["lengths"].push_back({{"seq_len", x.seq_len}, {"original_loss", x.original_loss}, {"untrained_loss", x.untrained_loss},
+                            {"stage1_loss", x.stage1_loss}, {"final_loss", x.final_loss},
+                            {"original_perplexity", std::exp(x.original_loss)}, {"final_perplexity", std::exp(x.final_loss)}});
+  j["positions"] = nlohmann::ordered_json::array();
+  for (int b = 0; b < n_buckets; ++b)
+    j["positions"].push_back({{"bucket", b}, {"original_loss", orig_pos[size_t(b)]}, {"stage1_loss", s1_pos[size_t(b)]},
+                              {"final_loss", fin_pos[size_t(b)]}});
+  j["layers"] = nlohmann::ordered_json::array();
+  for (const auto& l : close.layers)
+    j["layers"].push_back({{"layer", l.layer}, {"dims", dims[size_t(l.layer)]}, {"attention_kl", l.attention_kl},
+                           {"output_rel_error", l.output_rel_error}});
+  j["speed"] = nlohmann::ordered_json::array();
+  for (const auto& s : speed.speed)
+    j["speed"].push_back({{"mode", s.generate ? "generate" : "batch"}, {"seq_len", s.seq_len},
+                          {"softmax_tokens_per_s", s.softmax_tokens_per_s}, {"linear_tokens_per_s", s.linear_tokens_per_s}});
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  j["seconds"] = r.seconds;
+  write_text_file((dir / "linearize.json").string(), j.dump(2) + "\n");
+  write_text_file((dir / "linearize.md").string(), md);
+  rd.write_report(j.dump(2) + "\n");
+  rd.log("finished: perplexity " + ppl(at_L.final_loss) + " against " + ppl(at_L.original_loss));
+  rd.clear_running();
+  report_progress(progress, 1.0, "done");
+  r.final_model = final_model;
+  r.report = (dir / "linearize.md").string();
+  return r;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec<LinearizeOptions>>& linearize_option_table() { return kLinearizeTable; }
+
+std::string linearize_command(const LinearizeOptions& o, const std::string& out_dir) {
+  std::vector<std::string> args = {"linearize"};
+  const auto opts = option_args(kLinearizeTable, o);
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.insert(args.end(), {"--out", out_dir});
+  return attnscope_command(args);
+}
+
+void check_linearize_options(const LinearizeOptions& o) {
+  if (o.model.empty()) fail_value("model", "is missing");
+  if (o.texts.empty()) fail_value("text", "is missing: linearize trains and evaluates on a text");
+  if (!(o.heldout_share > 0 && o.heldout_share < 1)) fail_value("held-out share", number_arg(o.heldout_share) + " is not in (0, 1)");
+  if (o.max_windows < 4 || o.max_windows > 1 << 20) fail_value("number of windows", std::to_string(o.max_windows) + " is outside 4..1048576");
+  if (o.finetune_steps < 0 || o.finetune_steps > 1000000000) fail_value("finetune steps", std::to_string(o.finetune_steps) + " is outside 0..1000000000");
+}
+
+LinearizeResult linearize(const LinearizeOptions& options, const std::string& out_dir, const ProgressFn& progress) {
+  LinearizeOptions o = options;
+  const auto absolute = [](const std::string& p) { return p == "-" ? p : fs::absolute(p).lexically_normal().string(); };
+  if (fs::exists(o.model)) o.model = absolute(o.model);
+  for (std::string& t : o.texts) t = absolute(t);
+  if (!o.allocation.empty()) o.allocation = absolute(o.allocation);
+  std::error_code ec;
+  if (fs::exists(out_dir) && (!fs::is_directory(out_dir) || !fs::is_empty(out_dir, ec)))
+    fail(out_dir, "is not empty: a new run needs a new (or empty) directory; resume the run that is there, or choose another");
+  return run(o, absolute(out_dir), progress, false);
+}
+
+LinearizeResult resume_linearize(const std::string& out_dir, const ProgressFn& progress) {
+  if (fs::is_regular_file(fs::path(out_dir) / "report.json"))
+    fail(out_dir, "has finished (report.json is written): there is nothing to resume");
+  return run(read_job(out_dir), fs::absolute(out_dir).lexically_normal().string(), progress, true);
+}
+
+}  // namespace attnscope
