@@ -419,6 +419,7 @@ std::string linearize_command(const LinearizeOptions& o, const std::string& out_
 void check_linearize_options(const LinearizeOptions& o) {
   if (o.model.empty()) fail_value("model", "is missing");
   if (o.texts.empty()) fail_value("text", "is missing: linearize trains and evaluates on a text");
+  if (o.loss == DistillLoss::Direct) fail_value("loss", "direct is not a stage-1 loss (stage 2 trains the whole model)");
   if (!(o.heldout_share > 0 && o.heldout_share < 1)) fail_value("held-out share", number_arg(o.heldout_share) + " is not in (0, 1)");
   if (o.max_windows < 4 || o.max_windows > 1 << 20) fail_value("number of windows", std::to_string(o.max_windows) + " is outside 4..1048576");
   if (o.finetune_steps < 0 || o.finetune_steps > 1000000000) fail_value("finetune steps", std::to_string(o.finetune_steps) + " is outside 0..1000000000");

@@ -41,11 +41,11 @@ struct LinearizeOptions {
   int64_t budget = 0;
   double lambda = kDefaultLambda;
   DistillLoss loss = DistillLoss::Output;
-  int64_t steps = 300;
+  int64_t steps = 100;
   double lr = 0.01;
   int64_t batch = 4;
   // Stage 2.
-  int64_t finetune_steps = 100;  // 0: no finetune
+  int64_t finetune_steps = 200;  // 0: no finetune
   int64_t rank = 8;
   double finetune_lr = 1e-3;
   double kl_weight = 1.0;

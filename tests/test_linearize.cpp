@@ -1,0 +1,117 @@
+// `attnscope linearize` (linearize.h) end to end with tiny settings on the bundled model: every
+// stage's output, a report whose numbers equal an independent evaluation of the models it names,
+// a run killed mid-way that resumes to the uninterrupted result, and bad input refused before any
+// work with nothing left behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "attnscope/io/safetensors.h"
+#include "attnscope/io/text_source.h"
+#include "attnscope/model/model.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using namespace attnscope;
+
+namespace {
+
+std::string texts() {
+  std::string t;
+  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts"))
+    if (e.path().extension() == ".txt") t += " --text " + e.path().string();
+  return t;
+}
+
+const std::string kTiny = " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini" +
+                          " --seq-len 64 --max-windows 8 --steps 6 --finetune-steps 4 --batch 2 --rank 2 --seed 3";
+
+int linearize_cli(const std::string& args, std::string* out) {
+  return test::run_command(test::cli_path() + " linearize" + args + " 2>&1", out);
+}
+
+}  // namespace
+
+TEST(Linearize, RunsEveryStageAndItsReportMatchesAnIndependentEvaluation) {
+  const std::string out = test::temp_dir("linearize") + "/out";
+  std::string log;
+  ASSERT_EQ(linearize_cli(texts() + kTiny + " --out " + out, &log), 0) << log;
+  for (const char* f : {"job.json", "texts/train.txt", "texts/heldout.txt", "capture/manifest.json", "stage1/report.json",
+                        "converted/config.json", "stage2/report.json", "stage2/model/config.json", "linearize.md",
+                        "linearize.json", "report.json"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  EXPECT_FALSE(fs::exists(out + "/running"));
+  const auto j = nlohmann::json::parse(test::read_file(out + "/linearize.json"));
+  ASSERT_EQ(j["lengths"].size(), 3u);  // 64 / 4, 64 / 2, 64
+  // Independent: the held-out text as eval reads it, each model's mean loss at 64 tokens.
+  const std::vector<int64_t> ids = [&] {
+    LoadedModel m = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+    return encode_documents(*m.tokenizer, read_text_documents({out + "/texts/heldout.txt"}));
+  }();
+  const auto& at64 = j["lengths"].back();
+  ASSERT_EQ(at64["seq_len"], 64);
+  EXPECT_NEAR(load_model(test::source_dir() + "/resources/models/brown-gpt2-mini").model->mean_loss(ids, 64),
+              at64["original_loss"].get<double>(), 1e-6);
+  EXPECT_NEAR(load_model(out + "/converted").model->mean_loss(ids, 64), at64["stage1_loss"].get<double>(), 1e-6);
+  EXPECT_NEAR(load_model(out + "/stage2/model").model->mean_loss(ids, 64), at64["final_loss"].get<double>(), 1e-6);
+  EXPECT_EQ(j["final_model"], out + "/stage2/model");
+  const std::string md = test::read_file(out + "/linearize.md");
+  EXPECT_NE(md.find("Held-out perplexity by length"), std::string::npos);
+  EXPECT_NE(md.find("by position"), std::string::npos);
+  // A finished run is not resumed.
+  EXPECT_EQ(linearize_cli(" --resume " + out, &log), 1) << log;
+}
+
+TEST(Linearize, AKilledRunResumesToTheUninterruptedResult) {
+  const std::string root = test::temp_dir("linearize_kill");
+  std::string log;
+  ASSERT_EQ(linearize_cli(texts() + kTiny + " --out " + root + "/whole", &log), 0) << log;
+  const std::string cmd = "exec " + test::cli_path() + " linearize" + texts() + kTiny + " --out " + root + "/killed > /dev/null 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  // Killed inside stage 1 (its first checkpoint written), or as soon after as the machine allows.
+  const auto start = std::chrono::steady_clock::now();
+  while (!fs::exists(root + "/killed/stage1/checkpoints/checkpoint.safetensors") &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  if (fs::exists(root + "/killed/report.json")) GTEST_SKIP() << "the run finished before the kill";
+  ASSERT_EQ(linearize_cli(" --resume " + root + "/killed", &log), 0) << log;
+  const auto a = nlohmann::json::parse(test::read_file(root + "/whole/linearize.json"));
+  const auto b = nlohmann::json::parse(test::read_file(root + "/killed/linearize.json"));
+  for (size_t i = 0; i < a["lengths"].size(); ++i)
+    for (const char* k : {"original_loss", "untrained_loss", "stage1_loss", "final_loss"})
+      EXPECT_NEAR(a["lengths"][i][k].get<double>(), b["lengths"][i][k].get<double>(), 1e-5) << k;
+}
+
+TEST(Linearize, BadInputIsRefusedBeforeAnyWork) {
+  const std::string root = test::temp_dir("linearize_bad");
+  std::ofstream(root + "/short.txt") << "A text far too short for one window of sixty-four tokens.";
+  struct Case {
+    std::string args, says;
+    int rc;
+  };
+  const std::string base = texts() + " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini --steps 2";
+  for (const Case& c : {Case{base + " --seq-len 100000", "sequence length", 1},
+                        Case{base + " --seq-len 64 --rank 0", "rank", 1},
+                        Case{" --text " + root + "/short.txt" + kTiny, "fewer than four windows", 1},
+                        Case{texts() + kTiny + " --heldout-share 1.5", "--heldout-share", 2},
+                        Case{texts() + kTiny + " --loss direct", "--loss", 2}}) {
+    std::string log;
+    EXPECT_EQ(linearize_cli(c.args + " --out " + root + "/out", &log), c.rc) << c.args << "\n" << log;
+    EXPECT_NE(log.find(c.says), std::string::npos) << c.args << "\n" << log;
+    EXPECT_FALSE(fs::exists(root + "/out")) << c.args;
+  }
+}
