@@ -41,17 +41,7 @@ DofCurvePanel::DofCurvePanel(QWidget* parent) : PlotPanel(tr("DoF against λ"), 
   // The legend in one line under the plot: inside, it would sit on the curves or the DoF label
   // wherever lambda is.
   p->legend->setVisible(false);
-  QFont lf = p->legend->font();
-  lf.setPointSizeF(8);
-  p->legend->setFont(lf);
-  auto* below = new QCPLayoutGrid;
-  p->plotLayout()->addElement(1, 0, below);
-  p->plotLayout()->setRowStretchFactor(1, 0.001);
-  below->setMargins(QMargins(4, 0, 4, 2));
-  p->axisRect()->insetLayout()->take(p->legend);
-  below->addElement(0, 0, p->legend);
-  p->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  p->legend->setMargins(QMargins(4, 1, 4, 1));
+  legend_below(p);
   restyle();
   set_csv([this]() -> std::string {
     Table t;

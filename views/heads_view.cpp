@@ -123,19 +123,8 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   kp->axisRect()->setRangeZoom(Qt::Horizontal);
   kp->axisRect()->setRangeDrag(Qt::Horizontal);
   kp->legend->setVisible(true);
-  QFont lf = QApplication::font();
-  lf.setPointSizeF(std::max(6.0, lf.pointSizeF() * 0.85));
-  kp->legend->setFont(lf);
   // The legend in one line under the plot: inside, it would hide some rows' values at any zoom.
-  auto* below = new QCPLayoutGrid;
-  kp->plotLayout()->addElement(1, 0, below);
-  kp->plotLayout()->setRowStretchFactor(1, 0.001);
-  below->setMargins(QMargins(4, 0, 4, 2));
-  kp->axisRect()->insetLayout()->take(kp->legend);
-  below->addElement(0, 0, kp->legend);
-  kp->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  kp->legend->setMargins(QMargins(4, 1, 4, 1));
-  below->setMinimumSize(0, 0);
+  legend_below(kp);
   kl_note_ = new QCPItemText(kp);
   kl_note_->position->setType(QCPItemPosition::ptAxisRectRatio);
   kl_note_->position->setCoords(0.5, 0.15);

@@ -159,6 +159,7 @@ void HeatmapPanel::redraw() {
     image_ = MapImage{};
     map_->data()->clear();
     map_->setVisible(false);
+    colour_scale_->setVisible(false);  // a colour bar without a map would show a meaningless range
     show_note(!view_ ? tr("No head selected") : view_->length() == 0 ? tr("Empty map")
                                                   : tr("No feature map chosen:\npick one below to see the linear map"));
     programmatic_ = true;
@@ -172,6 +173,7 @@ void HeatmapPanel::redraw() {
   }
   show_note({});
   map_->setVisible(true);
+  colour_scale_->setVisible(true);
   const int n = view_->length();
   programmatic_ = true;
   p->xAxis->setRange(-0.5, n - 0.5);

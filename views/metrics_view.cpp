@@ -92,17 +92,7 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     p->yAxis->setLabel(tr("heads"));
     // The legend in one line under the plot, never over the bars.
     p->legend->setVisible(true);
-    QFont lf = p->legend->font();
-    lf.setPointSizeF(8);
-    p->legend->setFont(lf);
-    auto* below = new QCPLayoutGrid;
-    p->plotLayout()->addElement(1, 0, below);
-    p->plotLayout()->setRowStretchFactor(1, 0.001);
-    below->setMargins(QMargins(4, 0, 4, 2));
-    p->axisRect()->insetLayout()->take(p->legend);
-    below->addElement(0, 0, p->legend);
-    p->legend->setFillOrder(QCPLegend::foColumnsFirst);
-    p->legend->setMargins(QMargins(4, 1, 4, 1));
+    legend_below(p);
     d_->hist_note = add_note(p);
   }
   grid->addWidget(d_->hist, 1, 1);

@@ -756,3 +756,20 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
   QApplication::setPalette(light);
   std::cout << "wrote " << out << "/{heads,heads_zoom,metrics,heads_12x12,metrics_12x12}_{light,dark}.png\n";
 }
+
+// Found driving the window: with no head (before a capture) the per-row plot shrank to a sliver at
+// the left of its panel, because its empty legend's row narrowed the plot's column. Every plot
+// with its legend under it keeps its width without series too.
+TEST_F(HeadsViewTest, PlotsWithALegendBelowKeepTheirWidthWithoutSeries) {
+  HeadsView hv;
+  hv.resize(1000, 700);
+  hv.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&hv));
+  QApplication::processEvents();
+  QCustomPlot* p = hv.kl_panel()->plot();
+  p->replot();
+  EXPECT_GT(p->axisRect()->rect().width(), p->width() * 3 / 4) << p->axisRect()->rect().width() << " of " << p->width();
+  // Empty maps show no colour bar (it would show a range of nothing).
+  for (MapKind kind : {MapKind::Softmax, MapKind::Linear, MapKind::Difference})
+    EXPECT_FALSE(hv.panel(kind)->colour_map()->colorScale()->visible());
+}
