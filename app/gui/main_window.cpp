@@ -422,7 +422,11 @@ void MainWindow::restore_settings() {
         return current;
       }
     };
-    if (!restoreGeometry(st.value("window/geometry").toByteArray())) fit_to_screen();
+    // A geometry saved on a larger screen does not fit this one: fit it instead.
+    const QScreen* sc = screen() ? screen() : QGuiApplication::primaryScreen();
+    if (!restoreGeometry(st.value("window/geometry").toByteArray()) ||
+        (sc && (width() > sc->availableGeometry().width() || height() > sc->availableGeometry().height())))
+      fit_to_screen();
     restoreState(st.value("window/state").toByteArray());
 
     CaptureOptions o = workbench_->session().capture;
@@ -786,7 +790,9 @@ void MainWindow::update_title() {
 // ended without them.
 void MainWindow::update_dof_note(bool new_capture) {
   if (workbench_->spectra()) return;
-  if (!workbench_->capture_store())
+  if (!workbench_->capture_store() && workbench_->capture_running())
+    dof_->show_pending(tr("Capturing: the DoF spectra follow"));
+  else if (!workbench_->capture_store())
     dof_->set_spectra(nullptr);
   else if (new_capture || workbench_->spectra_running() || workbench_->capture_running())
     dof_->show_pending(tr("Computing the DoF spectra…"));  // (a new capture's spectra job starts next)
