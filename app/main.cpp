@@ -11,6 +11,10 @@
 #include "attnscope/base/runtime.h"
 #include "cli/common.h"
 
+namespace attnscope::cli {
+void register_workspace(CLI::App& app);  // workspace.cpp
+}  // namespace attnscope::cli
+
 namespace {
 
 // Core names the quantity a bad value was given for (error.h); the CLI adds the option that sets
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
   cli::register_compare(app);
   cli::register_finetune(app);
   cli::register_linearize(app);
+  cli::register_workspace(app);
 #ifdef ATTNSCOPE_HAVE_GUI
   cli::register_gui(app);
 #endif

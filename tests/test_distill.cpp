@@ -352,8 +352,8 @@ TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
   EXPECT_EQ(SafetensorsFile(root + "/killed/checkpoints/checkpoint.safetensors").metadata().at("step"), "10");
   EXPECT_FALSE(fs::exists(root + "/killed/report.json"));
   EXPECT_FALSE(fs::exists(root + "/killed/feature_maps.safetensors"));
-  EXPECT_EQ(run_state(root + "/killed"), "killed");
-  EXPECT_EQ(run_state(root + "/whole"), "finished");
+  EXPECT_EQ(run_state(root + "/killed"), RunState::Killed);
+  EXPECT_EQ(run_state(root + "/whole"), RunState::Finished);
 
   resume_distill(root + "/killed");  // everything from job.json
   const auto a = read_maps(root + "/whole/feature_maps.safetensors");
@@ -443,7 +443,7 @@ TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
                              &out);
   if (fs::exists(killed + "/report.json")) GTEST_SKIP() << "the run finished before the kill";
   EXPECT_EQ(rc, 137) << out;  // the shell's status of a SIGKILLed child
-  EXPECT_EQ(run_state(killed), "killed");
+  EXPECT_EQ(run_state(killed), RunState::Killed);
   rc = test::run_command(cli + " jobs " + killed + " 2>&1", &out);
   EXPECT_NE(out.find("killed"), std::string::npos) << out;
   rc = test::run_command(cli + " distill --resume " + killed + " 2>&1", &out);
@@ -457,7 +457,7 @@ TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
   for (const auto& [name, t] : a) max_diff = std::max(max_diff, (t - b.at(name)).abs().max().item<double>());
   std::printf("kill -9 + resume: max |uninterrupted - resumed| = %.3g\n", max_diff);
   EXPECT_LE(max_diff, 1e-6);
-  EXPECT_EQ(run_state(killed), "finished");
+  EXPECT_EQ(run_state(killed), RunState::Finished);
 }
 
 TEST(Distill, AllocationDimsPerLayerAndValidationCapture) {

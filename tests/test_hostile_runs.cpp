@@ -99,7 +99,7 @@ TEST(HostileRuns, ASecondWriterOfALiveRunIsRefused) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(fs::exists(run + "/checkpoints/checkpoint.safetensors"));
   EXPECT_TRUE(run_is_live(run));
-  EXPECT_EQ(run_state(run), "running");
+  EXPECT_EQ(run_state(run), RunState::Running);
   std::string out;
   const int resume_rc = distill_cli("--resume " + run, &out);
   const std::string resume_out = out;
@@ -112,7 +112,7 @@ TEST(HostileRuns, ASecondWriterOfALiveRunIsRefused) {
   EXPECT_EQ(second_rc, 1) << out;
   EXPECT_TRUE(has(out, run)) << out;
   // The first run is whole and its own: 400 steps, every layer's line once per step.
-  EXPECT_EQ(run_state(run), "finished");
+  EXPECT_EQ(run_state(run), RunState::Finished);
   EXPECT_FALSE(run_is_live(run));
   const auto job = nlohmann::json::parse(test::read_file(run + "/job.json"));
   EXPECT_EQ(job["steps"], 400);
@@ -264,7 +264,7 @@ TEST(HostileRuns, RelativePathsAndNoCheckpointYetResume) {
     GTEST_SKIP() << "the run reached its checkpoint before the kill";
   const auto job = nlohmann::json::parse(test::read_file(root + "/killed/job.json"));
   EXPECT_TRUE(fs::path(job["capture"].get<std::string>()).is_absolute()) << job["capture"];
-  EXPECT_EQ(run_state(root + "/killed"), "killed");
+  EXPECT_EQ(run_state(root + "/killed"), RunState::Killed);
   ASSERT_EQ(test::run_command("cd / && " + cli() + " distill --resume " + root + "/killed 2>&1", &out), 0) << out;
   EXPECT_EQ(test::read_file(root + "/killed/feature_maps.safetensors").size(),
             test::read_file(root + "/whole/feature_maps.safetensors").size());

@@ -50,7 +50,7 @@ TEST(Job, StateNames) {
 }
 
 TEST(Job, RunRecordsStatesProgressAndLog) {
-  Job job(7, "metrics", "metrics of 2 layers", "attnscope metrics");
+  Job job(7, JobKind::Metrics, "metrics of 2 layers", "attnscope metrics");
   EXPECT_EQ(job.state(), JobState::Queued);
   EXPECT_FALSE(job.status().finished());
   EXPECT_EQ(job.status().elapsed_s, 0.0);
@@ -72,7 +72,7 @@ TEST(Job, RunRecordsStatesProgressAndLog) {
 
   const JobStatus s = job.status();
   EXPECT_EQ(s.id, 7);
-  EXPECT_EQ(s.kind, "metrics");
+  EXPECT_EQ(s.kind, JobKind::Metrics);
   EXPECT_EQ(s.title, "metrics of 2 layers");
   EXPECT_EQ(s.command, "attnscope metrics");
   EXPECT_EQ(s.state, JobState::Succeeded);
@@ -91,7 +91,7 @@ TEST(Job, RunRecordsStatesProgressAndLog) {
 }
 
 TEST(Job, FailureKeepsTheMessageAndRethrowsTheSameType) {
-  Job job(1, "capture", "t", "c");
+  Job job(1, JobKind::Capture, "t", "c");
   job.run([](Job& j) {
     j.progress()(0.1, "loading");
     fail_value("budget", "0 must be positive");
@@ -112,7 +112,7 @@ TEST(Job, FailureKeepsTheMessageAndRethrowsTheSameType) {
   }
 
   // Not an attnscope::Error: still Failed, with its own message and type.
-  Job other(2, "x", "t", "c");
+  Job other(2, JobKind::Eval, "t", "c");
   other.run([](Job&) { throw std::out_of_range("index 9"); });
   EXPECT_EQ(other.state(), JobState::Failed);
   EXPECT_EQ(other.status().error, "index 9");
@@ -122,7 +122,7 @@ TEST(Job, FailureKeepsTheMessageAndRethrowsTheSameType) {
 TEST(Job, CancelStopsAtTheNextProgressCall) {
   JobRunner runner;
   std::atomic<int> reached{0};
-  auto job = runner.start("spectra", "t", "c", stepping(100000, &reached));
+  auto job = runner.start(JobKind::Spectra, "t", "c", stepping(100000, &reached));
   ASSERT_TRUE(eventually([&] { return reached.load() >= 3; }));
   EXPECT_EQ(job->state(), JobState::Running);
   job->cancel();
@@ -148,9 +148,9 @@ TEST(Job, RunnerNumbersJobsWaitsAndCallsDone) {
     if (j.status().finished()) ++done_seen_finished;
     ++done_calls;
   };
-  auto a = runner.start("capture", "a", "ca", stepping(5, nullptr), done);
-  auto b = runner.start("report", "b", "cb", [](Job&) { throw Error("b.txt: empty text"); }, done);
-  auto c = runner.start("metrics", "c", "cc", stepping(3, nullptr));
+  auto a = runner.start(JobKind::Capture, "a", "ca", stepping(5, nullptr), done);
+  auto b = runner.start(JobKind::Report, "b", "cb", [](Job&) { throw Error("b.txt: empty text"); }, done);
+  auto c = runner.start(JobKind::Metrics, "c", "cc", stepping(3, nullptr));
   EXPECT_EQ(a->id(), 1);
   EXPECT_EQ(b->id(), 2);
   EXPECT_EQ(c->id(), 3);
@@ -178,7 +178,7 @@ TEST(Job, DestroyingTheRunnerCancelsRunningJobs) {
   {
     JobRunner runner;
     // Would run for ~100 s if nobody cancelled it.
-    job = runner.start("report", "t", "c", stepping(50000, &reached));
+    job = runner.start(JobKind::Report, "t", "c", stepping(50000, &reached));
     ASSERT_TRUE(eventually([&] { return reached.load() >= 1; }));
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
@@ -188,8 +188,8 @@ TEST(Job, DestroyingTheRunnerCancelsRunningJobs) {
 TEST(Job, CancelAllStopsEveryJob) {
   JobRunner runner;
   std::atomic<int> r1{0}, r2{0};
-  auto a = runner.start("x", "a", "c", stepping(50000, &r1));
-  auto b = runner.start("x", "b", "c", stepping(50000, &r2));
+  auto a = runner.start(JobKind::Eval, "a", "c", stepping(50000, &r1));
+  auto b = runner.start(JobKind::Eval, "b", "c", stepping(50000, &r2));
   ASSERT_TRUE(eventually([&] { return r1.load() >= 1 && r2.load() >= 1; }));
   runner.cancel_all();
   runner.wait_all();
@@ -198,7 +198,7 @@ TEST(Job, CancelAllStopsEveryJob) {
 }
 
 TEST(Job, CancelledBeforeItStartsNeverRunsTheWork) {
-  Job job(1, "x", "t", "c");
+  Job job(1, JobKind::Eval, "t", "c");
   job.cancel();
   bool ran = false;
   job.run([&](Job&) { ran = true; });
@@ -210,7 +210,7 @@ TEST(Job, CancelledBeforeItStartsNeverRunsTheWork) {
 TEST(Job, RunJobForwardsProgressAndRethrows) {
   std::vector<std::pair<double, std::string>> seen;
   auto observer = [&](double f, const std::string& what) { seen.emplace_back(f, what); };
-  run_job("capture", "t", "c",
+  run_job(JobKind::Capture, "t", "c",
           [](Job& j) {
             const ProgressFn p = j.progress();
             p(0.5, "windows 1/2");
@@ -224,7 +224,7 @@ TEST(Job, RunJobForwardsProgressAndRethrows) {
 
   // Without an observer progress still works; errors come back as their own type.
   try {
-    run_job("report", "t", "c", [](Job& j) {
+    run_job(JobKind::Report, "t", "c", [](Job& j) {
       j.progress()(0.1, "x");
       fail_value("lambda", "must be > 0");
     });
@@ -234,7 +234,7 @@ TEST(Job, RunJobForwardsProgressAndRethrows) {
   }
   // An observer that cancels (a terminal's Ctrl-C handler would) stops the work as Cancelled.
   int steps = 0;
-  EXPECT_THROW(run_job("report", "t", "c",
+  EXPECT_THROW(run_job(JobKind::Report, "t", "c",
                        [&](Job& j) {
                          for (int s = 0; s < 10; ++s, ++steps) j.progress()(s / 10.0, "s" + std::to_string(s));
                        },
@@ -249,23 +249,31 @@ TEST(Job, RunJobForwardsProgressAndRethrows) {
 TEST(Job, FinishedThreadsAreJoinedByTheNextStart) {
   JobRunner runner;
   for (int i = 0; i < 40; ++i) {
-    auto job = runner.start("maps", "head " + std::to_string(i), "", [](Job&) {});
+    auto job = runner.start(JobKind::Maps, "head " + std::to_string(i), "", [](Job&) {});
     job->wait();
   }
   // Every earlier job has returned; the thread may still be finishing its last lines, so give it a moment.
   ASSERT_TRUE(eventually([&] {
-    auto probe = runner.start("maps", "probe", "", [](Job&) {});
+    auto probe = runner.start(JobKind::Maps, "probe", "", [](Job&) {});
     probe->wait();
     return runner.thread_count() <= 2;
   }));
   EXPECT_GE(runner.jobs().size(), 41u);  // the history is kept
   std::atomic<int> reached{0};
-  auto slow = runner.start("capture", "slow", "", stepping(1000, &reached, 1ms));
+  auto slow = runner.start(JobKind::Capture, "slow", "", stepping(1000, &reached, 1ms));
   ASSERT_TRUE(eventually([&] { return reached.load() > 0; }));
-  runner.start("maps", "one more", "", [](Job&) {})->wait();
+  runner.start(JobKind::Maps, "one more", "", [](Job&) {})->wait();
   EXPECT_GE(runner.thread_count(), 1u);  // the running job's thread is never joined early
   EXPECT_EQ(slow->state(), JobState::Running);
   slow->cancel();
   slow->wait();
   EXPECT_EQ(slow->state(), JobState::Cancelled);
+}
+
+// Issue 18, defect 3: job kinds are one name table, the words of the job lists.
+TEST(JobKinds, EveryKindRoundTripsThroughItsName) {
+  EXPECT_EQ(job_kind_names(), (std::vector<std::string>{"model", "capture", "spectra", "metrics", "maps", "report",
+                                                        "session", "distill", "convert", "eval"}));
+  for (const std::string& n : job_kind_names()) EXPECT_EQ(job_kind_name(parse_job_kind(n)), n);
+  EXPECT_THROW(parse_job_kind("train"), Error);
 }

@@ -25,11 +25,11 @@ TEST(RunDir, MetricsTruncateAtResumedStepAndCheckpointsReplaceWhole) {
     run.write_checkpoint({{"a", at::full({2}, 3.0)}}, {{"step", "2"}});
     run.log("hello");
     run.mark_running();
-    EXPECT_EQ(run_state(dir), "running");  // this process
+    EXPECT_EQ(run_state(dir), RunState::Running);  // this process
   }
-  EXPECT_EQ(run_state(dir), "killed");  // stopped without a report
+  EXPECT_EQ(run_state(dir), RunState::Killed);  // stopped without a report
   std::ofstream(dir + "/running") << "999999999\n";  // a pid no process has: a kill -9
-  EXPECT_EQ(run_state(dir), "killed");
+  EXPECT_EQ(run_state(dir), RunState::Killed);
   RunDir again(dir, false);
   again.truncate_metrics_after(2);
   EXPECT_EQ(test::read_file(dir + "/metrics.jsonl"),
@@ -62,4 +62,14 @@ TEST(RunDir, ReadOnlyRunDirWritesNothing) {
   }
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_ANY_THROW(RunDir(test::temp_dir("run_dir_ro_none"), false, false));
+}
+
+// Issue 18, defect 3: run states are one name table (the words `attnscope jobs` prints); a folder
+// without job.json stopped before it began.
+TEST(RunDir, RunStatesAreANameTableAndAFolderWithoutAJobFailed) {
+  EXPECT_EQ(run_state_names(), (std::vector<std::string>{"running", "finished", "killed", "failed"}));
+  for (const std::string& n : run_state_names()) EXPECT_EQ(run_state_name(parse_run_state(n)), n);
+  const std::string dir = test::temp_dir("run_state") + "/run";
+  fs::create_directories(dir);
+  EXPECT_EQ(run_state(dir), RunState::Failed);
 }

@@ -61,9 +61,21 @@ Project make_project(const std::string& tag) {
   s.strategy = AllocStrategy::PerHead;
   s.multiple = 8;
   s.layer = 2, s.head = 3, s.seq = 1;
-  s.colour_scale = "row";
-  s.metric = "kl";
-  s.view = "dof";
+  s.colour_scale = ColourScale::RowNormalized;
+  s.metric = GridMetric::Kl;
+  s.view = View::Training;  // the fifth view (issue 18, defect 3: a session saved on it did not reopen)
+  s.run_dir = (p.root / "runs/learned-prf-1").string();
+  s.train.feature_map = "hedgehog";
+  s.train.loss = DistillLoss::Softmax;
+  s.train.steps = 321;
+  s.train.lr = 0.0125;
+  s.train.lr_alpha = 0.375;
+  s.train.batch = 7;
+  s.train.schedule = LrSchedule::Cosine;
+  s.train.checkpoint_every = 9;
+  s.train.device = Device::Cuda;
+  s.train.from_allocation = false;
+  s.train.features = 48;
   return p;
 }
 
@@ -91,6 +103,17 @@ void expect_same_settings(const Session& a, const Session& b) {
   EXPECT_EQ(a.colour_scale, b.colour_scale);
   EXPECT_EQ(a.metric, b.metric);
   EXPECT_EQ(a.view, b.view);
+  EXPECT_EQ(a.train.feature_map, b.train.feature_map);
+  EXPECT_EQ(a.train.loss, b.train.loss);
+  EXPECT_EQ(a.train.steps, b.train.steps);
+  EXPECT_EQ(a.train.lr, b.train.lr);
+  EXPECT_EQ(a.train.lr_alpha, b.train.lr_alpha);
+  EXPECT_EQ(a.train.batch, b.train.batch);
+  EXPECT_EQ(a.train.schedule, b.train.schedule);
+  EXPECT_EQ(a.train.checkpoint_every, b.train.checkpoint_every);
+  EXPECT_EQ(a.train.device, b.train.device);
+  EXPECT_EQ(a.train.from_allocation, b.train.from_allocation);
+  EXPECT_EQ(a.train.features, b.train.features);
 }
 
 std::string resolved(const fs::path& p) { return fs::weakly_canonical(p).string(); }
@@ -119,6 +142,7 @@ TEST(Session, RoundTripsEveryFieldAndSurvivesMovingTheFolder) {
   EXPECT_EQ(back.texts[1], resolved(p.root / "texts/b c.txt"));
   EXPECT_EQ(back.capture_dir, resolved(p.root / "runs/cap"));
   EXPECT_EQ(back.spectra, resolved(p.root / "runs/spectra.safetensors"));
+  EXPECT_EQ(back.run_dir, resolved(p.root / "runs/learned-prf-1"));
 
   // Move the whole project: the session still finds everything at its new place.
   const fs::path moved = p.root.parent_path() / "elsewhere" / "renamed";
@@ -260,7 +284,15 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
       {"selection.layer", -1, "'selection.layer' must be a non-negative integer"},
       {"selection.seq", 1e10, "'selection.seq' must be a non-negative integer"},
       {"colour_scale", "rainbow", "'colour_scale' is not valid: colour scale 'rainbow' is unknown"},
-      {"view", "plots", "'view' 'plots' is not one of heads, metrics, dof, jobs"},
+      {"view", "plots", "'view' is not valid: view 'plots' is unknown (valid: heads, metrics, dof, jobs, training)"},
+      {"metric", "softmax monotonicity", "'metric' is not valid: grid metric 'softmax monotonicity' is unknown"},
+      {"train.loss", "mse", "'train.loss' is not valid: loss 'mse' is unknown"},
+      {"train.schedule", "linear", "'train.schedule' is not valid: schedule 'linear' is unknown"},
+      {"train.device", "tpu", "'train.device' is not valid: device 'tpu' is unknown"},
+      {"train.feature_map", "prf", "'train.feature_map' 'prf' is not a trainable feature map"},
+      {"train.steps", 0, "'train.steps' must be a positive integer"},
+      {"train.lr", -0.1, "'train.lr' must be a positive finite number"},
+      {"train.dimensions", "dof", "'train.dimensions' 'dof' is not allocation or fixed"},
   };
   for (const Case& c : cases) {
     auto j = minimal();
@@ -289,4 +321,18 @@ TEST(Session, StrategyNamesGoThroughTheAllocationParser) {
     const Session s = load_session(file);
     EXPECT_EQ(alloc_strategy_name(s.strategy), name);
   }
+}
+
+// Issue 18, defect 3: the window's views and grid metrics are name tables (names.h), read through
+// them: every value round-trips, the five views include the Train tab's, an unknown name is refused
+// naming every valid one.
+TEST(Session, ViewAndGridMetricNamesRoundTrip) {
+  EXPECT_EQ(view_names(), (std::vector<std::string>{"heads", "metrics", "dof", "jobs", "training"}));
+  for (const std::string& n : view_names()) EXPECT_EQ(view_name(parse_view(n)), n);
+  for (const std::string& n : grid_metric_names()) EXPECT_EQ(grid_metric_name(parse_grid_metric(n)), n);
+  for (GridMetric m : {GridMetric::SoftmaxEntropy, GridMetric::SoftmaxNormalizedEntropy, GridMetric::LinearEntropy,
+                       GridMetric::LinearMonotonicity, GridMetric::LinearDiscordant, GridMetric::Kl, GridMetric::Dof})
+    EXPECT_NE(std::string(grid_metric_name(m)), "?");
+  const std::string msg = test::error_of([] { parse_view("plots"); });
+  EXPECT_NE(msg.find("view 'plots' is unknown (valid: heads, metrics, dof, jobs, training)"), std::string::npos) << msg;
 }

@@ -1,9 +1,11 @@
-// The DoF view (paper 000 Tables 1-2, live): the layer x head DoF heatmap with values, heads whose
-// estimate has not converged marked; the selected head's eigenvalue spectrum (log scale) with the
-// lambda line; DoF against lambda; a lambda slider on a log2 scale (2^-12 .. 2^0 in quarter
-// steps), a budget slider and a strategy chooser; and the per-layer feature-dimension bars with the
-// mean cost, redrawn as the sliders move. The window computes (core's head_dofs, allocate) and
-// hands the result to show_state(); this view only draws it.
+// The DoF view (paper 000 Tables 1-2, live): the controls (a lambda slider on a log2 scale, 2^-12 ..
+// 2^0 in quarter steps, a budget slider and a strategy chooser) over four panels, one file each:
+// (a) the layer x head DoF heatmap with values, heads whose estimate has not converged marked
+// (dof_grid_panel.h); (b) the selected head's eigenvalue spectrum with the lambda line
+// (dof_spectrum_panel.h); (c) DoF against lambda (dof_curve_panel.h); (d) the per-layer feature
+// dimensions with the mean cost (dof_allocation_panel.h), redrawn as the sliders move. The window
+// computes (core's allocation_at) and hands the result to show_state(); this view only draws it.
+// While the spectra are being computed every panel says so (show_pending).
 #pragma once
 #include <QWidget>
 #include <memory>
@@ -32,6 +34,9 @@ class DofView : public QWidget {
   explicit DofView(QWidget* parent = nullptr);
 
   void set_spectra(std::shared_ptr<const DofSpectra> spectra);  // null clears
+  // No spectra yet, and `note` says why in every panel ("Computing the DoF spectra…").
+  void show_pending(const QString& note);
+  QString note() const;  // what the heatmap says instead of values ("" while it shows them)
   void show_state(const DofAllocation& state);  // everything the sliders change, computed by core (allocation_at)
   void select(int layer, int head);  // no signal
 

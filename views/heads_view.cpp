@@ -7,6 +7,7 @@
 #include <QSignalBlocker>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QToolButton>
 #include <QVBoxLayout>
 #include <cmath>
 #include <qcustomplot.h>
@@ -14,6 +15,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/base/table.h"
+#include "attnscope/workbench/view_data.h"
 #include "plot_style.h"
 
 namespace attnscope::views {
@@ -61,6 +63,8 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
     maps->addWidget(p, 1);
     connect(p, &HeatmapPanel::regionChanged, this, [this, p](const MapRegion& r) { sync_region(p, r); });
   }
+  // The maps take most of the height, up to what square maps of their width need (each panel caps
+  // its own height); the per-row plot below takes the rest.
   rv->addLayout(maps, 3);
 
   auto* controls = new QHBoxLayout;
@@ -89,12 +93,21 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   for (const std::string& name : colour_scale_names()) scale_box_->addItem(scale_title(name), QString::fromStdString(name));
   scale_box_->setToolTip(tr("linear: the weight; log: log10 of the weight; row-normalized: each query row divided by its maximum"));
   controls->addWidget(scale_box_);
+
   controls->addStretch(1);
   rv->addLayout(controls);
   info_ = new QLabel(right);
   info_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   info_->setWordWrap(true);
-  rv->addWidget(info_);
+  // The info line with Reset zoom at its end (the choosers' row is full at 1280 pixels).
+  auto* info_row = new QHBoxLayout;
+  info_row->addWidget(info_, 1);
+  reset_zoom_ = new QToolButton(right);
+  reset_zoom_->setObjectName("reset_zoom");
+  reset_zoom_->setText(tr("Reset zoom"));
+  reset_zoom_->setToolTip(tr("Show the whole map again (or double-click a map)"));
+  info_row->addWidget(reset_zoom_, 0, Qt::AlignTop);
+  rv->addLayout(info_row);
 
   kl_ = new PlotPanel(tr("per-row KL and entropy"), right);
   QCustomPlot* kp = kl_->plot();
@@ -110,19 +123,8 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   kp->axisRect()->setRangeZoom(Qt::Horizontal);
   kp->axisRect()->setRangeDrag(Qt::Horizontal);
   kp->legend->setVisible(true);
-  QFont lf = QApplication::font();
-  lf.setPointSizeF(std::max(6.0, lf.pointSizeF() * 0.85));
-  kp->legend->setFont(lf);
   // The legend in one line under the plot: inside, it would hide some rows' values at any zoom.
-  auto* below = new QCPLayoutGrid;
-  kp->plotLayout()->addElement(1, 0, below);
-  kp->plotLayout()->setRowStretchFactor(1, 0.001);
-  below->setMargins(QMargins(4, 0, 4, 2));
-  kp->axisRect()->insetLayout()->take(kp->legend);
-  below->addElement(0, 0, kp->legend);
-  kp->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  kp->legend->setMargins(QMargins(4, 1, 4, 1));
-  below->setMinimumSize(0, 0);
+  legend_below(kp);
   kl_note_ = new QCPItemText(kp);
   kl_note_->position->setType(QCPItemPosition::ptAxisRectRatio);
   kl_note_->position->setCoords(0.5, 0.15);
@@ -152,6 +154,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
     apply_metric();
     emit metricChanged(metric());
   });
+  connect(reset_zoom_, &QToolButton::clicked, this, &HeadsView::reset_zoom);
   connect(map_box_, &QComboBox::currentIndexChanged, this, [this] {
     update_titles();
     emit mapChanged(feature_map(), features());
@@ -163,6 +166,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   connect(window_box_, &QSpinBox::valueChanged, this, [this](int seq) { emit windowChanged(seq); });
   connect(scale_box_, &QComboBox::currentIndexChanged, this, [this] {
     const ColourScale s = scale();
+    apply_colour_range();
     for (HeatmapPanel* p : {softmax_, linear_, diff_}) p->set_scale(s);
     emit scaleChanged(s);
   });
@@ -191,15 +195,15 @@ void HeadsView::set_thumbnails(std::vector<std::vector<Matrix>> thumbnails) {
   grid_->set_thumbnails(std::move(thumbnails));
 }
 
-void HeadsView::set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics) {
+void HeadsView::set_metrics(std::map<GridMetric, std::vector<std::vector<double>>> metrics) {
   metrics_ = std::move(metrics);
-  const QString keep = metric();
+  const GridMetric keep = metric();
   {
     const QSignalBlocker block(metric_box_);
     metric_box_->clear();
-    for (const auto& [name, values] : metrics_) metric_box_->addItem(name);
-    int i = metric_box_->findText(keep);
-    if (i < 0) i = metric_box_->findText(QStringLiteral("softmax entropy"));
+    for (const auto& [m, values] : metrics_) metric_box_->addItem(QString::fromLatin1(grid_metric_name(m)), int(m));
+    int i = metric_box_->findData(int(keep));
+    if (i < 0) i = metric_box_->findData(int(GridMetric::SoftmaxEntropy));
     metric_box_->setCurrentIndex(std::max(0, i));
   }
   apply_metric();
@@ -207,10 +211,22 @@ void HeadsView::set_metrics(std::map<QString, std::vector<std::vector<double>>> 
 
 void HeadsView::apply_metric() {
   const auto it = metrics_.find(metric());
-  if (it == metrics_.end())
+  if (metric_box_->count() == 0 || it == metrics_.end())
     grid_->set_metric({}, {});
   else
-    grid_->set_metric(it->first, it->second);
+    grid_->set_metric(QString::fromLatin1(grid_metric_name(it->first)), it->second);
+}
+
+void HeadsView::apply_colour_range() {
+  std::optional<std::pair<double, double>> range;
+  if (view_ && view_->length() > 0) range = shared_map_range(*view_, scale());
+  softmax_->set_colour_range(range);
+  linear_->set_colour_range(range);
+}
+
+void HeadsView::reset_zoom() {
+  if (!view_ || view_->length() == 0) return;
+  show_region({0, view_->length(), 0, view_->length()});
 }
 
 void HeadsView::set_head_detail(std::shared_ptr<const HeadDetail> view) {
@@ -218,6 +234,7 @@ void HeadsView::set_head_detail(std::shared_ptr<const HeadDetail> view) {
   const bool keep_zoom = view_ && view && view_->seq == view->seq && view_->length() == view->length();
   const MapRegion region = softmax_->visible_region();
   view_ = std::move(view);
+  apply_colour_range();
   for (HeatmapPanel* p : {softmax_, linear_, diff_}) {
     p->set_view(view_);
     if (keep_zoom) p->show_region(region);
@@ -240,7 +257,10 @@ QString HeadsView::feature_map() const { return map_box_->currentData().toString
 qint64 HeadsView::features() const { return features_box_->value(); }
 int HeadsView::window() const { return window_box_->value(); }
 ColourScale HeadsView::scale() const { return parse_colour_scale(scale_box_->currentData().toString().toStdString()); }
-QString HeadsView::metric() const { return metric_box_->currentText(); }
+GridMetric HeadsView::metric() const {
+  const QVariant v = metric_box_->currentData();
+  return v.isValid() ? GridMetric(v.toInt()) : chosen_metric_;
+}
 
 void HeadsView::set_feature_map(const QString& name, qint64 features) {
   {
@@ -267,13 +287,15 @@ void HeadsView::set_scale(ColourScale s) {
     const QSignalBlocker block(scale_box_);
     scale_box_->setCurrentIndex(std::max(0, scale_box_->findData(QString::fromLatin1(colour_scale_name(s)))));
   }
+  apply_colour_range();
   for (HeatmapPanel* p : {softmax_, linear_, diff_}) p->set_scale(s);
 }
 
-void HeadsView::set_metric(const QString& name) {
+void HeadsView::set_metric(GridMetric metric) {
+  chosen_metric_ = metric;
   {
     const QSignalBlocker block(metric_box_);
-    const int i = metric_box_->findText(name);
+    const int i = metric_box_->findData(int(metric));
     if (i >= 0) metric_box_->setCurrentIndex(i);
   }
   apply_metric();

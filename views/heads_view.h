@@ -1,6 +1,8 @@
 // The heads view: the overview grid, and for the selected head softmax | linear | difference
-// heatmaps side by side (zoom kept in step), the per-row KL plot, and the choosers: feature map and
-// feature dimension, window, colour scale (linear, log, row-normalized) and the grid's metric.
+// heatmaps side by side (square cells, zoom kept in step, Reset zoom; softmax and linear on one
+// colour range, core's shared_map_range, so they compare by eye), the per-row KL plot, and the
+// choosers: feature map and feature dimension, window, colour scale (linear, log, row-normalized)
+// and the grid's metric.
 #pragma once
 #include <QString>
 #include <QWidget>
@@ -10,12 +12,14 @@
 #include <vector>
 
 #include "attnscope/analysis/head_detail.h"
+#include "attnscope/workbench/session.h"
 #include "head_grid.h"
 #include "heatmap_panel.h"
 #include "plot_panel.h"
 
 class QComboBox;
 class QSpinBox;
+class QToolButton;
 class QLabel;
 class QCPItemText;
 
@@ -30,23 +34,24 @@ class HeadsView : public QWidget {
   void set_shape(int layers, int heads, int windows);
   void set_feature_maps(const QStringList& names);
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);
-  // The metrics the grid can be tinted by, name -> [S][H] (e.g. "softmax entropy", "KL", "DoF").
-  void set_metrics(std::map<QString, std::vector<std::vector<double>>> metrics);
+  // The metrics the grid can be tinted by, [S][H] each (core's grid_metric_values).
+  void set_metrics(std::map<GridMetric, std::vector<std::vector<double>>> metrics);
   void set_head_detail(std::shared_ptr<const HeadDetail> view);  // the selected head's maps
   void select(int layer, int head);                          // no signal
   // Zooms the three maps (and the per-row plot) to cells [region], as a user's zoom would; no signal.
   void show_region(const MapRegion& region);
+  void reset_zoom();  // the whole map in all three (the Reset zoom button)
 
   // The choosers (the window sets and reads them for sessions; tests drive them).
   QString feature_map() const;
   qint64 features() const;
   int window() const;
   ColourScale scale() const;
-  QString metric() const;
+  GridMetric metric() const;
   void set_feature_map(const QString& name, qint64 features);
   void set_window(int seq);
   void set_scale(ColourScale scale);
-  void set_metric(const QString& name);
+  void set_metric(GridMetric metric);
   // The command lines of its figures (attnscope maps ...), set by the window.
   void set_commands(const QString& maps_command);
 
@@ -58,6 +63,7 @@ class HeadsView : public QWidget {
   QSpinBox* features_box() const { return features_box_; }
   QSpinBox* window_box() const { return window_box_; }
   QComboBox* metric_box() const { return metric_box_; }
+  QToolButton* reset_zoom_button() const { return reset_zoom_; }
   QLabel* info_label() const { return info_; }
 
  signals:
@@ -65,7 +71,7 @@ class HeadsView : public QWidget {
   void mapChanged(const QString& feature_map, qint64 features);
   void windowChanged(int seq);
   void scaleChanged(attnscope::ColourScale scale);
-  void metricChanged(const QString& name);
+  void metricChanged(attnscope::GridMetric metric);
 
  private:
   void update_kl();
@@ -73,14 +79,17 @@ class HeadsView : public QWidget {
   void update_titles();
   void sync_region(HeatmapPanel* from, const MapRegion& region);
   void apply_metric();
+  void apply_colour_range();  // softmax and linear on one range for the current head and scale
 
   HeadGrid* grid_;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
   QComboBox *map_box_, *scale_box_, *metric_box_;
   QSpinBox *features_box_, *window_box_;
+  QToolButton* reset_zoom_;
   QLabel* info_;
-  std::map<QString, std::vector<std::vector<double>>> metrics_;
+  std::map<GridMetric, std::vector<std::vector<double>>> metrics_;
+  GridMetric chosen_metric_ = GridMetric::SoftmaxEntropy;  // before the box lists any (a session)
   std::shared_ptr<const HeadDetail> view_;
   QCPItemText* kl_note_ = nullptr;  // "KL needs a feature map"
 };

@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QLabel>
 #include <QMouseEvent>
+#include <QResizeEvent>
 #include <QTimer>
 #include <QToolTip>
 #include <algorithm>
@@ -52,14 +53,24 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
   map_ = new QCPColorMap(p->xAxis, p->yAxis);
   map_->setInterpolate(false);
   map_->setTightBoundary(false);  // cell i covers [i - 0.5, i + 0.5]
+  // The colour bar under the map: three maps side by side are narrow, and a bar beside each would
+  // take a third of its width from the square.
   colour_scale_ = new QCPColorScale(p);
-  colour_scale_->setType(QCPAxis::atRight);
-  colour_scale_->setBarWidth(10);
-  p->plotLayout()->addElement(0, 1, colour_scale_);
+  colour_scale_->setType(QCPAxis::atBottom);
+  colour_scale_->setBarWidth(8);
+  p->plotLayout()->addElement(1, 0, colour_scale_);
+  p->plotLayout()->setRowStretchFactor(1, 0.001);
+  colour_scale_->axis()->ticker()->setTickCount(4);  // a narrow bar: a few ticks, not a tick a digit apart
+  {
+    QFont f = QApplication::font();
+    f.setPointSizeF(std::max(6.0, f.pointSizeF() * 0.85));
+    colour_scale_->axis()->setTickLabelFont(f);
+    colour_scale_->axis()->setLabelFont(f);
+  }
   map_->setColorScale(colour_scale_);
   auto* margins = new QCPMarginGroup(p);
-  p->axisRect()->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
-  colour_scale_->setMarginGroup(QCP::msBottom | QCP::msTop, margins);
+  p->axisRect()->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
+  colour_scale_->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
   // Query rows go down the page, as in every attention-map figure.
   p->yAxis->setRangeReversed(true);
   p->xAxis->setLabel(tr("key"));
@@ -86,6 +97,9 @@ HeatmapPanel::HeatmapPanel(const QString& title, MapKind kind, QWidget* parent)
   connect(p->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { user_range_changed(); });
   connect(p->yAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { user_range_changed(); });
   connect(p, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) { mouse_moved(e); });
+  connect(p, &QCustomPlot::mouseDoubleClick, this, [this](QMouseEvent*) { reset_zoom(); });
+  // Square cells: after each layout the axis rect gets the largest square that fits.
+  connect(p, &QCustomPlot::afterLayout, this, [this] { fit_square(); });
   // The label stride follows the pixels per cell: after a resize, space them again for the new
   // axis rect (a small change from the labels' own width does not count, so this settles).
   connect(p, &QCustomPlot::afterReplot, this, [this] {
@@ -145,6 +159,7 @@ void HeatmapPanel::redraw() {
     image_ = MapImage{};
     map_->data()->clear();
     map_->setVisible(false);
+    colour_scale_->setVisible(false);  // a colour bar without a map would show a meaningless range
     show_note(!view_ ? tr("No head selected") : view_->length() == 0 ? tr("Empty map")
                                                   : tr("No feature map chosen:\npick one below to see the linear map"));
     programmatic_ = true;
@@ -158,6 +173,7 @@ void HeatmapPanel::redraw() {
   }
   show_note({});
   map_->setVisible(true);
+  colour_scale_->setVisible(true);
   const int n = view_->length();
   programmatic_ = true;
   p->xAxis->setRange(-0.5, n - 0.5);
@@ -246,7 +262,10 @@ void HeatmapPanel::update_image(bool force) {
       for (int c = 0; c < nc; ++c)
         data->setCell(c, r, r < px.rows && c < px.cols ? px.at(r, c) : std::nan(""));
     double lo = image_.lo, hi = image_.hi;
-    if (image_.diverging) {
+    if (range_ && !image_.diverging && range_->second > range_->first) {
+      lo = range_->first;
+      hi = range_->second;
+    } else if (image_.diverging) {
       const double a = std::max({std::abs(lo), std::abs(hi), 1e-12});
       lo = -a, hi = a;
     } else if (!(hi > lo)) {
@@ -256,6 +275,52 @@ void HeatmapPanel::update_image(bool force) {
     map_->setDataRange(QCPRange(lo, hi));
   }
   update_labels();
+}
+
+void HeatmapPanel::set_colour_range(std::optional<std::pair<double, double>> range) { range_ = range; }
+
+void HeatmapPanel::reset_zoom() {
+  if (!view_ || view_->length() == 0 || !note().isEmpty()) return;
+  const int n = view_->length();
+  show_region({0, n, 0, n});
+  emit regionChanged(visible_region());
+}
+
+int HeatmapPanel::square_height(int width) const {
+  // What surrounds the axis rect's square (the title bar, tick and axis labels, the colour bar's
+  // column), from the last layout's margins; before a layout, a guess.
+  QCustomPlot* p = plot();
+  QCPAxisRect* r = p->axisRect();
+  if (r->rect().width() < 8 || p->width() < 8) return std::max(120, width - 150 + 110);
+  const QMargins m = r->margins(), outer = p->plotLayout()->margins();
+  const int bar = colour_scale_->visible() ? colour_scale_->outerRect().height() + p->plotLayout()->rowSpacing() : 0;
+  const int across = (this->width() - p->width()) + outer.left() + outer.right() + m.left() + m.right();
+  const int down = (this->height() - p->height()) + outer.top() + outer.bottom() + bar + m.top() + m.bottom();
+  return std::max(120, width - across + down);
+}
+
+void HeatmapPanel::fit_square() {
+  QCustomPlot* p = plot();
+  QCPAxisRect* r = p->axisRect();
+  QCPLayoutGrid* layout = p->plotLayout();
+  // The margins follow the tick labels, which follow the size: lay out again until the square
+  // settles (once or twice), inside this replot, so what is drawn and what the mouse hits agree.
+  for (int pass = 0; pass < 4; ++pass) {
+    // The room for the axis rect's inner square: the plot less the colour bar's column and the
+    // rect's margins (tick labels, axis labels).
+    const QMargins m = r->margins();
+    const int bar = colour_scale_->visible() ? colour_scale_->outerRect().height() + layout->rowSpacing() : 0;
+    const QMargins outer = layout->margins();
+    const int w = p->viewport().width() - outer.left() - outer.right() - m.left() - m.right();
+    const int h = p->viewport().height() - outer.top() - outer.bottom() - bar - m.top() - m.bottom();
+    const int side = std::max(16, std::min(w, h));
+    if (r->maximumSize() == QSize(side, side)) return;
+    r->setMaximumSize(side, side);
+    colour_scale_->setMaximumSize(side, QWIDGETSIZE_MAX);  // the bar as wide as the map above it
+    layout->update(QCPLayoutElement::upPreparation);
+    layout->update(QCPLayoutElement::upMargins);
+    layout->update(QCPLayoutElement::upLayout);
+  }
 }
 
 void HeatmapPanel::apply_gradient() {
@@ -346,6 +411,12 @@ std::string HeatmapPanel::visible_csv() const {
     t.add_row(std::move(row));
   }
   return to_csv(t);
+}
+
+void HeatmapPanel::resizeEvent(QResizeEvent* event) {
+  PlotPanel::resizeEvent(event);
+  const int cap = square_height(width());
+  if (maximumHeight() != cap) setMaximumHeight(cap);
 }
 
 void HeatmapPanel::changeEvent(QEvent* event) {

@@ -220,7 +220,7 @@ void JobsView::fill_row(int r, const JobStatus& j) {
   const bool failed = j.state == JobState::Failed;
   QTableWidgetItem* kind = table_->item(r, KindColumn);
   kind->setData(IdRole, j.id);
-  set_text(kind, QString::fromStdString(j.kind));
+  set_text(kind, QString::fromLatin1(job_kind_name(j.kind)));
   QTableWidgetItem* title = table_->item(r, TitleColumn);
   set_text(title, QString::fromStdString(j.title));
   QTableWidgetItem* state = table_->item(r, StateColumn);
@@ -307,7 +307,7 @@ void JobsView::update_log() {
     for (size_t i = log_lines_; i < j->log.size(); ++i) log_->appendPlainText(QString::fromStdString(j->log[i]));
   }
   log_lines_ = j->log.size();
-  QString title = tr("Log of #%1 %2: %3").arg(j->id).arg(QString::fromStdString(j->kind), QString::fromStdString(j->title));
+  QString title = tr("Log of #%1 %2: %3").arg(j->id).arg(QString::fromLatin1(job_kind_name(j->kind)), QString::fromStdString(j->title));
   if (j->state == JobState::Failed) title += tr(" — failed: %1").arg(QString::fromStdString(j->error));
   log_title_->setText(title);
   if (j->state == JobState::Failed) {

@@ -1,7 +1,9 @@
-// The metrics view: layer x head heatmaps (with values) of entropy and monotonicity for softmax and
-// for the chosen feature map, histograms of the per-head values, the selected head's monotonicity
-// scatter (q.k against weight, softmax and linear, as paper 004's Figures 2-3), and the
-// structured-mixer distances when they were computed.
+// The metrics view: layer x head heatmaps (with values) of the softmax entropy and, for the chosen
+// feature map, its entropy, monotonicity (Spearman), discordant pairs and KL from softmax (softmax's
+// own monotonicity is 1 in every head by construction: no panel); histograms of the per-head
+// entropies over common bins, the selected head's monotonicity scatter (q.k against weight, softmax
+// and linear, as paper 004's Figures 2-3), and the structured-mixer distances when they were
+// computed. Every number comes from core (workbench/view_data.h: metrics_figures).
 #pragma once
 #include <QString>
 #include <QWidget>
@@ -31,13 +33,7 @@ class MetricsView : public QWidget {
  signals:
   void headSelected(int layer, int head);  // clicked a cell of a heatmap
 
- protected:
-  void changeEvent(QEvent* event) override;  // the selection frame follows the palette
-  void showEvent(QShowEvent* event) override;  // (also when the change came while it was hidden)
-
  private:
-  void apply_palette();
-
   struct Impl;
   Impl* d_;
 };

@@ -1,5 +1,7 @@
 #include "plot_style.h"
 
+#include <algorithm>
+
 #include <QApplication>
 #include <cmath>
 #include <qcustomplot.h>
@@ -90,6 +92,25 @@ double relative_luminance(const QColor& c) {
 QColor cell_ink(const QColor& cell) {
   const double l = relative_luminance(cell);
   return (l + 0.05) / 0.05 >= 1.05 / (l + 0.05) ? QColor(Qt::black) : QColor(Qt::white);
+}
+
+void legend_below(QCustomPlot* plot, double scale) {
+  QFont f = QApplication::font();
+  f.setPointSizeF(std::max(6.0, f.pointSizeF() * scale));
+  plot->legend->setFont(f);
+  auto* below = new QCPLayoutGrid;
+  plot->plotLayout()->addElement(1, 0, below);
+  plot->plotLayout()->setRowStretchFactor(1, 0.001);
+  below->setMargins(QMargins(4, 0, 4, 2));
+  below->setMinimumSize(0, 0);
+  plot->axisRect()->insetLayout()->take(plot->legend);
+  below->addElement(0, 0, plot->legend);
+  // A row's maximum width is its elements': without this stretchable neighbour an empty legend
+  // (16 pixels) would narrow the column, and the axis rect above it, to its own width.
+  below->addElement(0, 1, new QCPLayoutElement(plot));
+  below->setColumnStretchFactor(0, 0.001);
+  plot->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  plot->legend->setMargins(QMargins(4, 1, 4, 1));
 }
 
 QColor series_color(int i) {

@@ -21,6 +21,11 @@ void style_plot(QCustomPlot* plot);
 void style_plot(QCustomPlot* plot, const QPalette& palette);
 QPalette light_palette();  // what exports are drawn with
 
+// Moves the plot's legend into one line under the axis rect (inside, it would sit on the data),
+// in a font `scale` times the application's. The legend's row never narrows the plot: an empty or
+// short legend (no series yet) sits at the left of a row as wide as the plot.
+void legend_below(QCustomPlot* plot, double scale = 0.85);
+
 // Okabe-Ito colours (colour-blind safe), with the black replaced so it reads on dark grey too.
 QColor series_color(int i);
 

@@ -19,6 +19,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -39,9 +40,19 @@ void set_items(QComboBox* box, const QStringList& items) {
   if (i >= 0) box->setCurrentIndex(i);
 }
 
-void select_text(QComboBox* box, const QString& text) {
-  const int i = box->findText(text);
-  if (i >= 0) box->setCurrentIndex(i);
+void select_or_add(QComboBox* box, const QString& text) {
+  int i = box->findText(text);
+  if (i < 0) {
+    box->addItem(text);
+    i = box->count() - 1;
+  }
+  box->setCurrentIndex(i);
+}
+
+QStringList q_list(const std::vector<std::string>& names) {
+  QStringList out;
+  for (const std::string& n : names) out << QString::fromStdString(n);
+  return out;
 }
 
 std::string num(double v) {
@@ -149,7 +160,7 @@ struct TrainingView::Impl {
     form->addRow(tr("Batch"), batch);
     schedule = new QComboBox(box);
     schedule->setObjectName("train_schedule");
-    schedule->addItems({"constant", "cosine"});
+    schedule->addItems(q_list(lr_schedule_names()));
     form->addRow(tr("Schedule"), schedule);
     checkpoint = new QSpinBox(box);
     checkpoint->setObjectName("train_checkpoint_every");
@@ -397,41 +408,41 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
 
 TrainingView::~TrainingView() { delete d_; }
 
-void TrainingView::set_choices(const QStringList& maps, const QStringList& losses, const QStringList& devices) {
+void TrainingView::set_choices(const QStringList& maps, const QStringList& devices) {
   set_items(d_->map, maps);
-  set_items(d_->loss, losses);
+  set_items(d_->loss, q_list(distill_loss_names()));
   set_items(d_->device, devices);
 }
 
-TrainForm TrainingView::form() const {
-  TrainForm f;
-  f.feature_map = d_->map->currentText();
-  f.loss = d_->loss->currentText();
+TrainSettings TrainingView::form() const {
+  TrainSettings f;
+  f.feature_map = d_->map->currentText().toStdString();
+  f.loss = parse_distill_loss(d_->loss->currentText().toStdString());
   f.steps = d_->steps->value();
   f.lr = d_->lr->value();
   f.lr_alpha = d_->lr_alpha->value();
   f.batch = d_->batch->value();
-  f.schedule = d_->schedule->currentText();
-  f.device = d_->device->currentText();
+  f.schedule = parse_lr_schedule(d_->schedule->currentText().toStdString());
+  f.device = parse_device_name(d_->device->currentText().toStdString());
   f.checkpoint_every = d_->checkpoint->value();
-  f.use_allocation = d_->from_allocation->isChecked();
+  f.from_allocation = d_->from_allocation->isChecked();
   f.features = d_->features->value();
   return f;
 }
 
-void TrainingView::set_form(const TrainForm& f) {
-  select_text(d_->map, f.feature_map);
-  select_text(d_->loss, f.loss);
-  d_->steps->setValue(int(f.steps));
+void TrainingView::set_form(const TrainSettings& f) {
+  select_or_add(d_->map, QString::fromStdString(f.feature_map));
+  select_or_add(d_->loss, QString::fromLatin1(distill_loss_name(f.loss)));
+  d_->steps->setValue(int(std::min<int64_t>(f.steps, d_->steps->maximum())));
   d_->lr->setValue(f.lr);
   d_->lr_alpha->setValue(f.lr_alpha);
-  d_->batch->setValue(int(f.batch));
-  select_text(d_->schedule, f.schedule);
-  select_text(d_->device, f.device);
-  d_->checkpoint->setValue(int(f.checkpoint_every));
-  d_->features->setValue(int(f.features));
-  d_->prefer_allocation = f.use_allocation;
-  if (f.use_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
+  d_->batch->setValue(int(std::min<int64_t>(f.batch, d_->batch->maximum())));
+  select_or_add(d_->schedule, QString::fromLatin1(lr_schedule_name(f.schedule)));
+  select_or_add(d_->device, QString::fromLatin1(device_name(f.device)));
+  d_->checkpoint->setValue(int(std::min<int64_t>(f.checkpoint_every, d_->checkpoint->maximum())));
+  d_->features->setValue(int(std::min<int64_t>(f.features, d_->features->maximum())));
+  d_->prefer_allocation = f.from_allocation;
+  if (f.from_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
   else d_->fixed->setChecked(true);
 }
 

@@ -13,6 +13,7 @@
 
 #include "attnscope/distill/run_metrics.h"
 #include "attnscope/base/table.h"
+#include "attnscope/workbench/session.h"
 #include "plot_panel.h"
 
 class QComboBox;
@@ -26,29 +27,19 @@ class QToolButton;
 
 namespace attnscope::views {
 
-// What the form asks for.
-struct TrainForm {
-  QString feature_map = "learned-prf";
-  QString loss = "kl";
-  qint64 steps = 100;
-  double lr = 0.02, lr_alpha = 0.2;
-  qint64 batch = 4;
-  QString schedule = "constant";
-  QString device = "cpu";
-  qint64 checkpoint_every = 20;
-  bool use_allocation = true;  // the DoF view's allocation; else `features` for every layer
-  qint64 features = 64;
-};
-
 class TrainingView : public QWidget {
   Q_OBJECT
  public:
   explicit TrainingView(QWidget* parent = nullptr);
   ~TrainingView() override;
 
-  void set_choices(const QStringList& maps, const QStringList& losses, const QStringList& devices);
-  TrainForm form() const;
-  void set_form(const TrainForm& form);
+  // The feature maps and devices offered (losses and schedules are core's name tables).
+  void set_choices(const QStringList& maps, const QStringList& devices);
+  // The form as core's TrainSettings: its choices read through core's name tables.
+  TrainSettings form() const;
+  // Shows `form`; a map or device the lists lack (a session of another machine) is added, so that
+  // the form shows what was asked and training says what is wrong with it.
+  void set_form(const TrainSettings& form);
   // What "DoF view's allocation" means now ("dof, C = 64, λ = 2^-8: M = 48 64 80 64"); `available`
   // false (no spectra yet) greys the choice out and picks the fixed M.
   void set_allocation(const QString& text, bool available);

@@ -29,7 +29,7 @@ void register_capture(CLI::App& app) {
     auto docs = read_text_documents(*texts);
     LoadedModel m = args->load();
     // The same job runner as the workbench's, here in the foreground with a terminal bar.
-    run_job("capture", "capture " + std::to_string(opt->num_seqs) + " x " + std::to_string(opt->seq_len) + " tokens",
+    run_job(JobKind::Capture, "capture " + std::to_string(opt->num_seqs) + " x " + std::to_string(opt->seq_len) + " tokens",
             invocation(),
             [&](Job& job) { capture_to_dir(m, docs, *opt, *out, job.progress()); }, terminal_progress("capture"));
     const auto& c = m.model->config();

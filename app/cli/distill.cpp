@@ -53,7 +53,7 @@ void register_distill(CLI::App& app) {
     DistillResult r;
     const std::atomic<bool>* stop_requested = stop_on_interrupt();
     try {
-      run_job("distill", "distill " + o->feature_map, command,
+      run_job(JobKind::Distill, "distill " + o->feature_map, command,
               [&](Job& job) {
                 const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
                 r = resuming ? resume_distill(run, progress, device) : distill(*o, run, progress);

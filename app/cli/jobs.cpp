@@ -64,7 +64,7 @@ void register_jobs(CLI::App& app) {
       for (const std::string& d : killed_writer_debris(run))
         notes.push_back(d + ": what a killed writer left (swept by the next write in that folder)");
       const int64_t step = metrics.last_step();
-      const std::string state = run_state(run);
+      const std::string state = run_state_name(run_state(run));
       std::string losses, kls;
       for (const auto& [l, v] : loss) losses += (losses.empty() ? "" : " ") + num(v);
       for (const auto& [l, v] : val_kl) kls += (kls.empty() ? "" : " ") + num(v);

@@ -36,7 +36,7 @@ void run_report(ReportArgs& a) {
   const FigureWriter* figures = figure_writer("report");
   // The same job runner as the workbench's, here in the foreground with a terminal bar.
   ReportResult r;
-  run_job("report", "report of " + fs::path(o.model).filename().string(), invocation(),
+  run_job(JobKind::Report, "report of " + fs::path(o.model).filename().string(), invocation(),
           [&](Job& job) { r = write_report(o, a.out, figures, job.progress()); }, terminal_progress("report"));
   std::cout << "report written to " << r.dir << "/index.md\n";
 }

@@ -3,7 +3,8 @@
 // running. --screenshot FILE waits for the first analysis (capture, spectra, metrics and the
 // selected head's maps; with --view training also a distillation with the Train form's settings,
 // its conversion and evaluation), shows the chosen view, saves a picture of the whole window and exits: it
-// runs without a display (offscreen), which is how the README's screenshots are made.
+// runs without a display (offscreen), which is how the README's screenshots are made. A session that
+// does not load, and any error the window shows while --screenshot waits, end it at once with exit 1.
 #include <QApplication>
 #include <QDir>
 #include <QFileInfo>
@@ -21,6 +22,7 @@
 
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/base/error.h"
+#include "attnscope/workbench/session.h"
 #include "figure_export.h"
 #include "cli/common.h"
 #include "main_window.h"
@@ -49,10 +51,13 @@ bool has_display() {
 // Saves a picture of the window once the first analysis is in; quits the event loop with 0, or
 // with 1 and *failure set on an error, a failed save or the timeout.
 void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) {
-  const QString path = QString::fromStdString(a.screenshot), view = QString::fromStdString(a.view);
+  const QString path = QString::fromStdString(a.screenshot);
+  const View view = parse_view(a.view);
+  // Queued: an error shown before the event loop runs (QApplication::exit does nothing then) ends
+  // it as soon as it starts, instead of the timeout. The first failure is the one said.
   auto quit_with = [failure](const std::string& why) {
-    *failure = why;
-    QApplication::exit(1);
+    if (failure->empty()) *failure = why;
+    QMetaObject::invokeMethod(qApp, [] { QApplication::exit(1); }, Qt::QueuedConnection);
   };
   QObject::connect(&w, &gui::MainWindow::errorShown, &w, [quit_with](const QString& title, const QString& message) {
     quit_with((title + ": " + message).toStdString());
@@ -70,12 +75,12 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
       const QPixmap shot = w.grab();
       if (shot.isNull()) return quit_with("the window could not be drawn");
       if (!shot.save(path, "PNG")) return quit_with(path.toStdString() + ": cannot write the screenshot");
-      std::cerr << "screenshot of the " << w.current_view().toStdString() << " view (" << shot.width() << " x "
+      std::cerr << "screenshot of the " << view_name(w.current_view()) << " view (" << shot.width() << " x "
                 << shot.height() << ") saved to " << path.toStdString() << "\n";
       QApplication::exit(0);
     });
   };
-  if (view != "training") {
+  if (view != View::Training) {
     QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, shoot);
   } else {
     // The train view with something in it: once the analysis is in, train with the form's
@@ -85,7 +90,7 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
     eo.min_seconds = 0.05;
     wb->set_eval_options(eo);
     QObject::connect(wb, &gui::Workbench::pipelineFinished, &w, [&w] {
-      w.show_view("training");
+      w.show_view(View::Training);
       w.start_training();
     });
     QObject::connect(wb, &gui::Workbench::trainingChanged, &w, [wb] {
@@ -112,6 +117,9 @@ void run_gui(GuiArgs& a) {
          "`attnscope report --out DIR` writes the whole analysis");
   }
   if (!a.session.empty() && !fs::is_regular_file(a.session)) fail(a.session, "no such session file");
+  // A session that does not load fails here, naming the file and the problem (the window would
+  // only show it in a message box, and --screenshot wait for an analysis that never starts).
+  if (!a.session.empty()) load_session(a.session);
 
   views::ensure_runtime_dir();
   static int argc = 1;
@@ -138,7 +146,8 @@ void run_gui(GuiArgs& a) {
     w.model_panel()->set_capture_options(o);
   }
   if (!a.session.empty()) {
-    w.open_session(QString::fromStdString(a.session));
+    if (!w.open_session(QString::fromStdString(a.session)))
+      throw Error(failure.empty() ? a.session + ": the session could not be opened" : failure);
   } else {
     std::vector<std::string> texts = a.texts;
     if (texts.empty()) {
@@ -153,7 +162,7 @@ void run_gui(GuiArgs& a) {
     if (files.isEmpty())
       std::cerr << "gui: no sample texts found under " << resources_dir() << "/texts: add one in the window\n";
     w.open_default(QString::fromStdString(model), files, QString::fromStdString(a.model.tokenizer));
-    w.show_view(QString::fromStdString(a.view));
+    w.show_view(parse_view(a.view));
   }
   w.show();
   const int rc = app.exec();
@@ -175,7 +184,7 @@ void register_gui(CLI::App& app) {
   cmd->add_option("--screenshot", a->screenshot,
                   "wait for the first analysis, save a PNG of the whole window to FILE and exit (works without a display)");
   cmd->add_option("--view", a->view, "the view shown (and in the screenshot)")
-      ->check(CLI::IsMember({"heads", "metrics", "dof", "jobs", "training"}))
+      ->check(CLI::IsMember(view_names()))
       ->capture_default_str();
   cmd->add_option("--timeout", a->timeout_s, "seconds --screenshot waits for the first analysis")
       ->capture_default_str()

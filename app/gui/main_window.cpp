@@ -11,6 +11,7 @@
 #include <QDropEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QInputDialog>
 #include <QKeySequence>
@@ -21,6 +22,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScreen>
 #include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
@@ -33,16 +35,22 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "attnscope/distill/distill.h"
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/model/model_config.h"
+#include "attnscope/workbench/run_results.h"
+#include "attnscope/workbench/view_data.h"
+#include "attnscope/workbench/workspace.h"
 #include "dof_view.h"
 #include "comparison_table.h"
 #include "command_lines.h"
+#include "control_names.h"
 #include "dropped_file.h"
+#include "workspace_dialog.h"
 #include "heads_view.h"
 #include "jobs_view.h"
 #include "metrics_view.h"
@@ -62,8 +70,9 @@ namespace {
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
-const char* const kViewNames[] = {"heads", "metrics", "dof", "jobs", "training"};
-constexpr int kViews = int(std::size(kViewNames));
+// The tabs, in View's order (session.h).
+constexpr View kViews[] = {View::Heads, View::Metrics, View::Dof, View::Jobs, View::Training};
+constexpr int kViewCount = int(std::size(kViews));
 
 QString model_name(const std::string& spec) {
   QFileInfo info(q(spec));
@@ -78,16 +87,6 @@ QString human_count(int64_t n) {
   return QString::number(n);
 }
 
-// [S][H] of one number per head, NaN where the analysis has none.
-std::vector<std::vector<double>> per_head(const std::vector<HeadAnalysis>& heads, int layers, int per_layer,
-                                          double (*get)(const HeadAnalysis&)) {
-  std::vector<std::vector<double>> out(layers, std::vector<double>(per_layer, std::nan("")));
-  for (const HeadAnalysis& a : heads)
-    if (a.layer >= 0 && a.layer < layers && a.head >= 0 && a.head < per_layer) out[a.layer][a.head] = get(a);
-  return out;
-}
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
 
@@ -141,10 +140,9 @@ void MainWindow::build_views() {
   QStringList maps;
   for (const std::string& n : feature_map_names()) maps << q(n);
   heads_->set_feature_maps(maps);
-  QStringList trainable, losses;
+  QStringList trainable;
   for (const std::string& n : trainable_feature_maps()) trainable << q(n);
-  for (const std::string& n : distill_loss_names()) losses << q(n);
-  training_->set_choices(trainable, losses, Workbench::distill_devices());
+  training_->set_choices(trainable, Workbench::distill_devices());
 
   model_panel_ = new views::ModelPanel(this);
   model_dock_ = new QDockWidget(tr("Model and data"), this);
@@ -205,6 +203,7 @@ void MainWindow::build_actions() {
     save_session(f);
   });
   make("export_report", tr("&Export report…"), QKeySequence("Ctrl+E"), [this] { export_report_dialog(); });
+  make("workspace", tr("&Workspace…"), QKeySequence(), [this] { workspace_dialog(); });
   make("export_figure", tr("Export current &figure…"), QKeySequence("Ctrl+Shift+E"), [this] { export_figure_dialog(); });
   make("quit", tr("&Quit"), QKeySequence("Ctrl+Q"), [this] { close(); });
 
@@ -216,8 +215,8 @@ void MainWindow::build_actions() {
        QStyle::SP_BrowserStop);
 
   const QString tab_names[] = {tr("&Heads"), tr("&Metrics"), tr("&DoF"), tr("&Jobs"), tr("&Train")};
-  for (int i = 0; i < kViews; ++i)
-    make(QString("view_") + kViewNames[i], tab_names[i], QKeySequence(QString("Ctrl+%1").arg(i + 1)),
+  for (int i = 0; i < kViewCount; ++i)
+    make(QString("view_") + view_name(kViews[i]), tab_names[i], QKeySequence(QString("Ctrl+%1").arg(i + 1)),
          [this, i] { tabs_->setCurrentIndex(i); });
 
   make("shortcuts", tr("&Keyboard shortcuts"), QKeySequence::HelpContents, [this] { show_shortcuts(); });
@@ -241,6 +240,8 @@ void MainWindow::build_menus() {
   file->addAction(action("export_report"));
   file->addAction(action("export_figure"));
   file->addSeparator();
+  file->addAction(action("workspace"));
+  file->addSeparator();
   file->addAction(action("quit"));
 
   QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
@@ -251,7 +252,7 @@ void MainWindow::build_menus() {
   analysis->addAction(action("cancel_all"));
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
-  for (const char* n : kViewNames) view->addAction(action(QString("view_") + n));
+  for (View v : kViews) view->addAction(action(QString("view_") + view_name(v)));
   view->addSeparator();
   QAction* dock_toggle = model_dock_->toggleViewAction();
   dock_toggle->setText(tr("Model and data panel"));
@@ -371,8 +372,8 @@ void MainWindow::connect_views() {
   connect(heads_, &views::HeadsView::scaleChanged, this, [this](ColourScale scale) {
     if (!applying_) workbench_->set_colour_scale(scale);
   });
-  connect(heads_, &views::HeadsView::metricChanged, this, [this](const QString& name) {
-    if (!applying_) workbench_->set_metric(name);
+  connect(heads_, &views::HeadsView::metricChanged, this, [this](GridMetric metric) {
+    if (!applying_) workbench_->set_metric(metric);
   });
   // The live path (benchmarked: slider move to redrawn chart < 50 ms): core's DoF and allocation
   // on the UI thread, straight back into the view through dofStateChanged.
@@ -383,17 +384,49 @@ void MainWindow::connect_views() {
   connect(jobs_, &views::JobsView::openRequested, this, &MainWindow::open_job_result);
   connect(tabs_, &QTabWidget::currentChanged, this, [this](int) {
     workbench_->set_view(current_view());
-    if (grid_stale_ && current_view() == "heads") update_metrics_for_grid();
+    if (grid_stale_ && current_view() == View::Heads) update_metrics_for_grid();
     update_title();
   });
 }
 
 // ---- settings ----
 
+// A window that fits the screen it opens on: at most 1440 x 900, less on a smaller screen (its
+// available geometry: without panels and docks), centred there.
+void MainWindow::fit_to_screen() {
+  QScreen* sc = screen() ? screen() : QGuiApplication::primaryScreen();
+  if (!sc) {
+    resize(1440, 900);
+    return;
+  }
+  const QRect avail = sc->availableGeometry();
+  // The frame (title bar, borders) is not known before the window is shown: leave room for one.
+  const QSize frame = isVisible() ? frameGeometry().size() - geometry().size() : QSize(16, 40);
+  const QSize size(std::min(1440, avail.width() - frame.width()), std::min(900, avail.height() - frame.height()));
+  resize(size.expandedTo(minimumSize()));
+  move(avail.x() + (avail.width() - width() - frame.width()) / 2, avail.y() + (avail.height() - height() - frame.height()) / 2);
+}
+
 void MainWindow::restore_settings() {
   if (use_settings_) {
     QSettings st;
-    if (!restoreGeometry(st.value("window/geometry").toByteArray())) resize(1440, 900);
+    QStringList ignored;  // saved values this build cannot read: said in the status bar
+    // A saved name read through its core name table; a bad one keeps the current value, and is said.
+    auto name = [&](const QString& key, const auto& parse, auto current) {
+      const QString text = st.value(key).toString();
+      if (text.isEmpty()) return current;
+      try {
+        return parse(text.toStdString());
+      } catch (const Error& e) {
+        ignored << key + ": " + QString::fromUtf8(e.what());
+        return current;
+      }
+    };
+    // A geometry saved on a larger screen does not fit this one: fit it instead.
+    const QScreen* sc = screen() ? screen() : QGuiApplication::primaryScreen();
+    if (!restoreGeometry(st.value("window/geometry").toByteArray()) ||
+        (sc && (width() > sc->availableGeometry().width() || height() > sc->availableGeometry().height())))
+      fit_to_screen();
     restoreState(st.value("window/state").toByteArray());
 
     CaptureOptions o = workbench_->session().capture;
@@ -406,22 +439,16 @@ void MainWindow::restore_settings() {
     const Session& s = workbench_->session();
     const double lambda = st.value("dof/lambda", s.lambda).toDouble();
     const qint64 budget = st.value("dof/budget", qint64(s.budget)).toLongLong();
-    AllocStrategy strategy = s.strategy;
-    try {
-      strategy = parse_alloc_strategy(st.value("dof/strategy", alloc_strategy_name(s.strategy)).toString().toStdString());
-    } catch (const Error&) {
-    }
+    const AllocStrategy strategy = name("dof/strategy", parse_alloc_strategy, s.strategy);
     if (lambda > 0 && std::isfinite(lambda) && budget >= 1) workbench_->set_dof_settings(lambda, budget, strategy);
     workbench_->set_feature_map(st.value("heads/feature_map", q(s.analysis.feature_map)).toString(),
                                 st.value("heads/features", qint64(s.analysis.features)).toLongLong());
-    try {
-      workbench_->set_colour_scale(
-          parse_colour_scale(st.value("heads/scale", q(s.colour_scale)).toString().toStdString()));
-    } catch (const Error&) {
-    }
-    workbench_->set_metric(st.value("heads/metric", q(s.metric)).toString());
+    workbench_->set_colour_scale(name("heads/scale", parse_colour_scale, s.colour_scale));
+    workbench_->set_metric(name("heads/metric", parse_grid_metric, s.metric));
+    if (!ignored.isEmpty())
+      statusBar()->showMessage(tr("Saved settings ignored (%1)").arg(ignored.join("; ")), 15000);
   } else {
-    resize(1440, 900);
+    fit_to_screen();
   }
   show_choices();
 }
@@ -431,12 +458,10 @@ void MainWindow::show_choices() {
   applying_ = true;
   model_panel_->set_capture_options(s.capture);
   heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features);
-  try {
-    heads_->set_scale(parse_colour_scale(s.colour_scale));
-  } catch (const Error&) {
-  }
-  heads_->set_metric(q(s.metric));
+  heads_->set_scale(s.colour_scale);
+  heads_->set_metric(s.metric);
   dof_->set_controls(s.lambda, s.budget, s.strategy);
+  training_->set_form(s.train);
   applying_ = false;
 }
 
@@ -456,8 +481,8 @@ void MainWindow::save_settings() const {
   st.setValue("dof/strategy", alloc_strategy_name(s.strategy));
   st.setValue("heads/feature_map", q(s.analysis.feature_map));
   st.setValue("heads/features", qint64(s.analysis.features));
-  st.setValue("heads/scale", q(s.colour_scale));
-  st.setValue("heads/metric", q(s.metric));
+  st.setValue("heads/scale", colour_scale_name(s.colour_scale));
+  st.setValue("heads/metric", grid_metric_name(s.metric));
 }
 
 void MainWindow::remember(const QString& key, const QString& value) {
@@ -519,6 +544,12 @@ bool MainWindow::save_session(const QString& path) {
   workbench_->set_texts(model_panel_->text_files(), model_panel_->text());
   workbench_->set_capture_options(model_panel_->capture_options());
   workbench_->set_view(current_view());
+  try {
+    workbench_->set_train_settings(training_->form());
+  } catch (const std::exception& e) {
+    show_error(tr("Save session"), message_with_control(e));
+    return false;
+  }
   return workbench_->save_session(path);
 }
 
@@ -528,30 +559,32 @@ void MainWindow::capture() {
   if (workbench_->capture() != 0) model_panel_->set_busy(true);
 }
 
-void MainWindow::show_view(const QString& name) {
-  for (int i = 0; i < kViews; ++i)
-    if (name == kViewNames[i]) tabs_->setCurrentIndex(i);
+void MainWindow::show_view(View view) {
+  for (int i = 0; i < kViewCount; ++i)
+    if (view == kViews[i]) tabs_->setCurrentIndex(i);
 }
 
-QString MainWindow::current_view() const {
+View MainWindow::current_view() const {
   const int i = tabs_->currentIndex();
-  return i >= 0 && i < kViews ? kViewNames[i] : "heads";
+  return i >= 0 && i < kViewCount ? kViews[i] : View::Heads;
 }
 
 views::PlotPanel* MainWindow::current_figure() const {
   for (QWidget* w = QApplication::focusWidget(); w; w = w->parentWidget())
     if (auto* p = qobject_cast<views::PlotPanel*>(w)) return p;
-  const QString v = current_view();
-  if (v == "heads") return heads_->panel(MapKind::Softmax);
-  if (v == "metrics") {
-    const auto panels = metrics_->panels();
-    return panels.empty() ? nullptr : panels.front();
+  switch (current_view()) {
+    case View::Heads: return heads_->panel(MapKind::Softmax);
+    case View::Metrics: {
+      const auto panels = metrics_->panels();
+      return panels.empty() ? nullptr : panels.front();
+    }
+    case View::Dof: {
+      const auto panels = dof_->panels();
+      return panels.empty() ? nullptr : panels.front();
+    }
+    case View::Training: return training_->loss_panel();
+    case View::Jobs: return nullptr;
   }
-  if (v == "dof") {
-    const auto panels = dof_->panels();
-    return panels.empty() ? nullptr : panels.front();
-  }
-  if (v == "training") return training_->loss_panel();
   return nullptr;
 }
 
@@ -654,7 +687,7 @@ void MainWindow::on_capture_ready() {
   const Session& s = workbench_->session();
   applying_ = true;
   heads_->set_head_detail(nullptr);
-  dof_->set_spectra(nullptr);
+  update_dof_note(/*new_capture=*/true);
   if (cap) {
     heads_->set_shape(cap->num_layers(), cap->num_heads(), cap->num_seqs());
     heads_->set_window(s.seq);
@@ -687,7 +720,7 @@ void MainWindow::on_dof_state() {
   update_training_allocation();
   // The grid's DoF tint follows when the heads view is next shown: the sliders live on the DoF
   // tab, and their path to the redrawn bars stays as short as it can be.
-  if (current_view() == "heads") update_metrics_for_grid();
+  if (current_view() == View::Heads) update_metrics_for_grid();
   else grid_stale_ = true;
   update_commands();
 }
@@ -711,34 +744,16 @@ void MainWindow::update_metrics_for_grid() {
   auto cap = workbench_->capture_store();
   if (!cap) return;
   const int S = cap->num_layers(), H = cap->num_heads();
-  std::map<QString, std::vector<std::vector<double>>> m;
-  if (workbench_->has_analysis()) {
-    const auto& a = workbench_->analysis();
-    m["softmax entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.entropy; });
-    m["softmax normalized entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.softmax.normalized_entropy; });
-    m["softmax monotonicity"] = per_head(a, S, H, [](const HeadAnalysis& h) {
-      return h.softmax.monotonicity ? h.softmax.monotonicity->spearman : kNaN;
-    });
-    const bool linear = !a.empty() && a.front().linear.has_value();
-    if (linear) {
-      m["KL"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.linear && h.linear->kl ? *h.linear->kl : kNaN; });
-      m["linear entropy"] = per_head(a, S, H, [](const HeadAnalysis& h) { return h.linear ? h.linear->entropy : kNaN; });
-      m["linear monotonicity"] = per_head(a, S, H, [](const HeadAnalysis& h) {
-        return h.linear && h.linear->monotonicity ? h.linear->monotonicity->spearman : kNaN;
-      });
-    }
-  }
-  if (const auto& st = workbench_->dof_state()) {
-    std::vector<std::vector<double>> dof(S, std::vector<double>(H, kNaN));
-    for (size_t l = 0; l < st->head_dof.size() && int(l) < S; ++l)
-      for (size_t h = 0; h < st->head_dof[l].size() && int(h) < H; ++h) dof[l][h] = st->head_dof[l][h].value;
-    m["DoF"] = std::move(dof);
-  }
+  const auto& analysis = workbench_->analysis();
+  const DofAllocation* dof = workbench_->dof_state() ? &*workbench_->dof_state() : nullptr;
+  std::map<GridMetric, HeadValues> m;
+  for (GridMetric metric : available_grid_metrics(analysis, dof))
+    m[metric] = grid_metric_values(metric, analysis, dof, S, H);
   grid_stale_ = false;
   if (m.empty()) return;
   applying_ = true;
   heads_->set_metrics(std::move(m));
-  heads_->set_metric(q(workbench_->session().metric));
+  heads_->set_metric(workbench_->session().metric);
   applying_ = false;
 }
 
@@ -752,7 +767,7 @@ void MainWindow::on_session_loaded() {
   dof_->set_spectra(nullptr);
   applying_ = false;
   show_choices();
-  show_view(q(s.view));
+  show_view(s.view);
   update_title();
 }
 
@@ -771,7 +786,22 @@ void MainWindow::update_title() {
   setWindowTitle(title);
 }
 
+// While a capture has no spectra the DoF view says why: they are being computed, or their job
+// ended without them.
+void MainWindow::update_dof_note(bool new_capture) {
+  if (workbench_->spectra()) return;
+  if (!workbench_->capture_store() && workbench_->capture_running())
+    dof_->show_pending(tr("Capturing: the DoF spectra follow"));
+  else if (!workbench_->capture_store())
+    dof_->set_spectra(nullptr);
+  else if (new_capture || workbench_->spectra_running() || workbench_->capture_running())
+    dof_->show_pending(tr("Computing the DoF spectra…"));  // (a new capture's spectra job starts next)
+  else
+    dof_->show_pending(tr("No DoF spectra: their job did not finish (see the Jobs tab;\nAnalysis > Recompute spectra)"));
+}
+
 void MainWindow::update_jobs() {
+  update_dof_note();
   const std::vector<JobStatus> jobs = workbench_->jobs();
   jobs_->set_jobs(jobs);
   const JobStatus* shown = nullptr;
@@ -801,18 +831,14 @@ void MainWindow::update_jobs() {
 }
 
 void MainWindow::start_training() {
-  const views::TrainForm f = training_->form();
-  DistillOptions o;
-  o.feature_map = f.feature_map.toStdString();
-  o.loss = parse_distill_loss(f.loss.toStdString());
-  o.steps = f.steps;
-  o.lr = f.lr;
-  o.lr_alpha = f.lr_alpha;
-  o.batch = f.batch;
-  o.schedule = parse_lr_schedule(f.schedule.toStdString());
-  o.checkpoint_every = f.checkpoint_every;
-  o.features = f.use_allocation ? 0 : f.features;  // 0: the DoF view's allocation
-  if (workbench_->start_distill(o, f.device) != 0)
+  TrainSettings form;
+  try {
+    form = training_->form();
+  } catch (const std::exception& e) {
+    show_error(tr("Train"), message_with_control(e));
+    return;
+  }
+  if (workbench_->start_distill(form) != 0)
     statusBar()->showMessage(tr("Training in %1 (progress in the Jobs tab)").arg(workbench_->run_dir()), 8000);
 }
 
@@ -834,29 +860,35 @@ void MainWindow::update_training_allocation() {
 }
 
 void MainWindow::update_training() {
-  const QString state = workbench_->run_state();
+  const std::optional<RunState> state = workbench_->run_state();
   const RunMetrics& m = workbench_->training_metrics();
   const qint64 step = m.last_step(), steps = workbench_->run_steps();
   QString status;
-  if (state.isEmpty()) status = tr("No run yet: choose the options and press Train");
-  else if (state == "running") status = tr("Training: step %1 of %2").arg(step).arg(steps);
-  else if (state == "stopped") {
-    const qint64 checkpoint = workbench_->checkpoint_step();
-    status = tr("Stopped at step %1 of %2").arg(step).arg(steps) +
-             (checkpoint > 0 ? tr(": Resume continues from the checkpoint at step %1").arg(checkpoint)
-                             : tr(": no checkpoint yet, train it again"));
+  if (!state) {
+    status = tr("No run yet: choose the options and press Train");
+  } else {
+    switch (*state) {
+      case RunState::Running: status = tr("Training: step %1 of %2").arg(step).arg(steps); break;
+      case RunState::Killed: {
+        status = tr("Stopped at step %1 of %2").arg(step).arg(steps);
+        try {
+          const qint64 checkpoint = workbench_->checkpoint_step();
+          status += checkpoint > 0 ? tr(": Resume continues from the checkpoint at step %1").arg(checkpoint)
+                                   : tr(": no checkpoint yet, train it again");
+        } catch (const std::exception& e) {
+          status += tr(": its checkpoint cannot be read (%1)").arg(QString::fromUtf8(e.what()));
+        }
+        break;
+      }
+      case RunState::Finished: {
+        status = tr("Finished: %1 steps").arg(steps);
+        const double kl = final_validation_kl(m);  // the run's one number
+        if (std::isfinite(kl)) status += tr(", validation KL %1 (mean of layers)").arg(kl, 0, 'g', 4);
+        break;
+      }
+      case RunState::Failed: status = tr("Failed before training began (see the Jobs tab)"); break;
+    }
   }
-  else if (state == "finished") {
-    // The last validation KL of each layer, averaged: the run's one number.
-    std::map<int, double> last_kl;
-    for (const ValidationPoint& v : m.validation) last_kl[v.layer] = v.val_kl;
-    double sum = 0;
-    for (const auto& [layer, kl] : last_kl) sum += kl;
-    status = tr("Finished: %1 steps").arg(steps);
-    if (!last_kl.empty()) status += tr(", validation KL %1 (mean of layers)").arg(sum / double(last_kl.size()), 0, 'g', 4);
-  }
-  else if (state == "failed") status = tr("Failed before training began (see the Jobs tab)");
-  else status = state;
   if (workbench_->converting()) status += tr(" · converting and evaluating…");
   const bool can_train = workbench_->capture_store() != nullptr && !workbench_->training_running();
   training_->set_run(workbench_->run_dir(), status, can_train, workbench_->can_resume(), workbench_->can_convert());
@@ -869,18 +901,22 @@ void MainWindow::update_training() {
 void MainWindow::open_job_result(int id) {
   for (const JobStatus& j : workbench_->jobs()) {
     if (j.id != id) continue;
-    if (j.kind == "report") {
-      const auto it = report_dirs_.find(id);
-      if (it != report_dirs_.end() && j.state == JobState::Succeeded)
-        QDesktopServices::openUrl(QUrl::fromLocalFile(it->second + "/index.md"));
-    } else if (j.kind == "metrics") {
-      show_view("metrics");
-    } else if (j.kind == "spectra") {
-      show_view("dof");
-    } else if (j.kind == "capture" || j.kind == "maps" || j.kind == "model") {
-      show_view("heads");
-    } else if (j.kind == "distill" || j.kind == "convert" || j.kind == "eval") {
-      show_view("training");
+    switch (j.kind) {
+      case JobKind::Report: {
+        const auto it = report_dirs_.find(id);
+        if (it != report_dirs_.end() && j.state == JobState::Succeeded)
+          QDesktopServices::openUrl(QUrl::fromLocalFile(it->second + "/index.md"));
+        break;
+      }
+      case JobKind::Metrics: show_view(View::Metrics); break;
+      case JobKind::Spectra: show_view(View::Dof); break;
+      case JobKind::Model:
+      case JobKind::Capture:
+      case JobKind::Maps: show_view(View::Heads); break;
+      case JobKind::Distill:
+      case JobKind::Convert:
+      case JobKind::Eval: show_view(View::Training); break;
+      case JobKind::Session: break;
     }
   }
 }
@@ -902,10 +938,21 @@ void MainWindow::export_report_dialog() {
 void MainWindow::export_figure_dialog() {
   views::PlotPanel* panel = current_figure();
   if (!panel) {
-    show_error(tr("Export figure"), tr("The %1 view has no figure to export: switch to Heads, Metrics, DoF or Train.").arg(current_view()));
+    show_error(tr("Export figure"),
+               tr("The %1 view has no figure to export: switch to Heads, Metrics, DoF or Train.").arg(view_name(current_view())));
     return;
   }
   panel->export_dialog();
+}
+
+void MainWindow::workspace_dialog() {
+  auto* d = new WorkspaceDialog(workbench_->workspace_root(), workbench_->workspace_in_use(), this);
+  d->setAttribute(Qt::WA_DeleteOnClose);
+  connect(d, &WorkspaceDialog::removed, this, [this](quint64 bytes) {
+    statusBar()->showMessage(tr("Removed %1 from the workspace").arg(q(human_bytes(bytes))), 8000);
+  });
+  connect(d, &WorkspaceDialog::failed, this, [this](const QString& message) { show_error(tr("Workspace"), message); });
+  d->open();
 }
 
 void MainWindow::show_shortcuts() {

@@ -1,6 +1,6 @@
 // The workbench window: the five views (Heads, Metrics, DoF, Jobs, Train) as tabs, the model and data
 // panel as a dock, menus, toolbar and status bar (model, capture, the running job's progress with
-// a Cancel button). It wires the views to the Workbench and back and computes nothing itself:
+// a Cancel button). It opens at a size that fits the screen's available geometry. It wires the views to the Workbench and back and computes nothing itself:
 // selections are kept in step across the views, slider moves go to Workbench::set_dof_settings
 // and straight back to the DoF view, and every view's "Copy as command" is refreshed whenever
 // what it shows changes. Geometry, recent models and sessions and the last capture options and
@@ -70,9 +70,8 @@ class MainWindow : public QMainWindow {
   void capture();  // the Capture button: the panel's texts and options
   void start_training();  // the Train view's Train button: the form's settings
 
-  // heads | metrics | dof | jobs | training
-  void show_view(const QString& name);
-  QString current_view() const;
+  void show_view(View view);
+  View current_view() const;
   // The figure "Export current figure" saves: the plot holding the focus, else the view's main one.
   views::PlotPanel* current_figure() const;
 
@@ -100,6 +99,7 @@ class MainWindow : public QMainWindow {
   void connect_workbench();
   void connect_views();
   void restore_settings();
+  void fit_to_screen();
   void save_settings() const;
   void show_choices();  // the session's capture options, choosers and sliders into the views
   void remember(const QString& key, const QString& value);
@@ -117,11 +117,15 @@ class MainWindow : public QMainWindow {
   void update_commands();
   void update_title();
   void update_jobs();
+  // The DoF view's note while a capture has no spectra: computing (a new capture's, or their job
+  // runs), or that their job ended without them.
+  void update_dof_note(bool new_capture = false);
   void update_training();             // the train view's run line, buttons and loss curves
   void update_training_allocation();  // what "DoF view's allocation" means now
   void open_job_result(int id);
   void export_report_dialog();
   void export_figure_dialog();
+  void workspace_dialog();
   void show_shortcuts();
   void show_about();
 

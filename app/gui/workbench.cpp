@@ -13,8 +13,11 @@
 #include "attnscope/base/error.h"
 #include "attnscope/pipeline/report.h"
 #include "attnscope/base/text_file.h"
+#include "attnscope/distill/distill_options.h"
 #include "attnscope/io/text_source.h"
+#include "attnscope/workbench/workspace.h"
 #include "command_lines.h"
+#include "control_names.h"
 #include "ui_thread_figure_writer.h"
 
 namespace fs = std::filesystem;
@@ -41,6 +44,11 @@ bool is_under(const std::string& path, const std::string& root) {
   return p.rfind(r, 0) == 0;
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return a == b || fs::equivalent(a, b, ec);
+}
+
 // A session's data folder: PATH without its .attnscope extension, plus ".data".
 std::string data_dir_for(const std::string& session_path) {
   fs::path p(session_path);
@@ -51,15 +59,14 @@ std::string data_dir_for(const std::string& session_path) {
 }  // namespace
 
 Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_unique<JobRunner>()) {
-  // ~/.cache/attnscope/workspace (CacheLocation would add the organization and the application,
-  // both "attnscope").
-  workspace_root_ = QStandardPaths::writableLocation(QStandardPaths::GenericCacheLocation) + "/attnscope/workspace";
+  // ~/.cache/attnscope/workspace: core's, which `attnscope workspace` lists and cleans too.
+  workspace_root_ = to_q(default_workspace_root());
   // The report's linear maps (PRF, M = 64) and mixers (N = 16): the heads view then shows
   // softmax | linear | difference from the start, and Export report measures the same.
   session_.analysis = ReportOptions::default_report_analysis();
-  session_.metric = "softmax entropy";  // a name of the grid's metrics (MainWindow)
+  session_.metric = GridMetric::SoftmaxEntropy;
   // On a linear scale most of a long map is one colour; log shows where the weight goes at once.
-  session_.colour_scale = "log";
+  session_.colour_scale = ColourScale::Log;
   python_module_ = std::string(ATTNSCOPE_RESOURCES) + "/python/attnscope_linear.py";
   // A running distillation appends to metrics.jsonl every step: the loss curves follow it.
   metrics_timer_ = new QTimer(this);
@@ -78,7 +85,7 @@ Workbench::~Workbench() {
 
 // ---- jobs ----
 
-int Workbench::start(const std::string& kind, const std::string& title, const std::string& command,
+int Workbench::start(JobKind kind, const std::string& title, const std::string& command,
                      std::function<Apply(Job&)> work, int* current, std::function<void(JobState, bool)> after) {
   if (closing_) return 0;
   auto apply = std::make_shared<Apply>();
@@ -86,10 +93,21 @@ int Workbench::start(const std::string& kind, const std::string& title, const st
       kind, title, command, [work = std::move(work), apply](Job& j) { *apply = work(j); },
       [this, apply, current, after, title](Job& j) {
         const JobStatus st = j.status();
+        // The quantity a failure is about, for the control's words in the message (its text is
+        // st.error already; anything but an Error has no quantity).
+        std::string quantity;
+        if (st.state == JobState::Failed) {
+          try {
+            j.rethrow();
+          } catch (const Error& e) {
+            quantity = e.quantity();
+          } catch (...) {
+          }
+        }
         // Back on the UI thread; dropped with this object when it is gone by then.
         QMetaObject::invokeMethod(
             this,
-            [this, apply, current, after, title, st] {
+            [this, apply, current, after, title, st, quantity] {
               if (closing_) return;
               const bool wanted = current == nullptr || *current == st.id;
               if (current && wanted) *current = 0;
@@ -100,7 +118,7 @@ int Workbench::start(const std::string& kind, const std::string& title, const st
                   fail(to_q(title), e);
                 }
               } else if (wanted && st.state == JobState::Failed) {
-                emit error(tr("%1 failed").arg(to_q(title)), to_q(st.error));
+                emit error(tr("%1 failed").arg(to_q(title)), message_with_control(st.error, quantity));
               }
               if (after) {
                 try {
@@ -143,7 +161,7 @@ void Workbench::clear_results() {
   head_detail_.reset();
 }
 
-void Workbench::fail(const QString& title, const std::exception& e) { emit error(title, QString::fromUtf8(e.what())); }
+void Workbench::fail(const QString& title, const std::exception& e) { emit error(title, message_with_control(e)); }
 
 std::vector<JobStatus> Workbench::jobs() const {
   std::vector<JobStatus> out;
@@ -190,9 +208,10 @@ void Workbench::set_texts(const QStringList& files, const QString& typed_text) {
 
 void Workbench::set_capture_options(const CaptureOptions& options) { session_.capture = options; }
 void Workbench::set_dof_sampling(const DofSettings& settings) { session_.dof = settings; }
-void Workbench::set_colour_scale(ColourScale scale) { session_.colour_scale = colour_scale_name(scale); }
-void Workbench::set_metric(const QString& name) { session_.metric = to_std(name); }
-void Workbench::set_view(const QString& name) { session_.view = to_std(name); }
+void Workbench::set_colour_scale(ColourScale scale) { session_.colour_scale = scale; }
+void Workbench::set_metric(GridMetric metric) { session_.metric = metric; }
+void Workbench::set_view(View view) { session_.view = view; }
+void Workbench::set_train_settings(const TrainSettings& train) { session_.train = train; }
 void Workbench::set_multiple(int64_t multiple) {
   session_.multiple = std::max<int64_t>(1, multiple);
   set_dof_settings(session_.lambda, session_.budget, session_.strategy);
@@ -217,7 +236,7 @@ int Workbench::open_model(const QString& spec_q, const QString& tokenizer_q) {
   s.model = spec;
   s.tokenizer = tokenizer;
   return start(
-      "model", "open " + base_name(spec), info_command(s),
+      JobKind::Model, "open " + base_name(spec), info_command(s),
       [this, spec, tokenizer](Job& job) -> Apply {
         job.progress()(0, "loading " + spec);
         auto m = std::make_shared<const LoadedModel>(load_model(spec, tokenizer));
@@ -226,6 +245,11 @@ int Workbench::open_model(const QString& spec_q, const QString& tokenizer_q) {
           model_ = m;
           session_.model = spec;
           session_.tokenizer = tokenizer;
+          if (!restoring_session_) {
+            // A new document: the session file and the Train tab's run belong to the model before.
+            session_path_.clear();
+            close_run();
+          }
           emit modelChanged();
           after_model_loaded();
         };
@@ -246,6 +270,8 @@ void Workbench::after_model_loaded() {
     session_.capture_dir.clear();
     session_.spectra.clear();
     workspace_dir_.clear();
+    text_file_.clear();
+    pipeline_announced_ = false;
     session_.layer = session_.head = session_.seq = 0;
     emit captureReady();  // the views clear
     if (auto_capture_ && (!session_.texts.empty() || !session_.text.empty())) capture();
@@ -278,14 +304,25 @@ void Workbench::after_model_loaded() {
 // ---- capture ----
 
 int Workbench::prune_workspaces(const QString& root, int max_age_days) {
-  int removed = 0;
-  const QDateTime cutoff = QDateTime::currentDateTime().addDays(-max_age_days);
-  for (const QFileInfo& e : QDir(root).entryInfoList(QDir::Dirs | QDir::NoDotAndDotDot)) {
-    if (e.lastModified() >= cutoff) continue;
-    std::error_code ec;
-    if (fs::remove_all(to_std(e.absoluteFilePath()), ec) > 0 && !ec) ++removed;
+  return int(attnscope::clean_workspace(to_std(root), {}, max_age_days).size());
+}
+
+QStringList Workbench::workspace_in_use() const {
+  QStringList out;
+  if (!workspace_dir_.isEmpty()) out << workspace_dir_;
+  // The folder under the root that holds the run (or the capture, when it is not our own).
+  fs::path root = fs::absolute(to_std(workspace_root_)).lexically_normal();
+  if (root.filename().empty()) root = root.parent_path();  // "ROOT/" -> "ROOT"
+  for (const std::string& used : {to_std(run_dir_), session_.capture_dir}) {
+    if (used.empty()) continue;
+    for (fs::path p = fs::absolute(used).lexically_normal(); p.has_parent_path() && p != p.parent_path(); p = p.parent_path())
+      if (p.parent_path() == root) {
+        out << to_q(p.string());
+        break;
+      }
   }
-  return removed;
+  out.removeDuplicates();
+  return out;
 }
 
 QString Workbench::new_workspace() {
@@ -321,7 +358,7 @@ int Workbench::capture() {
     const std::string title =
         "capture " + std::to_string(opt.num_seqs) + " x " + std::to_string(opt.seq_len) + " tokens";
     return start(
-        "capture", title, capture_command(session_, files, out),
+        JobKind::Capture, title, capture_command(session_, files, out),
         [this, model, files, opt, out, ws, typed_file](Job& job) -> Apply {
           const auto docs = read_text_documents(files);
           auto store = std::make_shared<const CaptureStore>(capture_to_dir(*model, docs, opt, out, job.progress()));
@@ -384,7 +421,7 @@ void Workbench::start_spectra() {
   const DofSettings settings = session_.dof;
   auto store = capture_;
   start(
-      "spectra", "DoF spectra (J = " + std::to_string(settings.samples) + ")",
+      JobKind::Spectra, "DoF spectra (J = " + std::to_string(settings.samples) + ")",
       spectra_command(session_.capture_dir, settings, out),
       [this, store, settings, out](Job& job) -> Apply {
         auto sp = std::make_shared<const DofSpectra>(compute_spectra(*store, settings, job.progress()));
@@ -404,7 +441,7 @@ void Workbench::load_spectra_file(const std::string& path) {
   supersede(&spectra_job_);
   auto store = capture_;
   start(
-      "spectra", "load DoF spectra", attnscope_command({"dof", "--spectra", path, "--json"}),
+      JobKind::Spectra, "load DoF spectra", attnscope_command({"dof", "--spectra", path, "--json"}),
       [this, path, store](Job& job) -> Apply {
         job.progress()(0, "reading " + path);
         auto sp = std::make_shared<const DofSpectra>(load_spectra(path));
@@ -459,7 +496,7 @@ void Workbench::start_metrics() {
   const std::string title =
       "metrics" + (opt.feature_map.empty() ? std::string(" (softmax)") : " (" + opt.feature_map + ")");
   start(
-      "metrics", title, gui::metrics_command(session_.capture_dir, opt),
+      JobKind::Metrics, title, gui::metrics_command(session_.capture_dir, opt),
       [this, store, opt](Job& job) -> Apply {
         auto heads = std::make_shared<std::vector<HeadAnalysis>>(analyze_capture(*store, opt, job.progress()));
         return [this, heads] {
@@ -492,7 +529,7 @@ void Workbench::start_maps() {
   const std::string title = "maps of layer " + std::to_string(layer) + " head " + std::to_string(head) +
                             ", window " + std::to_string(seq);
   start(
-      "maps", title, gui::maps_command(session_.capture_dir, layer, head, seq, opt),
+      JobKind::Maps, title, gui::maps_command(session_.capture_dir, layer, head, seq, opt),
       [this, store, layer, head, seq, opt, need_thumbs](Job& job) -> Apply {
         const ProgressFn progress = job.progress();
         if (need_thumbs) {
@@ -582,7 +619,7 @@ int Workbench::export_report(const QString& out_dir_q) {
     o.budget = session_.budget;
     o.multiple = session_.multiple;
     return start(
-        "report", "report -> " + base_name(out), report_command(session_, texts, out),
+        JobKind::Report, "report -> " + base_name(out), report_command(session_, texts, out),
         [this, o, out](Job& job) -> Apply {
           const UiThreadFigureWriter figures([&job] { return job.cancel_requested(); });
           const ReportResult r = write_report(o, out, &figures, job.progress());
@@ -608,6 +645,7 @@ bool Workbench::open_session(const QString& path) {
   }
   supersede(&model_job_);
   stop_stages();
+  close_run();
   session_ = s;
   session_path_ = QFileInfo(path).absoluteFilePath();
   workspace_dir_.clear();
@@ -616,6 +654,13 @@ bool Workbench::open_session(const QString& path) {
   clear_results();
   pipeline_announced_ = false;
   emit sessionLoaded();
+  // The Train tab's run: its metrics and evaluation come from its folder.
+  if (!s.run_dir.empty()) {
+    if (fs::is_directory(s.run_dir))
+      open_run(to_q(s.run_dir));
+    else
+      emit message("The session's run " + to_q(s.run_dir) + " is gone: the Train tab starts empty.");
+  }
   restoring_session_ = true;
   if (open_model(to_q(s.model), to_q(s.tokenizer)) == 0) {
     restoring_session_ = false;
@@ -628,47 +673,86 @@ bool Workbench::save_session(const QString& path_q) {
   const std::string path = to_std(QFileInfo(path_q).absoluteFilePath());
   try {
     if (session_.model.empty()) throw Error("No model is open: there is nothing to save yet.");
+    session_.run_dir = to_std(run_dir_);
     const std::string root = to_std(workspace_root_);
     const bool capture_in_cache = is_under(session_.capture_dir, root);
     const bool spectra_in_cache = is_under(session_.spectra, root) && fs::exists(session_.spectra);
+    const bool run_in_cache = is_under(session_.run_dir, root) && fs::is_directory(session_.run_dir);
+    if (run_in_cache && (training_running() || converting()))
+      throw Error("The Train tab's run is still running: wait for it (or cancel it) before saving, so that the session "
+                  "holds the whole run.");
     const Session snapshot = session_;
-    if (!capture_in_cache && !spectra_in_cache) {
+    if (!capture_in_cache && !spectra_in_cache && !run_in_cache) {
       attnscope::save_session(path, snapshot);
       session_path_ = to_q(path);
       emit sessionSaved(session_path_);
       return true;
     }
-    // The capture (or spectra) live in the cache, which is no place for a session to point at:
-    // copy them beside the file first, so the session folder holds all it names.
+    // The capture, spectra or run live in the cache, which is no place for a session to point
+    // at: copy them beside the file first, so the session folder holds all it names.
     const std::string data = data_dir_for(path);
     supersede(&save_job_);
     start(
-        "session", "save session " + base_name(path), "",
-        [this, path, data, snapshot, capture_in_cache, spectra_in_cache](Job& job) -> Apply {
+        JobKind::Session, "save session " + base_name(path), "",
+        [this, path, data, snapshot, capture_in_cache, spectra_in_cache, run_in_cache](Job& job) -> Apply {
           Session s = snapshot;
           fs::create_directories(data);
-          if (capture_in_cache) {
-            job.progress()(0, "copying the capture to " + data);
-            const std::string target = data + "/capture", partial = target + ".partial";
+          // A folder copied whole under a temporary name, then renamed over the target.
+          auto copy_folder = [](const std::string& from, const std::string& target) {
+            const std::string partial = target + ".partial";
             std::error_code ec;
             fs::remove_all(partial, ec);
-            fs::copy(snapshot.capture_dir, partial, fs::copy_options::recursive);
-            job.progress()(0.9, "copied");
+            fs::create_directories(fs::path(target).parent_path());
+            fs::copy(from, partial, fs::copy_options::recursive);
             fs::remove_all(target);
             fs::rename(partial, target);
-            s.capture_dir = target;
+          };
+          auto copy_file = [](const std::string& from, const std::string& target) {
+            const std::string partial = target + ".partial";
+            fs::copy_file(from, partial, fs::copy_options::overwrite_existing);
+            fs::rename(partial, target);
+          };
+          if (capture_in_cache) {
+            job.progress()(0, "copying the capture to " + data);
+            copy_folder(snapshot.capture_dir, data + "/capture");
+            s.capture_dir = data + "/capture";
           }
           if (spectra_in_cache) {
-            const std::string target = data + "/spectra.safetensors", partial = target + ".partial";
-            fs::copy_file(snapshot.spectra, partial, fs::copy_options::overwrite_existing);
-            fs::rename(partial, target);
-            s.spectra = target;
+            job.progress()(0.6, "copying the spectra");
+            copy_file(snapshot.spectra, data + "/spectra.safetensors");
+            s.spectra = data + "/spectra.safetensors";
           }
+          if (run_in_cache) {
+            job.progress()(0.7, "copying the run " + snapshot.run_dir);
+            const std::string name = fs::path(snapshot.run_dir).filename().string();
+            const std::string target = data + "/runs/" + name;
+            copy_folder(snapshot.run_dir, target);
+            // What the run names beside itself (the allocation it trained with, direct's text).
+            for (const char* suffix : {".allocation.json", ".text.txt"})
+              if (fs::is_regular_file(snapshot.run_dir + suffix)) copy_file(snapshot.run_dir + suffix, target + suffix);
+            // The copy's job.json names the copies (capture, allocation, text), so that it resumes
+            // and converts from the session folder once the cache is cleaned.
+            if (fs::is_regular_file(target + "/job.json")) {
+              DistillJob j = read_distill_job(target);
+              auto moved = [&](std::string& p, const std::string& from, const std::string& to) {
+                if (!p.empty() && !from.empty() && same_file(p, from)) p = to;
+              };
+              if (capture_in_cache) moved(j.options.capture, snapshot.capture_dir, s.capture_dir);
+              moved(j.options.allocation, snapshot.run_dir + ".allocation.json", target + ".allocation.json");
+              moved(j.options.text, snapshot.run_dir + ".text.txt", target + ".text.txt");
+              j.command = distill_command(j.options, target);
+              write_text_file(target + "/job.json", distill_job_json(j));
+            }
+            s.run_dir = target;
+          }
+          job.progress()(0.95, "writing " + path);
           attnscope::save_session(path, s);
-          return [this, s, path] {
+          return [this, s, path, snapshot] {
             session_.capture_dir = s.capture_dir;
             session_.spectra = s.spectra;
             session_path_ = to_q(path);
+            // The Train tab follows its run to the copy (unless another run was opened meanwhile).
+            if (s.run_dir != snapshot.run_dir && to_std(run_dir_) == snapshot.run_dir) open_run(to_q(s.run_dir));
             emit sessionSaved(session_path_);
           };
         },

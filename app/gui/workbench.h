@@ -7,10 +7,11 @@
 // a slot: failures become error(title, message).
 //
 // The pipeline: open_model -> capture -> {spectra, metrics, maps of the selected head}. A capture
-// writes into a fresh workspace folder under the cache (QStandardPaths::CacheLocation/workspace/
-// <time>/: text.txt when the text was typed, capture/, spectra.safetensors). Starting a stage
-// again supersedes its running job: the old one is cancelled and its result, should it still
-// arrive, is dropped.
+// writes into a fresh workspace folder under the cache (core's workspace.h: ~/.cache/attnscope/
+// workspace/<time>/: text.txt when the text was typed, capture/, spectra.safetensors, runs/).
+// Starting a stage again supersedes its running job: the old one is cancelled and its result,
+// should it still arrive, is dropped. Opening a model starts a new document: nothing of the one
+// before (capture, results, the Train tab's run, the session file) carries over.
 #pragma once
 #include <QObject>
 #include <QString>
@@ -27,9 +28,9 @@
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/base/job.h"
 #include "attnscope/model/model.h"
+#include "attnscope/distill/run_dir.h"
 #include "attnscope/distill/run_metrics.h"
 #include "attnscope/workbench/session.h"
-#include "dof_view.h"
 
 class QTimer;
 
@@ -68,14 +69,18 @@ class Workbench : public QObject {
   std::vector<JobStatus> jobs() const;
   bool any_job_running() const;
   bool capture_running() const { return capture_job_ != 0; }
+  bool spectra_running() const { return spectra_job_ != 0; }
 
-  // Where captures go: ROOT/<time>/. Default QStandardPaths::CacheLocation + "/workspace".
+  // Where captures go: ROOT/<time>/. Default core's default_workspace_root().
   void set_workspace_root(const QString& dir) { workspace_root_ = dir; }
   QString workspace_root() const { return workspace_root_; }
   // Removes workspace folders under `root` last modified more than `max_age_days` ago (the
   // window does this at start-up: a saved session holds copies, so the cache is only a cache).
   // Returns how many were removed.
   static int prune_workspaces(const QString& root, int max_age_days);
+  // The workspace folders what the window shows lives in (the capture's, the run's): File >
+  // Workspace… removes all but these.
+  QStringList workspace_in_use() const;
   // The folder of the current capture's workspace ("" when the capture is not one of ours).
   QString workspace_dir() const { return workspace_dir_; }
 
@@ -84,14 +89,16 @@ class Workbench : public QObject {
   void set_capture_options(const CaptureOptions& options);
   void set_dof_sampling(const DofSettings& settings);  // J, normalizer, seed of the next spectra
   void set_colour_scale(ColourScale scale);
-  void set_metric(const QString& name);
-  void set_view(const QString& name);  // heads | metrics | dof | jobs
+  void set_metric(GridMetric metric);
+  void set_view(View view);
+  void set_train_settings(const TrainSettings& train);  // the Train form, for the session
   // Capture automatically once a model is open (the window's start-up; on by default).
   void set_auto_capture(bool on) { auto_capture_ = on; }
 
   // ---- Operations ----
-  // Loads the model as a job ("model"); modelChanged() on success, then a capture when
-  // auto-capture is on and there is text. Returns the job id (0 when nothing started).
+  // Loads the model as a job ("model"); on success a new document (no capture, results, run or
+  // session file; the texts and choices stay), modelChanged(), then a capture when auto-capture is
+  // on and there is text. Returns the job id (0 when nothing started).
   int open_model(const QString& spec, const QString& tokenizer = {});
   // Captures the current texts with the current options into a new workspace; spectra, metrics
   // and the selected head's maps follow. Returns the job id, 0 (and error()) when it cannot start.
@@ -127,28 +134,30 @@ class Workbench : public QObject {
   // The devices distill can use here: "cpu", and "cuda" when LibTorch sees a GPU.
   static QStringList distill_devices();
   // Distills on the current capture as a job ("distill") into a new run folder
-  // WORKSPACE/runs/<time>/, which becomes the current run. `o` holds the map, loss, steps, learning
-  // rates, batch, schedule, seed and checkpoint interval; o.features = M for every layer, or 0 for
-  // the DoF view's allocation (the session's strategy, budget and lambda: distill computes the same
-  // spectra from the capture). Loss "direct" trains on the session's texts. Returns the job id, 0
-  // (and error()) when it cannot start.
-  int start_distill(DistillOptions o, const QString& device = "cpu");
+  // WORKSPACE/runs/<time>/, which becomes the current run. `t` is the Train form: the map, loss,
+  // steps, learning rates, batch, schedule, checkpoint interval, device, and M for every head or the
+  // DoF view's allocation as it is shown (written to an allocation file beside the run). Loss
+  // "direct" trains on the session's texts. Returns the job id, 0 (and error()) when it cannot start.
+  int start_distill(const TrainSettings& t);
   // Continues the current run from its last checkpoint (distill(..., resume = true)).
   int resume_distill();
   // Converts the current (finished) run into RUN/converted, then evaluates the converted model
   // on the session's texts: two jobs, evaluationReady() at the end. Returns the convert job's id.
   int convert_and_evaluate();
-  // Makes an existing run folder the current run (its metrics and state are read at once).
+  // Makes an existing run folder the current run: its metrics, state and, when its converted model
+  // is there, its last evaluation (RUN/evaluation.json) are read at once. error() for a job.json or
+  // evaluation.json that cannot be read.
   void open_run(const QString& run_dir);
   QString run_dir() const { return run_dir_; }
   QString converted_dir() const { return run_dir_.isEmpty() ? QString() : run_dir_ + "/converted"; }
   const RunMetrics& training_metrics() const { return metrics_tail_.metrics(); }
   bool training_running() const { return distill_job_ != 0; }
   bool converting() const { return convert_job_ != 0 || eval_job_ != 0; }
-  // "finished" (report.json), "running", "stopped" (cancelled or killed) or "" (no run).
-  QString run_state() const;
-  bool can_resume() const;   // stopped, with a checkpoint, and nothing of the run running
-  // The step of the run's last complete checkpoint (where Resume continues), 0 when there is none.
+  // The current run's state (core's run_state, Running while its job runs here); none without a run.
+  std::optional<RunState> run_state() const;
+  bool can_resume() const;   // killed (cancelled or stopped), with a checkpoint, and nothing of the run running
+  // The step of the run's last complete checkpoint (where Resume continues), 0 when there is none;
+  // Error naming the file when the checkpoint cannot be read.
   int64_t checkpoint_step() const;
   bool can_convert() const;  // finished, and no conversion running
   // The steps the current run asks for (job.json), 0 when unknown.
@@ -194,11 +203,12 @@ class Workbench : public QObject {
   // Starts a job whose work returns the UI-thread step that applies its result; that step runs
   // only when the job succeeded and `*current` still holds its id (else it was superseded). Job
   // failures become error(); cancellations are silent. `current` may be null.
-  int start(const std::string& kind, const std::string& title, const std::string& command,
+  int start(JobKind kind, const std::string& title, const std::string& command,
             std::function<Apply(Job&)> work, int* current,
             std::function<void(JobState, bool wanted)> after = nullptr);
   void supersede(int* current);  // cancels the job *current names, and forgets it
-  void fail(const QString& title, const std::exception& e);
+  void fail(const QString& title, const std::exception& e);  // the message with its control's words
+  void close_run();  // forgets the current run (a new model); its jobs are cancelled
   bool require_capture(const QString& what);
 
   void start_spectra();

@@ -8,6 +8,8 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QTimer>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,7 @@
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/io/text_source.h"
+#include "attnscope/workbench/run_results.h"
 #include "command_lines.h"
 #include "workbench.h"
 
@@ -44,33 +47,48 @@ QStringList Workbench::distill_devices() {
   return devices;
 }
 
-QString Workbench::run_state() const {
-  if (run_dir_.isEmpty()) return {};
-  if (distill_job_ != 0) return "running";
-  const std::string dir = to_std(run_dir_);
-  if (!fs::is_regular_file(dir + "/job.json")) return "failed";  // stopped before it began
-  const std::string s = attnscope::run_state(dir);
-  return s == "killed" ? "stopped" : to_q(s);
+std::optional<RunState> Workbench::run_state() const {
+  if (run_dir_.isEmpty()) return std::nullopt;
+  if (distill_job_ != 0) return RunState::Running;
+  return attnscope::run_state(to_std(run_dir_));
 }
 
 bool Workbench::can_resume() const {
-  return run_state() == "stopped" && fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors") &&
-         !converting();
+  return run_state() == RunState::Killed &&
+         fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors") && !converting();
 }
 
 int64_t Workbench::checkpoint_step() const {
   const std::string path = to_std(run_dir_) + "/checkpoints/checkpoint.safetensors";
   if (run_dir_.isEmpty() || !fs::is_regular_file(path)) return 0;
-  try {
-    const SafetensorsFile ck(path);
-    const auto it = ck.metadata().find("step");
-    return it == ck.metadata().end() ? 0 : std::stoll(it->second);
-  } catch (const std::exception&) {
-    return 0;  // unreadable: Resume will say why
-  }
+  const SafetensorsFile ck(path);
+  const auto it = ck.metadata().find("step");
+  if (it == ck.metadata().end()) attnscope::fail(path, "has no \"step\" in its metadata");
+  char* end = nullptr;
+  errno = 0;
+  const long long step = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != 0 || errno == ERANGE || step < 0)
+    attnscope::fail(path, "its \"step\" '" + it->second + "' is not a step number");
+  return step;
 }
 
-bool Workbench::can_convert() const { return run_state() == "finished" && !converting(); }
+bool Workbench::can_convert() const { return run_state() == RunState::Finished && !converting(); }
+
+void Workbench::close_run() {
+  supersede(&distill_job_);
+  supersede(&convert_job_);
+  supersede(&eval_job_);
+  metrics_timer_->stop();
+  const bool had = !run_dir_.isEmpty();
+  run_dir_.clear();
+  metrics_tail_ = MetricsTail();
+  evaluation_.reset();
+  eval_command_.clear();
+  run_steps_ = 0;
+  run_command_.clear();
+  session_.run_dir.clear();
+  if (had) emit trainingChanged();
+}
 
 void Workbench::poll_metrics() {
   if (metrics_tail_.poll()) emit trainingChanged();
@@ -84,28 +102,40 @@ void Workbench::distill_ended() {
 
 void Workbench::open_run(const QString& dir) {
   run_dir_ = QFileInfo(dir).absoluteFilePath();
+  session_.run_dir = to_std(run_dir_);
   metrics_tail_ = MetricsTail(to_std(run_dir_));
   metrics_tail_.poll();
   evaluation_.reset();
   eval_command_.clear();
   run_steps_ = 0;
   run_command_.clear();
+  const std::string run = to_std(run_dir_);
   try {
-    const DistillJob job = read_distill_job(to_std(run_dir_));
-    run_steps_ = job.options.steps;
-    run_command_ = job.command;
-  } catch (const std::exception&) {
-    // Not written yet (a run just starting) or not a distillation: the state line says so.
+    // No job.json yet is a run that stopped before it began (its state says so); one that is
+    // there must read.
+    if (fs::is_regular_file(run + "/job.json")) {
+      const DistillJob job = read_distill_job(run);
+      run_steps_ = job.options.steps;
+      run_command_ = job.command;
+    }
+    if (const auto e = read_run_evaluation(run)) {
+      evaluation_ = std::make_shared<const ConvertedEvaluation>(e->evaluation);
+      eval_command_ = e->command;
+    }
+  } catch (const std::exception& e) {
+    fail("Open run", e);
   }
   emit trainingChanged();
+  if (evaluation_) emit evaluationReady();
 }
 
-int Workbench::start_distill(DistillOptions o, const QString& device) {
+int Workbench::start_distill(const TrainSettings& t) {
   try {
     if (closing_) return 0;
+    session_.train = t;
     if (!capture_) throw Error("Nothing is captured yet: run Analysis > Capture first.");
     if (distill_job_ != 0) throw Error("A distillation is already running: wait for it or cancel it (Jobs tab).");
-    o.device = parse_device_name(to_std(device));
+    DistillOptions o = distill_options_of(t);
     o.capture = session_.capture_dir;
     if (o.features <= 0 && !dof_state_)
       throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
@@ -113,6 +143,9 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     if (workspace_dir_.isEmpty()) workspace_dir_ = new_workspace();  // a capture of a session
     const QString runs = workspace_dir_ + "/runs";
     if (!QDir().mkpath(runs)) throw Error(to_std(runs) + ": cannot create the runs folder");
+    // In use again: the workspace's age (what start-up pruning and File > Workspace… go by) is now.
+    std::error_code touched;
+    fs::last_write_time(to_std(workspace_dir_), fs::file_time_type::clock::now(), touched);
     const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
     QString dir = runs + "/" + to_q(o.feature_map) + "-" + stamp;
     for (int i = 2; QFileInfo::exists(dir); ++i) dir = runs + "/" + to_q(o.feature_map) + "-" + stamp + "-" + QString::number(i);
@@ -140,6 +173,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     const std::string command = distill_command(o, run);
 
     run_dir_ = dir;
+    session_.run_dir = run;
     metrics_tail_ = MetricsTail(run);
     evaluation_.reset();
     eval_command_.clear();
@@ -148,7 +182,7 @@ int Workbench::start_distill(DistillOptions o, const QString& device) {
     const std::string title =
         "distill " + o.feature_map + " (" + distill_loss_name(o.loss) + ", " + std::to_string(o.steps) + " steps)";
     const int id = start(
-        "distill", title, command,
+        JobKind::Distill, title, command,
         [o, run](Job& job) -> Apply {
           distill(o, run, job.progress());
           return nullptr;
@@ -168,7 +202,7 @@ int Workbench::resume_distill() {
     if (closing_) return 0;
     if (!can_resume())
       throw Error(run_dir_.isEmpty() ? "There is no run to resume." :
-                  to_std(run_dir_) + " cannot be resumed: it is " + to_std(run_state()) +
+                  to_std(run_dir_) + " cannot be resumed: it is " + run_state_name(*run_state()) +
                       (fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors")
                            ? std::string()
                            : std::string(" and has no checkpoint yet (train it again)")));
@@ -176,7 +210,7 @@ int Workbench::resume_distill() {
     evaluation_.reset();
     eval_command_.clear();
     const int id = start(
-        "distill", "resume " + fs::path(run).filename().string(), distill_resume_command(run),
+        JobKind::Distill, "resume " + fs::path(run).filename().string(), distill_resume_command(run),
         [run](Job& job) -> Apply {
           attnscope::resume_distill(run, job.progress());  // on the device it was started on
           return nullptr;
@@ -198,7 +232,7 @@ int Workbench::convert_and_evaluate() {
     if (closing_) return 0;
     if (!can_convert())
       throw Error(run_dir_.isEmpty() ? "There is no run to convert: train one first."
-                                     : to_std(run_dir_) + " cannot be converted now: it is " + to_std(run_state()) +
+                                     : to_std(run_dir_) + " cannot be converted now: it is " + run_state_name(*run_state()) +
                                            (converting() ? ", and a conversion is running" : ""));
     if (text_files().empty()) throw Error("No sample text to evaluate on: add a text file and capture first.");
     const std::string run = to_std(run_dir_), out = to_std(converted_dir());
@@ -207,9 +241,12 @@ int Workbench::convert_and_evaluate() {
     evaluation_.reset();
     eval_command_.clear();
     const int id = start(
-        "convert", "convert " + fs::path(run).filename().string(), convert_job_command(run, out),
+        JobKind::Convert, "convert " + fs::path(run).filename().string(), convert_job_command(run, out),
         [run, out, current, module](Job& job) -> Apply {
           job.progress()(0, "reading " + run);
+          // The evaluation of the model this conversion replaces goes with it.
+          std::error_code ec;
+          fs::remove(run + "/evaluation.json", ec);
           const std::string model_path = distill_run_model(run);
           std::shared_ptr<const LoadedModel> m = current;
           if (!m || !same_path(m->path, model_path)) {
@@ -242,12 +279,14 @@ int Workbench::start_evaluation() {
   const std::string dir = to_std(converted_dir()), run = to_std(run_dir_);
   const std::string command = eval_converted_command(dir, texts, eo);
   return start(
-      "eval", "evaluate " + fs::path(run).filename().string() + "/converted", command,
+      JobKind::Eval, "evaluate " + fs::path(run).filename().string() + "/converted", command,
       [this, dir, run, texts, eo, command](Job& job) -> Apply {
         job.progress()(0, "loading " + dir);
         const LoadedModel m = load_model(dir);
         const std::vector<int64_t> ids = encode_documents(*m.tokenizer, read_text_documents(texts));
         auto e = std::make_shared<const ConvertedEvaluation>(evaluate_converted(*m.model, ids, eo, job.progress()));
+        // Kept with the run, so that reopening it (a session, Open run…) shows it again.
+        write_run_evaluation(run, RunEvaluation{*e, command});
         return [this, e, run, command] {
           if (to_std(run_dir_) != run) return;  // another run was opened meanwhile
           evaluation_ = e;

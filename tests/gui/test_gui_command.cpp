@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <QImage>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <tuple>
 #include <string>
 
 #include "test_support.h"
@@ -70,4 +73,34 @@ TEST(GuiCommand, BadViewAndMissingSessionAreClearErrors) {
       << out;
   EXPECT_NE(out.find("none.attnscope"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists("x.png"));
+}
+
+// Issue 19 item 14: a session that does not load made `gui --screenshot` wait out its timeout
+// (600 s) and then blame the first analysis. It fails at once, exit 1, naming the file and the
+// problem; so does a session whose model cannot be opened.
+TEST(GuiCommand, ASessionThatDoesNotLoadFailsAtOnceNamingTheFileAndTheProblem) {
+  const std::string home = test::temp_dir("gui_cmd_bad_session");
+  const std::string bad = home + "/broken.attnscope";
+  std::ofstream(bad) << R"({"format": "attnscope.session", "version": 1, "view": "plots"})";
+  const std::string gone = home + "/gone.attnscope";
+  std::ofstream(gone) << R"({"format": "attnscope.session", "version": 1, "model": "./no-such-model"})";
+  // What names the problem: the session file (it does not load), or the model it names (gone).
+  for (const auto& [file, names, problem] : {std::tuple{bad, bad, std::string("'view' is not valid")},
+                                             std::tuple{gone, home + "/no-such-model", std::string("no such file or directory")}}) {
+    std::string out;
+    const auto start = std::chrono::steady_clock::now();
+    // `timeout 120`: before the fix the command waited its 600 s and timeout's 124 is the answer.
+    const int rc = test::run_command("timeout 120 env -u DISPLAY -u WAYLAND_DISPLAY HOME='" + home +
+                                         "' XDG_CACHE_HOME='" + home + "/.cache' QT_QPA_PLATFORM=offscreen '" +
+                                         test::cli_path() + "' gui --screenshot '" + home + "/x.png' --session '" + file +
+                                         "' 2>&1",
+                                     &out);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_LT(seconds, 60) << out;
+    EXPECT_NE(out.find(names), std::string::npos) << out;
+    EXPECT_NE(out.find(problem), std::string::npos) << out;
+    EXPECT_EQ(out.find("did not finish"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(home + "/x.png"));
+  }
 }

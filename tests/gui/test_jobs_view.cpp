@@ -29,7 +29,7 @@ JobStatus job(int id, const std::string& kind, const std::string& title, JobStat
               double elapsed, std::vector<std::string> log = {}, const std::string& error = "") {
   JobStatus j;
   j.id = id;
-  j.kind = kind;
+  j.kind = parse_job_kind(kind);  // the job list's words, read through core's name table
   j.title = title;
   j.command = "attnscope " + kind + " --out x";
   j.state = state;

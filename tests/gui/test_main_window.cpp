@@ -137,7 +137,7 @@ TEST_F(MainWindowTest, CaptureButtonFillsEveryView) {
   const Session& s = w->workbench()->session();
   EXPECT_EQ(w->heads_view()->feature_map().toStdString(), s.analysis.feature_map);
   EXPECT_EQ(w->heads_view()->features(), s.analysis.features);
-  EXPECT_EQ(colour_scale_name(w->heads_view()->scale()), s.colour_scale);
+  EXPECT_EQ(w->heads_view()->scale(), s.colour_scale);
   EXPECT_EQ(w->workbench()->head_detail()->has_linear(), !s.analysis.feature_map.empty());
   // Heads: a 4 x 4 grid tinted by the softmax entropy the metrics measured.
   views::HeadGrid* grid = w->heads_view()->grid();
@@ -194,7 +194,7 @@ TEST_F(MainWindowTest, SlidersRedrawCoresAllocation) {
   auto w = make_window();
   open_bundled(*w);
   capture_and_wait(*w);
-  w->show_view("dof");
+  w->show_view(View::Dof);
   views::DofView* dof = w->dof_view();
   QSlider* lambda = dof->lambda_slider();
   lambda->setFocus();
@@ -232,7 +232,7 @@ TEST_F(MainWindowTest, ColourScaleComboRedrawsInThatScale) {
   for (ColourScale scale : {ColourScale::RowNormalized, ColourScale::Linear, ColourScale::Log}) {
     box->setCurrentIndex(box->findData(QString(colour_scale_name(scale))));
     EXPECT_EQ(panel->scale(), scale);
-    EXPECT_EQ(w->workbench()->session().colour_scale, colour_scale_name(scale));
+    EXPECT_EQ(w->workbench()->session().colour_scale, scale);
     const MapImage expected = map_image(*w->workbench()->head_detail(), MapKind::Softmax, scale, panel->image().region,
                                         views::HeatmapPanel::kMaxPixels);
     EXPECT_DOUBLE_EQ(panel->image().hi, expected.hi) << colour_scale_name(scale);
@@ -305,7 +305,7 @@ TEST_F(MainWindowTest, SavedSessionReopensInANewWindow) {
     w->dof_view()->strategy_box()->setCurrentIndex(w->dof_view()->strategy_box()->findText("dof-clip"));
     QComboBox* scale = w->heads_view()->scale_box();
     scale->setCurrentIndex(scale->findData(QString("row")));
-    w->show_view("dof");
+    w->show_view(View::Dof);
     lambda = w->dof_view()->lambda();
     QSignalSpy saved(w->workbench(), &gui::Workbench::sessionSaved);
     ASSERT_TRUE(w->save_session(path));
@@ -322,7 +322,7 @@ TEST_F(MainWindowTest, SavedSessionReopensInANewWindow) {
   const Session& s = w->workbench()->session();
   EXPECT_EQ(s.model, test::bundled_model());
   EXPECT_EQ(s.capture_dir, capture_dir);
-  EXPECT_EQ(w->current_view(), "dof");
+  EXPECT_EQ(w->current_view(), View::Dof);
   EXPECT_DOUBLE_EQ(w->dof_view()->lambda(), lambda);
   EXPECT_EQ(w->dof_view()->budget(), 40);
   EXPECT_EQ(w->dof_view()->strategy(), AllocStrategy::DofClip);
@@ -355,7 +355,7 @@ TEST_F(MainWindowTest, CancellingARunningCaptureLeavesNothingBehind) {
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->capture_running(); }));
   JobStatus capture;
   for (const JobStatus& j : w->workbench()->jobs())
-    if (j.kind == "capture") capture = j;
+    if (j.kind == JobKind::Capture) capture = j;
   EXPECT_EQ(capture.state, JobState::Cancelled);
   EXPECT_EQ(workspace_entries(), before);
   EXPECT_TRUE(w->model_panel()->capture_button()->isEnabled());
@@ -452,9 +452,9 @@ TEST_F(MainWindowTest, ShortcutsSwitchViewsAndMenusHoldTheActions) {
   auto w = make_window();
   w->activateWindow();
   for (const auto& [key, view] : std::vector<std::pair<Qt::Key, QString>>{
-           {Qt::Key_3, "dof"}, {Qt::Key_2, "metrics"}, {Qt::Key_4, "jobs"}, {Qt::Key_1, "heads"}}) {
+           {Qt::Key_3, "dof"}, {Qt::Key_2, "metrics"}, {Qt::Key_4, "jobs"}, {Qt::Key_1, "heads"}, {Qt::Key_5, "training"}}) {
     w->action("view_" + view)->trigger();
-    EXPECT_EQ(w->current_view(), view);
+    EXPECT_EQ(view_name(w->current_view()), view);
     EXPECT_EQ(w->action("view_" + view)->shortcut(), QKeySequence(Qt::CTRL | key));
   }
   EXPECT_EQ(w->action("capture")->shortcut(), QKeySequence("Ctrl+R"));
@@ -487,7 +487,7 @@ TEST_F(MainWindowTest, JobsViewCancelsAndOpensResults) {
   auto w = make_window();
   open_bundled(*w);
   capture_and_wait(*w);
-  w->show_view("jobs");
+  w->show_view(View::Jobs);
   QTableWidget* table = w->jobs_view()->table();
   // Double-clicking the finished metrics job opens the metrics view.
   int metrics_row = -1;
@@ -498,10 +498,10 @@ TEST_F(MainWindowTest, JobsViewCancelsAndOpensResults) {
   // (An item view takes a double click on the item its press selected: press first, as a hand does.)
   QTest::mouseClick(table->viewport(), Qt::LeftButton, Qt::NoModifier, cell.center());
   QTest::mouseDClick(table->viewport(), Qt::LeftButton, Qt::NoModifier, cell.center());
-  EXPECT_EQ(w->current_view(), "metrics");
+  EXPECT_EQ(w->current_view(), View::Metrics);
 
   // A running capture's row has a cancel button; pressing it cancels the capture.
-  w->show_view("jobs");
+  w->show_view(View::Jobs);
   CaptureOptions big;
   big.num_seqs = 16;
   big.seq_len = 256;

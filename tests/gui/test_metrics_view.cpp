@@ -120,9 +120,9 @@ TEST_F(MetricsViewTest, HeatmapCellsAndPrintedValuesAreTheAnalysisFields) {
   };
   const std::vector<Field> fields = {
       {"softmax entropy", [](const HeadAnalysis& a) { return a.softmax.entropy; }, 2},
-      {"softmax monotonicity", [](const HeadAnalysis& a) { return a.softmax.monotonicity->spearman; }, 2},
       {"hedgehog entropy", [](const HeadAnalysis& a) { return a.linear->entropy; }, 2},
       {"hedgehog monotonicity", [](const HeadAnalysis& a) { return a.linear->monotonicity->spearman; }, 2},
+      {"hedgehog discordant pairs", [](const HeadAnalysis& a) { return a.linear->monotonicity->discordant_fraction; }, 3},
       {"KL(softmax || hedgehog)", [](const HeadAnalysis& a) { return a.linear->kl ? *a.linear->kl : NAN; }, 3},
   };
   for (const Field& f : fields) {
@@ -144,8 +144,10 @@ TEST_F(MetricsViewTest, HeatmapCellsAndPrintedValuesAreTheAnalysisFields) {
       }
     }
   }
-  // The two monotonicity maps share the [-1, 1] range, the two entropy maps one range.
-  EXPECT_EQ(colour_map(panel(v, "softmax monotonicity"))->dataRange(), QCPRange(-1, 1));
+  // Monotonicity on [-1, 1]; the two entropy maps share one range. Softmax's own monotonicity has
+  // no panel: it is 1 in every head by construction (issue 18, defect 6).
+  EXPECT_EQ(colour_map(panel(v, "hedgehog monotonicity"))->dataRange(), QCPRange(-1, 1));
+  for (PlotPanel* p : v.panels()) EXPECT_FALSE(p->title().startsWith("softmax monotonicity")) << p->title().toStdString();
   EXPECT_EQ(colour_map(panel(v, "softmax entropy"))->dataRange(), colour_map(panel(v, "hedgehog entropy"))->dataRange());
 
   // Mixers: one row per head (layer-major), one column per class.
@@ -178,7 +180,8 @@ TEST_F(MetricsViewTest, WithoutAFeatureMapTheLinearPanelsSaySo) {
   EXPECT_TRUE(colour_map(panel(v, "softmax entropy"))->visible());
 }
 
-// The histograms count every head once, over the range of its values.
+// The histograms count every head once, over common bins spanning both series' values (issue 18,
+// defect 8: each series had its own bins), with the legend under the plot, not over the bars.
 TEST_F(MetricsViewTest, EntropyHistogramsCountEveryHead) {
   MetricsView v;
   v.resize(1600, 1000);
@@ -186,24 +189,31 @@ TEST_F(MetricsViewTest, EntropyHistogramsCountEveryHead) {
   v.set_analysis(heads, S, H, "hedgehog");
   PlotPanel* p = panel(v, "per-head entropy");
   ASSERT_EQ(p->plot()->plottableCount(), 2);
+  double lo = INFINITY, hi = -INFINITY;
+  for (const HeadAnalysis& a : heads)
+    for (double e : {a.softmax.entropy, a.linear->entropy}) lo = std::min(lo, e), hi = std::max(hi, e);
+  std::vector<std::vector<double>> keys(2);
   for (int s = 0; s < 2; ++s) {
     auto* bars = qobject_cast<QCPBars*>(p->plot()->plottable(s));
     ASSERT_NE(bars, nullptr);
-    double lo = INFINITY, hi = -INFINITY;
-    for (const HeadAnalysis& a : heads) {
-      const double e = s == 0 ? a.softmax.entropy : a.linear->entropy;
-      lo = std::min(lo, e), hi = std::max(hi, e);
-    }
     double total = 0, first = INFINITY, last = -INFINITY;
     for (auto it = bars->data()->constBegin(); it != bars->data()->constEnd(); ++it) {
       total += it->value;
+      keys[size_t(s)].push_back(it->key);
       first = std::min(first, it->key), last = std::max(last, it->key);
     }
     EXPECT_EQ(total, S * H);
     EXPECT_NEAR(first - bars->width() / 2, lo, 1e-12);
     EXPECT_NEAR(last + bars->width() / 2, hi, 1e-12);
   }
+  EXPECT_EQ(keys[0], keys[1]) << "both series over the same bins";
+  EXPECT_DOUBLE_EQ(qobject_cast<QCPBars*>(p->plot()->plottable(0))->width(),
+                   qobject_cast<QCPBars*>(p->plot()->plottable(1))->width());
   EXPECT_EQ(p->plot()->plottable(1)->name(), "hedgehog");
+  p->plot()->replot();
+  EXPECT_FALSE(p->plot()->axisRect()->insetLayout()->elements(false).contains(p->plot()->legend))
+      << "the legend sits outside the bars";
+  EXPECT_FALSE(QRectF(p->plot()->axisRect()->rect()).intersects(QRectF(p->plot()->legend->outerRect())));
 }
 
 // The scatter draws the points it was given: (score, softmax weight) and (score, linear weight),

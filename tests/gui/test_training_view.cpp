@@ -22,6 +22,7 @@
 #include "attnscope/distill/run_metrics.h"
 #include "attnscope/io/text_source.h"
 #include "attnscope/tokenize/tokenizer.h"
+#include "dof_view.h"
 #include "main_window.h"
 #include "model_panel.h"
 #include "training_view.h"
@@ -95,11 +96,11 @@ class TrainingTest : public test::WorkbenchTest {
   // The form as a user sets it: a fixed M (or the DoF view's allocation with M = 0), steps,
   // checkpoint interval; then Train.
   static void train(MainWindow& w, int steps, int features, int checkpoint_every) {
-    w.show_view("training");
+    w.show_view(View::Training);
     views::TrainingView* t = w.training_view();
-    views::TrainForm f = t->form();
+    TrainSettings f = t->form();
     f.steps = steps;
-    f.use_allocation = features == 0;
+    f.from_allocation = features == 0;
     if (features > 0) f.features = features;
     f.checkpoint_every = checkpoint_every;
     t->set_form(f);
@@ -113,7 +114,7 @@ class TrainingTest : public test::WorkbenchTest {
   static JobStatus last_job(MainWindow& w, const std::string& kind) {
     JobStatus out;
     for (const JobStatus& j : w.workbench()->jobs())
-      if (j.kind == kind) out = j;
+      if (j.kind == parse_job_kind(kind)) out = j;
     return out;
   }
 };
@@ -130,7 +131,7 @@ TEST_F(TrainingTest, ShortRunDrawsMetricsJsonlAndItsCommandReproducesIt) {
   const std::string run = w->workbench()->run_dir().toStdString();
   ASSERT_TRUE(fs::is_regular_file(run + "/report.json"));
   EXPECT_TRUE(run.rfind(workspace_, 0) == 0) << run << " is not under the workspace " << workspace_;
-  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
   EXPECT_TRUE(w->training_view()->convert_button()->isEnabled());
   EXPECT_FALSE(w->training_view()->resume_button()->isEnabled());
   EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Finished"));
@@ -213,7 +214,7 @@ TEST_F(TrainingTest, CancelledRunHasNoReportAndResumeFinishesIt) {
   EXPECT_EQ(last_job(*w, "distill").state, JobState::Cancelled);
   EXPECT_FALSE(fs::exists(run + "/report.json"));
   EXPECT_FALSE(fs::exists(run + "/feature_maps.safetensors"));
-  EXPECT_EQ(w->workbench()->run_state(), "stopped");
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Killed);  // stopped: cancelled or killed
   const int64_t stopped_at = read_run_metrics(run).last_step();
   EXPECT_LT(stopped_at, steps);
   EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Stopped at step")) << w->training_view()->run_label()->text().toStdString();
@@ -227,7 +228,7 @@ TEST_F(TrainingTest, CancelledRunHasNoReportAndResumeFinishesIt) {
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
   ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
   EXPECT_TRUE(fs::is_regular_file(run + "/report.json"));
-  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
   EXPECT_FALSE(w->training_view()->resume_button()->isEnabled());
   // One uninterrupted curve: steps 1..150 once per layer, as the plot shows them.
   const Curves c = read_curves(run);
@@ -327,9 +328,10 @@ TEST_F(TrainingTest, ConvertAndEvaluateShowsCoresComparison) {
 TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
   auto w = make_window();
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
-  w->show_view("training");
+  w->show_view(View::Training);
   EXPECT_FALSE(w->training_view()->train_button()->isEnabled());
-  DistillOptions o;
+  TrainSettings o;
+  o.from_allocation = false;
   o.features = 16;
   EXPECT_EQ(w->workbench()->start_distill(o), 0);
   ASSERT_EQ(errors.count(), 1);
@@ -357,9 +359,9 @@ TEST_F(TrainingTest, AKilledRunOfAnotherProcessOpensAndResumes) {
                Cancelled);
   std::ofstream(run + "/running") << "999999999\n";
 
-  w->show_view("training");
+  w->show_view(View::Training);
   w->workbench()->open_run(QString::fromStdString(run));
-  EXPECT_EQ(w->workbench()->run_state(), "stopped");
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Killed);  // stopped: cancelled or killed
   EXPECT_EQ(w->training_view()->run_label()->text().toStdString(),
             "Stopped at step 5 of 12: Resume continues from the checkpoint at step 4");
   EXPECT_EQ(graph_points(graph_named(w->training_view()->loss_panel()->plot(), "layer 0")).size(), 5u);
@@ -368,7 +370,7 @@ TEST_F(TrainingTest, AKilledRunOfAnotherProcessOpensAndResumes) {
   QTest::mouseClick(w->training_view()->resume_button(), Qt::LeftButton);
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
   ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
-  EXPECT_EQ(w->workbench()->run_state(), "finished");
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
   EXPECT_TRUE(fs::is_regular_file(run + "/report.json"));
   const Curves c = read_curves(run);
   for (const auto& [layer, points] : c.loss) {
@@ -401,8 +403,8 @@ TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
 
   // Direct training: the whole model's next-token loss is one more line, read from the lines of
   // metrics.jsonl that name no layer.
-  views::TrainForm f = w->training_view()->form();
-  f.loss = "direct";
+  TrainSettings f = w->training_view()->form();
+  f.loss = DistillLoss::Direct;
   w->training_view()->set_form(f);
   train(*w, 3, 16, 3);
   EXPECT_NE(last_job(*w, "distill").command.find("--loss direct"), std::string::npos);

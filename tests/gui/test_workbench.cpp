@@ -51,7 +51,7 @@ class WorkbenchPipeline : public test::WorkbenchTest {
 
 JobStatus job_of(const Workbench& wb, const std::string& kind) {
   for (const JobStatus& j : wb.jobs())
-    if (j.kind == kind) return j;
+    if (j.kind == parse_job_kind(kind)) return j;
   return {};
 }
 
@@ -145,7 +145,7 @@ TEST_F(WorkbenchPipeline, SelectingHeadsSupersedesOlderRequests) {
   // The middle request never ran: the first was running when it came, and the last replaced it.
   int maps_jobs = 0;
   for (const JobStatus& j : wb_->jobs())
-    if (j.kind == "maps") ++maps_jobs;
+    if (j.kind == JobKind::Maps) ++maps_jobs;
   EXPECT_EQ(maps_jobs, 3);  // the start-up's, (1, 1) and (3, 2)
   EXPECT_LE(views.count(), 2);
   // The head view equals core's for that head.
@@ -231,10 +231,10 @@ TEST_F(WorkbenchPipeline, SavedSessionsCarryTheirDataAndReopen) {
   EXPECT_EQ(again.session().head, 1);
   EXPECT_EQ(again.session().budget, 40);
   EXPECT_EQ(again.session().strategy, AllocStrategy::PerHead);
-  EXPECT_EQ(again.session().colour_scale, "log");
+  EXPECT_EQ(again.session().colour_scale, ColourScale::Log);
   EXPECT_EQ(again.head_detail()->layer, 2);
   // Nothing was captured again: the spectra came from the session's file.
-  for (const JobStatus& j : again.jobs()) EXPECT_NE(j.kind, "capture");
+  for (const JobStatus& j : again.jobs()) EXPECT_NE(j.kind, JobKind::Capture);
   ASSERT_TRUE(again.dof_state().has_value());
   EXPECT_EQ(again.dof_state()->allocation.dims, wb_->dof_state()->allocation.dims);
 }

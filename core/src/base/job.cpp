@@ -3,8 +3,23 @@
 #include <cstdio>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/names.h"
 
 namespace attnscope {
+
+namespace {
+
+constexpr Named<JobKind> kJobKinds[] = {
+    {JobKind::Model, "model"},     {JobKind::Capture, "capture"}, {JobKind::Spectra, "spectra"},
+    {JobKind::Metrics, "metrics"}, {JobKind::Maps, "maps"},       {JobKind::Report, "report"},
+    {JobKind::Session, "session"}, {JobKind::Distill, "distill"}, {JobKind::Convert, "convert"},
+    {JobKind::Eval, "eval"}};
+
+}  // namespace
+
+JobKind parse_job_kind(const std::string& name) { return parse_name(kJobKinds, name, "job kind"); }
+const char* job_kind_name(JobKind kind) { return name_of(kJobKinds, kind); }
+std::vector<std::string> job_kind_names() { return names_of(kJobKinds); }
 
 const char* job_state_name(JobState s) {
   switch (s) {
@@ -32,8 +47,8 @@ bool is_finished(JobState s) {
 
 }  // namespace
 
-Job::Job(int id, std::string kind, std::string title, std::string command)
-    : id_(id), kind_(std::move(kind)), title_(std::move(title)), command_(std::move(command)) {}
+Job::Job(int id, JobKind kind, std::string title, std::string command)
+    : id_(id), kind_(kind), title_(std::move(title)), command_(std::move(command)) {}
 
 double Job::elapsed_locked() const {
   if (state_ == JobState::Queued) return 0;
@@ -151,7 +166,7 @@ JobRunner::~JobRunner() {
     if (w.thread.joinable()) w.thread.join();
 }
 
-std::shared_ptr<Job> JobRunner::start(const std::string& kind, const std::string& title, const std::string& command,
+std::shared_ptr<Job> JobRunner::start(JobKind kind, const std::string& title, const std::string& command,
                                       Work work, Done done) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = workers_.begin(); it != workers_.end();) {
@@ -206,7 +221,7 @@ void JobRunner::wait_all() const {
   for (const auto& j : jobs()) j->wait();
 }
 
-void run_job(const std::string& kind, const std::string& title, const std::string& command,
+void run_job(JobKind kind, const std::string& title, const std::string& command,
              const std::function<void(Job&)>& work, const ProgressFn& observer) {
   Job job(0, kind, title, command);  // id 0: not one of a runner's jobs
   job.observer_ = observer;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,29 @@ std::string layer_file(int s) { return "layer_" + std::to_string(s) + ".safetens
 
 }  // namespace
 
+namespace {
+
+// Where the text of `docs` came from, for a message about all of it: its one file, or every file
+// ("the 5 sample texts a.txt, b.txt, ..."); a .jsonl's lines ("f.jsonl:12") count as their file.
+std::string text_origin(const std::vector<TextDocument>& docs) {
+  if (docs.empty()) return "text";
+  std::vector<std::string> files;
+  for (const TextDocument& d : docs) {
+    std::string f = d.source;
+    const size_t colon = f.rfind(':');
+    if (colon != std::string::npos && colon + 1 < f.size() &&
+        f.find_first_not_of("0123456789", colon + 1) == std::string::npos && f.rfind(".jsonl", colon) == colon - 6)
+      f.resize(colon);
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  }
+  if (files.size() == 1) return files.front();
+  std::string out = "the " + std::to_string(files.size()) + " sample texts ";
+  for (size_t i = 0; i < files.size(); ++i) out += (i ? ", " : "") + files[i];
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
                                                const std::vector<TextDocument>& docs,
                                                const CaptureOptions& opt) {
@@ -43,7 +67,7 @@ std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
   const int64_t body = opt.seq_len - (bos ? 1 : 0);
   const int64_t available = int64_t(stream.size()) / body;
   if (available < opt.num_seqs)
-    fail(docs.empty() ? "text" : docs.front().source,
+    fail(text_origin(docs),
          "the text has " + std::to_string(stream.size()) + " tokens: " + std::to_string(available) +
              " windows of " + std::to_string(opt.seq_len) + ", fewer than the " + std::to_string(opt.num_seqs) +
              " asked for");

@@ -1,6 +1,8 @@
 // The run directory of a job (run_dir.h): the files of SPEC 6 and how each is written.
 #include "attnscope/distill/run_dir.h"
 
+#include "attnscope/base/names.h"
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -163,9 +165,21 @@ bool run_is_live(const std::string& dir) {
   return held;
 }
 
-std::string run_state(const std::string& dir) {
-  if (fs::exists(fs::path(dir) / "report.json")) return "finished";
-  return run_is_live(dir) ? "running" : "killed";
+namespace {
+constexpr Named<RunState> kRunStates[] = {{RunState::Running, "running"},
+                                          {RunState::Finished, "finished"},
+                                          {RunState::Killed, "killed"},
+                                          {RunState::Failed, "failed"}};
+}  // namespace
+
+RunState parse_run_state(const std::string& name) { return parse_name(kRunStates, name, "run state"); }
+const char* run_state_name(RunState state) { return name_of(kRunStates, state); }
+std::vector<std::string> run_state_names() { return names_of(kRunStates); }
+
+RunState run_state(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "report.json")) return RunState::Finished;
+  if (run_is_live(dir)) return RunState::Running;
+  return fs::exists(fs::path(dir) / "job.json") ? RunState::Killed : RunState::Failed;
 }
 
 void RunDir::write_report(const std::string& json_text) {

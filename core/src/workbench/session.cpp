@@ -10,6 +10,7 @@
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_detail.h"
+#include "attnscope/base/names.h"
 #include "attnscope/base/text_file.h"
 
 namespace fs = std::filesystem;
@@ -21,7 +22,18 @@ namespace {
 
 constexpr const char* kFormat = "attnscope.session";
 constexpr int kVersion = 1;
-const char* const kViews[] = {"heads", "metrics", "dof", "jobs"};
+
+constexpr Named<View> kViews[] = {
+    {View::Heads, "heads"}, {View::Metrics, "metrics"}, {View::Dof, "dof"}, {View::Jobs, "jobs"}, {View::Training, "training"}};
+
+constexpr Named<GridMetric> kGridMetrics[] = {
+    {GridMetric::SoftmaxEntropy, "softmax entropy"},
+    {GridMetric::SoftmaxNormalizedEntropy, "softmax normalized entropy"},
+    {GridMetric::LinearEntropy, "linear entropy"},
+    {GridMetric::LinearMonotonicity, "linear monotonicity"},
+    {GridMetric::LinearDiscordant, "linear discordant pairs"},
+    {GridMetric::Kl, "KL"},
+    {GridMetric::Dof, "DoF"}};
 
 // ---- saving: paths relative to the session file's directory ----
 
@@ -99,6 +111,29 @@ struct Reader {
     }
   }
 
+  // A name of one of core's name sets, read through its parser: the parser's message (which lists
+  // the valid names) after the key.
+  template <class E, class Parse>
+  void name(const json& obj, const char* key, const std::string& path, Parse parse, const char* (*print)(E),
+            E& out) const {
+    std::string text = print(out);
+    string(obj, key, path, text);
+    try {
+      out = parse(text);
+    } catch (const Error& e) {
+      bad(path, std::string("is not valid: ") + e.what());
+    }
+  }
+
+  // A positive finite number (a learning rate).
+  void positive(const json& obj, const char* key, const std::string& name, double& out) const {
+    if (const json* v = find(obj, key)) {
+      if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
+        bad(name, "must be a positive finite number, got " + v->dump());
+      out = v->get<double>();
+    }
+  }
+
   // A stored path back to an absolute one, from the session file's directory.
   std::string path(const std::string& p) const {
     if (p.empty()) return p;
@@ -117,6 +152,29 @@ struct Reader {
 };
 
 }  // namespace
+
+View parse_view(const std::string& name) { return parse_name(kViews, name, "view"); }
+const char* view_name(View view) { return name_of(kViews, view); }
+std::vector<std::string> view_names() { return names_of(kViews); }
+
+GridMetric parse_grid_metric(const std::string& name) { return parse_name(kGridMetrics, name, "grid metric"); }
+const char* grid_metric_name(GridMetric metric) { return name_of(kGridMetrics, metric); }
+std::vector<std::string> grid_metric_names() { return names_of(kGridMetrics); }
+
+DistillOptions distill_options_of(const TrainSettings& t) {
+  DistillOptions o;
+  o.feature_map = t.feature_map;
+  o.loss = t.loss;
+  o.steps = t.steps;
+  o.lr = t.lr;
+  o.lr_alpha = t.lr_alpha;
+  o.batch = t.batch;
+  o.schedule = t.schedule;
+  o.checkpoint_every = t.checkpoint_every;
+  o.device = t.device;
+  o.features = t.from_allocation ? 0 : t.features;
+  return o;
+}
 
 void save_session(const std::string& path, const Session& s) {
   const fs::path base = fs::absolute(path).parent_path();
@@ -145,9 +203,22 @@ void save_session(const std::string& path, const Session& s) {
   j["strategy"] = alloc_strategy_name(s.strategy);
   j["multiple"] = s.multiple;
   j["selection"] = {{"layer", s.layer}, {"head", s.head}, {"seq", s.seq}};
-  j["colour_scale"] = s.colour_scale;
-  j["metric"] = s.metric;
-  j["view"] = s.view;
+  j["colour_scale"] = colour_scale_name(s.colour_scale);
+  j["metric"] = grid_metric_name(s.metric);
+  j["view"] = view_name(s.view);
+  const TrainSettings& t = s.train;
+  j["train"] = {{"run", relative_to(s.run_dir, base)},
+                {"feature_map", t.feature_map},
+                {"loss", distill_loss_name(t.loss)},
+                {"steps", t.steps},
+                {"lr", t.lr},
+                {"lr_alpha", t.lr_alpha},
+                {"batch", t.batch},
+                {"schedule", lr_schedule_name(t.schedule)},
+                {"checkpoint_every", t.checkpoint_every},
+                {"device", device_name(t.device)},
+                {"dimensions", t.from_allocation ? "allocation" : "fixed"},
+                {"features", t.features}};
   write_text_file(path, j.dump(2) + "\n");
 }
 
@@ -244,16 +315,33 @@ Session load_session(const std::string& file) {
     r.integer(*sel, "head", "selection.head", 0, INT_MAX, "a non-negative integer", s.head);
     r.integer(*sel, "seq", "selection.seq", 0, INT_MAX, "a non-negative integer", s.seq);
   }
-  r.string(j, "colour_scale", "colour_scale", s.colour_scale);
-  try {
-    parse_colour_scale(s.colour_scale);
-  } catch (const Error& e) {
-    r.bad("colour_scale", std::string("is not valid: ") + e.what());
+  r.name(j, "colour_scale", "colour_scale", parse_colour_scale, colour_scale_name, s.colour_scale);
+  r.name(j, "metric", "metric", parse_grid_metric, grid_metric_name, s.metric);
+  r.name(j, "view", "view", parse_view, view_name, s.view);
+
+  if (const json* t = r.object(j, "train")) {
+    TrainSettings& train = s.train;
+    r.string(*t, "run", "train.run", s.run_dir);
+    s.run_dir = r.path(s.run_dir);
+    r.string(*t, "feature_map", "train.feature_map", train.feature_map);
+    const auto maps = trainable_feature_maps();
+    if (std::find(maps.begin(), maps.end(), train.feature_map) == maps.end())
+      r.bad("train.feature_map", "'" + train.feature_map + "' is not a trainable feature map");
+    r.name(*t, "loss", "train.loss", parse_distill_loss, distill_loss_name, train.loss);
+    r.integer(*t, "steps", "train.steps", 1, INT64_MAX, "a positive integer", train.steps);
+    r.positive(*t, "lr", "train.lr", train.lr);
+    r.positive(*t, "lr_alpha", "train.lr_alpha", train.lr_alpha);
+    r.integer(*t, "batch", "train.batch", 1, INT64_MAX, "a positive integer", train.batch);
+    r.name(*t, "schedule", "train.schedule", parse_lr_schedule, lr_schedule_name, train.schedule);
+    r.integer(*t, "checkpoint_every", "train.checkpoint_every", 1, INT64_MAX, "a positive integer",
+              train.checkpoint_every);
+    r.name(*t, "device", "train.device", parse_device_name, device_name, train.device);
+    std::string dims = train.from_allocation ? "allocation" : "fixed";
+    r.string(*t, "dimensions", "train.dimensions", dims);
+    if (dims != "allocation" && dims != "fixed") r.bad("train.dimensions", "'" + dims + "' is not allocation or fixed");
+    train.from_allocation = dims == "allocation";
+    r.integer(*t, "features", "train.features", 1, INT64_MAX, "a positive integer", train.features);
   }
-  r.string(j, "metric", "metric", s.metric);
-  r.string(j, "view", "view", s.view);
-  if (std::find(std::begin(kViews), std::end(kViews), s.view) == std::end(kViews))
-    r.bad("view", "'" + s.view + "' is not one of heads, metrics, dof, jobs");
   return s;
 }
 

@@ -20,13 +20,20 @@
 
 namespace attnscope {
 
+// What a job does, one name table: the words of the job lists (the window's Jobs tab, its log
+// titles). The CLI's foreground jobs are capture, report and distill; the window adds the rest.
+enum class JobKind { Model, Capture, Spectra, Metrics, Maps, Report, Session, Distill, Convert, Eval };
+JobKind parse_job_kind(const std::string& name);  // one of job_kind_names(); else Error (quantity "job kind")
+const char* job_kind_name(JobKind kind);
+std::vector<std::string> job_kind_names();  // model, capture, spectra, metrics, maps, report, session, distill, convert, eval
+
 enum class JobState { Queued, Running, Succeeded, Failed, Cancelled };
 const char* job_state_name(JobState s);  // "queued", "running", "done", "failed", "cancelled"
 
 // A consistent snapshot of a job, safe to read on any thread.
 struct JobStatus {
   int id = 0;
-  std::string kind;     // "capture", "spectra", "metrics", "report" (distillation adds its own)
+  JobKind kind = JobKind::Capture;
   std::string title;    // what a person reads in the job list ("capture 8 x 256 tokens")
   std::string command;  // the attnscope command line that does the same work headless
   JobState state = JobState::Queued;
@@ -40,7 +47,7 @@ struct JobStatus {
 
 class Job {
  public:
-  Job(int id, std::string kind, std::string title, std::string command);
+  Job(int id, JobKind kind, std::string title, std::string command);
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -68,7 +75,8 @@ class Job {
   double elapsed_locked() const;
 
   const int id_;
-  const std::string kind_, title_, command_;
+  const JobKind kind_;
+  const std::string title_, command_;
   std::atomic<bool> cancel_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable done_cv_;
@@ -80,7 +88,7 @@ class Job {
   std::exception_ptr failure_;
   ProgressFn observer_;  // set by run_job before the work starts: the CLI's terminal bar
 
-  friend void run_job(const std::string&, const std::string&, const std::string&,
+  friend void run_job(JobKind, const std::string&, const std::string&,
                       const std::function<void(Job&)>&, const ProgressFn&);
 };
 
@@ -97,7 +105,7 @@ class JobRunner {
   JobRunner(const JobRunner&) = delete;
   JobRunner& operator=(const JobRunner&) = delete;
 
-  std::shared_ptr<Job> start(const std::string& kind, const std::string& title, const std::string& command,
+  std::shared_ptr<Job> start(JobKind kind, const std::string& title, const std::string& command,
                              Work work, Done done = nullptr);
   std::vector<std::shared_ptr<Job>> jobs() const;  // every job started, oldest first
   std::shared_ptr<Job> find(int id) const;         // null when unknown
@@ -120,7 +128,7 @@ class JobRunner {
 
 // The CLI's way: runs `work` as a job on this thread, forwarding its progress to `observer` (a
 // terminal bar; may be null), and rethrows whatever ended it.
-void run_job(const std::string& kind, const std::string& title, const std::string& command,
+void run_job(JobKind kind, const std::string& title, const std::string& command,
              const std::function<void(Job&)>& work, const ProgressFn& observer = nullptr);
 
 }  // namespace attnscope

@@ -72,8 +72,17 @@ class RunDir {
 }  // namespace attnscope
 
 namespace attnscope {
-// "finished" (report.json), "running" (a process holds RUN/running's lock) or "killed".
-std::string run_state(const std::string& dir);
+// Where a run directory stands, one name table (the words of `attnscope jobs` and the window):
+//   running   a process holds RUN/running's lock
+//   finished  report.json is there
+//   killed    it stopped without a report (cancelled, killed, failed): --resume continues it from
+//             its last checkpoint
+//   failed    it has no job.json: it stopped before it began
+enum class RunState { Running, Finished, Killed, Failed };
+RunState parse_run_state(const std::string& name);  // one of run_state_names(); else Error (quantity "run state")
+const char* run_state_name(RunState state);
+std::vector<std::string> run_state_names();  // running, finished, killed, failed
+RunState run_state(const std::string& dir);
 // True while a process holds RUN/running's lock.
 bool run_is_live(const std::string& dir);
 }  // namespace attnscope

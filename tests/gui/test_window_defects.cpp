@@ -1,0 +1,431 @@
+// Issue 18 (the window's part) and issue 19 item 14: the defects found by using the window as a new
+// user would, each driven through the window under the offscreen platform. A session saved on the
+// Train tab reopens with its form, its run and the run's evaluation; a bad value from the form is
+// named with the form's own words, never a command-line flag; the metrics view shows no panel that
+// is the same in every head; opening another model starts a clean document; the three head maps
+// have square cells, one colour range and a zoom reset; the window fits its screen; the DoF view
+// says it is computing while the spectra come; "too few windows" names every text it counted; the
+// workspace can be listed and cleaned (window, core and `attnscope workspace`).
+#include <QAction>
+#include <QGuiApplication>
+#include <QLabel>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QScreen>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QTableWidget>
+#include <QToolButton>
+#include <filesystem>
+#include <fstream>
+#include <qcustomplot.h>
+
+#include "attnscope/distill/distill_options.h"
+#include "attnscope/distill/run_dir.h"
+#include "attnscope/workbench/session.h"
+#include "attnscope/workbench/view_data.h"
+#include "attnscope/workbench/workspace.h"
+#include "dof_view.h"
+#include "heads_view.h"
+#include "heatmap_panel.h"
+#include "main_window.h"
+#include "metrics_view.h"
+#include "model_panel.h"
+#include "training_view.h"
+#include "value_heatmap.h"
+#include "workbench_fixture.h"
+#include "workspace_dialog.h"
+
+using namespace attnscope;
+using gui::MainWindow;
+namespace fs = std::filesystem;
+
+namespace {
+
+class WindowDefects : public test::WorkbenchTest {
+ protected:
+  std::unique_ptr<MainWindow> make_window(QSize size = QSize(1500, 940)) {
+    auto w = std::make_unique<MainWindow>(nullptr, /*use_settings=*/false);
+    w->workbench()->set_workspace_root(workspace());
+    w->workbench()->set_auto_capture(false);
+    ConvertedEvalOptions eo;  // a quick evaluation: two speed lengths, short timings
+    eo.speed_lengths = {16, 32};
+    eo.min_seconds = 0.01;
+    w->workbench()->set_eval_options(eo);
+    w->resize(size);
+    w->show();
+    return w;
+  }
+
+  // The bundled model, every bundled text, a capture of `windows` x 64 tokens and its analysis.
+  void capture_bundled(MainWindow& w, int windows = 2) {
+    w.add_text_files(test::bundled_texts());
+    CaptureOptions o;
+    o.num_seqs = windows;
+    o.seq_len = 64;
+    w.model_panel()->set_capture_options(o);
+    QSignalSpy model(w.workbench(), &gui::Workbench::modelChanged);
+    w.open_model(QString::fromStdString(test::bundled_model()));
+    ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+    QSignalSpy errors(&w, &MainWindow::errorShown);
+    QTest::mouseClick(w.model_panel()->capture_button(), Qt::LeftButton);
+    ASSERT_TRUE(wait_until([&] { return w.workbench()->pipeline_finished() || errors.count() > 0; }));
+    ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+    QTest::qWait(50);
+  }
+
+  // The Train form as a user fills it, then Train; waits for the run to end.
+  static void train(MainWindow& w, const TrainSettings& form) {
+    w.show_view(View::Training);
+    w.training_view()->set_form(form);
+    QSignalSpy errors(&w, &MainWindow::errorShown);
+    QTest::mouseClick(w.training_view()->train_button(), Qt::LeftButton);
+    ASSERT_TRUE(w.workbench()->training_running());
+    ASSERT_TRUE(wait_until([&] { return !w.workbench()->training_running(); }));
+    ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  }
+
+  static TrainSettings small_form() {
+    TrainSettings f;
+    f.from_allocation = false;
+    f.features = 16;
+    f.steps = 4;
+    f.checkpoint_every = 2;
+    f.lr = 0.03;
+    f.lr_alpha = 0.25;
+    f.batch = 2;
+    f.schedule = LrSchedule::Cosine;
+    return f;
+  }
+};
+
+std::string message_of(const QSignalSpy& spy) { return spy.isEmpty() ? std::string() : spy.first().at(1).toString().toStdString(); }
+
+}  // namespace
+
+// Defect 3 and item 2: the window knew five views, the session file four, so a session saved on
+// the Train tab could not be reopened; and the Train tab was not in the session at all. Now the
+// form, the run and the run's evaluation come back with it (read again from the run's folder).
+TEST_F(WindowDefects, ASessionSavedOnTheTrainTabReopensWithItsFormRunAndEvaluation) {
+  const std::string dir = test::temp_dir("train_session");
+  const QString path = QString::fromStdString(dir + "/study.attnscope");
+  const TrainSettings form = small_form();
+  std::string run_name;
+  std::vector<std::string> table_first_row;
+  {
+    auto w = make_window();
+    capture_bundled(*w);
+    train(*w, form);
+    ASSERT_EQ(w->workbench()->run_state(), RunState::Finished);
+    QSignalSpy evaluated(w->workbench(), &gui::Workbench::evaluationReady);
+    QTest::mouseClick(w->training_view()->convert_button(), Qt::LeftButton);
+    ASSERT_TRUE(wait_until([&] { return evaluated.count() > 0; }, 300000));
+    ASSERT_GT(w->training_view()->comparison_table()->rowCount(), 0);
+    table_first_row = w->training_view()->table().rows.front();
+    run_name = fs::path(w->workbench()->run_dir().toStdString()).filename().string();
+    w->show_view(View::Training);
+    QSignalSpy saved(w->workbench(), &gui::Workbench::sessionSaved);
+    ASSERT_TRUE(w->save_session(path));
+    ASSERT_TRUE(wait_until([&] { return saved.count() > 0; }));
+    EXPECT_EQ(w->workbench()->run_dir().toStdString(), dir + "/study.data/runs/" + run_name);
+  }
+  // The file says where the run is, relative to itself, and what the form asked for.
+  const Session s = load_session(path.toStdString());
+  EXPECT_EQ(s.view, View::Training);
+  EXPECT_EQ(s.run_dir, dir + "/study.data/runs/" + run_name);
+  EXPECT_TRUE(fs::is_regular_file(s.run_dir + "/report.json"));
+  EXPECT_TRUE(fs::is_regular_file(s.run_dir + "/evaluation.json"));
+  // The copy's job.json names the session's copy of the capture, so it resumes without the cache.
+  EXPECT_EQ(read_distill_job(s.run_dir).options.capture, dir + "/study.data/capture");
+  EXPECT_NE(read_distill_job(s.run_dir).command.find("--out " + s.run_dir), std::string::npos);
+
+  auto w = make_window();
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  ASSERT_TRUE(w->open_session(path)) << message_of(errors);
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished() || errors.count() > 0; }));
+  ASSERT_EQ(errors.count(), 0) << message_of(errors);
+  EXPECT_EQ(w->current_view(), View::Training);
+  const TrainSettings back = w->training_view()->form();
+  EXPECT_EQ(back.feature_map, form.feature_map);
+  EXPECT_EQ(back.loss, form.loss);
+  EXPECT_EQ(back.steps, form.steps);
+  EXPECT_DOUBLE_EQ(back.lr, form.lr);
+  EXPECT_DOUBLE_EQ(back.lr_alpha, form.lr_alpha);
+  EXPECT_EQ(back.batch, form.batch);
+  EXPECT_EQ(back.schedule, form.schedule);
+  EXPECT_EQ(back.checkpoint_every, form.checkpoint_every);
+  EXPECT_EQ(back.device, form.device);
+  EXPECT_EQ(back.from_allocation, form.from_allocation);
+  EXPECT_EQ(back.features, form.features);
+  // The run: its metrics, state and evaluation, read from its folder.
+  EXPECT_EQ(w->workbench()->run_dir().toStdString(), s.run_dir);
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
+  EXPECT_EQ(w->workbench()->training_metrics().last_step(), form.steps);
+  ASSERT_NE(w->workbench()->evaluation(), nullptr);
+  ASSERT_GT(w->training_view()->comparison_table()->rowCount(), 0);
+  EXPECT_EQ(w->training_view()->table().rows.front(), table_first_row);
+  EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Finished")) << w->training_view()->run_label()->text().toStdString();
+  EXPECT_TRUE(w->training_view()->convert_button()->isEnabled());
+}
+
+// Defect 5 (the window's side): core names the quantity; the window adds its control's words.
+// A hedgehog map needs an even M: an odd fixed M from the form is refused in the form's words.
+TEST_F(WindowDefects, ABadValueFromTheFormIsNamedWithTheFormsWordsNotAFlag) {
+  auto w = make_window();
+  capture_bundled(*w);
+  TrainSettings f = small_form();
+  f.feature_map = "hedgehog";
+  f.features = 17;
+  w->show_view(View::Training);
+  w->training_view()->set_form(f);
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  QTest::mouseClick(w->training_view()->train_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return errors.count() > 0; }, 60000));
+  const QString message = errors.first().at(1).toString();
+  EXPECT_TRUE(message.contains("feature dimension 17 is odd")) << message.toStdString();
+  EXPECT_TRUE(message.endsWith("(Train > Dimensions)")) << message.toStdString();
+  EXPECT_FALSE(message.contains("--")) << message.toStdString();
+  EXPECT_FALSE(w->workbench()->training_running());
+}
+
+// Defect 6: the softmax monotonicity panel was 1.00 in every cell, and always would be. Every
+// layer x head panel of the metrics view now shows something that differs between heads (on a
+// real capture with the default PRF map), and softmax's monotonicity is none of them.
+TEST_F(WindowDefects, EveryMetricsHeatmapDiffersBetweenHeads) {
+  auto w = make_window();
+  capture_bundled(*w);
+  int grids = 0;
+  for (views::PlotPanel* p : w->metrics_view()->panels()) {
+    auto* h = qobject_cast<views::ValueHeatmap*>(p);
+    if (!h || p->title().startsWith("mixer")) continue;
+    ++grids;
+    EXPECT_FALSE(p->title().contains("softmax monotonicity"));
+    ASSERT_TRUE(h->note().isEmpty()) << p->title().toStdString() << ": " << h->note().toStdString();
+    double lo = INFINITY, hi = -INFINITY;
+    for (const auto& row : h->values())
+      for (double v : row)
+        if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    EXPECT_GT(hi - lo, 1e-6) << p->title().toStdString() << " is the same in every head";
+  }
+  EXPECT_EQ(grids, 5);
+  // The discordant pairs drawn are core's, head by head.
+  const auto& a = w->workbench()->analysis();
+  views::ValueHeatmap* discordant = nullptr;
+  for (views::PlotPanel* p : w->metrics_view()->panels())
+    if (p->title().endsWith("discordant pairs")) discordant = qobject_cast<views::ValueHeatmap*>(p);
+  ASSERT_NE(discordant, nullptr);
+  for (const HeadAnalysis& h : a)
+    EXPECT_DOUBLE_EQ(discordant->values()[size_t(h.layer)][size_t(h.head)], h.linear->monotonicity->discordant_fraction);
+}
+
+// Defect 8: opening another model kept the old one's state (the Train tab's run, which Convert +
+// evaluate then converted; the title and the session file, which Ctrl+S overwrote; the data folder,
+// where Save session as… pointed the new session). Opening a model starts a clean document.
+TEST_F(WindowDefects, OpeningAnotherModelStartsACleanDocument) {
+  const std::string dir = test::temp_dir("clean_doc");
+  const QString first = QString::fromStdString(dir + "/first.attnscope");
+  auto w = make_window();
+  capture_bundled(*w);
+  TrainSettings f = small_form();
+  f.steps = 2;
+  train(*w, f);
+  QSignalSpy saved(w->workbench(), &gui::Workbench::sessionSaved);
+  ASSERT_TRUE(w->save_session(first));
+  ASSERT_TRUE(wait_until([&] { return saved.count() > 0; }));
+  ASSERT_TRUE(w->windowTitle().contains("first.attnscope"));
+  const std::string first_text = test::read_file(first.toStdString());
+
+  // Another model (the same bundled one through another path: what matters is opening one).
+  const std::string other = dir + "/other-model";
+  fs::create_directory_symlink(test::bundled_model(), other);
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(QString::fromStdString(other));
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  EXPECT_TRUE(w->workbench()->session_path().isEmpty());
+  EXPECT_TRUE(w->windowTitle().contains("unsaved session")) << w->windowTitle().toStdString();
+  EXPECT_FALSE(w->windowTitle().contains("first.attnscope"));
+  EXPECT_TRUE(w->workbench()->run_dir().isEmpty());
+  EXPECT_FALSE(w->workbench()->run_state().has_value());
+  EXPECT_EQ(w->workbench()->training_metrics().last_step(), 0);
+  EXPECT_FALSE(w->training_view()->convert_button()->isEnabled());
+  EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("No run yet")) << w->training_view()->run_label()->text().toStdString();
+  EXPECT_TRUE(w->workbench()->session().capture_dir.empty());
+  EXPECT_EQ(w->workbench()->convert_and_evaluate(), 0);  // nothing of the old model to convert
+
+  // Saving the new document writes a new file with its own data folder; the first is untouched.
+  QTest::mouseClick(w->model_panel()->capture_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
+  const QString second = QString::fromStdString(dir + "/second.attnscope");
+  ASSERT_TRUE(w->save_session(second));
+  ASSERT_TRUE(wait_until([&] { return saved.count() > 1; }));
+  EXPECT_EQ(w->workbench()->session().capture_dir, dir + "/second.data/capture");
+  EXPECT_EQ(test::read_file(first.toStdString()), first_text);
+  EXPECT_EQ(load_session(second.toStdString()).model, fs::weakly_canonical(other).string());
+}
+
+// Defect 8: the three head maps were squashed about 4:1 and softmax and linear had different
+// colour ranges. Cells are square, softmax and linear share core's range, Reset zoom shows the
+// whole map again.
+TEST_F(WindowDefects, HeadMapsHaveSquareCellsOneColourRangeAndAZoomReset) {
+  auto w = make_window(QSize(1280, 800));
+  capture_bundled(*w);
+  w->show_view(View::Heads);
+  QTest::qWait(100);
+  views::HeadsView* hv = w->heads_view();
+  for (MapKind kind : {MapKind::Softmax, MapKind::Linear, MapKind::Difference}) {
+    QCustomPlot* p = hv->panel(kind)->plot();
+    p->replot();
+    const QRect r = p->axisRect()->rect();
+    ASSERT_GT(r.height(), 40);
+    EXPECT_NEAR(double(r.width()) / r.height(), 1.0, 0.03) << "map " << int(kind) << ": " << r.width() << " x " << r.height();
+  }
+  const auto view = w->workbench()->head_detail();
+  ASSERT_TRUE(view && view->has_linear());
+  const auto shared = shared_map_range(*view, hv->scale());
+  const QCPRange sm = hv->panel(MapKind::Softmax)->colour_map()->dataRange();
+  EXPECT_EQ(sm, hv->panel(MapKind::Linear)->colour_map()->dataRange());
+  EXPECT_DOUBLE_EQ(sm.lower, shared.first);
+  EXPECT_DOUBLE_EQ(sm.upper, shared.second);
+
+  hv->show_region({10, 20, 5, 15});
+  EXPECT_EQ(hv->panel(MapKind::Linear)->visible_region().row1, 20);
+  QTest::mouseClick(hv->reset_zoom_button(), Qt::LeftButton);
+  for (MapKind kind : {MapKind::Softmax, MapKind::Linear, MapKind::Difference}) {
+    const MapRegion r = hv->panel(kind)->visible_region();
+    EXPECT_EQ(r.row0, 0);
+    EXPECT_EQ(r.col0, 0);
+    EXPECT_EQ(r.row1, view->length());
+    EXPECT_EQ(r.col1, view->length());
+  }
+}
+
+// Defect 8: the window opened at 1440 x 900 whatever the screen (on 1280 x 800 the Capture button
+// and the status bar were off-screen). It opens inside the screen's available geometry.
+TEST_F(WindowDefects, TheWindowOpensInsideTheScreen) {
+  MainWindow w(nullptr, /*use_settings=*/false);
+  w.show();
+  ASSERT_TRUE(QTest::qWaitForWindowExposed(&w));
+  const QRect avail = w.screen()->availableGeometry();
+  EXPECT_LE(w.width(), avail.width());
+  EXPECT_LE(w.height(), avail.height());
+  EXPECT_TRUE(avail.contains(w.geometry())) << w.geometry().x() << "," << w.geometry().y() << " " << w.width() << "x"
+                                           << w.height() << " on " << avail.width() << "x" << avail.height();
+}
+
+// Defect 8: while spectra were computed the DoF view showed an all-zero heatmap and legend entries
+// "Graph 1/2/3". It says it is computing, and every series it draws has a name.
+TEST_F(WindowDefects, TheDofViewSaysItIsComputingAndNamesEverySeries) {
+  auto w = make_window();
+  w->add_text_files(test::bundled_texts());
+  CaptureOptions o;
+  o.num_seqs = 2;
+  o.seq_len = 64;
+  w->model_panel()->set_capture_options(o);
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(QString::fromStdString(test::bundled_model()));
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  QString note_at_capture;
+  QObject::connect(w->workbench(), &gui::Workbench::captureReady, w.get(), [&] {
+    if (w->workbench()->capture_store()) note_at_capture = w->dof_view()->note();
+  });
+  auto series_names = [&] {
+    QStringList names;
+    for (views::PlotPanel* p : w->dof_view()->panels()) {
+      QCustomPlot* plot = p->plot();
+      for (int i = 0; i < plot->plottableCount(); ++i) names << plot->plottable(i)->name();
+      for (int i = 0; i < plot->legend->itemCount(); ++i)
+        if (auto* item = qobject_cast<QCPPlottableLegendItem*>(plot->legend->item(i))) names << item->plottable()->name();
+    }
+    return names;
+  };
+  w->show_view(View::Dof);
+  QTest::mouseClick(w->model_panel()->capture_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
+  EXPECT_TRUE(note_at_capture.startsWith("Computing the DoF spectra")) << note_at_capture.toStdString();
+  EXPECT_TRUE(w->dof_view()->note().isEmpty()) << w->dof_view()->note().toStdString();
+  for (const QString& n : series_names()) {
+    EXPECT_FALSE(n.isEmpty());
+    EXPECT_FALSE(n.startsWith("Graph")) << n.toStdString();
+  }
+  // Without a capture, the view says there is nothing yet rather than drawing zeros.
+  views::DofView fresh;
+  EXPECT_FALSE(fresh.note().isEmpty());
+  EXPECT_EQ(fresh.cell_text(0, 0), QString());
+}
+
+// Defect 8: "too few windows" named only the first of five text files, though it counted all five.
+TEST_F(WindowDefects, TooFewWindowsNamesEveryTextItCounted) {
+  auto w = make_window();
+  w->add_text_files(test::bundled_texts());
+  CaptureOptions o;
+  o.num_seqs = 4000;
+  o.seq_len = 256;
+  w->model_panel()->set_capture_options(o);
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(QString::fromStdString(test::bundled_model()));
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  w->capture();
+  ASSERT_TRUE(wait_until([&] { return errors.count() > 0; }));
+  const QString message = errors.first().at(1).toString();
+  const QStringList texts = test::bundled_texts();
+  EXPECT_TRUE(message.contains(QString("the %1 sample texts").arg(texts.size()))) << message.toStdString();
+  for (const QString& t : texts) EXPECT_TRUE(message.contains(t)) << t.toStdString() << " missing from " << message.toStdString();
+  EXPECT_TRUE(message.contains("fewer than the 4000 asked for")) << message.toStdString();
+}
+
+// Defect 8: every capture stayed under ~/.cache forever. Core lists, sizes and cleans the
+// workspace; File > Workspace… shows it and removes all but what is in use.
+TEST_F(WindowDefects, TheWorkspaceIsListedSizedAndCleaned) {
+  auto w = make_window();
+  capture_bundled(*w);
+  const QString in_use = w->workbench()->workspace_dir();
+  ASSERT_FALSE(in_use.isEmpty());
+  // Two earlier captures' folders.
+  for (const char* name : {"20200101-000000-000", "20200102-000000-000"}) {
+    fs::create_directories(workspace_ + "/" + name + "/capture");
+    std::ofstream(workspace_ + "/" + name + "/capture/layer_0.safetensors") << std::string(5000, 'x');
+  }
+  const auto folders = list_workspace(workspace_);
+  ASSERT_EQ(folders.size(), 3u);
+  uint64_t bytes = 0;
+  for (const auto& f : folders) {
+    EXPECT_TRUE(f.capture) << f.path;
+    bytes += f.bytes;
+  }
+  EXPECT_EQ(total_bytes(folders), bytes);
+  EXPECT_GT(bytes, 10000u);
+
+  w->action("workspace")->trigger();
+  auto* dialog = w->findChild<gui::WorkspaceDialog*>("workspace_dialog");
+  ASSERT_NE(dialog, nullptr);
+  EXPECT_EQ(dialog->table()->rowCount(), 3);
+  EXPECT_TRUE(dialog->total_label()->text().startsWith("3 folders")) << dialog->total_label()->text().toStdString();
+  QTest::mouseClick(dialog->remove_others_button(), Qt::LeftButton);
+  EXPECT_EQ(dialog->table()->rowCount(), 1);
+  EXPECT_TRUE(fs::is_directory(in_use.toStdString()));
+  EXPECT_EQ(list_workspace(workspace_).size(), 1u);
+  EXPECT_FALSE(dialog->remove_others_button()->isEnabled());
+  dialog->close();
+  // The window carries on with its capture.
+  EXPECT_TRUE(fs::is_regular_file(w->workbench()->session().capture_dir + "/manifest.json"));
+  EXPECT_THROW(remove_workspace_folder(workspace_, test::bundled_model()), Error);
+}
+
+// `attnscope workspace` lists the same folders and --clean removes them.
+TEST(WorkspaceCommand, ListsAndCleans) {
+  const std::string root = test::temp_dir("ws_cli") + "/workspace";
+  fs::create_directories(root + "/20200101-000000-000/capture");
+  std::ofstream(root + "/20200101-000000-000/capture/layer_0.safetensors") << std::string(2000, 'x');
+  fs::create_directories(root + "/20200101-000000-001/runs/learned-prf-1");
+  std::string out;
+  ASSERT_EQ(test::run_command("'" + test::cli_path() + "' workspace --root '" + root + "' 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("20200101-000000-000"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 run"), std::string::npos) << out;
+  EXPECT_NE(out.find("2 folders, 2 kB"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command("'" + test::cli_path() + "' workspace --root '" + root + "' --clean 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("removed 2 folders"), std::string::npos) << out;
+  EXPECT_TRUE(fs::is_empty(root));
+}
