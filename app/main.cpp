@@ -11,10 +11,6 @@
 #include "attnscope/base/runtime.h"
 #include "cli/common.h"
 
-namespace attnscope::cli {
-void register_workspace(CLI::App& app);  // workspace.cpp
-}  // namespace attnscope::cli
-
 namespace {
 
 // Core names the quantity a bad value was given for (error.h); the CLI adds the option that sets

@@ -135,5 +135,6 @@ void register_dof_bench(CLI::App* bench);        // bench_dof.cpp
 void register_compare(CLI::App& app);
 void register_finetune(CLI::App& app);
 void register_linearize(CLI::App& app);
+void register_workspace(CLI::App& app);
 
 }  // namespace attnscope::cli
