@@ -12,6 +12,9 @@
 
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_allocator {
+
 namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -56,3 +59,5 @@ TEST(Runtime, CliCarriesTheSettingsAndMallocConfOverridesThem) {
   EXPECT_TRUE(contains(out, "opt.oversize_threshold: 0")) << out.substr(0, 4000);
 #endif
 }
+
+}  // namespace test_allocator

@@ -9,6 +9,9 @@
 
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_compare {
+
 namespace fs = std::filesystem;
 using namespace attnscope;
 
@@ -136,3 +139,5 @@ TEST(Compare, BadBudgetOrMissingTextIsAClearErrorAndNoDirectory) {
 }
 
 }  // namespace
+
+}  // namespace test_compare

@@ -31,6 +31,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_distill {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -1266,3 +1269,5 @@ TEST(DistillDistributed, StopOnRankZeroStopsAllAndResumeEqualsUninterrupted) {
   EXPECT_LE(worst, 1e-6);
   EXPECT_TRUE(fs::is_empty(root + "/cwd1"));
 }
+
+}  // namespace test_distill

@@ -16,6 +16,9 @@
 #include "attnscope/io/text_source.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_eval_converted {
+
 using namespace attnscope;
 
 namespace {
@@ -201,3 +204,5 @@ TEST(EvalConverted, CoreRefusesSoftmaxModelAndBadLengths) {
   EXPECT_EQ(default_speed_lengths(4096), (std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096}));
   EXPECT_EQ(default_speed_lengths(32768).back(), 4096);
 }
+
+}  // namespace test_eval_converted

@@ -10,6 +10,9 @@
 #include "attnscope/base/error.h"
 #include "attnscope/base/job.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_job {
+
 using namespace attnscope;
 using namespace std::chrono_literals;
 
@@ -269,3 +272,5 @@ TEST(Job, FinishedThreadsAreJoinedByTheNextStart) {
   slow->wait();
   EXPECT_EQ(slow->state(), JobState::Cancelled);
 }
+
+}  // namespace test_job

@@ -11,6 +11,9 @@
 #include "attnscope/base/text_file.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_output_dir {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -93,3 +96,5 @@ TEST(OutputDir, TheNextWriterRemovesDebrisOfKilledWriters) {
   EXPECT_TRUE(fs::exists(other)) << "another output's sibling is not ours";
   EXPECT_EQ(test::read_file((final_dir / "a.txt").string()), "whole");
 }
+
+}  // namespace test_output_dir

@@ -10,6 +10,9 @@
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_run_dir {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -63,3 +66,5 @@ TEST(RunDir, ReadOnlyRunDirWritesNothing) {
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_ANY_THROW(RunDir(test::temp_dir("run_dir_ro_none"), false, false));
 }
+
+}  // namespace test_run_dir

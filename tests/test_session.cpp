@@ -11,6 +11,9 @@
 #include "attnscope/workbench/session.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_session {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -290,3 +293,5 @@ TEST(Session, StrategyNamesGoThroughTheAllocationParser) {
     EXPECT_EQ(alloc_strategy_name(s.strategy), name);
   }
 }
+
+}  // namespace test_session

@@ -11,6 +11,9 @@
 
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_gui_command {
+
 namespace test = attnscope::test;
 namespace fs = std::filesystem;
 
@@ -71,3 +74,5 @@ TEST(GuiCommand, BadViewAndMissingSessionAreClearErrors) {
   EXPECT_NE(out.find("none.attnscope"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists("x.png"));
 }
+
+}  // namespace gui_test_gui_command

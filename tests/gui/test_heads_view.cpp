@@ -38,6 +38,9 @@
 #include "metrics_view.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_heads_view {
+
 using namespace attnscope;
 using attnscope::views::HeadGrid;
 using attnscope::views::HeadsView;
@@ -749,3 +752,5 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
   QApplication::setPalette(light);
   std::cout << "wrote " << out << "/{heads,heads_zoom,metrics,heads_12x12,metrics_12x12}_{light,dark}.png\n";
 }
+
+}  // namespace gui_test_heads_view

@@ -21,5 +21,6 @@
 // Debian's libjemalloc2 has no symbol prefix: the name is `malloc_conf` (nm -D libjemalloc.so.2).
 // The test Runtime.JemallocReadsTheProgramsSettings checks that it takes effect.
 // The type is jemalloc's own declaration (jemalloc.h: `extern const char *malloc_conf`).
-extern "C" __attribute__((used, visibility("default")))
-const char* malloc_conf = "oversize_threshold:0,muzzy_decay_ms:-1";
+extern "C" {
+__attribute__((used, visibility("default"))) const char* malloc_conf = "oversize_threshold:0,muzzy_decay_ms:-1";
+}
