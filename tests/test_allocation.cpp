@@ -7,6 +7,9 @@
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/base/error.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_allocation {
+
 using namespace attnscope;
 
 namespace {
@@ -162,3 +165,5 @@ TEST(Allocation, BadInputsFail) {
     EXPECT_NE(std::string(e.what()).find("fix, dof, dof-clip, per-head"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace test_allocation

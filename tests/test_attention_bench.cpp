@@ -5,6 +5,9 @@
 #include "attnscope/bench/attention_bench.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_attention_bench {
+
 using namespace attnscope;
 
 TEST(AttentionBench, FormsAgreeAndMemoryFollowsTheirClosedForms) {
@@ -49,3 +52,5 @@ TEST(AttentionBench, BadOptionsAreClearErrors) {
   const auto rows = bench_attention(o);
   for (const AttentionTiming& t : rows[0].forms) EXPECT_FALSE(t.ran);
 }
+
+}  // namespace test_attention_bench

@@ -13,6 +13,9 @@
 #include "reference_transformer.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_bundled_model {
+
 using namespace attnscope;
 
 namespace {
@@ -107,3 +110,5 @@ TEST(BundledModel, IsTrainedFarBelowTheUnigramBaseline) {
   EXPECT_LT(loss, unigram - 1.0) << "held-out text loss " << loss;
   EXPECT_GT(loss, 2.0) << "implausibly low: the text would have to be in the training set";
 }
+
+}  // namespace test_bundled_model

@@ -15,6 +15,9 @@
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_capture {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -201,3 +204,5 @@ TEST(Capture, BadRequestsFailAndLeaveExistingOutputIntact) {
   for (const auto& e : fs::directory_iterator(fs::path(dir).parent_path()))
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
 }
+
+}  // namespace test_capture

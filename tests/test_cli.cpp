@@ -14,6 +14,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_cli {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -155,3 +158,5 @@ TEST(Cli, EvalReportsPerplexityConsistentWithLoss) {
   EXPECT_NEAR(std::exp(j["loss"].get<double>()), j["perplexity"].get<double>(), 1e-6 * j["perplexity"].get<double>());
   EXPECT_GT(j["tokens"].get<int>(), 500);
 }
+
+}  // namespace test_cli

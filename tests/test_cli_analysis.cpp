@@ -17,6 +17,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_cli_analysis {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -431,3 +434,5 @@ TEST(CliAnalysis, ReportWritesEveryTableAndFigureOrNothing) {
   EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(none).parent_path()), fs::directory_iterator()), 0)
       << "no temporary directory left";
 }
+
+}  // namespace test_cli_analysis

@@ -9,6 +9,9 @@
 
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_compare {
+
 namespace fs = std::filesystem;
 using namespace attnscope;
 
@@ -174,3 +177,5 @@ TEST(Compare, BadOptionsFailBeforeAnyWork) {
     EXPECT_NE(log.find(bad.substr(1, bad.find(' ', 1) - 1)), std::string::npos) << bad << ": the option is not named\n" << log;
   }
 }
+
+}  // namespace test_compare

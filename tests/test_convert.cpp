@@ -17,6 +17,9 @@
 #include "hf_checkpoint_writer.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_convert {
+
 namespace fs = std::filesystem;
 using namespace attnscope;
 
@@ -578,3 +581,5 @@ TEST(Convert, KilledConvertLeavesNoDirectory) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"kill.sh", "out"})) << "debris of the killed convert is left";
 }
+
+}  // namespace test_convert

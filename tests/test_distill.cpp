@@ -33,6 +33,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_distill {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -1447,3 +1450,5 @@ TEST(DistillCommand, TrainedLengthTravelsToEvalWhichWarnsBeyondIt) {
   EXPECT_NE(err.find("trained on 64-token windows and are evaluated at 128"), std::string::npos) << err;
   EXPECT_EQ(err.find("evaluated at 64 "), std::string::npos) << err;
 }
+
+}  // namespace test_distill

@@ -25,6 +25,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_dof {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -835,3 +838,5 @@ TEST(Dof, Stories260KBeyondDoubleRangeAndConvergenceMatchLoops) {
                 cv.converged ? "" : " (not converged)");
   }
 }
+
+}  // namespace test_dof

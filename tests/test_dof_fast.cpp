@@ -21,6 +21,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_dof_fast {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -490,3 +493,5 @@ TEST(DofBatched, CudaOnACpuOnlyBuildIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace test_dof_fast

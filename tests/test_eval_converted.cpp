@@ -16,6 +16,9 @@
 #include "attnscope/io/text_source.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_eval_converted {
+
 using namespace attnscope;
 
 namespace {
@@ -256,3 +259,5 @@ TEST(EvalConverted, PositionBucketsMatchAnIndependentPerTokenLoss) {
   EXPECT_EQ(e.trained_length, 0);  // untrained maps
   EXPECT_FALSE(e.beyond_trained_length());
 }
+
+}  // namespace test_eval_converted

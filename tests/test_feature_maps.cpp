@@ -13,6 +13,9 @@
 #include "attnscope/attention/feature_map.h"
 #include "base/random.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_feature_maps {
+
 using namespace attnscope;
 
 namespace {
@@ -696,3 +699,5 @@ TEST(FeatureMap, DrawsComeFromDerivedSeeds) {
     EXPECT_TRUE(at::equal(z, at::randn({7, 5}, gen, at::TensorOptions().dtype(at::kFloat)))) << seed;
   }
 }
+
+}  // namespace test_feature_maps

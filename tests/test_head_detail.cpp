@@ -23,6 +23,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_head_detail {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -619,3 +622,5 @@ TEST(HeadDetail, LongWindowOverviewIsBlockMaximaAndZoomIsExact) {
     if (a > 0) h -= a * std::log(a);
   EXPECT_NEAR(v.row_entropy_softmax[L - 1], h, 1e-10);
 }
+
+}  // namespace test_head_detail

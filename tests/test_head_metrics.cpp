@@ -17,6 +17,9 @@
 #include "base/random.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_head_metrics {
+
 using namespace attnscope;
 
 namespace {
@@ -540,3 +543,5 @@ TEST(HeadMetrics, NonFiniteInputsAreErrors) {
     EXPECT_NE(msg.find("map has non-finite"), std::string::npos) << msg;
   }
 }
+
+}  // namespace test_head_metrics

@@ -20,6 +20,9 @@
 #include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_hostile_files {
+
 namespace fs = std::filesystem;
 using namespace attnscope;
 
@@ -212,3 +215,5 @@ TEST(HostileFiles, TokenizerSeedsLoadAndRoundTrip) {
   EXPECT_EQ(tok->encode(" the").size(), 1u);
   EXPECT_EQ(tok->piece(tok->encode(" the")[0]), " the");
 }
+
+}  // namespace test_hostile_files

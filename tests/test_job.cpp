@@ -10,6 +10,9 @@
 #include "attnscope/base/error.h"
 #include "attnscope/base/job.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_job {
+
 using namespace attnscope;
 using namespace std::chrono_literals;
 
@@ -277,3 +280,5 @@ TEST(JobKinds, EveryKindRoundTripsThroughItsName) {
   for (const std::string& n : job_kind_names()) EXPECT_EQ(job_kind_name(parse_job_kind(n)), n);
   EXPECT_THROW(parse_job_kind("train"), Error);
 }
+
+}  // namespace test_job

@@ -16,6 +16,9 @@
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_kernels {
+
 using namespace attnscope;
 namespace K = attnscope::kernels;
 
@@ -231,3 +234,5 @@ TEST(Kernels, BadInputsNameTheArgument) {
             }).find("not supported on cpu"),
             std::string::npos);
 }
+
+}  // namespace test_kernels

@@ -18,6 +18,9 @@
 
 #include "attnscope/kernels/linear_attention.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_kernels_cuda {
+
 namespace K = attnscope::kernels;
 
 namespace {
@@ -229,3 +232,5 @@ TEST(KernelsCuda, RecurrentStepMatchesCpu) {
       EXPECT_LE(rel_error(host(gpu_state.c), cpu_state.c), tol.y) << where << ": c";
     }
 }
+
+}  // namespace test_kernels_cuda

@@ -20,6 +20,9 @@
 #include "attnscope/model/model.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_leverage_init {
+
 using namespace attnscope;
 
 namespace {
@@ -481,3 +484,5 @@ TEST(LeverageInit, BadInputGivesClearErrors) {
   s.data = x;
   EXPECT_THROW(make_feature_map(s), Error);
 }
+
+}  // namespace test_leverage_init

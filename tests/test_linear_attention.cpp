@@ -14,6 +14,9 @@
 #include "attention/attention.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_linear_attention {
+
 using namespace attnscope;
 
 namespace {
@@ -457,3 +460,5 @@ TEST(HeadFeatureMaps, NonFiniteInputsAreErrors) {
     expect_names(test::error_of([&] { linear_attention_output(f, f, bad(v, x)); }), "linear_attention_output", "v");
   }
 }
+
+}  // namespace test_linear_attention

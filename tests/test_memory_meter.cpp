@@ -9,6 +9,9 @@
 #include "attnscope/base/error.h"
 #include "base/memory_meter.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_memory_meter {
+
 using namespace attnscope;
 
 namespace {
@@ -115,3 +118,5 @@ TEST(MemoryMeter, CudaWithoutCudaIsAClearError) {
 }
 
 }  // namespace
+
+}  // namespace test_memory_meter

@@ -15,6 +15,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_model_loader {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -163,3 +166,5 @@ TEST(ModelLoader, NonFiniteWeightsAreRejected) {
     EXPECT_NE(std::string(e.what()).find(t[3].first), std::string::npos) << e.what();
   }
 }
+
+}  // namespace test_model_loader

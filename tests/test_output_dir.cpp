@@ -11,6 +11,9 @@
 #include "attnscope/base/text_file.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_output_dir {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -123,3 +126,5 @@ TEST(OutputDir, ALoneOldVersionIsRestoredNotDeleted) {
   for (const auto& e : fs::directory_iterator(root))
     EXPECT_TRUE(e.path() == root / "model" || e.path() == root / "report") << "left: " << e.path();
 }
+
+}  // namespace test_output_dir

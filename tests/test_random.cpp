@@ -12,6 +12,9 @@
 #include "attnscope/base/error.h"
 #include "base/random.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_random {
+
 using namespace attnscope;
 
 TEST(Random, SplitMix64MatchesThePublishedSequence) {
@@ -97,3 +100,5 @@ TEST(Random, SampleWithoutReplacementIsAUniformSubset) {
   EXPECT_THROW(sample_without_replacement(-1, 2, 1), Error);
   EXPECT_THROW(sample_without_replacement(3, -2, 1), Error);
 }
+
+}  // namespace test_random

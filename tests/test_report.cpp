@@ -17,6 +17,9 @@
 #include "test_support.h"
 #include "tiny_models.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_report {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -124,3 +127,5 @@ TEST(Capture, NonFiniteValuesAreRefusedNamingFileLayerAndHead) {
     EXPECT_NE(msg.find("NaN"), std::string::npos) << msg;
   }
 }
+
+}  // namespace test_report

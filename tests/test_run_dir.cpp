@@ -10,6 +10,9 @@
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_run_dir {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -73,3 +76,5 @@ TEST(RunDir, RunStatesAreANameTableAndAFolderWithoutAJobFailed) {
   fs::create_directories(dir);
   EXPECT_EQ(run_state(dir), RunState::Failed);
 }
+
+}  // namespace test_run_dir

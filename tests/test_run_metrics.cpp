@@ -13,6 +13,9 @@
 #include "attnscope/distill/run_metrics.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_run_metrics {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -114,3 +117,5 @@ TEST(ConvertJob, UnfinishedOrMalformedRunsAreClearErrors) {
   std::ofstream(run + "/job.json") << "{\"model\": 3";
   EXPECT_NE(test::error_of([&] { distill_run_model(run); }).find("is not valid JSON"), std::string::npos);
 }
+
+}  // namespace test_run_metrics

@@ -17,6 +17,9 @@
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_safetensors {
+
 namespace fs = std::filesystem;
 using attnscope::Error;
 using attnscope::SafetensorsFile;
@@ -611,3 +614,5 @@ TEST(SafetensorsWriter, StaleTemporaryFileIsReplaced) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
   EXPECT_TRUE(at::equal(SafetensorsFile(path).tensor("w"), at::arange(3, at::kFloat)));
 }
+
+}  // namespace test_safetensors

@@ -11,6 +11,9 @@
 #include "attnscope/workbench/session.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_session {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -336,3 +339,5 @@ TEST(Session, ViewAndGridMetricNamesRoundTrip) {
   const std::string msg = test::error_of([] { parse_view("plots"); });
   EXPECT_NE(msg.find("view 'plots' is unknown (valid: heads, metrics, dof, jobs, training)"), std::string::npos) << msg;
 }
+
+}  // namespace test_session

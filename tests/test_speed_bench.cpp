@@ -14,6 +14,9 @@
 #include "attnscope/bench/speed_bench.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_speed_bench {
+
 using namespace attnscope;
 
 namespace {
@@ -146,3 +149,5 @@ TEST(SpeedBench, CliErrorsExitOne) {
 }
 
 }  // namespace
+
+}  // namespace test_speed_bench

@@ -8,6 +8,9 @@
 #include "attnscope/model/model.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_stories260k {
+
 using namespace attnscope;
 
 namespace {
@@ -81,3 +84,5 @@ TEST(Stories260K, PerplexityOnItsOwnStoryIsLow) {
   EXPECT_LT(loss, 1.0);
   EXPECT_GT(loss, 0.0);
 }
+
+}  // namespace test_stories260k

@@ -19,6 +19,9 @@
 #include "attention/attention.h"
 #include "attnscope/analysis/structured_mixers.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_structured_mixers {
+
 using namespace attnscope;
 
 namespace {
@@ -529,3 +532,5 @@ TEST(StructuredMixers, RejectsBadInput) {
   EXPECT_EQ(one.toeplitz, 0.0);  // a single entry is in every class
   EXPECT_LT(one.ssd_d, 1e-12);
 }
+
+}  // namespace test_structured_mixers

@@ -6,6 +6,9 @@
 #include "attnscope/allocation/allocation_tables.h"
 #include "attnscope/base/table.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_tables {
+
 using namespace attnscope;
 
 TEST(Tables, EveryFormatEscapesWhatItMust) {
@@ -64,3 +67,5 @@ TEST(Tables, TableOneBoldsTheThreeLargestLayersAndTableTwoEachLayerMaximum) {
   EXPECT_FALSE(t2.bold[3][2]);
   EXPECT_NE(t2.caption.find("2^-8"), std::string::npos);
 }
+
+}  // namespace test_tables

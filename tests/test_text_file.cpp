@@ -9,6 +9,9 @@
 #include "attnscope/base/text_file.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_text_file {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -33,3 +36,5 @@ TEST(TextFile, UnwritablePathFailsNamingIt) {
   }
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
+
+}  // namespace test_text_file

@@ -18,6 +18,9 @@
 #include "attnscope/tokenize/tokenizer.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_tokenizers {
+
 namespace fs = std::filesystem;
 using attnscope::Tokenizer;
 using attnscope::test::shared_model_file;
@@ -704,3 +707,5 @@ TEST(TokenizerErrors, TrainerRejectsTinyVocab) {
 }
 
 }  // namespace
+
+}  // namespace test_tokenizers

@@ -55,7 +55,7 @@ QStringList q_list(const std::vector<std::string>& names) {
   return out;
 }
 
-std::string num(double v) {
+std::string full_precision(double v) {
   std::ostringstream s;
   s.precision(17);
   s << v;
@@ -233,9 +233,9 @@ struct TrainingView::Impl {
     loss_panel->set_csv([this] {
       std::string csv = "series,layer,step,value\n";
       for (const TrainingPoint& t : metrics.training)
-        csv += "train_loss," + std::to_string(t.layer) + "," + std::to_string(t.step) + "," + num(t.loss) + "\n";
+        csv += "train_loss," + std::to_string(t.layer) + "," + std::to_string(t.step) + "," + full_precision(t.loss) + "\n";
       for (const ValidationPoint& v : metrics.validation)
-        csv += "val_kl," + std::to_string(v.layer) + "," + std::to_string(v.step) + "," + num(v.val_kl) + "\n";
+        csv += "val_kl," + std::to_string(v.layer) + "," + std::to_string(v.step) + "," + full_precision(v.val_kl) + "\n";
       return csv;
     });
   }
@@ -258,7 +258,7 @@ struct TrainingView::Impl {
     p->xAxis->setTicker(ticker);
     kl_panel->set_csv([this] {
       std::string csv = "layer,attention_kl\n";
-      for (size_t l = 0; l < layer_kl.size(); ++l) csv += std::to_string(l) + "," + num(layer_kl[l]) + "\n";
+      for (size_t l = 0; l < layer_kl.size(); ++l) csv += std::to_string(l) + "," + full_precision(layer_kl[l]) + "\n";
       return csv;
     });
   }

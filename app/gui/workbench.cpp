@@ -19,15 +19,13 @@
 #include "command_lines.h"
 #include "control_names.h"
 #include "ui_thread_figure_writer.h"
+#include "qt_strings.h"
 
 namespace fs = std::filesystem;
 
 namespace attnscope::gui {
 
 namespace {
-
-std::string to_std(const QString& s) { return s.toStdString(); }
-QString to_q(const std::string& s) { return QString::fromStdString(s); }
 
 std::string base_name(const std::string& path) {
   const fs::path p(path);

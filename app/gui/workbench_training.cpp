@@ -24,15 +24,13 @@
 #include "attnscope/workbench/run_results.h"
 #include "command_lines.h"
 #include "workbench.h"
+#include "qt_strings.h"
 
 namespace fs = std::filesystem;
 
 namespace attnscope::gui {
 
 namespace {
-
-std::string to_std(const QString& s) { return s.toStdString(); }
-QString to_q(const std::string& s) { return QString::fromStdString(s); }
 
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec;

@@ -30,6 +30,9 @@
 #include "plot_style.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_dof_view {
+
 using namespace attnscope;
 using views::DofView;
 
@@ -487,3 +490,5 @@ TEST(DofView, DISABLED_RenderForALook) {
   QApplication::setPalette(light);
   std::cout << "wrote " << out.toStdString() << "/dof_{light,dark}.png\n";
 }
+
+}  // namespace gui_test_dof_view

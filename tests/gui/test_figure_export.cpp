@@ -10,6 +10,9 @@
 #include "figure_export.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_figure_export {
+
 using namespace attnscope;
 namespace fs = std::filesystem;
 
@@ -110,3 +113,5 @@ TEST(FigureExport, ScatterDrawsMarkersWithoutLines) {
     }
   EXPECT_TRUE(blue_near_mid) << "the line figure does join them";
 }
+
+}  // namespace gui_test_figure_export

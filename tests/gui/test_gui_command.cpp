@@ -14,6 +14,9 @@
 
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_gui_command {
+
 namespace test = attnscope::test;
 namespace fs = std::filesystem;
 
@@ -104,3 +107,5 @@ TEST(GuiCommand, ASessionThatDoesNotLoadFailsAtOnceNamingTheFileAndTheProblem) {
     EXPECT_FALSE(fs::exists(home + "/x.png"));
   }
 }
+
+}  // namespace gui_test_gui_command

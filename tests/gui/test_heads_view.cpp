@@ -39,6 +39,9 @@
 #include "metrics_view.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_heads_view {
+
 using namespace attnscope;
 using attnscope::views::HeadGrid;
 using attnscope::views::HeadsView;
@@ -773,3 +776,5 @@ TEST_F(HeadsViewTest, PlotsWithALegendBelowKeepTheirWidthWithoutSeries) {
   for (MapKind kind : {MapKind::Softmax, MapKind::Linear, MapKind::Difference})
     EXPECT_FALSE(hv.panel(kind)->colour_map()->colorScale()->visible());
 }
+
+}  // namespace gui_test_heads_view

@@ -20,6 +20,9 @@
 #include "figure_export.h"
 #include "jobs_view.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_jobs_view {
+
 using namespace attnscope;
 using views::JobsView;
 
@@ -299,3 +302,5 @@ TEST(JobsView, DISABLED_RenderForALook) {
   QApplication::setPalette(light);
   std::cout << "wrote " << out.toStdString() << "/jobs_{light,dark}.png\n";
 }
+
+}  // namespace gui_test_jobs_view

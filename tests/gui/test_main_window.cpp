@@ -39,6 +39,9 @@
 #include "model_panel.h"
 #include "workbench_fixture.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_main_window {
+
 using namespace attnscope;
 using gui::MainWindow;
 namespace fs = std::filesystem;
@@ -544,3 +547,5 @@ TEST_F(MainWindowTest, ADroppedLlama2cCheckpointOpensAndCaptures) {
   EXPECT_EQ(w->heads_view()->grid()->heads(), 8);
   EXPECT_EQ(w->dof_view()->drawn_layer_dims(), as_double(core_allocation(*w).layer_dims()));
 }
+
+}  // namespace gui_test_main_window

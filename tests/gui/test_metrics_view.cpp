@@ -24,6 +24,9 @@
 #include "plot_style.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_metrics_view {
+
 using namespace attnscope;
 using attnscope::views::MetricsView;
 using attnscope::views::PlotPanel;
@@ -430,3 +433,5 @@ TEST_F(MetricsViewTest, ScatterLegendNamesTheMapWhenTheAnalysisComesLater) {
   v.set_analysis(analysis(true, false), S, H, "prf");
   EXPECT_EQ(p->plot()->graph(1)->name(), "prf");
 }
+
+}  // namespace gui_test_metrics_view

@@ -16,6 +16,9 @@
 #include "figure_export.h"
 #include "model_panel.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_model_panel {
+
 using namespace attnscope;
 using views::ModelPanel;
 
@@ -128,3 +131,5 @@ TEST(ModelPanel, FitsANarrowDock) {
   }
   if (const char* shots = std::getenv("ATTNSCOPE_SHOT_DIR")) p->grab().save(QString(shots) + "/model_panel.png");
 }
+
+}  // namespace gui_test_model_panel

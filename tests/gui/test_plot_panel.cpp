@@ -28,6 +28,9 @@
 #include "plot_style.h"
 #include "test_support.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_plot_panel {
+
 using attnscope::views::PlotPanel;
 namespace test = attnscope::test;
 
@@ -253,3 +256,5 @@ TEST(PlotPanel, CellInkContrastsWithEveryViridisColour) {
   EXPECT_EQ(cell_ink(QColor(94, 201, 98)), QColor(Qt::black));  // viridis 0.75
   EXPECT_EQ(cell_ink(QColor(68, 1, 84)), QColor(Qt::white));    // viridis 0
 }
+
+}  // namespace gui_test_plot_panel

@@ -28,6 +28,9 @@
 #include "training_view.h"
 #include "workbench_fixture.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_training_view {
+
 using namespace attnscope;
 using gui::MainWindow;
 namespace fs = std::filesystem;
@@ -423,3 +426,5 @@ TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(graph_points(g), model_loss);
 }
+
+}  // namespace gui_test_training_view

@@ -18,6 +18,9 @@
 #include "workbench.h"
 #include "workbench_fixture.h"
 
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace gui_test_workbench {
+
 using namespace attnscope;
 using gui::Workbench;
 namespace fs = std::filesystem;
@@ -323,3 +326,5 @@ TEST(CommandLines, NameTheOptionsTheCliTakes) {
             "attnscope allocate --spectra /s.safetensors --lambda 2^-8 --budget 64 --strategy dof-clip --multiple-of 8 --markdown");
   EXPECT_EQ(gui::dof_command("/s.safetensors", 0.0625), "attnscope dof --spectra /s.safetensors --lambda 2^-4 --json");
 }
+
+}  // namespace gui_test_workbench

@@ -11,7 +11,7 @@
 namespace attnscope {
 namespace {
 
-constexpr const char* kWhere = "allocate";
+constexpr const char* kAllocateWhere = "allocate";
 
 // The nearest integer (or multiple of m) to t, at least 1 (or m).
 int64_t round_dim(double t, int64_t m) {
@@ -39,19 +39,19 @@ Allocation allocate(const std::vector<std::vector<double>>& head_dof, const Allo
   if (opt.budget < 1 || opt.budget > kMaxFeatureDim)
     fail_value("budget", "(cost C) " + std::to_string(opt.budget) + " is outside 1.." + std::to_string(kMaxFeatureDim) +
                              ", the feature dimensions attnscope takes");
-  if (opt.multiple < 1) fail(kWhere, "the rounding multiple must be at least 1, got " + std::to_string(opt.multiple));
-  if (opt.head_dim < 1) fail(kWhere, "the head dimension must be at least 1, got " + std::to_string(opt.head_dim));
-  if (head_dof.empty()) fail(kWhere, "no layers to allocate");
+  if (opt.multiple < 1) fail(kAllocateWhere, "the rounding multiple must be at least 1, got " + std::to_string(opt.multiple));
+  if (opt.head_dim < 1) fail(kAllocateWhere, "the head dimension must be at least 1, got " + std::to_string(opt.head_dim));
+  if (head_dof.empty()) fail(kAllocateWhere, "no layers to allocate");
   const size_t S = head_dof.size(), H = head_dof[0].size();
-  if (H == 0) fail(kWhere, "layer 0 has no heads");
+  if (H == 0) fail(kAllocateWhere, "layer 0 has no heads");
   double total = 0;
   for (size_t s = 0; s < S; ++s) {
     if (head_dof[s].size() != H)
-      fail(kWhere, "layer " + std::to_string(s) + " has " + std::to_string(head_dof[s].size()) + " heads, layer 0 has " + std::to_string(H));
+      fail(kAllocateWhere, "layer " + std::to_string(s) + " has " + std::to_string(head_dof[s].size()) + " heads, layer 0 has " + std::to_string(H));
     for (size_t h = 0; h < H; ++h) {
       const double v = head_dof[s][h];
       if (!std::isfinite(v) || v < 0)
-        fail(kWhere, "DoF of layer " + std::to_string(s) + " head " + std::to_string(h) + " is " + std::to_string(v) + " (must be finite and >= 0)");
+        fail(kAllocateWhere, "DoF of layer " + std::to_string(s) + " head " + std::to_string(h) + " is " + std::to_string(v) + " (must be finite and >= 0)");
       total += v;
     }
   }
@@ -64,7 +64,7 @@ Allocation allocate(const std::vector<std::vector<double>>& head_dof, const Allo
   const double C = double(opt.budget);
   const int64_t m = opt.multiple;
   if (opt.strategy != AllocStrategy::Fix && !(total > 0))
-    fail(kWhere, "every head has DoF 0, so there is nothing to allocate in proportion to (the fix strategy needs no DoF)");
+    fail(kAllocateWhere, "every head has DoF 0, so there is nothing to allocate in proportion to (the fix strategy needs no DoF)");
 
   a.dims.assign(S, std::vector<int64_t>(H, 0));
   if (opt.strategy == AllocStrategy::PerHead) {

@@ -18,7 +18,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // KL reads Ahat at this floor where A > 0, as head_metrics does (a finite, large value, not inf).
-constexpr double kLogFloor = 1e-300;
+constexpr double kDetailLogFloor = 1e-300;
 // The log scale's floor and the symmetric log's linear threshold (head_detail.h).
 constexpr double kLogScaleFloor = 1e-6;
 constexpr double kSymlogThreshold = 1e-4;
@@ -171,7 +171,7 @@ HeadDetail head_detail(const CaptureStore& store, int layer, int head, int seq, 
     double kl = 0;
     for (int j = 0; j <= i; ++j) {
       const double a = v.softmax.at(i, j);
-      if (a > 0) kl += a * (std::log(a) - std::log(std::max(v.linear.at(i, j), kLogFloor)));  // 0 log 0 = 0
+      if (a > 0) kl += a * (std::log(a) - std::log(std::max(v.linear.at(i, j), kDetailLogFloor)));  // 0 log 0 = 0
     }
     v.row_kl[i] = kl;
   }

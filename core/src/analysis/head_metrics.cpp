@@ -17,7 +17,7 @@
 namespace attnscope {
 namespace {
 
-constexpr char kWhere[] = "compute_head_metrics";
+constexpr char kMetricsWhere[] = "compute_head_metrics";
 
 // Where the reference is positive and the map is 0, log(map) would be -inf: read the map at this floor.
 constexpr double kLogFloor = 1e-300;
@@ -52,9 +52,9 @@ double mean_where(const at::Tensor& per_row, const at::Tensor& keep) {
 
 // `t` must be [..., L, x] with the same leading dimensions and L as the map [..., L, L].
 void check_rows(const at::Tensor& map, const char* what, const at::Tensor& t) {
-  if (!at::isFloatingType(t.scalar_type())) fail(kWhere, std::string(what) + " must be a floating tensor");
+  if (!at::isFloatingType(t.scalar_type())) fail(kMetricsWhere, std::string(what) + " must be a floating tensor");
   if (t.dim() != map.dim() || t.sizes().slice(0, t.dim() - 1) != map.sizes().slice(0, map.dim() - 1))
-    fail(kWhere, std::string(what) + " " + shape_str(t.sizes()) + " must be [..., L, dim] matching the map " + shape_str(map.sizes()));
+    fail(kMetricsWhere, std::string(what) + " " + shape_str(t.sizes()) + " must be [..., L, dim] matching the map " + shape_str(map.sizes()));
 }
 
 // Average ranks (1-based) of x[0..n): tied values share the mean of the positions they occupy.
@@ -195,12 +195,12 @@ Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
 }
 
 HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
-  check_map(kWhere, "map", in.map);
+  check_map(kMetricsWhere, "map", in.map);
   const int64_t L = in.map.size(-1);
   const at::Tensor a = f64(in.map);
-  const at::Tensor undefined = undefined_rows(kWhere, "map", a).reshape({-1});  // [rows]
+  const at::Tensor undefined = undefined_rows(kMetricsWhere, "map", a).reshape({-1});  // [rows]
   const at::Tensor defined = undefined.logical_not();
-  if ((a < 0).any().item<bool>()) fail(kWhere, "map has negative entries");
+  if ((a < 0).any().item<bool>()) fail(kMetricsWhere, "map has negative entries");
   HeadMetrics out;
   out.undefined_rows = undefined.sum().item<int64_t>();
 
@@ -214,25 +214,25 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
 
   at::Tensor q, k;
   if (in.q.defined() || in.k.defined()) {
-    if (!in.q.defined() || !in.k.defined()) fail(kWhere, "q and k must be given together");
+    if (!in.q.defined() || !in.k.defined()) fail(kMetricsWhere, "q and k must be given together");
     check_rows(in.map, "q", in.q);
     check_rows(in.map, "k", in.k);
-    if (in.q.sizes() != in.k.sizes()) fail(kWhere, "q " + shape_str(in.q.sizes()) + " and k " + shape_str(in.k.sizes()) + " must have the same shape");
+    if (in.q.sizes() != in.k.sizes()) fail(kMetricsWhere, "q " + shape_str(in.q.sizes()) + " and k " + shape_str(in.k.sizes()) + " must have the same shape");
     q = f64(in.q);
     k = f64(in.k);
-    check_finite(kWhere, "q", q);
-    check_finite(kWhere, "k", k);
+    check_finite(kMetricsWhere, "q", q);
+    check_finite(kMetricsWhere, "k", k);
     if (L >= 3) out.monotonicity = monotonicity(a, at::matmul(q, k.transpose(-2, -1)));
   }
 
   at::Tensor ref;
   if (in.reference.defined()) {
-    check_map(kWhere, "reference", in.reference);
+    check_map(kMetricsWhere, "reference", in.reference);
     if (in.reference.sizes() != in.map.sizes())
-      fail(kWhere, "reference " + shape_str(in.reference.sizes()) + " and map " + shape_str(in.map.sizes()) + " must have the same shape");
+      fail(kMetricsWhere, "reference " + shape_str(in.reference.sizes()) + " and map " + shape_str(in.map.sizes()) + " must have the same shape");
     ref = f64(in.reference);
-    check_finite(kWhere, "reference", ref);
-    if ((ref < 0).any().item<bool>()) fail(kWhere, "reference has negative entries");
+    check_finite(kMetricsWhere, "reference", ref);
+    if ((ref < 0).any().item<bool>()) fail(kMetricsWhere, "reference has negative entries");
     // Per row: sum ref log ref (0 log 0 = 0) and sum ref log max(map, floor); upper-triangle
     // entries are 0 in ref and add nothing. Undefined rows give NaN here and are left out.
     const at::Tensor ref_log_ref = at::special_xlogy(ref, ref).sum(-1).reshape({-1});
@@ -242,27 +242,27 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   }
 
   if (in.phi_q.values.defined() || in.phi_k.values.defined()) {
-    if (!in.phi_q.values.defined() || !in.phi_k.values.defined()) fail(kWhere, "phi_q and phi_k must be given together");
-    if (!q.defined()) fail(kWhere, "the kernel error needs q and k besides phi_q and phi_k");
+    if (!in.phi_q.values.defined() || !in.phi_k.values.defined()) fail(kMetricsWhere, "phi_q and phi_k must be given together");
+    if (!q.defined()) fail(kMetricsWhere, "the kernel error needs q and k besides phi_q and phi_k");
     for (const auto& [name, f] : {std::pair<const char*, const Features*>{"phi_q", &in.phi_q}, {"phi_k", &in.phi_k}}) {
       check_rows(in.map, name, f->values);
       const std::string ls = std::string(name) + " log_scale";
       std::vector<int64_t> want(f->values.sizes().begin(), f->values.sizes().end());
       want.back() = 1;
       if (!f->log_scale.defined() || f->log_scale.sizes() != at::IntArrayRef(want))
-        fail(kWhere, ls + " must be " + shape_str(want) + ", got " + (f->log_scale.defined() ? shape_str(f->log_scale.sizes()) : "nothing"));
+        fail(kMetricsWhere, ls + " must be " + shape_str(want) + ", got " + (f->log_scale.defined() ? shape_str(f->log_scale.sizes()) : "nothing"));
     }
     if (in.phi_q.values.sizes() != in.phi_k.values.sizes())
-      fail(kWhere, "phi_q " + shape_str(in.phi_q.values.sizes()) + " and phi_k " + shape_str(in.phi_k.values.sizes()) + " must have the same shape");
-    if (in.kernel_pairs < 1) fail(kWhere, "kernel_pairs must be >= 1, got " + std::to_string(in.kernel_pairs));
+      fail(kMetricsWhere, "phi_q " + shape_str(in.phi_q.values.sizes()) + " and phi_k " + shape_str(in.phi_k.values.sizes()) + " must have the same shape");
+    if (in.kernel_pairs < 1) fail(kMetricsWhere, "kernel_pairs must be >= 1, got " + std::to_string(in.kernel_pairs));
     const int64_t d = q.size(-1), M = in.phi_q.values.size(-1);
     const at::Tensor q2 = q.reshape({-1, d}), k2 = k.reshape({-1, d});
     const at::Tensor fq = f64(in.phi_q.values).reshape({-1, M}), fk = f64(in.phi_k.values).reshape({-1, M});
     const at::Tensor lq = f64(in.phi_q.log_scale).reshape({-1}), lk = f64(in.phi_k.log_scale).reshape({-1});
-    check_finite(kWhere, "phi_q", fq);
-    check_finite(kWhere, "phi_k", fk);
-    check_finite(kWhere, "phi_q log_scale", lq);
-    check_finite(kWhere, "phi_k log_scale", lk);
+    check_finite(kMetricsWhere, "phi_q", fq);
+    check_finite(kMetricsWhere, "phi_k", fk);
+    check_finite(kMetricsWhere, "phi_q log_scale", lq);
+    check_finite(kMetricsWhere, "phi_k log_scale", lk);
     const int64_t T = q2.size(0) / L;
     const int64_t per_seq = L * (L + 1) / 2, total = T * per_seq;
 
@@ -294,7 +294,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     const at::Tensor s = (q2.index_select(0, iq) * k2.index_select(0, ik)).sum(-1) / std::sqrt(double(d));
     const at::Tensor dot = (fq.index_select(0, iq) * fk.index_select(0, ik)).sum(-1);
     if (!at::isfinite(dot).all().item<bool>())
-      fail(kWhere, "phi_q.phi_k overflows; pass scaled features (FeatureMap::scaled_query_features)");
+      fail(kMetricsWhere, "phi_q.phi_k overflows; pass scaled features (FeatureMap::scaled_query_features)");
     const at::Tensor g = lq.index_select(0, iq) + lk.index_select(0, ik) + at::log(dot.abs());  // -inf where dot = 0
     const at::Tensor c = at::maximum(s, g);  // finite: s is
     const at::Tensor log_diff = c + at::log((at::sign(dot) * at::exp(g - c) - at::exp(s - c)).abs());
@@ -306,7 +306,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   if (in.v.defined() && ref.defined()) {
     check_rows(in.map, "v", in.v);
     const at::Tensor v = f64(in.v);
-    check_finite(kWhere, "v", v);
+    check_finite(kMetricsWhere, "v", v);
     // Undefined rows have no output: zero them in both maps so they add to neither norm.
     const at::Tensor skip = undefined.reshape(a.sizes().slice(0, a.dim() - 1)).unsqueeze(-1);
     const at::Tensor y_ref = at::matmul(ref.masked_fill(skip, 0), v);
@@ -317,9 +317,9 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   if (in.raw_row_sums.defined()) {
     const auto lead = in.map.sizes().slice(0, in.map.dim() - 1);
     if (in.raw_row_sums.sizes() != lead)
-      fail(kWhere, "raw_row_sums " + shape_str(in.raw_row_sums.sizes()) + " must be [..., L] matching the map " + shape_str(in.map.sizes()));
+      fail(kMetricsWhere, "raw_row_sums " + shape_str(in.raw_row_sums.sizes()) + " must be [..., L] matching the map " + shape_str(in.map.sizes()));
     const at::Tensor sums = f64(in.raw_row_sums);
-    check_finite(kWhere, "raw_row_sums", sums);
+    check_finite(kMetricsWhere, "raw_row_sums", sums);
     out.nonpositive_row_fraction = (sums <= 0).to(at::kDouble).mean().item<double>();
   }
   return out;

@@ -10,7 +10,7 @@
 namespace attnscope {
 namespace {
 
-Matrix to_matrix(const at::Tensor& t) {
+Matrix to_map_matrix(const at::Tensor& t) {
   const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
   Matrix m;
   m.rows = int(c.size(0));
@@ -41,7 +41,7 @@ std::vector<std::string> write_head_maps(const CaptureStore& store, int layer, i
   const std::string where = " (layer " + std::to_string(layer) + ", head " + std::to_string(head) + ")";
   std::vector<std::string> written;
   auto emit = [&](const std::string& what, const at::Tensor& t, const std::string& title, bool diverging) {
-    const Matrix m = to_matrix(t);
+    const Matrix m = to_map_matrix(t);
     write_matrix_csv(prefix + "_" + what + ".csv", m, labels);
     written.push_back(prefix + "_" + what + ".csv");
     if (!figures) return;

@@ -13,7 +13,7 @@
 namespace attnscope {
 namespace {
 
-constexpr char kWhere[] = "mixer_distances";
+constexpr char kMixersWhere[] = "mixer_distances";
 
 // Decay rates x_m = -log a_m are capped here: a_m >= e^-50 ~ 2e-22 already cuts the matrix in two
 // for any attention-sized entries, and the cap keeps S_i - S_j (below) far from overflow.
@@ -298,14 +298,14 @@ at::Tensor semiseparable_sweep(const at::Tensor& A, int64_t n) {
 
 MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o) {
   if (!A_in.defined() || A_in.dim() != 2 || A_in.size(0) != A_in.size(1) || A_in.size(0) < 1)
-    fail(kWhere, "A must be a square [L, L] matrix");
-  if (!at::isFloatingType(A_in.scalar_type())) fail(kWhere, "A must be a floating tensor");
-  if (o.state_size < 1) fail(kWhere, "state_size must be >= 1, got " + std::to_string(o.state_size));
-  if (o.iterations < 0) fail(kWhere, "iterations must be >= 0, got " + std::to_string(o.iterations));
-  if (!(o.tolerance >= 0)) fail(kWhere, "tolerance must be >= 0");
+    fail(kMixersWhere, "A must be a square [L, L] matrix");
+  if (!at::isFloatingType(A_in.scalar_type())) fail(kMixersWhere, "A must be a floating tensor");
+  if (o.state_size < 1) fail(kMixersWhere, "state_size must be >= 1, got " + std::to_string(o.state_size));
+  if (o.iterations < 0) fail(kMixersWhere, "iterations must be >= 0, got " + std::to_string(o.iterations));
+  if (!(o.tolerance >= 0)) fail(kMixersWhere, "tolerance must be >= 0");
   const at::Tensor A = A_in.to(at::kCPU, at::kDouble).tril().contiguous();
   const double norm2 = A.pow(2).sum().item<double>();
-  if (!(norm2 > 0) || !std::isfinite(norm2)) fail(kWhere, "the causal part of A must be finite and not all zero");
+  if (!(norm2 > 0) || !std::isfinite(norm2)) fail(kMixersWhere, "the causal part of A must be finite and not all zero");
   const int64_t L = A.size(0);
   const int64_t r = std::min(o.state_size, L);  // rank L already covers every causal matrix
   auto rel = [&](double err2) { return std::sqrt(std::max(err2, 0.0) / norm2); };

@@ -11,11 +11,11 @@
 namespace attnscope {
 namespace {
 
-constexpr const char* kWhere = "dof";
+constexpr const char* kGramWhere = "dof";
 
-void check_lambda(double lambda) {
+void check_gram_lambda(double lambda) {
   if (!(lambda > 0) || !std::isfinite(lambda))
-    fail(kWhere, "lambda must be positive and finite, got " + std::to_string(lambda));
+    fail(kGramWhere, "lambda must be positive and finite, got " + std::to_string(lambda));
 }
 
 }  // namespace
@@ -30,7 +30,7 @@ DofNormalize parse_dof_normalize(const std::string& name) { return parse_name(kN
 const char* dof_normalize_name(DofNormalize n) { return name_of(kNormalizers, n); }
 
 GramScale gram_scale(DofNormalize normalize, double trace, double top_eigenvalue, int64_t J, double shift) {
-  if (!std::isfinite(shift)) fail(kWhere, "the Gram's log scale is not finite");
+  if (!std::isfinite(shift)) fail(kGramWhere, "the Gram's log scale is not finite");
   GramScale g;
   switch (normalize) {
     case DofNormalize::Trace: g = {trace, 0.0}; break;  // exp(shift) cancels
@@ -39,17 +39,17 @@ GramScale gram_scale(DofNormalize normalize, double trace, double top_eigenvalue
     case DofNormalize::None: g = {1.0, shift}; break;
   }
   if (!(g.divisor > 0) || !std::isfinite(g.divisor))
-    fail(kWhere, std::string("normalizer '") + dof_normalize_name(normalize) + "' of the Gram matrix is " +
+    fail(kGramWhere, std::string("normalizer '") + dof_normalize_name(normalize) + "' of the Gram matrix is " +
                      std::to_string(g.divisor) + " (the Gram needs a positive trace and largest eigenvalue)");
   return g;
 }
 
 at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
   if (!x_in.defined() || x_in.dim() != 2 || x_in.size(0) < 1 || x_in.size(1) < 1)
-    fail(kWhere, "the sampled vectors must be [J, d] with J, d >= 1");
-  if (!at::isFloatingType(x_in.scalar_type())) fail(kWhere, "the sampled vectors must be a floating tensor");
+    fail(kGramWhere, "the sampled vectors must be [J, d] with J, d >= 1");
+  if (!at::isFloatingType(x_in.scalar_type())) fail(kGramWhere, "the sampled vectors must be a floating tensor");
   const at::Tensor x = x_in.to(at::kDouble).contiguous();
-  if (!at::isfinite(x).all().item<bool>()) fail(kWhere, "the sampled vectors contain NaN or infinity");
+  if (!at::isfinite(x).all().item<bool>()) fail(kGramWhere, "the sampled vectors contain NaN or infinity");
   const double inv_sqrt_d = 1.0 / std::sqrt(double(x.size(1)));
   // c = max_i |x_i|^2 / sqrt d bounds every exponent (x_i.x_j <= |x_i| |x_j|), so entries are <= 1.
   const double c = (x * x).sum(1).max().item<double>() * inv_sqrt_d;
@@ -60,8 +60,8 @@ at::Tensor shifted_gram(const at::Tensor& x_in, double* shift) {
 }
 
 double shifted_ridge(double lambda, double log_scale) {
-  check_lambda(lambda);
-  if (!std::isfinite(log_scale)) fail(kWhere, "the spectrum's log scale is not finite");
+  check_gram_lambda(lambda);
+  if (!std::isfinite(log_scale)) fail(kGramWhere, "the spectrum's log scale is not finite");
   // log_scale = 0 (trace, max) keeps lambda bit for bit.
   return log_scale == 0 ? lambda : std::exp(std::log(lambda) - log_scale);
 }

@@ -14,7 +14,7 @@
 namespace attnscope {
 namespace {
 
-constexpr const char* kWhere = "leverage_init";
+constexpr const char* kLeverageWhere = "leverage_init";
 // Candidates handled per block, so [J, P] never has to exist at once.
 constexpr int64_t kBlock = 1024;
 
@@ -26,17 +26,17 @@ constexpr uint64_t kResampleStream = 12;
 
 LeverageInit leverage_init(const at::Tensor& x_in, int64_t M, uint64_t seed, const LeverageOptions& opt) {
   if (!x_in.defined() || x_in.dim() != 2 || x_in.size(0) < 1 || x_in.size(1) < 1)
-    fail(kWhere, "the captured vectors must be [J, d] with J, d >= 1");
-  if (!at::isFloatingType(x_in.scalar_type())) fail(kWhere, "the captured vectors must be a floating tensor");
-  if (M <= 0) fail(kWhere, "features (M) must be positive, got " + std::to_string(M));
+    fail(kLeverageWhere, "the captured vectors must be [J, d] with J, d >= 1");
+  if (!at::isFloatingType(x_in.scalar_type())) fail(kLeverageWhere, "the captured vectors must be a floating tensor");
+  if (M <= 0) fail(kLeverageWhere, "features (M) must be positive, got " + std::to_string(M));
   if (!(opt.lambda > 0) || !std::isfinite(opt.lambda))
-    fail(kWhere, "lambda must be positive and finite, got " + std::to_string(opt.lambda));
-  if (opt.candidates < 0) fail(kWhere, "candidates (P) must be positive, got " + std::to_string(opt.candidates));
+    fail(kLeverageWhere, "lambda must be positive and finite, got " + std::to_string(opt.lambda));
+  if (opt.candidates < 0) fail(kLeverageWhere, "candidates (P) must be positive, got " + std::to_string(opt.candidates));
   if (opt.gram != "exact" && opt.gram != "candidates")
-    fail(kWhere, "unknown gram '" + opt.gram + "' (valid: exact, candidates)");
+    fail(kLeverageWhere, "unknown gram '" + opt.gram + "' (valid: exact, candidates)");
 
   const at::Tensor x = x_in.to(at::kDouble).contiguous();
-  if (!at::isfinite(x).all().item<bool>()) fail(kWhere, "the captured vectors contain NaN or infinity");
+  if (!at::isfinite(x).all().item<bool>()) fail(kLeverageWhere, "the captured vectors contain NaN or infinity");
   const int64_t J = x.size(0), d = x.size(1);
   const int64_t P = opt.candidates > 0 ? opt.candidates : std::max<int64_t>(32 * M, 2048);
 
@@ -79,7 +79,7 @@ LeverageInit leverage_init(const at::Tensor& x_in, int64_t M, uint64_t seed, con
   const double t = shifted_ridge(opt.lambda, gs.log_scale);
   const auto [chol, info] = at::linalg_cholesky_ex(gram / gs.divisor + t * at::eye(J, x.options()));
   if (info.item<int64_t>() != 0)
-    fail(kWhere, "Gram / n + lambda I is not positive definite in double precision: lambda = " + std::to_string(opt.lambda) +
+    fail(kLeverageWhere, "Gram / n + lambda I is not positive definite in double precision: lambda = " + std::to_string(opt.lambda) +
                      " is lost against the kernel's scale exp(" + std::to_string(gs.log_scale) + ") under normalizer '" +
                      dof_normalize_name(opt.normalizer) + "'; use a larger lambda or the trace normalizer");
   at::Tensor log_scores = at::empty({P}, x.options());
@@ -91,7 +91,7 @@ LeverageInit leverage_init(const at::Tensor& x_in, int64_t M, uint64_t seed, con
     log_scores.narrow(0, s, len).copy_(at::log((y * y).sum(0)) + 2.0 * mp - shift - std::log(gs.divisor));
   }
   const double log_total = at::logsumexp(log_scores, 0).item<double>();
-  if (!std::isfinite(log_total)) fail(kWhere, "every candidate has zero leverage; the data are degenerate");
+  if (!std::isfinite(log_total)) fail(kLeverageWhere, "every candidate has zero leverage; the data are degenerate");
 
   // Resample M candidates i.i.d. with q_p = l_p / sum l; weight 1 / (P q_p) keeps Khat unbiased.
   at::Generator gen = fmap::generator(seed, kResampleStream);

@@ -20,7 +20,7 @@ namespace attnscope {
 
 namespace {
 
-constexpr const char* kFormat = kCaptureFormat;
+constexpr const char* kStoreFormat = kCaptureFormat;
 constexpr int kFormatVersion = kCaptureFormatVersion;
 
 std::string layer_file(int s) { return "layer_" + std::to_string(s) + ".safetensors"; }
@@ -97,7 +97,7 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
 
   const at::ScalarType st = opt.dtype == DType::F16 ? at::kHalf : at::kFloat;
   const uint64_t elt = dtype_size(opt.dtype);
-  const std::map<std::string, std::string> meta = {{"format", kFormat}};
+  const std::map<std::string, std::string> meta = {{"format", kStoreFormat}};
   std::vector<std::unique_ptr<SafetensorsStreamWriter>> writers;
   for (int s = 0; s < c.n_layer; ++s) {
     std::vector<TensorEntry> layout;
@@ -132,10 +132,10 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   std::vector<int64_t> flat;
   for (const auto& w : windows) flat.insert(flat.end(), w.begin(), w.end());
   write_safetensors((tmp / "ids.safetensors").string(), {{"ids", at::tensor(flat).view({T, L})}},
-                    {{"format", kFormat}});
+                    {{"format", kStoreFormat}});
 
   nlohmann::ordered_json j;
-  j["format"] = kFormat;
+  j["format"] = kStoreFormat;
   j["version"] = kFormatVersion;
   // The same names as everywhere a person reads them (info --json, tables, the GUI).
   j["model"] = {{"path", fs::absolute(m.path).string()}};

@@ -18,7 +18,7 @@ namespace attnscope {
 
 namespace {
 
-const char* kPickleRefusal =
+const char* kModelPickleRefusal =
     "is a pickle checkpoint; attnscope never unpickles (it executes arbitrary code). Convert it to "
     "safetensors first, e.g. with the Hugging Face `safetensors` convert script";
 
@@ -30,7 +30,7 @@ bool has_pickle_magic(const fs::path& p) {
          (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5);                   // raw pickle protocol 2-5
 }
 
-bool is_pickle_name(const fs::path& p) {
+bool is_pickle_file_name(const fs::path& p) {
   const std::string ext = p.extension().string();
   return p.filename() == "pytorch_model.bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt" ||
          ext == ".pkl";
@@ -77,7 +77,7 @@ std::string resolve_model_path(const std::string& spec) {
   if (spec.empty()) fail_value("model", "is empty: give a model directory, ORG/NAME or a llama2.c .bin");
   const fs::path p(spec);
   if (fs::is_regular_file(p)) {
-    if (is_pickle_name(p) || has_pickle_magic(p)) fail(spec, kPickleRefusal);
+    if (is_pickle_file_name(p) || has_pickle_magic(p)) fail(spec, kModelPickleRefusal);
     if (p.filename() == "config.json") return p.parent_path().string();
     return spec;
   }
@@ -105,7 +105,7 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
   const bool has_st = fs::exists(p / "model.safetensors") || fs::exists(p / "model.safetensors.index.json");
   if (!has_st && !fs::exists(p / "feature_maps.safetensors")) {
     for (const char* pk : {"pytorch_model.bin", "pytorch_model.bin.index.json"})
-      if (fs::exists(p / pk)) fail((p / pk).string(), kPickleRefusal);
+      if (fs::exists(p / pk)) fail((p / pk).string(), kModelPickleRefusal);
   }
   if (!fs::exists(cfg)) fail(m.path, "not a model directory: no config.json");
   ModelConfig c = load_hf_config(cfg.string());

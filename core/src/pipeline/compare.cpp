@@ -32,7 +32,7 @@ const char* display_name(const std::string& strategy) {
   return "DoF + Clip";
 }
 
-void write_table(const OutputDir& out, const std::string& name, const Table& t) {
+void write_compare_table(const OutputDir& out, const std::string& name, const Table& t) {
   write_text_file(out.file(name + ".md"), to_markdown(t));
   write_text_file(out.file(name + ".tex"), to_latex(t));
   write_text_file(out.file(name + ".csv"), to_csv(t));
@@ -70,7 +70,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
                      fmt_number(std::exp(r.eval.converted_loss), 2), fmt_number(r.mean_attention_kl(), 4),
                      fmt_number(err / double(r.eval.layers.size()), 4)});
   }
-  write_table(out, "quality", quality);
+  write_compare_table(out, "quality", quality);
 
   Table speed;  // Table 4's shape
   const int L = first.seq_len;
@@ -92,7 +92,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
     peak.push_back(fmt_number(double(g.linear_peak_bytes) / 1e6, 2));
   }
   for (auto* row : {&sec, &gen, &bat, &peak}) speed.add_row(*row);
-  write_table(out, "speed", speed);
+  write_compare_table(out, "speed", speed);
 
   Table training;  // Table 5's shape
   training.caption = "Training time per sample of " + std::to_string(L) + " tokens, all layers (" + setting + ").";
@@ -103,7 +103,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
     ms.push_back(fmt_number(r.train_ms_per_sample, 1));
   }
   training.add_row(ms);
-  write_table(out, "training", training);
+  write_compare_table(out, "training", training);
 
   Table next_token;  // Table 7's shape
   next_token.caption = "Held-out next-token loss of the converted models (" + setting + ").";
@@ -111,7 +111,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
   for (size_t i = 0; i < rows.size(); ++i)
     next_token.add_row({display_name(rows[i].strategy), fmt_number(rows[i].eval.converted_loss, 4),
                         i == 0 ? "Original" : "", i == 0 ? fmt_number(first.original_loss, 4) : ""});
-  write_table(out, "next_token", next_token);
+  write_compare_table(out, "next_token", next_token);
 
   json j = {{"model", o.model},
             {"texts", o.texts},

@@ -14,14 +14,14 @@
 #include "attnscope/base/text_file.h"
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
+using nlohmann::ordered_json;
 
 namespace attnscope {
 
 namespace {
 
-constexpr const char* kFormat = "attnscope.session";
-constexpr int kVersion = 1;
+constexpr const char* kSessionFormat = "attnscope.session";
+constexpr int kSessionVersion = 1;
 
 constexpr Named<View> kViews[] = {
     {View::Heads, "heads"}, {View::Metrics, "metrics"}, {View::Dof, "dof"}, {View::Jobs, "jobs"}, {View::Training, "training"}};
@@ -65,19 +65,19 @@ struct Reader {
 
   // The member `key` of `obj`, or null when absent (absent keys keep their defaults, so a session
   // written by hand or by an older build needs only what it sets).
-  const json* find(const json& obj, const char* key) const {
+  const ordered_json* find(const ordered_json& obj, const char* key) const {
     auto it = obj.find(key);
     return it == obj.end() ? nullptr : &*it;
   }
 
-  const json* object(const json& obj, const char* key) const {
-    const json* v = find(obj, key);
+  const ordered_json* object(const ordered_json& obj, const char* key) const {
+    const ordered_json* v = find(obj, key);
     if (v && !v->is_object()) bad(key, "must be a JSON object");
     return v;
   }
 
-  void string(const json& obj, const char* key, const std::string& name, std::string& out) const {
-    if (const json* v = find(obj, key)) {
+  void string(const ordered_json& obj, const char* key, const std::string& name, std::string& out) const {
+    if (const ordered_json* v = find(obj, key)) {
       if (!v->is_string()) bad(name, "must be a string");
       out = v->get<std::string>();
     }
@@ -85,9 +85,9 @@ struct Reader {
 
   // An integer in [lo, hi]; floats and strings are refused rather than rounded.
   template <class Int>
-  void integer(const json& obj, const char* key, const std::string& name, int64_t lo, int64_t hi,
+  void integer(const ordered_json& obj, const char* key, const std::string& name, int64_t lo, int64_t hi,
                const char* what, Int& out) const {
-    const json* v = find(obj, key);
+    const ordered_json* v = find(obj, key);
     if (!v) return;
     if (!v->is_number_integer()) bad(name, std::string("must be ") + what);
     // nlohmann keeps non-negative integers unsigned (up to 2^64 - 1) and negative ones signed.
@@ -97,15 +97,15 @@ struct Reader {
     out = static_cast<Int>(v->get<int64_t>());
   }
 
-  void seed(const json& obj, const char* key, const std::string& name, uint64_t& out) const {
-    if (const json* v = find(obj, key)) {
+  void seed(const ordered_json& obj, const char* key, const std::string& name, uint64_t& out) const {
+    if (const ordered_json* v = find(obj, key)) {
       if (!v->is_number_unsigned()) bad(name, "must be a non-negative integer");
       out = v->get<uint64_t>();
     }
   }
 
-  void boolean(const json& obj, const char* key, const std::string& name, bool& out) const {
-    if (const json* v = find(obj, key)) {
+  void boolean(const ordered_json& obj, const char* key, const std::string& name, bool& out) const {
+    if (const ordered_json* v = find(obj, key)) {
       if (!v->is_boolean()) bad(name, "must be true or false");
       out = v->get<bool>();
     }
@@ -114,7 +114,7 @@ struct Reader {
   // A name of one of core's name sets, read through its parser: the parser's message (which lists
   // the valid names) after the key.
   template <class E, class Parse>
-  void name(const json& obj, const char* key, const std::string& path, Parse parse, const char* (*print)(E),
+  void name(const ordered_json& obj, const char* key, const std::string& path, Parse parse, const char* (*print)(E),
             E& out) const {
     std::string text = print(out);
     string(obj, key, path, text);
@@ -126,8 +126,8 @@ struct Reader {
   }
 
   // A positive finite number (a learning rate).
-  void positive(const json& obj, const char* key, const std::string& name, double& out) const {
-    if (const json* v = find(obj, key)) {
+  void positive(const ordered_json& obj, const char* key, const std::string& name, double& out) const {
+    if (const ordered_json* v = find(obj, key)) {
       if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
         bad(name, "must be a positive finite number, got " + v->dump());
       out = v->get<double>();
@@ -178,12 +178,12 @@ DistillOptions distill_options_of(const TrainSettings& t) {
 
 void save_session(const std::string& path, const Session& s) {
   const fs::path base = fs::absolute(path).parent_path();
-  json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
+  ordered_json j;
+  j["format"] = kSessionFormat;
+  j["version"] = kSessionVersion;
   j["model"] = relative_if_exists(s.model, base);
   j["tokenizer"] = relative_if_exists(s.tokenizer, base);
-  json texts = json::array();
+  ordered_json texts = ordered_json::array();
   for (const auto& t : s.texts) texts.push_back(relative_to(t, base));
   j["texts"] = texts;
   j["text"] = s.text;
@@ -226,20 +226,20 @@ Session load_session(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) fail(file, "cannot open the session file");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  json j;
+  ordered_json j;
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
+    j = ordered_json::parse(text);
+  } catch (const ordered_json::exception& e) {
     fail(file, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) fail(file, "not an attnscope session (not a JSON object)");
   auto format = j.find("format");
-  if (format == j.end() || !format->is_string() || format->get<std::string>() != kFormat)
-    fail(file, std::string("not an attnscope session ('format' is not \"") + kFormat + "\")");
+  if (format == j.end() || !format->is_string() || format->get<std::string>() != kSessionFormat)
+    fail(file, std::string("not an attnscope session ('format' is not \"") + kSessionFormat + "\")");
   auto version = j.find("version");
-  if (version == j.end() || !version->is_number_integer() || *version != kVersion)
+  if (version == j.end() || !version->is_number_integer() || *version != kSessionVersion)
     fail(file, "session version " + (version == j.end() ? std::string("(missing)") : version->dump()) +
-                   " is not supported (this build reads " + std::to_string(kVersion) + ")");
+                   " is not supported (this build reads " + std::to_string(kSessionVersion) + ")");
 
   Reader r{file, fs::absolute(file).parent_path()};
   Session s;
@@ -247,7 +247,7 @@ Session load_session(const std::string& file) {
   s.model = r.model_path(s.model);
   r.string(j, "tokenizer", "tokenizer", s.tokenizer);
   s.tokenizer = r.model_path(s.tokenizer);
-  if (const json* t = r.find(j, "texts")) {
+  if (const ordered_json* t = r.find(j, "texts")) {
     if (!t->is_array()) r.bad("texts", "must be an array of file names");
     for (const auto& e : *t) {
       if (!e.is_string()) r.bad("texts", "must be an array of file names");
@@ -257,7 +257,7 @@ Session load_session(const std::string& file) {
   }
   r.string(j, "text", "text", s.text);
 
-  if (const json* c = r.object(j, "capture")) {
+  if (const ordered_json* c = r.object(j, "capture")) {
     r.string(*c, "dir", "capture.dir", s.capture_dir);
     s.capture_dir = r.path(s.capture_dir);
     // The same ranges as `attnscope capture` accepts (L >= 2 keys, T >= 1 window).
@@ -269,7 +269,7 @@ Session load_session(const std::string& file) {
   r.string(j, "spectra", "spectra", s.spectra);
   s.spectra = r.path(s.spectra);
 
-  if (const json* d = r.object(j, "dof")) {
+  if (const ordered_json* d = r.object(j, "dof")) {
     r.integer(*d, "samples", "dof.samples", 1, INT64_MAX, "a positive integer", s.dof.samples);
     std::string normalize = dof_normalize_name(s.dof.normalize);
     r.string(*d, "normalize", "dof.normalize", normalize);
@@ -280,7 +280,7 @@ Session load_session(const std::string& file) {
     }
     r.seed(*d, "seed", "dof.seed", s.dof.seed);
   }
-  if (const json* a = r.object(j, "analysis")) {
+  if (const ordered_json* a = r.object(j, "analysis")) {
     r.string(*a, "feature_map", "analysis.feature_map", s.analysis.feature_map);
     if (!s.analysis.feature_map.empty()) {
       const auto names = feature_map_names();
@@ -292,7 +292,7 @@ Session load_session(const std::string& file) {
     r.integer(*a, "mixer_state", "analysis.mixer_state", 0, INT64_MAX, "a non-negative integer", s.analysis.mixer_state);
   }
 
-  if (const json* v = r.find(j, "lambda")) {
+  if (const ordered_json* v = r.find(j, "lambda")) {
     if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
       r.bad("lambda", "must be a positive finite number");
     s.lambda = v->get<double>();
@@ -309,7 +309,7 @@ Session load_session(const std::string& file) {
   }
   r.integer(j, "multiple", "multiple", 1, INT64_MAX, "a positive integer", s.multiple);
 
-  if (const json* sel = r.object(j, "selection")) {
+  if (const ordered_json* sel = r.object(j, "selection")) {
     // Only the sign is checked here: the capture they index may not exist yet.
     r.integer(*sel, "layer", "selection.layer", 0, INT_MAX, "a non-negative integer", s.layer);
     r.integer(*sel, "head", "selection.head", 0, INT_MAX, "a non-negative integer", s.head);
@@ -319,7 +319,7 @@ Session load_session(const std::string& file) {
   r.name(j, "metric", "metric", parse_grid_metric, grid_metric_name, s.metric);
   r.name(j, "view", "view", parse_view, view_name, s.view);
 
-  if (const json* t = r.object(j, "train")) {
+  if (const ordered_json* t = r.object(j, "train")) {
     TrainSettings& train = s.train;
     r.string(*t, "run", "train.run", s.run_dir);
     s.run_dir = r.path(s.run_dir);

@@ -7,6 +7,9 @@ namespace attnscope {
 // op. Attention scores are large short-lived buffers; with glibc's default thresholds each one is
 // a fresh mmap whose pages fault in again, which costs 10x the arithmetic on virtual machines that
 // report free pages to the host (measured: stories260K forward at L = 256, 232 ms -> 16 ms).
+// These are glibc's settings, for programs built without jemalloc; where jemalloc is the allocator
+// (the executables link it when it is installed), its settings are compiled into each program
+// (core/src/base/malloc_conf.cpp, cmake/Jemalloc.cmake) and read before main().
 void configure_runtime();
 
 }  // namespace attnscope
