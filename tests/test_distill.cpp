@@ -1339,8 +1339,9 @@ TEST(DistillOptionTable, EveryRowRoundTripsAndFlagsAreDistinct) {
     EXPECT_EQ(row.get(fresh), text) << row.flags;
     DistillOptions defaults;
     defaults.strategy = o.strategy;
-    if (long_flag(row.flags) != "--strategy")
+    if (long_flag(row.flags) != "--strategy") {
       EXPECT_NE(row.get(defaults), text) << row.flags << ": the test value equals the default";
+    }
   }
   EXPECT_EQ(flags.size(), distill_option_table().size());
   // The command line quotes what the shell would split.

@@ -92,7 +92,9 @@ TEST(Finetune, AttentionWeightsRoundTripInEveryLayout) {
       const LayerWeights &a = w.layers[s], &b = back.model->weights().layers[s];
       for (const auto& [x, y] : {std::pair<const at::Tensor*, const at::Tensor*>{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv},
                                  {&a.wo, &b.wo}, {&a.bq, &b.bq}, {&a.bv, &b.bv}, {&a.w_up, &b.w_up}})
-        if (x->defined()) EXPECT_TRUE(at::allclose(*x, *y, 0, 1e-6)) << s;
+        if (x->defined()) {
+          EXPECT_TRUE(at::allclose(*x, *y, 0, 1e-6)) << s;
+        }
     }
   }
 }

@@ -170,7 +170,7 @@ TEST(HostileRuns, BadInputsLeaveNoRunDirectory) {
   // An allocation file with M = 1e9, and a per-head row of the wrong length whose values agree.
   std::ofstream(root + "/huge.json") << "{\"dims\": [1000000000, 8, 8, 8]}";
   std::ofstream(root + "/short.json") << "{\"dims\": [[8, 8, 8], 8, 8, 8]}";
-  for (const std::string file : {root + "/huge.json", root + "/short.json"}) {
+  for (const std::string& file : {root + "/huge.json", root + "/short.json"}) {
     std::string out;
     EXPECT_EQ(distill_cli("--capture " + cap + " --feature-map learned-prf --allocation " + file + " --out " + root + "/alloc", &out), 1)
         << out;
@@ -295,7 +295,7 @@ TEST(HostileRuns, DebrisIsSweptAndMalformedFilesAreNamed) {
   auto job = nlohmann::json::parse(test::read_file(run + "/job.json"));
   job["steps"] = "four";
   std::ofstream(run + "/job.json") << job.dump();
-  for (const std::string cmd : {" jobs " + run, " convert --job " + run + " --out " + folder + "/converted"}) {
+  for (const std::string& cmd : {" jobs " + run, " convert --job " + run + " --out " + folder + "/converted"}) {
     EXPECT_EQ(test::run_command(cli() + cmd + " 2>&1", &out), 1) << out;
     EXPECT_TRUE(has(out, run + "/job.json") && has(out, "\"steps\"")) << out;
     EXPECT_FALSE(has(out, "json.exception")) << out;

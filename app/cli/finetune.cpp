@@ -42,7 +42,7 @@ void register_finetune(CLI::App& app) {
     const std::atomic<bool>* stop_requested = stop_on_interrupt();
     FinetuneResult r;
     try {
-      run_job("finetune", "finetune", resuming ? attnscope_command({"finetune", "--resume", run}) : finetune_command(*o, run),
+      run_job(JobKind::Finetune, "finetune", resuming ? attnscope_command({"finetune", "--resume", run}) : finetune_command(*o, run),
               [&](Job& job) {
                 const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
                 r = resuming ? resume_finetune(run, progress) : finetune(*o, run, progress);

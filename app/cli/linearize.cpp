@@ -42,7 +42,7 @@ void register_linearize(CLI::App& app) {
     const std::atomic<bool>* stop_requested = stop_on_interrupt();
     LinearizeResult r;
     try {
-      run_job("linearize", "linearize", resuming ? attnscope_command({"linearize", "--resume", run}) : linearize_command(*o, run),
+      run_job(JobKind::Linearize, "linearize", resuming ? attnscope_command({"linearize", "--resume", run}) : linearize_command(*o, run),
               [&](Job& job) {
                 const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
                 r = resuming ? resume_linearize(run, progress) : linearize(*o, run, progress);

@@ -915,7 +915,9 @@ void MainWindow::open_job_result(int id) {
       case JobKind::Maps: show_view(View::Heads); break;
       case JobKind::Distill:
       case JobKind::Convert:
-      case JobKind::Eval: show_view(View::Training); break;
+      case JobKind::Eval:
+      case JobKind::Finetune:
+      case JobKind::Linearize: show_view(View::Training); break;
       case JobKind::Session: break;
     }
   }

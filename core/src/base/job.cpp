@@ -13,7 +13,7 @@ constexpr Named<JobKind> kJobKinds[] = {
     {JobKind::Model, "model"},     {JobKind::Capture, "capture"}, {JobKind::Spectra, "spectra"},
     {JobKind::Metrics, "metrics"}, {JobKind::Maps, "maps"},       {JobKind::Report, "report"},
     {JobKind::Session, "session"}, {JobKind::Distill, "distill"}, {JobKind::Convert, "convert"},
-    {JobKind::Eval, "eval"}};
+    {JobKind::Eval, "eval"},       {JobKind::Finetune, "finetune"}, {JobKind::Linearize, "linearize"}};
 
 }  // namespace
 

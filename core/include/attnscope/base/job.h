@@ -22,7 +22,7 @@ namespace attnscope {
 
 // What a job does, one name table: the words of the job lists (the window's Jobs tab, its log
 // titles). The CLI's foreground jobs are capture, report and distill; the window adds the rest.
-enum class JobKind { Model, Capture, Spectra, Metrics, Maps, Report, Session, Distill, Convert, Eval };
+enum class JobKind { Model, Capture, Spectra, Metrics, Maps, Report, Session, Distill, Convert, Eval, Finetune, Linearize };
 JobKind parse_job_kind(const std::string& name);  // one of job_kind_names(); else Error (quantity "job kind")
 const char* job_kind_name(JobKind kind);
 std::vector<std::string> job_kind_names();  // model, capture, spectra, metrics, maps, report, session, distill, convert, eval
