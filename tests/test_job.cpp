@@ -276,7 +276,7 @@ TEST(Job, FinishedThreadsAreJoinedByTheNextStart) {
 // Issue 18, defect 3: job kinds are one name table, the words of the job lists.
 TEST(JobKinds, EveryKindRoundTripsThroughItsName) {
   EXPECT_EQ(job_kind_names(), (std::vector<std::string>{"model", "capture", "spectra", "metrics", "maps", "report",
-                                                        "session", "distill", "convert", "eval"}));
+                                                        "session", "distill", "convert", "eval", "finetune", "linearize"}));
   for (const std::string& n : job_kind_names()) EXPECT_EQ(job_kind_name(parse_job_kind(n)), n);
   EXPECT_THROW(parse_job_kind("train"), Error);
 }
