@@ -19,13 +19,20 @@ only (the safetensors format is parsed here), so the directory runs where attnsc
 load() checks what attnscope checks before it runs anything: config.json and its "attnscope" object
 (format_version, feature map, dims against the model's layers and heads), every weight (name, shape,
 finite), every head's feature-map tensors (names, shapes, float32, finite, the dims they give), and
-with weights referenced by attnscope.source, that those weights still have the recorded sha256. A
-model it refuses raises ConvertedModelError, whose message is "FILE: problem" in attnscope's words;
-run as a program it prints that line and exits 1.
+with weights referenced by attnscope.source, that those weights still have the recorded sha256;
+attnscope.window (a non-negative integer) and, when W > 0, every head's gamma (a finite float32
+scalar; none when W is 0 or absent). A model it refuses raises ConvertedModelError, whose message
+is "FILE: problem" in attnscope's words; run as a program it prints that line and exits 1.
 
 Generation runs the recurrent form: per head a state S = sum phi(k) v^T [M, d] and z = sum phi(k)
 [M] carries the prefix, so each new token costs the same at every position (model(ids, cache, pos)
 with a cache from model.new_cache()).
+
+Hybrid heads (attnscope.window W > 0, LoLCATs' linear + sliding window; SPEC 5): query i gives key
+j <= i the weight g exp(q_i.k_j / sqrt d) when i - j < W and (1 - g) phi(q_i).phi(k_j) when
+i - j >= W, normalized by the row's sum, with g = sigmoid(gamma) from the head's scalar
+layers.{s}.heads.{h}.gamma in feature_maps.safetensors (hybrid_attention). Their recurrent state
+is S, z over the keys older than the window plus a ring of the last W keys and values.
 
 Architectures: GPT-2, GPT-NeoX (Pythia), Llama (grouped-query attention included). Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
@@ -36,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 import sys
 import types
@@ -417,7 +425,17 @@ def parse_header(config, file, n_layer, n_head):
             "tied": fm["tied"] if isinstance(fm.get("tied"), bool) else True,
             "temperature": float(fm["temperature"]) if _is_number(fm.get("temperature")) else 1.0}
     rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims")
+    spec["window"] = parse_window(a.get("window"), where + ".window")
     return spec, rows
+
+
+def parse_window(w, where):
+    """attnscope.window: W >= 0 (absent or 0: plain linear attention; W > 0: hybrid heads)."""
+    if w is None:
+        return 0
+    if not (_is_int(w) and 0 <= w <= _INT_MAX):
+        _fail(where, "must be a non-negative integer up to %d (0: plain linear attention), got %s" % (_INT_MAX, json.dumps(w)))
+    return w
 
 
 MAX_FEATURE_DIM = 16384  # attnscope's kMaxFeatureDim
@@ -510,10 +528,16 @@ def _head_map(spec, tensors, d, M, file, s, h):
 
 
 def read_feature_maps(file, spec, dims, shape):
-    """[layer][head] FeatureMap from feature_maps.safetensors: every head's tensors and nothing else."""
+    """[layer][head] FeatureMap from feature_maps.safetensors: every head's tensors and nothing else;
+    with a window W > 0 also every head's gamma (layers.{s}.heads.{h}.gamma, a float32 scalar)."""
     if not os.path.exists(file):
         _fail(file, "is missing: it should hold every head's feature map")
     tensors = read_safetensors(file)
+    window = spec.get("window", 0)
+    gammas = sorted(k for k in tensors if re.fullmatch(r"layers\.[0-9]+\.heads\.[0-9]+\.gamma", k))
+    if window == 0 and gammas:
+        _fail(file, "holds %d hybrid-head gamma tensors (the first '%s') but config.json's attnscope.window is 0 or "
+              "absent (plain linear attention): a stale file?" % (len(gammas), gammas[0]))
     maps, used = [], 0
     for s in range(shape.n_layer):
         row = []
@@ -521,12 +545,35 @@ def read_feature_maps(file, spec, dims, shape):
             prefix = "layers.%d.heads.%d.feature_map." % (s, h)
             own = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
             used += len(own)
-            row.append(_head_map(spec, own, shape.head_dim, dims[s][h], file, s, h))
+            m = _head_map(spec, own, shape.head_dim, dims[s][h], file, s, h)
+            if window > 0:
+                m.window = window
+                m.gamma = _head_gamma(tensors, file, s, h, window)
+                used += 1
+            row.append(m)
         maps.append(row)
     if used != len(tensors):
-        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.feature_map.*"
-              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1))
+        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.%s"
+              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1,
+                 "{feature_map.*, gamma}" if window > 0 else "feature_map.*"))
     return maps
+
+
+def _head_gamma(tensors, file, s, h, window):
+    """Head (s, h)'s hybrid balance gamma (g = sigmoid(gamma)) as a float64 scalar, checked."""
+    name = "layers.%d.heads.%d.gamma" % (s, h)
+    where = "%s (layer %d head %d)" % (file, s, h)
+    if name not in tensors:
+        _fail(where, "missing tensor '%s': config.json's attnscope.window is %d, so every head is hybrid and needs its gamma"
+              % (name, window))
+    t = tensors[name]
+    if list(t.shape) != []:
+        _fail(where, "tensor '%s' has shape %s, a hybrid head's gamma is a scalar (shape [])" % (name, _shape_str(t.shape)))
+    if t.dtype != torch.float32:
+        _fail(where, "tensor '%s' is not float32" % name)
+    if not bool(torch.isfinite(t).all()):
+        _fail(where, "tensor '%s' holds NaN or inf" % name)
+    return t.to(torch.float64)
 
 
 def _shift(logits):
@@ -542,6 +589,8 @@ class FeatureMap:
         self.t = {k: v.to(torch.float64) for k, v in tensors.items()}
         self.d = d
         self.features = features
+        self.window = 0  # hybrid heads (attnscope.window W > 0): W and gamma, set by read_feature_maps
+        self.gamma = None
 
     def query(self, x):
         return self._apply(x, "q")
@@ -639,6 +688,140 @@ def linear_attention(fq, fk, v, state=None):
     return torch.where(torch.isnan(y), torch.zeros_like(y), y)
 
 
+def attend(m, q, k, v, state=None):
+    """One head's attention output [B, L, d_v] from its queries and keys after RoPE (float64, what
+    softmax attention would use): linear attention with the head's map, or hybrid with a window."""
+    if m.window > 0:
+        return hybrid_attention(q, k, v, m, state)
+    return linear_attention(m.query(q), m.key(k), v, state)
+
+
+def _log_abs(x):
+    """sign(x), log|x| (-inf for 0)."""
+    return torch.sign(x), torch.log(x.abs())
+
+
+def _linear_part(sign1, log1, y1, sign2, log2, y2):
+    """Two signed linear parts (each: row weight sign * exp(log), normalized output y) added."""
+    top = torch.maximum(log1, log2)
+    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+    a, b = sign1 * torch.exp(log1 - top), sign2 * torch.exp(log2 - top)
+    den = a + b
+    num = torch.nan_to_num(y1 * a.unsqueeze(-1)) + torch.nan_to_num(y2 * b.unsqueeze(-1))
+    sign, log = _log_abs(den)
+    return sign, log + top, num / den.unsqueeze(-1)
+
+
+def hybrid_attention(q, k, v, m, state=None):
+    """Hybrid attention (SPEC 5, LoLCATs): q, k [B, L, d] after RoPE, v [B, L, d_v], float64; m the
+    head's FeatureMap with window W = m.window > 0 and balance gamma = m.gamma.
+
+    Query i gives key j <= i the weight g exp(q_i.k_j / sqrt d) when i - j < W and
+    (1 - g) phi(q_i).phi(k_j) when i - j >= W, normalized by the row's sum; g = sigmoid(gamma). All in
+    the log domain (log g = logsigmoid(gamma), log(1 - g) = logsigmoid(-gamma)), the two parts read
+    against one per-row maximum, so large |q|, |k| neither overflow nor underflow the row. The linear
+    part of a row is its keys' summed kernel values; a row whose sum is <= 0 (relu-type maps, signed
+    Fourier maps) gets no linear weight (the only clamp the recurrent form can apply as well).
+
+    Batch form: the window part in blocks of n = min(W, L) queries against the n + W - 1 keys they can
+    see (memory ~ L (n + W)); the linear part over keys j <= i - W as the L x L kernel, as
+    linear_attention does. `state` (a dict, empty at the start) carries earlier calls: S, z, c over
+    keys older than the window (linear_attention's bookkeeping) and a ring of the last W raw keys and
+    values; the keys this call pushes out of the ring go into S, z. So a sequence can be fed in
+    pieces, one token at a time at constant memory.
+    """
+    W = m.window
+    B, L, d = q.shape
+    dv = v.shape[-1]
+    gamma = m.gamma.to(q.dtype)
+    log_g = torch.nn.functional.logsigmoid(gamma)
+    log_1mg = torch.nn.functional.logsigmoid(-gamma)
+    # Keys this call sees besides the state's: the ring (earlier calls' last r keys), then its own.
+    if state and "ring_k" in state:
+        keys, vals = torch.cat([state["ring_k"], k], 1), torch.cat([state["ring_v"], v], 1)
+    else:
+        keys, vals = k, v
+    K = keys.shape[1]
+    r = K - L  # query i sits at position r + i of keys
+
+    # ---- linear part, per row: sign, log of its weight over exp(log(1 - g) + query log scale), output
+    vq, lq = m.query(q)
+    lq = lq.squeeze(-1)
+    sign = torch.zeros(B, L, dtype=q.dtype)
+    log = torch.full((B, L), -math.inf, dtype=q.dtype)
+    y_lin = torch.zeros(B, L, dv, dtype=q.dtype)
+    n_lin = K - W  # keys j <= r + L - 1 - W: the only ones some query here reads linearly
+    fk = m.key(keys[:, :n_lin]) if n_lin > 0 else None
+    if n_lin > 0:
+        vk, lk = fk
+        dot = vq @ vk.transpose(1, 2)  # [B, L, n_lin]
+        i = torch.arange(L).unsqueeze(1)
+        j = torch.arange(n_lin).unsqueeze(0)
+        visible = j <= r + i - W
+        a = torch.where(visible, lk.transpose(1, 2) + torch.log(dot.abs()), torch.tensor(-math.inf, dtype=q.dtype))
+        top = a.max(-1, keepdim=True).values
+        top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+        t = torch.sign(dot) * torch.exp(a - top)
+        den = t.sum(-1)
+        sign, log = _log_abs(den)
+        log = log + top.squeeze(-1)
+        y_lin = (t @ vals[:, :n_lin]) / den.unsqueeze(-1)
+    if state and "S" in state:  # keys older than the ring
+        den = (vq * state["z"].unsqueeze(1)).sum(-1)
+        s2, l2 = _log_abs(den)
+        y2 = (vq @ state["S"]) / den.unsqueeze(-1)
+        sign, log, y_lin = _linear_part(sign, log, y_lin, s2, l2 + state["c"].view(B, 1), y2)
+    lw = torch.where(sign > 0, log + lq + log_1mg, torch.tensor(-math.inf, dtype=q.dtype))  # <= 0: no weight
+    y_lin = torch.where((sign > 0).unsqueeze(-1), y_lin, torch.zeros_like(y_lin))
+
+    # ---- window part in blocks: queries b n .. b n + n - 1 against the keys they can see
+    We = min(W, K)  # the window never reaches before key 0
+    n = min(We, L)
+    nb = -(-L // n)
+    width = n + We - 1
+    left = We - r  # keys padded on the left so that query i's window is padded keys i + 1 .. i + We
+    right = max(0, nb * n + We - left - K)
+    kp = torch.nn.functional.pad(keys, (0, 0, left, right))[:, 1:]
+    vp = torch.nn.functional.pad(vals, (0, 0, left, right))[:, 1:]
+    kw = kp.unfold(1, width, n)[:, :nb]  # [B, nb, d, width]
+    vw = vp.unfold(1, width, n)[:, :nb]  # [B, nb, d_v, width]
+    qb = torch.nn.functional.pad(q, (0, 0, 0, nb * n - L)).view(B, nb, n, d)
+    scores = (qb @ kw) / math.sqrt(d) + log_g  # [B, nb, n, width]
+    b = torch.arange(nb).view(nb, 1, 1)
+    ii = torch.arange(n).view(1, n, 1)
+    c = torch.arange(width).view(1, 1, width)
+    inside = (c >= ii) & (c <= ii + We - 1) & (b * n + 1 + c - left >= 0)
+    scores = scores.masked_fill(~inside, -math.inf)
+
+    def blocks(x, fill):
+        return torch.nn.functional.pad(x, (0, nb * n - L), value=fill).view(B, nb, n)
+    lwb = blocks(lw, -math.inf)
+    top = torch.maximum(scores.max(-1).values, lwb)
+    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)  # only padding rows
+    e = torch.exp(scores - top.unsqueeze(-1))
+    el = torch.exp(lwb - top)
+    ylb = torch.nn.functional.pad(y_lin, (0, 0, 0, nb * n - L)).view(B, nb, n, dv)
+    num = e @ vw.transpose(-1, -2) + el.unsqueeze(-1) * ylb
+    den = e.sum(-1) + el
+    y = (num / den.unsqueeze(-1)).view(B, nb * n, dv)[:, :L]
+
+    # ---- the recurrent state: keys leaving the ring go into S, z; the ring keeps the last W
+    if state is not None:
+        if n_lin > 0:  # relative to c, the largest key log scale in S, z (linear_attention's bookkeeping)
+            vk, lk = fk
+            c_new = lk.max(1, keepdim=True).values  # [B, 1, 1]
+            if "S" in state:
+                c_new = torch.maximum(c_new, state["c"])
+            vk = vk * torch.exp(lk - c_new)
+            S_new, z_new = vk.transpose(1, 2) @ vals[:, :n_lin], vk.sum(1)
+            if "S" in state:
+                keep = torch.exp(state["c"] - c_new)
+                S_new, z_new = S_new + state["S"] * keep, z_new + state["z"] * keep.squeeze(-1)
+            state.update(S=S_new, z=z_new, c=c_new)
+        state.update(ring_k=keys[:, max(0, K - W):], ring_v=vals[:, max(0, K - W):])
+    return y
+
+
 def _cache(n_layer, n_head):
     return [[{} for _ in range(n_head)] for _ in range(n_layer)]
 
@@ -704,7 +887,7 @@ class LinearGPT2(torch.nn.Module):
                 sl = slice(j * d, (j + 1) * d)
                 qh, kh, vh = (t[..., sl].to(torch.float64) for t in (q, k, v))
                 m = self.maps[s][j]
-                heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
+                heads.append(attend(m, qh, kh, vh, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
             x = x + a @ w[pre + "attn.c_proj.weight"] + w[pre + "attn.c_proj.bias"]
             h = self._ln(x, pre + "ln_2")
@@ -775,7 +958,7 @@ class LinearLlama(torch.nn.Module):
                 kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
                 m = self.maps[s][j]
                 qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
-                heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
+                heads.append(attend(m, qh, kh, vh, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
             x = x + self._linear(a, pre + "self_attn.o_proj")
             h = self._rms(x, w[pre + "post_attention_layernorm.weight"])
@@ -843,7 +1026,7 @@ class LinearNeoX(torch.nn.Module):
             for j in range(H):
                 m = self.maps[s][j]
                 qh, kh, vh = (t[:, :, j].to(torch.float64) for t in (q, k, v))
-                heads.append(linear_attention(m.query(qh), m.key(kh), vh, cache[s][j] if cache else None))
+                heads.append(attend(m, qh, kh, vh, cache[s][j] if cache else None))
             a = self._linear(torch.cat(heads, -1).to(torch.float32), pre + "attention.dense")
 
             def mlp(t):
