@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "attnscope/bench/attention_bench.h"
@@ -81,6 +82,60 @@ double max_rel(const at::Tensor& got, const at::Tensor& want) {
   const at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
   return ((g - w).abs().max() / w.abs().max().clamp_min(1e-300)).item<double>();
 }
+
+// lse_i = c_i + log(den_i) (-inf where den_i <= 0), one pair at a time in long double: [N, L, 1].
+at::Tensor reference_lse(const Inputs& in) {
+  const int64_t N = in.q.size(0), L = in.q.size(1), M = in.q.size(2);
+  auto q = in.q.accessor<double, 3>(), k = in.k.accessor<double, 3>(), ls = in.ls.accessor<double, 3>();
+  at::Tensor lse = at::empty({N, L, 1}, at::kDouble);
+  auto S = lse.accessor<double, 3>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < L; ++i) {
+      long double c = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) c = std::max<long double>(c, ls[n][j][0]);
+      long double den = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        long double dot = 0;
+        for (int64_t m = 0; m < M; ++m) dot += (long double)q[n][i][m] * k[n][j][m];
+        den += dot * std::exp((long double)ls[n][j][0] - c);
+      }
+      S[n][i][0] = den > 0 ? double(c + std::log(den)) : -INFINITY;
+    }
+  return lse;
+}
+
+// y and lse as differentiable expressions through the L x L map, rows with den <= 0 masked out
+// by where (lse = -inf and y = 0 there, no gradient): autograd's reference for the lse backward.
+struct MapOutputs {
+  at::Tensor y, lse;  // [N, L, D], [N, L, 1]
+};
+MapOutputs map_outputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+  const int64_t L = q.size(1);
+  const at::Tensor c = std::get<0>(at::cummax(ls.squeeze(-1).detach(), -1));  // lse = log sum_j (q.k) exp(ls_j): c cancels
+  const at::Tensor mask = at::ones({L, L}, at::kBool).tril();
+  const at::Tensor expo = (ls.squeeze(-1).unsqueeze(-2) - c.unsqueeze(-1)).masked_fill(mask.logical_not(), -INFINITY);
+  const at::Tensor w = at::matmul(q, k.transpose(-2, -1)) * at::exp(expo);
+  const at::Tensor den = w.sum(-1, /*keepdim=*/true);
+  const at::Tensor positive = den > 0, nonzero = den != 0;
+  const at::Tensor y = at::where(nonzero, at::matmul(w, v) / at::where(nonzero, den, at::ones_like(den)), at::zeros_like(v));
+  const at::Tensor lse = at::where(positive, c.unsqueeze(-1) + at::log(at::where(positive, den, at::ones_like(den))),
+                                   at::full_like(den, -INFINITY));
+  return {y, lse};
+}
+
+// max |got - want| / max(1, |want|) over the finite entries; infinite if got is not -inf exactly
+// where want is, or NaN anywhere.
+double lse_error(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+  if (at::isnan(g).any().item<bool>() || !at::equal(at::isfinite(g), at::isfinite(w)) ||
+      !at::equal(g.masked_select(at::isfinite(w).logical_not()), w.masked_select(at::isfinite(w).logical_not())))
+    return INFINITY;
+  const at::Tensor fin = at::isfinite(w);
+  if (!fin.any().item<bool>()) return 0;
+  return ((g - w).abs() / w.abs().clamp_min(1.0)).masked_select(fin).max().item<double>();
+}
+
+at::Tensor grad_or_zero(const at::Tensor& leaf) { return leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf); }
 
 }  // namespace
 
@@ -207,6 +262,159 @@ TEST(Kernels, RecurrentStepsEqualTheChunkedForm) {
   EXPECT_LT(max_rel(K::recurrent_step(a, more.q.select(1, 0), more.k.select(1, 0), more.ls.select(1, 0).squeeze(-1), more.v.select(1, 0)),
                     K::recurrent_step(b, more.q.select(1, 0), more.k.select(1, 0), more.ls.select(1, 0).squeeze(-1), more.v.select(1, 0))),
             1e-12);
+}
+
+TEST(Kernels, LseEqualsPairLoop) {
+  // The same lengths and scale spreads as the output: float64 against the long-double loop, and
+  // float32 against it on the float32-rounded inputs. y of causal_linear_attention_lse is the one
+  // causal_linear_attention gives.
+  for (int64_t L : {1, 63, 64, 65, 130, 300}) {
+    for (double spread : {0.0, 3.0, 500.0, -1.0}) {  // -1: a rising ramp of scales, 3 per token
+      Inputs in = make_inputs(3, L, 5, 4, std::max(spread, 1.0), 200 + L);
+      if (spread < 0) in.ls = in.ls + at::arange(L, at::kDouble).view({1, L, 1}) * 3.0;
+      const K::AttentionWithLse out = K::causal_linear_attention_lse(in.q, in.k, in.ls, in.v);
+      ASSERT_EQ(out.lse.sizes(), (at::IntArrayRef{3, L, 1}));
+      EXPECT_EQ(out.lse.scalar_type(), at::kDouble);
+      EXPECT_LT(lse_error(out.lse, reference_lse(in)), 1e-13) << "L " << L << " spread " << spread;
+      EXPECT_TRUE(at::equal(out.y, K::causal_linear_attention(in.q, in.k, in.ls, in.v)));
+      auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat); };
+      const Inputs r{f32(in.q).to(at::kDouble), f32(in.k).to(at::kDouble), f32(in.ls).to(at::kDouble), f32(in.v).to(at::kDouble)};
+      const K::AttentionWithLse o32 = K::causal_linear_attention_lse(f32(in.q), f32(in.k), f32(in.ls), f32(in.v));
+      EXPECT_EQ(o32.lse.scalar_type(), at::kFloat);
+      EXPECT_LT(lse_error(o32.lse, reference_lse(r)), 1e-5) << "float32, L " << L << " spread " << spread;
+    }
+  }
+}
+
+TEST(Kernels, LseLeadingDimensions) {
+  const Inputs in = make_inputs(6, 70, 3, 2, 2.0, 23);
+  const K::AttentionWithLse out = K::causal_linear_attention_lse(in.q.view({2, 3, 70, 3}), in.k.view({2, 3, 70, 3}),
+                                                                 in.ls.view({2, 3, 70, 1}), in.v.view({2, 3, 70, 2}));
+  ASSERT_EQ(out.lse.sizes(), (at::IntArrayRef{2, 3, 70, 1}));
+  EXPECT_LT(lse_error(out.lse.view({6, 70, 1}), reference_lse(in)), 1e-13);
+  // No value columns: lse still there.
+  const K::AttentionWithLse none = K::causal_linear_attention_lse(in.q, in.k, in.ls, in.v.narrow(2, 0, 0));
+  EXPECT_EQ(none.y.sizes(), (at::IntArrayRef{6, 70, 0}));
+  EXPECT_LT(lse_error(none.lse, reference_lse(in)), 1e-13);
+}
+
+TEST(Kernels, LseGradientsEqualAutogradThroughTheMap) {
+  // Through lse alone (y unused: its gradient is undefined in the backward pass), and through y and
+  // lse together; random scales and a rising ramp (the running max grows at every chunk).
+  for (double spread : {0.0, 40.0, -1.0}) {
+    for (bool with_y : {false, true}) {
+      Inputs in = make_inputs(2, 150, 4, 3, std::max(spread, 1.0), 33);
+      if (spread < 0) in.ls = in.ls + at::arange(150, at::kDouble).view({1, 150, 1}) * 0.5;
+      auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
+      const at::Tensor q1 = leaf(in.q), k1 = leaf(in.k), l1 = leaf(in.ls), v1 = leaf(in.v);
+      const at::Tensor q2 = leaf(in.q), k2 = leaf(in.k), l2 = leaf(in.ls), v2 = leaf(in.v);
+      const at::Tensor r1 = randn({2, 150, 3}, 98), r2 = randn({2, 150, 1}, 99);
+      const K::AttentionWithLse a = K::causal_linear_attention_lse(q1, k1, l1, v1);
+      const MapOutputs b = map_outputs(q2, k2, l2, v2);
+      ((with_y ? (a.y * r1).sum() : at::zeros({}, at::kDouble)) + (a.lse * r2).sum()).backward();
+      ((with_y ? (b.y * r1).sum() : at::zeros({}, at::kDouble)) + (b.lse * r2).sum()).backward();
+      const std::string where = std::string(with_y ? "y and lse" : "lse") + ", spread " + std::to_string(spread);
+      EXPECT_LT(max_rel(q1.grad(), q2.grad()), 1e-10) << "q, " << where;
+      EXPECT_LT(max_rel(k1.grad(), k2.grad()), 1e-10) << "k, " << where;
+      EXPECT_LT(max_rel(l1.grad(), l2.grad()), 1e-10) << "log scale, " << where;
+      if (with_y) {
+        EXPECT_LT(max_rel(v1.grad(), v2.grad()), 1e-10) << "v, " << where;
+      } else {
+        EXPECT_EQ(grad_or_zero(v1).abs().max().item<double>(), 0.0) << "lse does not depend on v";
+      }
+    }
+  }
+}
+
+TEST(Kernels, LseGradientMatchesFiniteDifferences) {
+  // loss = sum(y r1) + sum(lse r2), central differences in float64 for every input.
+  const Inputs in = make_inputs(1, 70, 3, 2, 1.0, 43);
+  const at::Tensor r1 = randn({1, 70, 2}, 44), r2 = randn({1, 70, 1}, 45);
+  auto loss = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+    const K::AttentionWithLse o = K::causal_linear_attention_lse(q, k, ls, v);
+    return (o.y * r1).sum() + (o.lse * r2).sum();
+  };
+  std::vector<at::Tensor> x = {in.q.clone().requires_grad_(true), in.k.clone().requires_grad_(true),
+                               in.ls.clone().requires_grad_(true), in.v.clone().requires_grad_(true)};
+  loss(x[0], x[1], x[2], x[3]).backward();
+  const double h = 1e-6;
+  const char* names[] = {"q", "k", "log scale", "v"};
+  for (int a = 0; a < 4; ++a)
+    for (int64_t j : {0, 5, 63, 64, 69}) {
+      const int64_t col = a == 2 ? 0 : 1;
+      std::vector<at::Tensor> p = {in.q, in.k, in.ls, in.v}, m = p;
+      p[a] = p[a].clone(), m[a] = m[a].clone();
+      p[a][0][j][col] += h;
+      m[a][0][j][col] -= h;
+      const double fd = (loss(p[0], p[1], p[2], p[3]).item<double>() - loss(m[0], m[1], m[2], m[3]).item<double>()) / (2 * h);
+      EXPECT_NEAR(x[a].grad()[0][j][col].item<double>(), fd, 1e-6 * std::max(1.0, std::abs(fd))) << names[a] << " " << j;
+    }
+}
+
+TEST(Kernels, LseOfRowsWithoutWeightIsMinusInfWithoutGradient) {
+  // ReLU-type zeros (keys 0..2 zero: rows 0..2 see no weight; query 70 zero) and signed features
+  // (random Fourier-like: some rows have den < 0). lse = -inf exactly where den <= 0, the upstream
+  // gradient of those rows (nonzero here) passes nothing, no gradient is NaN, and the others
+  // equal autograd through the map with those rows masked.
+  for (bool signed_features : {false, true}) {
+    Inputs in = make_inputs(1, 100, 4, 3, 1.0, 53);
+    if (signed_features) {
+      in.q = randn({1, 100, 4}, 54), in.k = randn({1, 100, 4}, 55);
+    } else {
+      in.k[0].narrow(0, 0, 3).zero_();
+      in.q[0][70].zero_();
+    }
+    const at::Tensor want = reference_lse(in);
+    auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
+    const at::Tensor q1 = leaf(in.q), k1 = leaf(in.k), l1 = leaf(in.ls), v1 = leaf(in.v);
+    const at::Tensor q2 = leaf(in.q), k2 = leaf(in.k), l2 = leaf(in.ls), v2 = leaf(in.v);
+    const K::AttentionWithLse a = K::causal_linear_attention_lse(q1, k1, l1, v1);
+    EXPECT_LT(lse_error(a.lse, want), 1e-12) << "signed " << signed_features;
+    const int64_t minus_inf = (a.lse == -INFINITY).sum().item<int64_t>();
+    if (signed_features) {
+      EXPECT_GT(minus_inf, 0) << "the signed case should have rows with den < 0";
+    } else {
+      EXPECT_EQ(minus_inf, 4);
+      for (int64_t i : {0, 1, 2, 70}) EXPECT_EQ(a.lse[0][i][0].item<double>(), -INFINITY) << "row " << i;
+    }
+    const at::Tensor r1 = randn({1, 100, 3}, 56), r2 = randn({1, 100, 1}, 57);
+    // sum(lse r2) is -inf; its gradient r2 still reaches every row, the -inf ones included.
+    ((at::where(at::isnan(a.y), at::zeros_like(a.y), a.y) * r1).sum() + (a.lse * r2).sum()).backward();
+    const MapOutputs b = map_outputs(q2, k2, l2, v2);
+    ((b.y * r1).sum() + at::where(at::isfinite(b.lse), b.lse * r2, at::zeros_like(r2)).sum()).backward();
+    for (const at::Tensor* g : {&q1, &k1, &l1, &v1}) EXPECT_TRUE(at::isfinite(g->grad()).all().item<bool>());
+    const double tol = signed_features ? 1e-9 : 1e-10;  // signed: 1/den^2 of small dens
+    EXPECT_LT(max_rel(q1.grad(), q2.grad()), tol) << "q, signed " << signed_features;
+    EXPECT_LT(max_rel(k1.grad(), k2.grad()), tol) << "k, signed " << signed_features;
+    EXPECT_LT(max_rel(l1.grad(), l2.grad()), tol) << "log scale, signed " << signed_features;
+    EXPECT_LT(max_rel(v1.grad(), v2.grad()), tol) << "v, signed " << signed_features;
+    if (!signed_features) {
+      EXPECT_EQ(q1.grad()[0][70].abs().sum().item<double>(), 0.0);
+    }
+  }
+}
+
+TEST(Kernels, RecurrentLseEqualsTheChunkedLse) {
+  // Token by token, with -inf rows: sequence 1's query 50 is zero, sequence 2's first two keys.
+  for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
+    Inputs in = make_inputs(3, 140, 6, 5, 200.0, 63);
+    in.q[1][50].zero_();
+    in.k[2].narrow(0, 0, 2).zero_();
+    auto cast = [&](const at::Tensor& t) { return t.to(dt); };
+    const K::AttentionWithLse out = K::causal_linear_attention_lse(cast(in.q), cast(in.k), cast(in.ls), cast(in.v));
+    K::RecurrentState st;
+    const double tol = dt == at::kDouble ? 1e-13 : 5e-6;
+    for (int64_t i = 0; i < 140; ++i) {
+      at::Tensor lse;
+      const at::Tensor yi = K::recurrent_step(st, cast(in.q.select(1, i)), cast(in.k.select(1, i)),
+                                              cast(in.ls.select(1, i).squeeze(-1)), cast(in.v.select(1, i)), &lse);
+      ASSERT_EQ(lse.sizes(), (at::IntArrayRef{3}));
+      ASSERT_EQ(lse.scalar_type(), dt);
+      ASSERT_LT(lse_error(lse, out.lse.select(1, i).squeeze(-1)), tol) << "token " << i << " " << c10::toString(dt);
+    }
+    EXPECT_EQ(out.lse[1][50][0].item<double>(), -INFINITY);
+    EXPECT_EQ(out.lse[2][1][0].item<double>(), -INFINITY);
+  }
 }
 
 TEST(Kernels, BadInputsNameTheArgument) {

@@ -137,6 +137,38 @@ void sweep(at::ScalarType dt) {
     }
 }
 
+// y, lse and the gradients of sum(y gy) + sum(lse h) (or of sum(lse h) alone: y unused), in dtype
+// dt on device dev (causal_linear_attention_lse).
+struct LseResult {
+  at::Tensor y, lse, dq, dk, dls, dv;  // float64 on the CPU
+};
+LseResult run_lse(const Inputs& in, const at::Tensor& h, bool with_y, at::ScalarType dt, at::Device dev) {
+  auto leaf = [&](const at::Tensor& t) { return t.to(dev, dt).detach().requires_grad_(true); };
+  at::Tensor q = leaf(in.q), k = leaf(in.k), ls = leaf(in.ls), v = leaf(in.v);
+  const K::AttentionWithLse o = K::causal_linear_attention_lse(q, k, ls, v);
+  at::Tensor loss = (o.lse * h.to(dev, dt)).sum();
+  if (with_y) loss = loss + (o.y * in.gy.to(dev, dt)).sum();
+  loss.backward();
+  auto host = [](const at::Tensor& t) { return t.detach().to(at::kCPU).to(at::kDouble); };
+  auto grad = [&](const at::Tensor& t) { return t.grad().defined() ? host(t.grad()) : at::zeros_like(host(t)); };
+  return {host(o.y), host(o.lse), grad(q), grad(k), grad(ls), grad(v)};
+}
+
+void expect_lse_matches_cpu(const Inputs& in, const at::Tensor& h, bool with_y, at::ScalarType dt, const std::string& what) {
+  const Inputs exact = rounded(in, dt);
+  const at::Tensor hr = h.to(dt).to(at::kDouble);
+  const LseResult gpu = run_lse(exact, hr, with_y, dt, at::Device(at::kCUDA));
+  const LseResult cpu = run_lse(exact, hr, with_y, at::kDouble, at::Device(at::kCPU));
+  const Tolerance tol = tolerance(dt);
+  const std::string where = what + (with_y ? " y+lse " : " lse ") + std::string(c10::toString(dt));
+  EXPECT_LE(rel_error(gpu.y, cpu.y), tol.y) << where << ": y";
+  EXPECT_LE(rel_error(gpu.lse, cpu.lse), tol.y) << where << ": lse";
+  EXPECT_LE(rel_error(gpu.dq, cpu.dq), tol.grad) << where << ": dq";
+  EXPECT_LE(rel_error(gpu.dk, cpu.dk), tol.grad) << where << ": dk";
+  EXPECT_LE(rel_error(gpu.dls, cpu.dls), tol.grad) << where << ": dk_log_scale";
+  EXPECT_LE(rel_error(gpu.dv, cpu.dv), tol.grad) << where << ": dv";
+}
+
 }  // namespace
 
 TEST(KernelsCuda, OutputAndGradientsMatchCpuFloat32) {
@@ -230,6 +262,78 @@ TEST(KernelsCuda, RecurrentStepMatchesCpu) {
       EXPECT_LE(rel_error(host(gpu_state.S), cpu_state.S), tol.y) << where << ": S";
       EXPECT_LE(rel_error(host(gpu_state.z), cpu_state.z), tol.y) << where << ": z";
       EXPECT_LE(rel_error(host(gpu_state.c), cpu_state.c), tol.y) << where << ": c";
+    }
+}
+
+// lse and the gradients through it (alone, and with y) against the CPU kernel: lengths around the
+// chunk and a long one, key log scales spread 2 and 300 and a rising ramp, every dtype.
+TEST(KernelsCuda, LseAndGradientsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 900;
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kBFloat16})
+    for (int64_t L : {1, 63, 64, 65, 1000})
+      for (auto [M, D] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {256, 128}, {37, 50}})
+        for (double spread : {2.0, 300.0, -1.0}) {  // -1: rising ramp, 1.5 per position
+          Inputs in = make_inputs(L, M, D, std::max(spread, 1.0), seed);
+          if (spread < 0) in.ls = at::arange(L, at::kDouble).view({1, 1, L, 1}).expand({1, 2, L, 1}) * 1.5;
+          const at::Tensor h = randn({1, 2, L, 1}, seed + 7);
+          const std::string what = spread < 0 ? "rising ramp " + shape_name(L, M, D, 1.5 * L) : shape_name(L, M, D, spread);
+          for (bool with_y : {false, true}) expect_lse_matches_cpu(in, h, with_y, dt, what);
+          seed += 10;
+        }
+}
+
+// Rows without weight (keys 0..2 zero, queries 100 and 150 zero): lse = -inf on both devices, the
+// nonzero upstream gradient of those rows passes nothing, every gradient is finite.
+TEST(KernelsCuda, LseRowsWithoutWeightMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dt : {at::kFloat, at::kDouble}) {
+    Inputs in = make_inputs(200, 64, 32, 2.0, 37);
+    in.k.narrow(2, 0, 3).zero_();
+    in.q.select(2, 100).zero_();
+    in.q.select(2, 150).zero_();
+    const Inputs exact = rounded(in, dt);
+    const at::Tensor h = randn({1, 2, 200, 1}, 38);
+    const LseResult gpu = run_lse(exact, h, false, dt, at::Device(at::kCUDA));
+    const LseResult cpu = run_lse(exact, h, false, at::kDouble, at::Device(at::kCPU));
+    for (int64_t i : {0, 1, 2, 100, 150}) EXPECT_EQ(gpu.lse[0][1][i][0].item<double>(), -INFINITY) << "row " << i;
+    EXPECT_EQ((gpu.lse == -INFINITY).sum().item<int64_t>(), 2 * 5);
+    for (const at::Tensor* g : {&gpu.dq, &gpu.dk, &gpu.dls, &gpu.dv})
+      EXPECT_TRUE(at::isfinite(*g).all().item<bool>()) << "a gradient is not finite";
+    EXPECT_EQ(gpu.dq.select(2, 100).abs().max().item<double>(), 0.0);
+    const Tolerance tol = tolerance(dt);
+    EXPECT_LE(rel_error(gpu.lse, cpu.lse), tol.y);
+    EXPECT_LE(rel_error(gpu.dq, cpu.dq), tol.grad);
+    EXPECT_LE(rel_error(gpu.dk, cpu.dk), tol.grad);
+    EXPECT_LE(rel_error(gpu.dls, cpu.dls), tol.grad);
+  }
+}
+
+// The recurrent step's lse on CUDA against the CPU's, token by token (a zero query at token 40 of
+// sequence 1 gives a -inf row).
+TEST(KernelsCuda, RecurrentLseMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const at::NoGradGuard no_grad;
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kBFloat16})
+    for (auto [M, D] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {256, 64}, {37, 50}}) {
+      const int64_t N = 2, T = 120;
+      Inputs in = rounded(make_inputs(T, M, D, 300.0, 700 + M + D), dt);
+      in.q[0][1][40].zero_();
+      K::RecurrentState gpu_state, cpu_state;
+      double err = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        auto token = [&](const at::Tensor& x) { return x[0].select(1, t); };  // [N, ...]
+        const at::Tensor q = token(in.q), k = token(in.k), ls = token(in.ls).view({N}), v = token(in.v);
+        at::Tensor lg, lc;
+        K::recurrent_step(gpu_state, q.to(at::kCUDA, dt), k.to(at::kCUDA, dt), ls.to(at::kCUDA, dt), v.to(at::kCUDA, dt), &lg);
+        K::recurrent_step(cpu_state, q, k, ls, v, &lc);
+        EXPECT_EQ(lg.scalar_type(), dt);
+        err = std::max(err, rel_error(lg.to(at::kCPU).to(at::kDouble), lc));
+        if (t == 40) {
+          EXPECT_EQ(lg[1].item<double>(), -INFINITY);
+        }
+      }
+      EXPECT_LE(err, tolerance(dt).y) << "M=" << M << " D=" << D << " " << c10::toString(dt) << ": lse";
     }
 }
 

@@ -6,10 +6,11 @@
 namespace attnscope::kernels::cuda {
 namespace {
 
-// g'_i = [gy_i / den_i, -(gy_i . y_i) / den_i], and 0 where den_i == 0 (no gradient flows from
-// an undefined row): one warp per row i.
+// g'_i = [gy_i / den_i, (-(gy_i . y_i) + h_i) / den_i], and 0 where den_i == 0 (no gradient flows
+// from an undefined row): one warp per row i. h (the gradient of lse) may be nullptr (none), and
+// counts only where den_i > 0 (lse_i = -inf elsewhere).
 template <typename T, typename A>
-__global__ void __launch_bounds__(kThreads) grad_prime_kernel(const T* gy, const T* y, const A* den, A* gp, int64_t rows, int D) {
+__global__ void __launch_bounds__(kThreads) grad_prime_kernel(const T* gy, const T* h, const T* y, const A* den, A* gp, int64_t rows, int D) {
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // whole warps leave
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) grad_prime_kernel(const T* gy, const
     g[d] = gd * inv;
   }
   dot = warp_sum(dot);
-  if (lane == 0) g[D] = -dot * inv;
+  if (lane == 0) g[D] = (h != nullptr && dn > 0 ? to_acc(h[row]) - dot : -dot) * inv;
 }
 
 // In place over B_u [N, chunks, M, D+1] -> R_t, the sum over the chunks after t relative to
@@ -193,13 +194,13 @@ template <typename A, typename F> void with_gradient_groups(int64_t M, int64_t D
 
 template <typename T, typename A>
 void launch_backward(const T* q, const T* k, const T* ls, const T* v, const T* y, const A* den, const A* c,
-                     const T* gy, T* dq, T* dk, T* dls, T* dv, A* workspace, int64_t N, int64_t L, int64_t M,
+                     const T* gy, const T* glse, T* dq, T* dk, T* dls, T* dv, A* workspace, int64_t N, int64_t L, int64_t M,
                      int64_t D, cudaStream_t stream) {
   const int64_t chunks = num_chunks(L), E = M * (D + 1);
   A* P = workspace;
   A* R = P + N * chunks * E;
   A* gp = R + N * chunks * E;
-  grad_prime_kernel<T, A><<<unsigned((N * L + kWarps - 1) / kWarps), kThreads, 0, stream>>>(gy, y, den, gp, N * L, int(D));
+  grad_prime_kernel<T, A><<<unsigned((N * L + kWarps - 1) / kWarps), kThreads, 0, stream>>>(gy, glse, y, den, gp, N * L, int(D));
   launch_prefix_states<T, A>(k, ls, v, P, N, L, M, D, stream);
   // B_u = sum_{i in u} exp(c_first(u) - c_i) q_i g'_i^T, then its suffix R_t.
   const dim3 grid_states(unsigned(N * chunks), unsigned((M + kC - 1) / kC));
@@ -222,7 +223,7 @@ int64_t backward_workspace_elements(int64_t N, int64_t L, int64_t M, int64_t D) 
 }
 
 std::string backward(DType dtype, const void* q, const void* k, const void* ls, const void* v, const void* y,
-                     const void* den, const void* c, const void* gy, void* dq, void* dk, void* dls, void* dv,
+                     const void* den, const void* c, const void* gy, const void* glse, void* dq, void* dk, void* dls, void* dv,
                      void* workspace, int64_t N, int64_t L, int64_t M, int64_t D, void* stream) {
   if (N == 0 || L == 0) return "";
   if (std::string e = check_sizes(N, L, M, D); !e.empty()) return e;
@@ -231,7 +232,7 @@ std::string backward(DType dtype, const void* q, const void* k, const void* ls, 
     using A = decltype(a);
     launch_backward<T, A>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(ls),
                           static_cast<const T*>(v), static_cast<const T*>(y), static_cast<const A*>(den),
-                          static_cast<const A*>(c), static_cast<const T*>(gy), static_cast<T*>(dq),
+                          static_cast<const A*>(c), static_cast<const T*>(gy), static_cast<const T*>(glse), static_cast<T*>(dq),
                           static_cast<T*>(dk), static_cast<T*>(dls), static_cast<T*>(dv), static_cast<A*>(workspace),
                           N, L, M, D, static_cast<cudaStream_t>(stream));
     return launch_error();

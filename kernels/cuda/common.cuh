@@ -31,6 +31,10 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2
 __device__ __forceinline__ float exp_diff(float a, float b) { return a == -INFINITY ? 0.f : expf(a - b); }
 __device__ __forceinline__ double exp_diff(double a, double b) { return a == -INFINITY ? 0.0 : exp(a - b); }
 
+// c + log(x) for x > 0, -inf otherwise (a log normalizer: launch.h, lse).
+__device__ __forceinline__ float log_normalizer(float c, float x) { return x > 0.f ? c + logf(x) : -INFINITY; }
+__device__ __forceinline__ double log_normalizer(double c, double x) { return x > 0.0 ? c + log(x) : -INFINITY; }
+
 template <typename A> __device__ __forceinline__ A warp_sum(A x) {
   for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;

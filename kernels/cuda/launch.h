@@ -15,8 +15,11 @@
 //   (cP_{t+1} = max(cP_t, m_t); exp(-inf) = 0, never -inf - -inf)
 //   num'_i = sum_{j in t, j<=i} (q_i.k_j) exp(ls_j - c_i) [v_j, 1] + exp(cP_t - c_i) P_t^T q_i
 //   den_i = num'_i[D]; y_i = num'_i[:D] / den_i, and y_i = NaN where den_i == 0.
-// Backward, given gy [N, L, D] (T) and the saved y (T), den and c (A):
-//   g'_i = [gy_i / den_i, -(gy_i . y_i) / den_i]  (0 where den_i == 0)                [D+1]
+//   lse_i = c_i + log(den_i), -inf where den_i <= 0 (the dispatch forms it from den and c).
+// Backward, given gy [N, L, D] (T), optionally h [N, L] (T: the gradient of lse; none = 0) and the
+// saved y (T), den and c (A):
+//   g'_i = [gy_i / den_i, (-(gy_i . y_i) + h_i [den_i > 0]) / den_i]  (0 where den_i == 0)   [D+1]
+//   (dlse_i/dw_ij = 1/den_i; rows with den_i <= 0 have lse_i = -inf and take no gradient from h_i)
 //   dq_i = sum_{j in t, j<=i} (g'_i . v'_j) exp(ls_j - c_i) k_j + exp(cP_t - c_i) P_t g'_i
 //   with v'_j = [v_j, 1]. For the keys, the suffix over chunks:
 //   r_t = c at position (t+1) C (the first query after chunk t),
@@ -42,14 +45,15 @@ std::string forward(DType dtype, const void* q, const void* k, const void* ls, c
 
 // Workspace: two sets of chunk states (prefix P and suffix R) plus g' [N, L, D + 1], accumulators.
 int64_t backward_workspace_elements(int64_t N, int64_t L, int64_t M, int64_t D);
-// dq, dk [N, L, M], dls [N, L], dv [N, L, D], all T.
+// glse [N, L] (T): the gradient of lse, or nullptr (none). dq, dk [N, L, M], dls [N, L], dv [N, L, D], all T.
 std::string backward(DType dtype, const void* q, const void* k, const void* ls, const void* v, const void* y,
-                     const void* den, const void* c, const void* gy, void* dq, void* dk, void* dls, void* dv,
+                     const void* den, const void* c, const void* gy, const void* glse, void* dq, void* dk, void* dls, void* dv,
                      void* workspace, int64_t N, int64_t L, int64_t M, int64_t D, void* stream);
 
 // One token (recurrent_step): S [N, M, D], z [N, M], c [N] (A, updated in place; c = -inf before
-// the first token, S and z 0), q, k [N, M], ls [N], v [N, D] (T) -> y [N, D] (T).
+// the first token, S and z 0), q, k [N, M], ls [N], v [N, D] (T) -> y [N, D] (T), and, where lse is
+// not nullptr, lse [N] (T): c + log(q . z) after the update, -inf where q . z <= 0.
 std::string recurrent_step(DType dtype, void* S, void* z, void* c, const void* q, const void* k, const void* ls,
-                           const void* v, void* y, int64_t N, int64_t M, int64_t D, void* stream);
+                           const void* v, void* y, void* lse, int64_t N, int64_t M, int64_t D, void* stream);
 
 }  // namespace attnscope::kernels::cuda

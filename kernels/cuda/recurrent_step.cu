@@ -8,10 +8,11 @@ namespace {
 constexpr int kMaxD = 128;  // kMaxHeadDim of linear_attention.h
 
 // c' = max(c, ls);  S = exp(c - c') S + exp(ls - c') k v^T;  z = exp(c - c') z + exp(ls - c') k;
-// y = q^T S / (q . z), NaN where q . z == 0. One block per sequence n; S [M, D] row-major.
+// y = q^T S / (q . z), NaN where q . z == 0; lse = c' + log(q . z), -inf where q . z <= 0 (lse may
+// be nullptr: not wanted). One block per sequence n; S [M, D] row-major.
 template <typename T, typename A>
 __global__ void __launch_bounds__(kThreads) recurrent_step_kernel(A* S, A* z, A* c, const T* q, const T* k,
-                                                                  const T* ls, const T* v, T* y, int M, int D) {
+                                                                  const T* ls, const T* v, T* y, T* lse, int M, int D) {
   __shared__ A num[kMaxD + 1];  // q^T S, then q . z at [D]
   const int64_t n = blockIdx.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -34,13 +35,16 @@ __global__ void __launch_bounds__(kThreads) recurrent_step_kernel(A* S, A* z, A*
   }
   __syncthreads();
   for (int d = tid; d < D; d += kThreads) store(y + n * D + d, num[D] == 0 ? A(NAN) : num[d] / num[D]);
-  if (tid == 0) c[n] = cn;  // every thread read c[n] before the first barrier
+  if (tid == 0) {
+    c[n] = cn;  // every thread read c[n] before the first barrier
+    if (lse != nullptr) store(lse + n, log_normalizer(cn, num[D]));
+  }
 }
 
 }  // namespace
 
 std::string recurrent_step(DType dtype, void* S, void* z, void* c, const void* q, const void* k, const void* ls,
-                           const void* v, void* y, int64_t N, int64_t M, int64_t D, void* stream) {
+                           const void* v, void* y, void* lse, int64_t N, int64_t M, int64_t D, void* stream) {
   if (N == 0) return "";
   if (std::string e = check_sizes(N, 1, M, D); !e.empty()) return e;
   return with_dtype(dtype, [&](auto t, auto a) {
@@ -48,7 +52,7 @@ std::string recurrent_step(DType dtype, void* S, void* z, void* c, const void* q
     using A = decltype(a);
     recurrent_step_kernel<T, A><<<unsigned(N), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         static_cast<A*>(S), static_cast<A*>(z), static_cast<A*>(c), static_cast<const T*>(q),
-        static_cast<const T*>(k), static_cast<const T*>(ls), static_cast<const T*>(v), static_cast<T*>(y), int(M),
+        static_cast<const T*>(k), static_cast<const T*>(ls), static_cast<const T*>(v), static_cast<T*>(y), static_cast<T*>(lse), int(M),
         int(D));
     return launch_error();
   });

@@ -193,15 +193,22 @@ Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, 
 }
 
 Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
-                  const Forward& saved, const at::Tensor& gy) {
+                  const Forward& saved, const at::Tensor& gy, const at::Tensor& glse) {
   const int64_t M = q.size(2), D = v.size(2), D1 = D + 1;
   const double inf = std::numeric_limits<double>::infinity();
-  // g'_i = [gy_i / den_i, -(gy_i . y_i) / den_i]: dL/dw_ij = g'_i . [v_j, 1]. Undefined rows: 0.
+  // g'_i = [gy_i / den_i, (-(gy_i . y_i) + h_i) / den_i]: dL/dw_ij = g'_i . [v_j, 1], with h_i the
+  // gradient of lse_i (dlse_i/dw_ij = 1/den_i), counted only where den_i > 0 (lse_i = -inf
+  // elsewhere). Undefined rows (den_i = 0): 0.
   const at::Tensor defined = (saved.den != 0).unsqueeze(-1);
   const at::Tensor inv = at::where(defined, 1 / at::where(defined, saved.den.unsqueeze(-1), at::ones_like(saved.den).unsqueeze(-1)),
                                    at::zeros_like(saved.den).unsqueeze(-1));
   const at::Tensor y0 = at::where(defined, saved.y, at::zeros_like(saved.y));
-  const at::Tensor gp = at::cat({gy * inv, -(gy * y0).sum(-1, /*keepdim=*/true) * inv}, -1);  // [N, L, D+1]
+  at::Tensor last = -(gy * y0).sum(-1, /*keepdim=*/true);  // [N, L, 1]
+  if (glse.defined()) {
+    const at::Tensor positive = (saved.den > 0).unsqueeze(-1);
+    last = last + at::where(positive, glse.unsqueeze(-1), at::zeros_like(last));  // where: a NaN or inf h of a -inf row stays out
+  }
+  const at::Tensor gp = at::cat({gy * inv, last * inv}, -1);  // [N, L, D+1]
 
   const Chunks x = chunk_inputs(q, k, ls, v);
   const int64_t N = x.N, T = x.T, B = N * T;
@@ -248,14 +255,16 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
 }
 
 at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
-                          const at::Tensor& v) {
+                          const at::Tensor& v, at::Tensor* lse) {
   const int64_t N = q.size(0), M = q.size(1), D = v.size(1);
   at::Tensor y = at::empty({N, D}, q.options());
+  if (lse) *lse = at::empty({N}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "recurrent_step", [&] {
     scalar_t *S = st.S.data_ptr<scalar_t>(), *z = st.z.data_ptr<scalar_t>(), *c = st.c.data_ptr<scalar_t>();
     const scalar_t *qp = q.data_ptr<scalar_t>(), *kp = k.data_ptr<scalar_t>(), *lp = ls.data_ptr<scalar_t>(),
                    *vp = v.data_ptr<scalar_t>();
     scalar_t* yp = y.data_ptr<scalar_t>();
+    scalar_t* lsep = lse ? lse->data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
       std::vector<scalar_t> num(D);
       for (int64_t n = n0; n < n1; ++n) {
@@ -275,6 +284,7 @@ at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Ten
           for (int64_t d = 0; d < D; ++d) num[d] += qn[m] * row[d];
         }
         for (int64_t d = 0; d < D; ++d) yp[n * D + d] = den == 0 ? scalar_t(NAN) : num[d] / den;
+        if (lsep) lsep[n] = den > 0 ? cn + std::log(den) : -std::numeric_limits<scalar_t>::infinity();
       }
     });
   });

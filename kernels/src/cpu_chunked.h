@@ -18,12 +18,15 @@ Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, 
 struct Backward {
   at::Tensor dq, dk, dls, dv;
 };
+// gy [N, L, D]: the gradient of y; glse [N, L]: the gradient of lse = c + log(den), or undefined
+// (none: y's gradient only). glse is ignored on rows with den <= 0 (lse = -inf there).
 Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
-                  const Forward& saved, const at::Tensor& gy);
+                  const Forward& saved, const at::Tensor& gy, const at::Tensor& glse = {});
 
 // q, k [N, M], ls [N], v [N, D] -> y [N, D]; the state (allocated by the dispatch: contiguous,
-// float32/float64 like q) is updated in place.
+// float32/float64 like q) is updated in place. lse, when given: [N] (q's dtype), c + log(q . z),
+// -inf where q . z <= 0.
 at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
-                          const at::Tensor& v);
+                          const at::Tensor& v, at::Tensor* lse = nullptr);
 
 }  // namespace attnscope::kernels::cpu

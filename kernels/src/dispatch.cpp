@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
@@ -88,7 +90,7 @@ cpu::Forward cuda_forward(const at::Tensor& q, const at::Tensor& k, const at::Te
 }
 
 cpu::Backward cuda_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
-                            const cpu::Forward& s, const at::Tensor& gy) {
+                            const cpu::Forward& s, const at::Tensor& gy, const at::Tensor& glse) {
 #ifdef ATTNSCOPE_TORCH_CUDA
   const c10::cuda::CUDAGuard guard(q.device());
 #endif
@@ -96,7 +98,8 @@ cpu::Backward cuda_backward(const at::Tensor& q, const at::Tensor& k, const at::
   cpu::Backward b{at::empty_like(q), at::empty_like(k), at::empty_like(ls), at::empty_like(v)};
   at::Tensor ws = at::empty({cuda::backward_workspace_elements(N, L, M, D)}, q.options().dtype(accumulator(q)));
   check_launch(cuda::backward(cuda_dtype(q), q.data_ptr(), k.data_ptr(), ls.data_ptr(), v.data_ptr(), s.y.data_ptr(),
-                              s.den.data_ptr(), s.c.data_ptr(), gy.data_ptr(), b.dq.data_ptr(), b.dk.data_ptr(),
+                              s.den.data_ptr(), s.c.data_ptr(), gy.data_ptr(), glse.defined() ? glse.data_ptr() : nullptr,
+                              b.dq.data_ptr(), b.dk.data_ptr(),
                               b.dls.data_ptr(), b.dv.data_ptr(), ws.data_ptr(), N, L, M, D, stream_of(q)),
                "backward");
   return b;
@@ -111,41 +114,44 @@ cpu::Forward run_forward(const at::Tensor& q, const at::Tensor& k, const at::Ten
 }
 
 cpu::Backward run_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
-                           const cpu::Forward& s, const at::Tensor& gy) {
+                           const cpu::Forward& s, const at::Tensor& gy, const at::Tensor& glse) {
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
-  if (q.is_cuda()) return cuda_backward(q, k, ls, v, s, gy);
+  if (q.is_cuda()) return cuda_backward(q, k, ls, v, s, gy, glse);
 #endif
-  return cpu::backward(q, k, ls, v, s, gy);
+  return cpu::backward(q, k, ls, v, s, gy, glse);
 }
 
-// q, k [N, L, M], ls [N, L], v [N, L, D], contiguous.
+// lse_i = c_i + log(den_i), -inf where den_i <= 0, from the forward's den and c (accumulator
+// dtype on CUDA), in `dtype`: [N, L].
+at::Tensor lse_of_forward(const cpu::Forward& f, at::ScalarType dtype) {
+  const at::Tensor positive = f.den > 0;
+  const at::Tensor lse = f.c + at::log(at::where(positive, f.den, at::ones_like(f.den)));
+  return at::where(positive, lse, at::full({}, -std::numeric_limits<double>::infinity(), lse.options())).to(dtype);
+}
+
+// q, k [N, L, M], ls [N, L], v [N, L, D], contiguous -> {y [N, L, D], lse [N, L]}. Either output's
+// gradient may be undefined (not used): y's is then taken as 0, lse's as none (the y-only path).
 struct ChunkedLinearAttention : torch::autograd::Function<ChunkedLinearAttention> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& ls, const at::Tensor& v) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                                                const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
     const cpu::Forward f = run_forward(q, k, ls, v);
     ctx->save_for_backward({q, k, ls, v, f.y, f.den, f.c});
-    return f.y;
+    ctx->set_materialize_grads(false);  // an unused lse costs no zero tensor in the backward pass
+    return {f.y, lse_of_forward(f, q.scalar_type())};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    const cpu::Backward b = run_backward(s[0], s[1], s[2], s[3], {s[4], s[5], s[6]}, grads[0].contiguous());
+    if (!grads[0].defined() && !grads[1].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor gy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[4]);
+    const at::Tensor glse = grads[1].defined() ? grads[1].contiguous() : at::Tensor();
+    const cpu::Backward b = run_backward(s[0], s[1], s[2], s[3], {s[4], s[5], s[6]}, gy, glse);
     return {b.dq, b.dk, b.dls, b.dv};
   }
 };
 
-}  // namespace
-
-bool have_cuda_kernels() {
-#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
-
-at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
-                                   const at::Tensor& v) {
+void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                            const at::Tensor& v) {
   if (!q.defined() || q.dim() < 2) fail(kWhere, "q must be [..., L, M], got " + (q.defined() ? shape(q) : "nothing"));
   check_dtype_device("k", k, q);
   check_dtype_device("k_log_scale", k_log_scale, q);
@@ -163,17 +169,52 @@ at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, con
   if (q.is_cuda() && (M > kMaxFeatures || D > kMaxHeadDim))
     fail(kWhere, "the CUDA kernels take M <= " + std::to_string(kMaxFeatures) + " features and D <= " +
                      std::to_string(kMaxHeadDim) + ", got M = " + std::to_string(M) + ", D = " + std::to_string(D));
+}
+
+}  // namespace
+
+bool have_cuda_kernels() {
+#ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+AttentionWithLse causal_linear_attention_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                                             const at::Tensor& v) {
+  check_attention_inputs(q, k, k_log_scale, v);
+  const int64_t L = q.size(-2), M = q.size(-1), D = v.size(-1);
+  std::vector<int64_t> out_shape(v.sizes().begin(), v.sizes().end());
+  std::vector<int64_t> lse_shape = out_shape;
+  lse_shape.back() = 1;
+  const int64_t N = q.numel() / (L * M);
+  // No features: every den is 0 (lse = -inf; y as before: zeros).
+  if (N == 0 || M == 0)
+    return {at::zeros(out_shape, v.options()), at::full(lse_shape, -std::numeric_limits<double>::infinity(), v.options())};
+  // No value columns: y is empty, lse still depends on q, k and the scales (read with one zero column).
+  const at::Tensor vr = D == 0 ? at::zeros({N, L, 1}, v.options()) : v.reshape({N, L, D}).contiguous();
+  const auto out = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
+                                                 k_log_scale.reshape({N, L}).contiguous(), vr);
+  const at::Tensor y = D == 0 ? at::zeros(out_shape, v.options()) : out[0].view(out_shape);
+  return {y, out[1].view(lse_shape)};
+}
+
+at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                                   const at::Tensor& v) {
+  check_attention_inputs(q, k, k_log_scale, v);
+  const int64_t L = q.size(-2), M = q.size(-1), D = v.size(-1);
   std::vector<int64_t> out_shape(v.sizes().begin(), v.sizes().end());
   const int64_t N = q.numel() / (L * M);
   if (N == 0 || M == 0 || D == 0) return at::zeros(out_shape, v.options());
-  const at::Tensor y = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
-                                                     k_log_scale.reshape({N, L}).contiguous(),
-                                                     v.reshape({N, L, D}).contiguous());
-  return y.view(out_shape);
+  // The same function as causal_linear_attention_lse; lse unused (no gradient flows from it).
+  const auto out = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
+                                                 k_log_scale.reshape({N, L}).contiguous(), v.reshape({N, L, D}).contiguous());
+  return out[0].view(out_shape);
 }
 
 at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& k_log_scale, const at::Tensor& v) {
+                          const at::Tensor& k_log_scale, const at::Tensor& v, at::Tensor* lse) {
   if (!q.defined() || q.dim() != 2) fail(kWhere, "recurrent q must be [N, M], got " + (q.defined() ? shape(q) : "nothing"));
   check_dtype_device("k", k, q);
   check_dtype_device("k_log_scale", k_log_scale, q);
@@ -205,15 +246,16 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
     const c10::cuda::CUDAGuard guard(q.device());
 #endif
     at::Tensor y = at::empty({N, D}, q.options());
+    if (lse) *lse = at::empty({N}, q.options());
     const at::Tensor qc = q.contiguous(), kc = k.contiguous(), lc = k_log_scale.contiguous(), vc = v.contiguous();
     check_launch(cuda::recurrent_step(cuda_dtype(q), state.S.data_ptr(), state.z.data_ptr(), state.c.data_ptr(),
-                                      qc.data_ptr(), kc.data_ptr(), lc.data_ptr(), vc.data_ptr(), y.data_ptr(), N, M,
+                                      qc.data_ptr(), kc.data_ptr(), lc.data_ptr(), vc.data_ptr(), y.data_ptr(), lse ? lse->data_ptr() : nullptr, N, M,
                                       D, stream_of(q)),
                  "recurrent step");
     return y;
   }
 #endif
-  return cpu::recurrent_step(state, q.contiguous(), k.contiguous(), k_log_scale.contiguous(), v.contiguous());
+  return cpu::recurrent_step(state, q.contiguous(), k.contiguous(), k_log_scale.contiguous(), v.contiguous(), lse);
 }
 
 RecurrentState final_state(const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v) {

@@ -19,6 +19,10 @@
 // running max, as online softmax does), and per query the intra-chunk causal block plus q_i^T P_t.
 // Time O(L C (M + D) + L M D), memory O(L (M + D) + (L / C) M D). The backward pass recomputes the
 // states and runs the mirror-image suffix over chunks for the key and value gradients.
+//
+// The log normalizer lse_i = c_i + log(den_i) (causal_linear_attention_lse) comes from the saved
+// den and c; its gradient h_i enters the backward pass in one place: dlse_i/dw_ij = 1/den_i, so
+// the normalizer column of the row's gradient g'_i (launch.h) gains h_i / den_i where den_i > 0.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -38,6 +42,16 @@ constexpr int64_t kMaxHeadDim = 128;   // D, the value (head) dimension (CUDA ke
 at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
                                    const at::Tensor& v);
 
+// Causal linear attention and each row's log normalizer lse_i = c_i + log(den_i) (c_i, den_i as
+// above; -inf where den_i <= 0), [..., L, 1] in y's dtype: what a caller needs to combine this
+// attention with another over other keys in one normalizer (core's hybrid heads). Differentiable
+// in q, k, k_log_scale and v through both y and lse (rows with den_i <= 0: no gradient from lse).
+struct AttentionWithLse {
+  at::Tensor y;    // [..., L, D]
+  at::Tensor lse;  // [..., L, 1]
+};
+AttentionWithLse causal_linear_attention_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v);
+
 // The recurrent form: the sums over the keys seen so far, relative to c = their largest log scale.
 // Empty (undefined tensors) before the first token.
 struct RecurrentState {
@@ -48,8 +62,10 @@ struct RecurrentState {
 
 // One token for N independent heads/sequences: adds key k [N, M] (log scale [N]) and value v [N, D]
 // to the state, then reads query q [N, M]: y [N, D] (NaN where den = 0, as above). Not differentiable.
+// With lse given, *lse is set to [N] in y's dtype: c + log(q . z) after this token's key is added
+// (the row's lse of causal_linear_attention_lse), -inf where q . z <= 0.
 at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& k_log_scale, const at::Tensor& v);
+                          const at::Tensor& k_log_scale, const at::Tensor& v, at::Tensor* lse = nullptr);
 
 // The state after a whole sequence, as recurrent_step would leave it after its L tokens (so a
 // prompt can be read in the chunked form and generation continue token by token): q is not needed.
