@@ -36,6 +36,10 @@ void register_convert(CLI::App& app) {
   f->excludes(a);
   j->excludes(f);
   j->excludes(a);
+  auto* w = cmd->add_option("--window", o->window, "untrained hybrid heads: softmax over the last W keys beside the map, "
+                                                  "balance 1/2 (0: plain linear attention)")
+                ->check(CLI::NonNegativeNumber);
+  j->excludes(w);
   cmd->add_option("--seed", o->map.seed, "seed of the maps' random draws (head (s, h) uses derive_seed(seed, s, h))")
       ->capture_default_str();
   cmd->add_option("--init", o->map.init, "initialization (family default when empty)");

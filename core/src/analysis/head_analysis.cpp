@@ -61,7 +61,8 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
         const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
         const LinearMap lm = linear_map(pq, pk);
         HeadMetricsInput li;
-        li.map = lm.map, li.reference = A, li.q = q, li.k = k, li.v = v;
+        li.map = opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
+        li.reference = A, li.q = q, li.k = k, li.v = v;
         li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
         a.linear = compute_head_metrics(li);
         // linear_map measured the raw row sums in the log domain; phi's own sums can overflow.
@@ -93,8 +94,9 @@ HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, cons
   m.softmax = softmax_map(q, k);
   if (!opt.feature_map.empty()) {
     auto phi = head_feature_map(opt, store.head_dim(), layer, head, Q.select(1, head), K.select(1, head));
-    const LinearMap lm = linear_map(phi->scaled_query_features(q), phi->scaled_key_features(k));
-    m.linear = lm.map;
+    const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
+    const LinearMap lm = linear_map(pq, pk);
+    m.linear = opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
     m.nonpositive_row_fraction = lm.nonpositive_row_fraction;
   }
   const at::Tensor ids = store.ids()[seq].contiguous();

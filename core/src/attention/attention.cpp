@@ -122,3 +122,140 @@ at::Tensor linear_attention_output(const Features& phi_q, const Features& phi_k,
 }
 
 }  // namespace attnscope
+
+namespace attnscope {
+namespace {
+
+// log g and log(1 - g) of g = sigmoid(gamma), shaped to broadcast over [..., L, L or 1].
+std::pair<at::Tensor, at::Tensor> log_balance(const HybridHeads& hybrid, at::ScalarType dtype) {
+  std::vector<int64_t> shape(hybrid.gamma.sizes().begin(), hybrid.gamma.sizes().end());
+  shape.push_back(1);
+  shape.push_back(1);
+  const at::Tensor g = hybrid.gamma.to(dtype).reshape(shape);
+  return {at::log_sigmoid(g), at::log_sigmoid(-g)};
+}
+
+void check_hybrid(const char* where, const Features& phi_q, const Features& phi_k, const at::Tensor& q,
+                  const at::Tensor& k, const HybridHeads& hybrid) {
+  check_features(where, "phi_q", phi_q);
+  check_features(where, "phi_k", phi_k);
+  check_sequence(where, "q", q);
+  check_sequence(where, "k", k);
+  if (phi_q.values.sizes() != phi_k.values.sizes())
+    fail(where, "phi_q " + shape_str(phi_q.values.sizes()) + " and phi_k " + shape_str(phi_k.values.sizes()) +
+                    " must have the same shape");
+  if (q.sizes() != k.sizes()) fail(where, "q " + shape_str(q.sizes()) + " and k " + shape_str(k.sizes()) + " must have the same shape");
+  check_same_rows(where, "phi_q", phi_q.values, "q", q);
+  if (hybrid.window < 1) fail(where, "the window must be at least 1 token, got " + std::to_string(hybrid.window));
+  if (!hybrid.gamma.defined() || hybrid.gamma.dim() > q.dim() - 2)
+    fail(where, "gamma must hold one balance per head (at most the leading dimensions of q " + shape_str(q.sizes()) + ")");
+  check_finite(where, "gamma", hybrid.gamma);
+}
+
+}  // namespace
+
+WindowPart sliding_window_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const char* where = "sliding_window_attention";
+  check_sequence(where, "q", q);
+  check_sequence(where, "k", k);
+  check_sequence(where, "v", v);
+  check_same_rows(where, "k", k, "v", v);
+  const int64_t Lq = q.size(-2), Lk = k.size(-2), d = q.size(-1);
+  if (window < 1) fail(where, "the window must be at least 1 token, got " + std::to_string(window));
+  if (Lq > Lk) fail(where, "q " + shape_str(q.sizes()) + " has more positions than k " + shape_str(k.sizes()));
+  const double ninf = -kInf, scale = 1.0 / std::sqrt(double(d));
+  const auto dtype = q.scalar_type();
+  const at::Tensor kk = k.to(dtype), vv = v.to(dtype);
+  WindowPart out;
+  if (Lq < Lk) {
+    // The last Lq queries (the recurrent form's one): dense over all keys, masked to each window.
+    const at::Tensor i = at::arange(Lk - Lq, Lk, q.options().dtype(at::kLong)).unsqueeze(-1);
+    const at::Tensor j = at::arange(0, Lk, q.options().dtype(at::kLong)).unsqueeze(0);
+    const at::Tensor in_window = (j <= i).logical_and(i - j < window);
+    const at::Tensor s = (at::matmul(q, kk.transpose(-2, -1)) * scale).masked_fill(in_window.logical_not(), ninf);
+    out.lse = at::logsumexp(s, -1, /*keepdim=*/true);
+    out.y = at::matmul(at::exp(s - out.lse), vv);
+    return out;
+  }
+  // Blocks of Wb = min(W, L) queries, each against its own block and the one before: every key
+  // within W of a query is there (W >= L: Wb = L, one block holding everything).
+  const int64_t L = Lq, Wb = std::min(window, L), nb = (L + Wb - 1) / Wb, Lp = nb * Wb;
+  auto pad_rows = [](const at::Tensor& x, int64_t front, int64_t back) {
+    std::vector<int64_t> pad(size_t(2 * x.dim()), 0);
+    pad[2] = front, pad[3] = back;  // constant_pad_nd lists the last dimension first
+    return at::constant_pad_nd(x, pad, 0);
+  };
+  std::vector<int64_t> qshape(q.sizes().begin(), q.sizes().end() - 2);
+  qshape.insert(qshape.end(), {nb, Wb, d});
+  const at::Tensor qb = pad_rows(q, 0, Lp - L).reshape(qshape);                                    // [..., nb, Wb, d]
+  const at::Tensor kb = pad_rows(kk, Wb, Lp - L).unfold(-2, 2 * Wb, Wb).transpose(-2, -1);        // [..., nb, 2Wb, d]
+  const at::Tensor vb = pad_rows(vv, Wb, Lp - L).unfold(-2, 2 * Wb, Wb).transpose(-2, -1);        // [..., nb, 2Wb, d_v]
+  // Query r of block b is position b Wb + r, key c of its keys position (b - 1) Wb + c.
+  const auto lopt = q.options().dtype(at::kLong);
+  const at::Tensor b = at::arange(nb, lopt).view({nb, 1, 1}), r = at::arange(Wb, lopt).view({1, Wb, 1}),
+                   c = at::arange(2 * Wb, lopt).view({1, 1, 2 * Wb});
+  const at::Tensor lag = Wb + r - c;  // i - j
+  const at::Tensor in_window = (lag >= 0).logical_and(lag < window).logical_and((b - 1) * Wb + c >= 0);  // [nb, Wb, 2Wb]
+  const at::Tensor s = (at::matmul(qb, kb.transpose(-2, -1)) * scale).masked_fill(in_window.logical_not(), ninf);
+  const at::Tensor lse = at::logsumexp(s, -1, /*keepdim=*/true);  // [..., nb, Wb, 1]
+  const at::Tensor y = at::matmul(at::exp(s - lse), vb);           // [..., nb, Wb, d_v]
+  std::vector<int64_t> yshape(q.sizes().begin(), q.sizes().end() - 2), lshape = yshape;
+  yshape.insert(yshape.end(), {Lp, v.size(-1)});
+  lshape.insert(lshape.end(), {Lp, 1});
+  out.y = y.reshape(yshape).narrow(-2, 0, L);
+  out.lse = lse.reshape(lshape).narrow(-2, 0, L);
+  return out;
+}
+
+at::Tensor combine_parts(const at::Tensor& y_lin, const at::Tensor& a, const at::Tensor& y_win, const at::Tensor& b) {
+  const at::Tensor m = at::maximum(a, b);  // finite: b is
+  const at::Tensor ea = at::exp(a - m), eb = at::exp(b - m);
+  // Where the linear part has no weight (a = -inf) its output is 0/0: read as 0 (weight 0 anyway).
+  const at::Tensor lin = at::where(at::isfinite(a), y_lin, at::zeros_like(y_lin));
+  return (ea * lin + eb * y_win) / (ea + eb);
+}
+
+at::Tensor hybrid_map(const Features& phi_q, const Features& phi_k, const at::Tensor& q, const at::Tensor& k,
+                      const HybridHeads& hybrid) {
+  check_hybrid("hybrid_map", phi_q, phi_k, q, k, hybrid);
+  const auto dtype = q.scalar_type();
+  const int64_t L = q.size(-2), d = q.size(-1);
+  const auto [log_g, log_1mg] = log_balance(hybrid, dtype);
+  const at::Tensor scores = at::matmul(q, k.to(dtype).transpose(-2, -1)) / std::sqrt(double(d));
+  const at::Tensor dot = at::matmul(phi_q.values.to(dtype), phi_k.values.to(dtype).transpose(-2, -1));
+  const at::Tensor log_lin = at::log(dot.clamp_min(0)) + phi_q.log_scale.to(dtype) +
+                             phi_k.log_scale.to(dtype).transpose(-2, -1) + log_1mg;
+  const auto lopt = q.options().dtype(at::kLong);
+  const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
+  const at::Tensor logw = at::where(lag < hybrid.window, scores + log_g, log_lin).masked_fill(lag < 0, -kInf);
+  return at::softmax(logw, -1);
+}
+
+at::Tensor hybrid_attention_output(const Features& phi_q, const Features& phi_k, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, const HybridHeads& hybrid) {
+  const char* where = "hybrid_attention_output";
+  check_hybrid(where, phi_q, phi_k, q, k, hybrid);
+  check_sequence(where, "v", v);
+  check_same_rows(where, "q", q, "v", v);
+  const auto dtype = q.scalar_type();
+  const int64_t L = q.size(-2), W = hybrid.window;
+  const auto [log_g, log_1mg] = log_balance(hybrid, dtype);
+  const WindowPart win = sliding_window_attention(q, k, v, W);
+  if (W >= L) return win.y;  // every key is in the window: softmax attention, g cancels
+  // The linear part reads keys j <= i - W: the keys moved W positions later, the first W places
+  // holding zero features (weight 0) at the sequence's smallest key scale (so that they never
+  // become the reference scale of a real key).
+  auto later = [&](const at::Tensor& x, const at::Tensor& fill) {
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape[shape.size() - 2] = W;
+    return at::cat({fill.expand(shape), x.narrow(-2, 0, L - W)}, -2);
+  };
+  const at::Tensor fk = phi_k.values.to(dtype), ls = phi_k.log_scale.to(dtype), vv = v.to(dtype);
+  const at::Tensor zero = at::zeros({}, fk.options());
+  const auto lin = kernels::causal_linear_attention_lse(phi_q.values.to(dtype), later(fk, zero),
+                                                        later(ls, std::get<0>(ls.min(-2, true)).detach()), later(vv, zero));
+  const at::Tensor a = lin.lse + phi_q.log_scale.to(dtype) + log_1mg;
+  return combine_parts(lin.y, a, win.y, win.lse + log_g);
+}
+
+}  // namespace attnscope

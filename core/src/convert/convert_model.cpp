@@ -44,7 +44,8 @@ std::string readme(const nlohmann::ordered_json& a, const ModelConfig& c, bool c
   s += copied ? "- `model.safetensors`: the original weights, unchanged\n"
               : "- weights: not copied; `attnscope.source.path` points at the original model directory\n";
   s += "- `feature_maps.safetensors`: `layers.{s}.heads.{h}.feature_map.{param}` (float32), every tensor each map "
-       "needs, random draws included\n- tokenizer files, copied\n- `attnscope_linear.py`: runs this directory with "
+       "needs, random draws included" + std::string(a.contains("window") ? "; hybrid heads (window " + a["window"].dump() +
+       " tokens of softmax attention beside the map): `layers.{s}.heads.{h}.gamma`, the balance" : "") + "\n- tokenizer files, copied\n- `attnscope_linear.py`: runs this directory with "
        "PyTorch alone\n\n## Loading\n\n    attnscope generate --model THIS_DIR --prompt \"...\"\n"
        "    python3 attnscope_linear.py THIS_DIR --ids 1,2,3 --new-tokens 20\n\n"
        "    import attnscope_linear; m = attnscope_linear.load(\"THIS_DIR\"); logits = m(ids)\n";
@@ -138,7 +139,12 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
     fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
 
   std::shared_ptr<const HeadFeatureMaps> maps = o.maps;
-  if (!maps) maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim));
+  if (!maps) {
+    auto fresh = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim));
+    fresh->window = o.window;
+    if (o.window > 0) fresh->gamma = initial_gamma(c.n_layer, c.n_head);
+    maps = fresh;
+  }
   // Check the maps fit before anything is written (a throw-away copy of the model is not needed:
   // set_feature_maps's checks are the same ones load_model will run).
   Model probe(c, original.model->weights());
@@ -155,6 +161,8 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
         if (llama2c && input_axis(name) >= 0) v = v.index_select(input_axis(name), hf.perm);
         tensors.emplace_back(convert::tensor_prefix(s, h) + name, v.contiguous().clone());
       }
+      if (maps->window > 0)
+        tensors.emplace_back(convert::gamma_name(s, h), maps->gamma[s][h].detach().to(at::kCPU, at::kFloat).clone());
     }
 
   const bool sharded = !llama2c && !fs::exists(src / "model.safetensors") && fs::exists(src / "model.safetensors.index.json");
@@ -176,6 +184,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["budget"] = o.budget;
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
+  if (maps->window > 0) a["window"] = maps->window;
   if (o.trained_length > 0) a["trained_length"] = o.trained_length;
   if (o.finetune_rank > 0) a["finetune"] = {{"rank", o.finetune_rank}, {"steps", o.finetune_steps}};
   a["source"] = convert::source_record(src.lexically_normal().string());

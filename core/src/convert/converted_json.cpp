@@ -43,6 +43,11 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
       fail(where + ".trained_length", "is not a positive whole number of tokens");
     h.trained_length = a["trained_length"];
   }
+  if (a.contains("window")) {
+    if (!a["window"].is_number_integer() || a["window"].get<int64_t>() < 0)
+      fail(where + ".window", "is not a whole number of tokens (0: plain linear attention)");
+    h.window = a["window"];
+  }
   return h;
 }
 

@@ -14,12 +14,14 @@ struct ConvertedHeader {
   FeatureMapSpec map;                      // name, activation, tied, seed, init, temperature
   std::vector<std::vector<int64_t>> dims;  // [S][H], expanded from per-layer dims
   int64_t trained_length = 0;              // "trained_length", 0 when absent
+  int64_t window = 0;                      // "window": hybrid heads; 0 when absent (plain linear)
 };
 
 namespace convert {
 
 nlohmann::json read_config(const std::string& dir);  // DIR/config.json; Error naming it
 std::string tensor_prefix(int s, int h);  // "layers.{s}.heads.{h}.feature_map."
+std::string gamma_name(int s, int h);     // "layers.{s}.heads.{h}.gamma"
 
 // The "feature_map" object and dims from the maps' spec and per-head sizes.
 nlohmann::ordered_json feature_map_json(const FeatureMapSpec& spec);

@@ -39,6 +39,8 @@ std::string tensor_prefix(int s, int h) {
   return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".feature_map.";
 }
 
+std::string gamma_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".gamma"; }
+
 }  // namespace convert
 
 bool is_converted_model(const std::string& dir) {
@@ -61,7 +63,7 @@ std::string converted_weights_dir(const std::string& dir) {
 
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
-                                                   const ModelConfig& config) {
+                                                   const ModelConfig& config, int64_t window) {
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
   if (int(dims.size()) != config.n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(config.n_layer));
   SafetensorsFile st(file);
@@ -84,17 +86,34 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
       lin->maps[s].push_back(std::shared_ptr<FeatureMap>(std::move(map)));
     }
   }
+  lin->window = window;
+  if (window > 0) {
+    for (int s = 0; s < config.n_layer; ++s) {
+      at::Tensor g = at::empty({config.n_head}, at::kFloat);
+      for (int h = 0; h < config.n_head; ++h) {
+        const std::string name = convert::gamma_name(s, h);
+        if (!st.contains(name)) fail(file, "has no " + name + ": a hybrid head (window " + std::to_string(window) + ") needs its balance");
+        const at::Tensor t = st.tensor(name);
+        if (t.numel() != 1 || t.dim() > 1 || !at::isfinite(t).all().item<bool>())
+          fail(file, name + " must be one finite number, got shape " + std::to_string(t.dim()) + "-d with " +
+                         std::to_string(t.numel()) + " values");
+        g[h] = t.reshape({}).to(at::kFloat);
+        ++used;
+      }
+      lin->gamma.push_back(g);
+    }
+  }
   if (used != st.entries().size())
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
                    std::to_string(config.n_layer - 1) + "}.heads.{0.." + std::to_string(config.n_head - 1) +
-                   "}.feature_map.*");
+                   (window > 0 ? "}.{feature_map.*, gamma}" : "}.feature_map.* (gamma tensors belong to hybrid heads: the window is 0)"));
   return lin;
 }
 
 std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, const ModelConfig& config) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
   const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, config.n_layer, config.n_head);
-  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config);
+  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config, hdr.window);
   maps->trained_length = hdr.trained_length;
   return maps;
 }

@@ -73,6 +73,10 @@ const std::vector<Row> kTable = {
      true},
     {"--activation", "activation", "hedgehog: exp | softmax",
      [](const O& o) { return o.activation; }, [](O& o, const std::string& v) { o.activation = v; }},
+    {"--window", "window", "hybrid heads: each query attends its last W keys with softmax weights and older keys through "
+                           "the map, with a learned balance per head (0: plain linear attention)",
+     [](const O& o) { return positive(o.window); },
+     [](O& o, const std::string& v) { o.window = parse_whole(v, "window"); }},
     {"-M,--features", "feature dimension", "feature dimension M of every head",
      [](const O& o) { return positive(o.features); },
      [](O& o, const std::string& v) { o.features = parse_whole(v, "feature dimension"); }},
@@ -238,6 +242,13 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
     check_range(o.dof_samples, 2, kMaxSamples, "samples");
   }
   if (o.seq_len != 0) check_range(o.seq_len, 2, kMaxSeqLen, "sequence length");
+  if (o.window != 0) {
+    check_range(o.window, 0, kMaxSeqLen, "window");
+    if (o.feature_map == "t2r" || o.feature_map == "flex-stationary" || o.feature_map == "flex-nonstationary")
+      fail_value("window", "hybrid heads are trained with the maps of positive features (learned-prf, hedgehog), not " + o.feature_map);
+    if (o.loss == DistillLoss::L2)
+      fail_value("window", "the l2 loss fits kernel values, not a hybrid head's weights: use kl, softmax, output or direct");
+  }
   if (!(o.val_share >= 0 && o.val_share < 1)) fail_value("validation share", number_arg(o.val_share) + " is not in [0, 1)");
   check_range(o.steps, 1, kMaxSteps, "steps");
   check_range(o.batch, 1, kMaxBatch, "batch");
@@ -287,6 +298,7 @@ std::string distill_job_json(const DistillJob& job) {
   j["val_share"] = o.val_share;
   j["feature_map"] = {{"name", o.feature_map}, {"init", o.init}, {"tied", o.tied}, {"activation", o.activation},
                       {"seed", o.seed}};
+  j["window"] = o.window;
   j["features"] = o.features;
   j["allocation"] = o.allocation;
   j["strategy"] = o.strategy ? alloc_strategy_name(*o.strategy) : "";
@@ -363,6 +375,7 @@ DistillJob read_distill_job(const std::string& run_dir) {
       if (!fm["seed"].is_number_unsigned()) fail(path, "\"feature_map.seed\" is not a whole number >= 0");
       o.seed = fm["seed"];
     }
+    if (has(j, "window")) o.window = r.integer(j, "window", "window");
     if (has(j, "features")) o.features = r.integer(j, "features", "features");
     if (has(j, "allocation")) o.allocation = r.text(j, "allocation", "allocation");
     const std::string strategy = has(j, "strategy") ? r.text(j, "strategy", "strategy") : "";

@@ -21,13 +21,15 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/model/head_feature_maps.h"
+#include "convert/converted_json.h"
 #include "attnscope/model/model.h"
 #include "base/random.h"
 
 namespace attnscope {
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
-  return "layers." + std::to_string(layer) + ".heads." + std::to_string(head) + ".feature_map." + param;
+  // A hybrid head's balance sits beside its map (SPEC 7), not in it.
+  return param == kGammaParam ? convert::gamma_name(layer, head) : convert::tensor_prefix(layer, head) + param;
 }
 
 namespace {
@@ -227,6 +229,8 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
     for (size_t j = 0; j < np.size(); ++j) per_param[j].push_back(np[j].second.to(at::kFloat).detach().clone());
   }
   for (size_t j = 0; j < names.size(); ++j) m.params.emplace_back(names[j], at::stack(per_param[j]).contiguous());
+  m.window = o.window;
+  if (o.window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
   return m;
 }
 
@@ -261,8 +265,23 @@ std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, con
   return groups;
 }
 
+at::Tensor layer_gamma(const std::vector<HeadGroup>& layer) {
+  std::vector<at::Tensor> parts;
+  std::vector<int64_t> where;  // where[h]: head h's place in the concatenation of the groups' gammas
+  int64_t n = 0;
+  for (const auto& g : layer) n += int64_t(g.heads.size());
+  where.assign(size_t(n), -1);
+  int64_t at_ = 0;
+  for (const auto& g : layer) {
+    parts.push_back(param(g.maps, kGammaParam));
+    for (int64_t h : g.heads) where[size_t(h)] = at_++;
+  }
+  return at::cat(parts).index_select(0, at::tensor(where, at::kLong).to(parts[0].device()));
+}
+
 std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups) {
   auto lin = std::make_shared<HeadFeatureMaps>();
+  if (!groups.empty() && !groups[0].empty()) lin->window = groups[0][0].maps.window;
   for (const auto& layer : groups) {
     int64_t n = 0;
     for (const auto& g : layer) n += int64_t(g.heads.size());
@@ -274,6 +293,7 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
         heads[size_t(g.heads[i])] = g.maps.trainable_head_map(int64_t(i));
       }
     lin->maps.push_back(std::move(heads));
+    if (lin->window > 0) lin->gamma.push_back(layer_gamma(layer));  // differentiable: direct training reaches gamma
   }
   return lin;
 }
@@ -342,7 +362,15 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor approx = at::exp((log_khat - c).clamp_max(30.0));
     return (approx - target).pow(2).mean();
   }
-  const at::Tensor log_khat = log_kernel(lq, lk);
+  at::Tensor log_khat = log_kernel(lq, lk);
+  if (m.window > 0) {
+    // Hybrid heads (SPEC 5): softmax's own weights on the last W keys, the map's before them, with
+    // the head's balance g = sigmoid(gamma) (log g and log(1 - g) in the log domain).
+    const at::Tensor gamma = param(m, kGammaParam).to(q.scalar_type()).view({1, -1, 1, 1});
+    const auto lopt = q.options().dtype(at::kLong);
+    const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);
+    log_khat = at::where(lag < m.window, scores + at::log_sigmoid(gamma), log_khat + at::log_sigmoid(-gamma));
+  }
   const at::Tensor log_a = at::log_softmax(masked, -1);
   const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
   const at::Tensor a = log_a.exp();

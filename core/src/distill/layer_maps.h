@@ -30,7 +30,11 @@ namespace attnscope {
 class Model;
 struct HeadFeatureMaps;
 
-// SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}".
+// The stacked parameter of hybrid heads' balances gamma [H] (LayerMaps::params, with window > 0).
+constexpr const char* kGammaParam = "gamma";
+
+// SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}" (and
+// "layers.{s}.heads.{h}.gamma" for kGammaParam).
 std::string feature_map_tensor_name(int layer, int head, const std::string& param);
 
 // One layer's maps (or one group of its heads): every parameter stacked over the H heads.
@@ -38,6 +42,7 @@ struct LayerMaps {
   std::string map;  // one of trainable_feature_maps()
   std::string activation = "exp";
   int64_t heads = 0, d = 0, features = 0;
+  int64_t window = 0;  // hybrid heads (SPEC 5) when > 0: params then hold kGammaParam [H]
   std::vector<std::pair<std::string, at::Tensor>> params;  // e.g. "z" [H, M, d], "alpha" [H, M]
   // Head h's map as a core FeatureMap (copies of the parameters).
   std::unique_ptr<FeatureMap> head_map(int64_t head) const;
@@ -62,6 +67,10 @@ struct HeadGroup {
 // derive_seed(seed, s, h)) whatever its group.
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
                                          int64_t d);
+
+// Hybrid heads: the layer's balances gamma [H] in head order, gathered from its groups
+// (differentiable in the groups' kGammaParam).
+at::Tensor layer_gamma(const std::vector<HeadGroup>& layer);
 
 // Every head's trainable_head_map (groups[s] is layer s's groups): the model runs with the
 // trainable maps in place, and gradients reach their parameters.

@@ -238,6 +238,10 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
     for (const auto& g : layer)
       for (size_t i = 0; i < g.heads.size(); ++i) heads[size_t(g.heads[i])] = g.maps.head_map(int64_t(i));
     maps->maps.push_back(std::move(heads));
+    if (layer[0].maps.window > 0) {
+      maps->window = layer[0].maps.window;
+      maps->gamma.push_back(layer_gamma(layer).detach().clone());
+    }
   }
   r.maps = maps;
   rep["mean_val_kl"] = sum_kl / double(S);

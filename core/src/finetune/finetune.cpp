@@ -145,6 +145,12 @@ State init_state(Model& model, int64_t rank, uint64_t seed, bool train_maps) {
                              at::zeros_like(t), at::zeros_like(t)});
         }
       }
+    // Hybrid heads: each layer's balances gamma [H] train with the maps.
+    for (size_t s = 0; s < maps.gamma.size(); ++s) {
+      const at::Tensor& g = maps.gamma[s];
+      g.requires_grad_(true);
+      st.maps.push_back({"maps." + std::to_string(s) + ".gamma", g, at::zeros_like(g), at::zeros_like(g)});
+    }
   }
   return st;
 }

@@ -1,6 +1,8 @@
 // Fresh feature maps for every head (head_feature_maps.h).
 #include "attnscope/model/head_feature_maps.h"
 
+#include <ATen/ATen.h>
+
 #include "attnscope/base/error.h"
 #include "base/random.h"
 
@@ -11,6 +13,12 @@ FeatureMapSpec head_map_spec(const FeatureMapSpec& base, int64_t head_dim, int64
   s.d = head_dim;
   s.features = feature_map_has_fixed_size(base.name) ? 0 : features;
   return s;
+}
+
+std::vector<at::Tensor> initial_gamma(int n_layer, int n_head) {
+  std::vector<at::Tensor> gamma;
+  for (int s = 0; s < n_layer; ++s) gamma.push_back(at::zeros({n_head}, at::kFloat));
+  return gamma;
 }
 
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,

@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "attnscope/model/head_feature_maps.h"
@@ -109,34 +111,48 @@ using HeadMaps = std::vector<std::shared_ptr<FeatureMap>>;
 at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan(y), at::zeros_like(y), y); }
 
 // Causal linear attention: SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for
-// all heads of a layer that share a feature dimension M (heads may differ in M: per-head budgets).
-// q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat.
-at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        at::Tensor* probs) {
+// all heads of a layer that share a feature dimension M (heads may differ in M: per-head budgets);
+// hybrid heads (lin.window > 0) add each head's sliding window of softmax weights.
+// q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat (or the hybrid map).
+at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor& q, const at::Tensor& k,
+                        const at::Tensor& v, at::Tensor* probs) {
+  const HeadMaps& maps = lin.maps[size_t(layer)];
+  const bool hybrid = lin.window > 0;
   const int64_t H = q.size(1);
   std::vector<Features> fq(H), fk(H);
   for (int64_t h = 0; h < H; ++h) {
     fq[h] = maps[h]->scaled_query_features(q.select(1, h));
     fk[h] = maps[h]->scaled_key_features(k.select(1, h));
   }
+  const at::Tensor gamma = hybrid ? lin.gamma[size_t(layer)].to(q.device()) : at::Tensor();
   std::map<int64_t, std::vector<int64_t>> groups;  // M -> the heads with that many features
   for (int64_t h = 0; h < H; ++h) groups[fq[h].values.size(-1)].push_back(h);
   std::vector<at::Tensor> outs(H);
   for (const auto& [M, heads] : groups) {
-    std::vector<at::Tensor> gq, gk, gl, gv;
+    std::vector<at::Tensor> gq, gql, gk, gl, gv;
     for (int64_t h : heads) {
-      gq.push_back(fq[h].values), gk.push_back(fk[h].values), gl.push_back(fk[h].log_scale);
+      gq.push_back(fq[h].values), gql.push_back(fq[h].log_scale), gk.push_back(fk[h].values), gl.push_back(fk[h].log_scale);
       gv.push_back(v.select(1, h));
     }
-    // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
     const at::Tensor key_scale = at::stack(gl, 1);
-    const at::Tensor y = zero_undefined_rows(linear_attention_output(
-        Features(at::stack(gq, 1), at::zeros_like(key_scale)), Features(at::stack(gk, 1), key_scale), at::stack(gv, 1)));
+    at::Tensor y;
+    if (hybrid) {
+      const at::Tensor index = at::tensor(heads, at::kLong).to(q.device());
+      y = hybrid_attention_output(Features(at::stack(gq, 1), at::stack(gql, 1)), Features(at::stack(gk, 1), key_scale),
+                                  q.index_select(1, index), k.index_select(1, index), at::stack(gv, 1),
+                                  {lin.window, gamma.index_select(0, index)});
+    } else {
+      // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
+      y = zero_undefined_rows(linear_attention_output(Features(at::stack(gq, 1), at::zeros_like(key_scale)),
+                                                      Features(at::stack(gk, 1), key_scale), at::stack(gv, 1)));
+    }
     for (size_t i = 0; i < heads.size(); ++i) outs[heads[i]] = y.select(1, int64_t(i));
   }
   if (probs) {
     std::vector<at::Tensor> maps_out;
-    for (int64_t h = 0; h < H; ++h) maps_out.push_back(linear_map(fq[h], fk[h]).map);
+    for (int64_t h = 0; h < H; ++h)
+      maps_out.push_back(hybrid ? hybrid_map(fq[h], fk[h], q.select(1, h), k.select(1, h), {lin.window, gamma[h]})
+                                : linear_map(fq[h], fk[h]).map);
     *probs = at::stack(maps_out, 1);
   }
   return at::stack(outs, 1);
@@ -144,13 +160,13 @@ at::Tensor linear_heads(const HeadMaps& maps, const at::Tensor& q, const at::Ten
 
 at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x,
                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook,
-                     const HeadMaps* maps) {
+                     const HeadFeatureMaps* lin) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
   auto [q, k, v, q_pre, k_pre] = project(c, w, x, cos, sin);
 
   at::Tensor probs, out;
-  if (maps) {
-    out = linear_heads(*maps, q, k, v, hook && hook->want_probs ? &probs : nullptr);
+  if (lin) {
+    out = linear_heads(*lin, layer, q, k, v, hook && hook->want_probs ? &probs : nullptr);
   } else {
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d)) + mask;  // [B, H, L, L]
     probs = at::softmax(scores, -1);
@@ -194,7 +210,7 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
   const at::Tensor mask = causal_mask(L, x.device());
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights& w = weights.layers[s];
-    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear ? &linear->maps[s] : nullptr);
+    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear);
     if (c.parallel_residual) {
       x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
     } else {
@@ -217,21 +233,33 @@ at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const 
 // sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
 // [B, M] are carried relative to c = the largest key log scale seen so far (as
 // linear_attention_output does), so phi never overflows and a token costs the same at every position.
+// Hybrid heads also keep a ring of their last W tokens (keys, values, key features): a key enters
+// the sums when it leaves the ring, so memory stays constant in the sequence length.
 class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
       : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {}
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
-  // token-by-token steps would (kernels::final_state of its keys and values): the prompt costs one
-  // batch forward instead of L steps. Returns the logits of the last position, [B, V] (the
-  // language-model head reads that position only). The next step() is at position L.
+  // token-by-token steps would (kernels::final_state of its keys and values; a hybrid head's last
+  // W tokens in its ring): the prompt costs one batch forward instead of L steps. Returns the
+  // logits of the last position, [B, V] (the language-model head reads that position only). The
+  // next step() is at position L.
   at::Tensor prefill(const at::Tensor& ids) {
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
       for (int64_t h = 0; h < c_.n_head; ++h) {
         const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));
-        state_[a.layer][h] = kernels::final_state(fk.values, fk.log_scale.to(fk.values.scalar_type()), a.v.select(1, h));
+        const at::Tensor values = fk.values, scales = fk.log_scale.to(fk.values.scalar_type()), v = a.v.select(1, h);
+        Head& st = state_[a.layer][h];
+        const int64_t L = values.size(1), older = lin_.window > 0 ? std::max<int64_t>(0, L - lin_.window) : L;
+        if (older > 0) st.sums = kernels::final_state(values.narrow(1, 0, older), scales.narrow(1, 0, older), v.narrow(1, 0, older));
+        if (lin_.window > 0) {
+          const int64_t n = L - older;
+          // Copies: a view would keep the whole prompt's activations alive.
+          st.k = a.k.select(1, h).narrow(1, older, n).clone(), st.v = v.narrow(1, older, n).clone();
+          st.fk = values.narrow(1, older, n).clone(), st.ls = scales.narrow(1, older, n).clone();
+        }
       }
     };
     return last_logits(c_, w_, &lin_, ids, &hook);
@@ -248,7 +276,9 @@ class Recurrent {
       const LayerWeights& w = w_.layers[s];
       const Projected p = project(c_, w, norm(c_, x, w.ln1_w, w.ln1_b), cos, sin);
       std::vector<at::Tensor> ys;
-      for (int64_t h = 0; h < H; ++h) ys.push_back(head_step(state_[s][h], *lin_.maps[s][h], p, h));
+      for (int64_t h = 0; h < H; ++h)
+        ys.push_back(lin_.window > 0 ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
+                                     : head_step(state_[s][h], *lin_.maps[s][h], p, h));
       at::Tensor a = linear(at::stack(ys, 1).reshape({B, 1, H * d}), w.wo, w.bo);
       if (c_.parallel_residual) {
         x = x + a + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
@@ -262,15 +292,43 @@ class Recurrent {
   }
 
  private:
-  using Head = kernels::RecurrentState;
+  struct Head {
+    kernels::RecurrentState sums;  // keys older than the window (all keys for plain linear heads)
+    at::Tensor k, v, fk, ls;       // hybrid heads: the ring, oldest first: [B, n, d], [B, n, d], [B, n, M], [B, n, 1]
+  };
 
   // Adds this token's key and value to the head's sums and reads its query: y [B, d].
   static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h) {
     const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]; its own scale cancels
     const Features fk = map.scaled_key_features(p.k.select(1, h));
-    return zero_undefined_rows(kernels::recurrent_step(st, fq.values.squeeze(1), fk.values.squeeze(1),
+    return zero_undefined_rows(kernels::recurrent_step(st.sums, fq.values.squeeze(1), fk.values.squeeze(1),
                                                        fk.log_scale.squeeze(1).squeeze(1).to(fq.values.scalar_type()),
                                                        p.v.select(1, h).squeeze(1)));
+  }
+
+  // A hybrid head's token: the key leaving the ring (position pos - W) joins the sums, which the
+  // query reads with their log normalizer; this token's key joins the ring, which the query reads
+  // with softmax weights; one normalizer over both (SPEC 5). y [B, d].
+  at::Tensor hybrid_step(Head& st, const FeatureMap& map, const at::Tensor& gamma, const Projected& p, int64_t h) const {
+    const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
+    const Features fq = map.scaled_query_features(q), fk = map.scaled_key_features(k);
+    const auto dtype = fq.values.scalar_type();
+    const at::Tensor g = gamma.to(q.device(), dtype);
+    const int64_t B = q.size(0);
+    at::Tensor y_lin = at::zeros({B, 1, v.size(-1)}, v.options());
+    at::Tensor a = at::full({B, 1, 1}, -std::numeric_limits<double>::infinity(), fq.values.options());
+    if (st.k.defined() && st.k.size(1) == lin_.window) {
+      at::Tensor lse;
+      y_lin = kernels::recurrent_step(st.sums, fq.values.squeeze(1), st.fk.select(1, 0), st.ls.select(1, 0).squeeze(-1),
+                                      st.v.select(1, 0), &lse).unsqueeze(1);
+      a = (lse.view({B, 1, 1}) + fq.log_scale + at::log_sigmoid(-g)).to(dtype);
+      auto rest = [&](const at::Tensor& t) { return t.narrow(1, 1, t.size(1) - 1); };
+      st.k = rest(st.k), st.v = rest(st.v), st.fk = rest(st.fk), st.ls = rest(st.ls);
+    }
+    auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 1) : t; };
+    st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, fk.log_scale.to(dtype));
+    const WindowPart win = sliding_window_attention(q, st.k, st.v, lin_.window);
+    return combine_parts(y_lin, a, win.y, win.lse + at::log_sigmoid(g)).squeeze(1);
   }
 
   const ModelConfig& c_;
@@ -278,7 +336,6 @@ class Recurrent {
   const HeadFeatureMaps& lin_;
   std::vector<std::vector<Head>> state_;
 };
-
 
 }  // namespace
 
@@ -321,6 +378,21 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
           fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + ": feature map input " +
                                        std::to_string(m->input_dim()) + " != head dimension " + std::to_string(c.head_dim));
       }
+    }
+    if (maps->window < 0) fail("linear attention", "the window must be 0 (plain linear) or more tokens, got " + std::to_string(maps->window));
+    if (maps->window > 0) {
+      for (const auto& layer : maps->maps)
+        for (const auto& m : layer)
+          if (m->name().rfind("flex-", 0) == 0)
+            fail("linear attention", "hybrid heads take maps with kernel values >= 0; " + m->name() +
+                                         " can give negative ones (its rows are clamped pair by pair in the map, not in the sums)");
+      if (int(maps->gamma.size()) != c.n_layer)
+        fail("linear attention", "hybrid heads need a balance gamma for each of the " + std::to_string(c.n_layer) + " layers");
+      for (int s = 0; s < c.n_layer; ++s)
+        if (!maps->gamma[s].defined() || maps->gamma[s].sizes() != at::IntArrayRef{c.n_head} ||
+            !at::isfinite(maps->gamma[s]).all().item<bool>())
+          fail("linear attention", "layer " + std::to_string(s) + ": gamma must hold one finite balance per head (" +
+                                       std::to_string(c.n_head) + ")");
     }
   }
   linear_ = std::move(maps);

@@ -62,6 +62,10 @@ const std::vector<OptionSpec<LO>> kLinearizeTable = {
        o.features = parse_whole(v, "feature dimension");
        o.strategy.reset();
      }},
+    {"--window", "window", "hybrid heads: each query attends its last W keys with softmax weights beside the map (0: plain "
+                           "linear attention)",
+     [](const LO& o) { return linearize_int(o.window); },
+     [](LO& o, const std::string& v) { o.window = parse_whole(v, "window"); }},
     {"--allocation", "allocation", "an allocation file (instead of a strategy)",
      [](const LO& o) { return o.allocation; },
      [](LO& o, const std::string& v) {
@@ -106,6 +110,7 @@ DistillOptions stage1_options(const LO& o, const std::string& out, int64_t head_
   DistillOptions d;
   d.capture = (fs::path(out) / "capture").string();
   d.feature_map = o.feature_map;
+  d.window = o.window;
   d.features = o.features;
   d.allocation = o.allocation;
   d.strategy = o.strategy;
@@ -298,7 +303,10 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   spec.name = o.feature_map;
   spec.seed = o.seed;
   Model untrained(c, m.model->weights());
-  untrained.set_feature_maps(std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim)));
+  auto fresh = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim));
+  fresh->window = o.window;
+  if (o.window > 0) fresh->gamma = initial_gamma(c.n_layer, c.n_head);
+  untrained.set_feature_maps(fresh);
   LinearizeResult r;
   std::vector<int64_t> lengths;
   for (int64_t l : {L / 4, L / 2, L})
@@ -335,7 +343,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   md += "At " + std::to_string(L) + " tokens on the held-out text (" + std::to_string(heldout.size()) +
         " tokens, never trained on), the converted model's perplexity is **" + ppl(at_L.final_loss) + "** against the original's " +
         ppl(at_L.original_loss) + ": " + fmt_number(100 * gap, 1) + "% " + (gap >= 0 ? "above" : "below") + " it (" +
-        o.feature_map + ", " + (o.strategy ? std::string(alloc_strategy_name(*o.strategy)) + " at budget " + std::to_string(d1.budget)
+        o.feature_map + (o.window > 0 ? " beside a softmax window of " + std::to_string(o.window) + " tokens" : std::string()) +
+        ", " + (o.strategy ? std::string(alloc_strategy_name(*o.strategy)) + " at budget " + std::to_string(d1.budget)
                                             : std::string("fixed dimensions")) +
         ", stage 1 " + distill_loss_name(o.loss) + " x " + std::to_string(o.steps) + " steps" +
         (o.finetune_steps > 0 ? ", stage 2 rank " + std::to_string(o.rank) + " x " + std::to_string(o.finetune_steps) + " steps" : "") +

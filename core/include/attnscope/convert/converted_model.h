@@ -36,6 +36,7 @@ struct ConvertOptions {
   std::string loss;                         // "" for untrained maps (written as null)
   int64_t steps = 0;
   int64_t trained_length = 0;               // tokens per window the maps were trained on (0: untrained)
+  int64_t window = 0;                       // untrained maps only: hybrid heads with this window (trained maps carry their own)
   std::string job_json;                     // the job's job.json text, "" for untrained maps
   bool copy_weights = true;                 // false: --weights reference
   std::string python_module;                // attnscope_linear.py to copy into OUT (required)
@@ -63,11 +64,12 @@ std::string converted_weights_dir(const std::string& dir);
 
 // The maps in `file` (layers.{s}.heads.{h}.feature_map.{param}: a converted model's or a finished
 // distillation job's feature_maps.safetensors), head (s, h) a map of `spec` with dims[s][h]
-// features. Every head's tensors must be there with the right shapes and nothing else. Throws
+// features; with window > 0 also each head's hybrid balance layers.{s}.heads.{h}.gamma (a finite
+// scalar). Every head's tensors must be there with the right shapes and nothing else. Throws
 // Error naming the file and head.
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
-                                                   const ModelConfig& config);
+                                                   const ModelConfig& config, int64_t window = 0);
 
 // Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
 // model's shape. Throws Error naming the file and head for anything missing or misshapen.

@@ -49,6 +49,7 @@ struct DistillOptions {
   std::string init;                         // "" = the map's default
   bool tied = true;                         // hedgehog, t2r: one layer for queries and keys
   std::string activation = "exp";           // hedgehog: exp | softmax
+  int64_t window = 0;                       // hybrid heads (SPEC 5): softmax over the last W keys beside the map; 0: plain linear
   // Their feature dimensions: exactly one of features, allocation, strategy.
   int64_t features = 0;                   // M for every head
   std::string allocation;                 // an allocation file (allocation_file.h)

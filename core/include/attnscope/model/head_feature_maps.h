@@ -15,7 +15,16 @@ namespace attnscope {
 struct HeadFeatureMaps {
   std::vector<std::vector<std::shared_ptr<FeatureMap>>> maps;
   int64_t trained_length = 0;  // the window length (tokens) the maps were trained on; 0: unknown or untrained
+  // Hybrid heads (SPEC 5) when window > 0: each query attends its last `window` keys with softmax
+  // weights and older keys through its map, with balance sigmoid(gamma[s][h]); gamma[s] [H]
+  // float32 per layer (empty when window is 0). A trainer may set requires_grad on them.
+  int64_t window = 0;
+  std::vector<at::Tensor> gamma;
 };
+
+// Hybrid heads' balances for a model of n_layer x n_head heads: gamma = 0 (g = 1/2), as LoLCATs
+// and SPEC 5 start.
+std::vector<at::Tensor> initial_gamma(int n_layer, int n_head);
 
 // The spec of one head's map: `base` with head dimension d and M features (0 for fixed-size maps).
 FeatureMapSpec head_map_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features);

@@ -35,6 +35,7 @@ struct LinearizeOptions {
   int64_t max_windows = 64;  // capture windows of the training text (fewer when it is shorter)
   // Stage 1.
   std::string feature_map = "hedgehog";
+  int64_t window = 64;  // hybrid heads: softmax over the last W keys beside the map (0: plain linear), LoLCATs' 64
   int64_t features = 0;                                        // M for every head, or
   std::string allocation;                                      // an allocation file, or
   std::optional<AllocStrategy> strategy = AllocStrategy::Dof;  // Algorithm 1 at budget C (0: 2 x head dim)
