@@ -1311,6 +1311,7 @@ TEST(DistillOptionTable, EveryRowRoundTripsAndFlagsAreDistinct) {
   o.init = "random";
   o.tied = false;
   o.activation = "softmax";
+  o.window = 32;
   o.features = 24;
   o.allocation = "/a.json";
   o.strategy = AllocStrategy::DofClip;

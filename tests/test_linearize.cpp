@@ -32,7 +32,7 @@ std::string texts() {
 }
 
 const std::string kTiny = " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini" +
-                          " --seq-len 64 --max-windows 8 --steps 6 --finetune-steps 4 --batch 2 --rank 2 --seed 3";
+                          " --seq-len 64 --window 16 --max-windows 8 --steps 6 --finetune-steps 4 --batch 2 --rank 2 --seed 3";
 
 int linearize_cli(const std::string& args, std::string* out) {
   return test::run_command(test::cli_path() + " linearize" + args + " 2>&1", out);
@@ -103,9 +103,10 @@ TEST(Linearize, BadInputIsRefusedBeforeAnyWork) {
     std::string args, says;
     int rc;
   };
-  const std::string base = texts() + " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini --steps 2";
+  const std::string base = texts() + " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini --steps 2 --window 16";
   for (const Case& c : {Case{base + " --seq-len 100000", "sequence length", 1},
                         Case{base + " --seq-len 64 --rank 0", "rank", 1},
+                        Case{texts() + " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini --seq-len 64 --window 64", "window", 1},
                         Case{" --text " + root + "/short.txt" + kTiny, "fewer than four windows", 1},
                         Case{texts() + kTiny + " --heldout-share 1.5", "--heldout-share", 2},
                         Case{texts() + kTiny + " --loss direct", "--loss", 2}}) {

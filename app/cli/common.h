@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "attnscope/base/command_line.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/figure.h"
+#include "attnscope/base/job.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/model/model.h"
 #include "attnscope/base/progress.h"
@@ -113,6 +115,69 @@ const std::atomic<bool>* stop_on_interrupt();
 
 // A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
 ProgressFn terminal_progress(const std::string& label);
+
+// A command that runs one resumable job in a run directory (finetune, linearize): the options of
+// its table, --out RUN for a new run or --resume RUN (which keeps job.json's options: an option
+// given with it is refused), every check before any work (core's error names the quantity; the
+// flag that sets it is added), then the job with a progress bar; Ctrl-C stops it at its next step
+// and says how to continue.
+template <typename Options, typename Result>
+struct ResumableJob {
+  const char* name;
+  JobKind kind;
+  const char* out_help;
+  const std::vector<OptionSpec<Options>>& (*table)();
+  void (*check)(const Options&);
+  std::string (*command)(const Options&, const std::string&);
+  Result (*start)(const Options&, const std::string&, const ProgressFn&);
+  Result (*resume)(const std::string&, const ProgressFn&);
+  void (*print)(const Result&);
+};
+
+template <typename Options, typename Result>
+void add_resumable_job(CLI::App* cmd, const ResumableJob<Options, Result>& j) {
+  auto o = std::make_shared<Options>();
+  auto out = std::make_shared<std::string>();
+  auto resume = std::make_shared<std::string>();
+  add_option_table(cmd, j.table(), o);
+  auto* op = cmd->add_option("-o,--out", *out, j.out_help);
+  auto* rp = cmd->add_option("--resume", *resume, "continue the killed job in this run directory");
+  op->excludes(rp);
+  cmd->callback([=] {
+    const bool resuming = !resume->empty();
+    if (resuming)
+      for (const auto& row : j.table())
+        if (cmd->count(long_flag(row.flags)))
+          throw CLI::ValidationError(long_flag(row.flags), "a resumed run keeps its job.json's options");
+    if (!resuming) {
+      if (out->empty()) throw CLI::RequiredError("--out");
+      try {
+        j.check(*o);
+      } catch (const Error& e) {
+        const std::string flag = option_for_quantity(e.quantity());
+        if (flag.empty()) throw;
+        throw CLI::ValidationError(flag, e.what());
+      }
+      o->python_module = resources_dir() + "/python/attnscope_linear.py";
+    }
+    const std::string run = resuming ? *resume : *out;
+    const std::string resume_command = attnscope_command({j.name, "--resume", run});
+    const std::atomic<bool>* stop_requested = stop_on_interrupt();
+    Result r;
+    try {
+      run_job(j.kind, j.name, resuming ? resume_command : j.command(*o, run),
+              [&](Job& job) {
+                const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
+                r = resuming ? j.resume(run, progress) : j.start(*o, run, progress);
+              },
+              terminal_progress(j.name));
+    } catch (const Cancelled&) {
+      std::cerr << "\n" << j.name << ": stopped; continue with: " << resume_command << "\n";
+      throw;
+    }
+    j.print(r);
+  });
+}
 
 void register_info(CLI::App& app);
 void register_logits(CLI::App& app);

@@ -221,6 +221,9 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   const int64_t L = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(c.n_ctx, 4096);
   if (L < 8 || L > c.n_ctx)
     fail_value("sequence length", std::to_string(L) + " is outside 8.." + std::to_string(c.n_ctx) + " (the context length)");
+  if (o.window >= L)
+    fail_value("window", std::to_string(o.window) + " tokens is not below the sequence length " + std::to_string(L) +
+                             ": every key would be in the softmax window, nothing left to linearize (0: plain linear attention)");
   const auto [train_text, heldout_text] = split_text(read_text_documents(o.texts), o.heldout_share);
   const std::vector<int64_t> train_ids = encode_documents(*m.tokenizer, {{"train", train_text}});
   const std::vector<int64_t> heldout = encode_documents(*m.tokenizer, {{"heldout", heldout_text}});
