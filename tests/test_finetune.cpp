@@ -12,6 +12,8 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/finetune/finetune.h"
 #include "attnscope/io/safetensors.h"
+#include "attnscope/io/text_source.h"
+#include "attnscope/tokenize/tokenizer.h"
 #include "attnscope/model/model.h"
 #include "hf_checkpoint_writer.h"
 #include "test_support.h"
@@ -151,6 +153,37 @@ TEST(Finetune, LowersHeldOutLossAndWritesTheMergedModel) {
 
 // A cancelled run resumed from its checkpoint ends where an uninterrupted one does; the recorded
 // command names every option.
+// The softmax anchor of linearize's report: stage 2's recipe on the original model changes only the
+// attention projections (by a rank-r product each) and lowers the loss on the text it trains on.
+TEST(Finetune, SoftmaxBaselineAdaptsOnlyTheProjectionsByLowRank) {
+  const LoadedModel m = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+  FinetuneOptions o;
+  o.model = "unused: the original is passed";
+  o.texts = {text()};
+  o.rank = 2;
+  o.steps = 12;
+  o.lr = 5e-3;
+  o.seq_len = 64;
+  o.batch = 2;
+  o.seed = 4;
+  const ModelWeights w = finetune_softmax(m, o);
+  const ModelWeights& w0 = m.model->weights();
+  for (size_t s = 0; s < w.layers.size(); ++s) {
+    const LayerWeights &a = w.layers[s], &b = w0.layers[s];
+    for (const auto& [x, y] : {std::pair<const at::Tensor*, const at::Tensor*>{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo}}) {
+      const at::Tensor delta = (*x - *y).to(at::kDouble);
+      EXPECT_GT(delta.abs().max().item<double>(), 0) << "layer " << s << ": an adapter did not train";
+      const at::Tensor sv = at::linalg_svdvals(delta);
+      EXPECT_LT(sv[2].item<double>(), 1e-5 * sv[0].item<double>()) << "layer " << s << ": the change is not rank 2";
+    }
+    EXPECT_TRUE(at::equal(a.w_up, b.w_up) && at::equal(a.ln1_w, b.ln1_w)) << "layer " << s << ": a frozen tensor moved";
+  }
+  // Its loss on the text it trained on falls.
+  const std::vector<int64_t> ids = encode_documents(*m.tokenizer, read_text_documents({text()}));
+  Model adapted(m.model->config(), w);
+  EXPECT_LT(adapted.mean_loss(ids, 64), m.model->mean_loss(ids, 64) - 1e-3);
+}
+
 TEST(Finetune, ResumeEqualsAnUninterruptedRun) {
   const std::string conv = converted(test::source_dir() + "/resources/models/brown-gpt2-mini", "ft_resume");
   const std::string root = test::temp_dir("ft_resume_runs");

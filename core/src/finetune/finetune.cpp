@@ -290,6 +290,54 @@ FinetuneOptions read_job(const std::string& run_dir) {
   return o;
 }
 
+// The text's windows of o.seq_len tokens, shuffled by the seed and split: (train, held out).
+std::pair<at::Tensor, at::Tensor> finetune_windows(const Tokenizer& tokenizer, const FinetuneOptions& o) {
+  const std::vector<int64_t> ids = encode_documents(tokenizer, read_text_documents(o.texts));
+  const int64_t L = o.seq_len, T = int64_t(ids.size()) / L;
+  if (T < 2)
+    throw Error("text: " + std::to_string(ids.size()) + " tokens make fewer than two windows of " + std::to_string(L) +
+                    " (one to train on, one held out); give a longer text or a shorter sequence length",
+                "sequence length");
+  const auto order = shuffle_indices(T, derive_seed(o.seed, kSplitStream));
+  const int64_t n_val = std::min<int64_t>(T - 1, std::max<int64_t>(1, int64_t(std::llround(o.val_share * double(T)))));
+  const at::Tensor windows = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T * L), at::kLong).view({T, L});
+  const at::Tensor val = windows.index_select(0, at::tensor(std::vector<int64_t>(order.begin(), order.begin() + n_val), at::kLong));
+  const at::Tensor train = windows.index_select(0, at::tensor(std::vector<int64_t>(order.begin() + n_val, order.end()), at::kLong));
+
+  return {train, val};
+}
+
+// One optimizer step of the adapters (and the maps, when they train) on a mini-batch: the loss.
+double train_step(Model& model, const Model& original, State& st, const FinetuneOptions& o, const at::Tensor& train,
+                  int64_t step, double* ce) {
+  const auto pick = sample_without_replacement(train.size(0), std::min(o.batch, train.size(0)),
+                                               derive_seed(derive_seed(o.seed, kBatchStream), uint64_t(step)));
+  apply_adapters(model, st);
+  const at::Tensor loss = batch_loss(model, original, train.index_select(0, at::tensor(pick, at::kLong)), o.kl_weight, ce);
+  loss.backward();
+  const double lr = scheduled_lr(LrSchedule::Cosine, o.lr, step, o.steps);
+  const double map_lr = scheduled_lr(LrSchedule::Cosine, o.map_lr, step, o.steps);
+  for (auto& layer : st.adapters)
+    for (Adapter& ad : layer) {
+      if (ad.a.grad().defined()) adamw_update(ad.a, ad.a.grad(), ad.ma, ad.va, lr, 0.0, step + 1), ad.a.mutable_grad().zero_();
+      if (ad.b.grad().defined()) adamw_update(ad.b, ad.b.grad(), ad.mb, ad.vb, lr, 0.0, step + 1), ad.b.mutable_grad().zero_();
+    }
+  for (MapParam& m : st.maps)
+    if (m.p.grad().defined()) adamw_update(m.p, m.p.grad(), m.m, m.v, map_lr, 0.0, step + 1), m.p.mutable_grad().zero_();
+  const double l = loss.item<double>();
+  if (!std::isfinite(l))
+    fail_value("learning rate", "is too high for this run: the loss is not finite at step " + std::to_string(step + 1) + " (lower it)");
+  return l;
+}
+
+// The merged weights W0 + B A, detached.
+void merge_adapters(Model& model, const State& st) {
+  at::NoGradGuard no_grad;
+  apply_adapters(model, st);
+  for (auto& layer : model.mutable_weights().layers)
+    for (int i = 0; i < 4; ++i) projection(layer, i) = projection(layer, i).detach();
+}
+
 FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const ProgressFn& progress, bool resume) {
   const auto t_start = std::chrono::steady_clock::now();
   // Every check before the run directory is touched.
@@ -305,24 +353,14 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
     fail_value("sequence length", std::to_string(o.seq_len) + " is outside 2.." + std::to_string(c.n_ctx) + " (the context length)");
   if (o.rank > std::min<int64_t>(c.d_model, int64_t(c.n_head) * c.head_dim))
     fail_value("rank", std::to_string(o.rank) + " exceeds the model width " + std::to_string(c.d_model));
-  const std::vector<int64_t> ids = encode_documents(*lm.tokenizer, read_text_documents(o.texts));
-  const int64_t L = o.seq_len, T = int64_t(ids.size()) / L;
-  if (T < 2)
-    throw Error("text: " + std::to_string(ids.size()) + " tokens make fewer than two windows of " + std::to_string(L) +
-                    " (one to train on, one held out); give a longer text or a shorter sequence length",
-                "sequence length");
-  const auto order = shuffle_indices(T, derive_seed(o.seed, kSplitStream));
-  const int64_t n_val = std::min<int64_t>(T - 1, std::max<int64_t>(1, int64_t(std::llround(o.val_share * double(T)))));
-  const at::Tensor windows = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T * L), at::kLong).view({T, L});
-  const at::Tensor val = windows.index_select(0, at::tensor(std::vector<int64_t>(order.begin(), order.begin() + n_val), at::kLong));
-  const at::Tensor train = windows.index_select(0, at::tensor(std::vector<int64_t>(order.begin() + n_val, order.end()), at::kLong));
-
+  const auto [train, val] = finetune_windows(*lm.tokenizer, o);
+  const int64_t L = o.seq_len;
   RunDir rd(run_dir, !resume);
   rd.mark_running();
   if (!resume) {
     rd.write_job(job_json(o, finetune_command(o, run_dir), L));
     rd.log("finetune " + o.model + ": rank " + std::to_string(o.rank) + ", " + std::to_string(o.steps) + " steps on " +
-           std::to_string(train.size(0)) + " windows of " + std::to_string(L) + " tokens (" + std::to_string(n_val) +
+           std::to_string(train.size(0)) + " windows of " + std::to_string(L) + " tokens (" + std::to_string(val.size(0)) +
            " held out)");
   }
   const Model original(c, model.weights());  // the same weights with softmax attention (the adapters are not in them)
@@ -347,24 +385,9 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
     return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
   for (int64_t step = start; step < o.steps; ++step) {
-    const auto pick = sample_without_replacement(train.size(0), std::min(o.batch, train.size(0)),
-                                                 derive_seed(derive_seed(o.seed, kBatchStream), uint64_t(step)));
-    apply_adapters(model, st);
     double ce = 0;
-    const at::Tensor loss = batch_loss(model, original, train.index_select(0, at::tensor(pick, at::kLong)), o.kl_weight, &ce);
-    loss.backward();
+    const double l = train_step(model, original, st, o, train, step, &ce);
     const double lr = scheduled_lr(LrSchedule::Cosine, o.lr, step, o.steps);
-    const double map_lr = scheduled_lr(LrSchedule::Cosine, o.map_lr, step, o.steps);
-    for (auto& layer : st.adapters)
-      for (Adapter& ad : layer) {
-        if (ad.a.grad().defined()) adamw_update(ad.a, ad.a.grad(), ad.ma, ad.va, lr, 0.0, step + 1), ad.a.mutable_grad().zero_();
-        if (ad.b.grad().defined()) adamw_update(ad.b, ad.b.grad(), ad.mb, ad.vb, lr, 0.0, step + 1), ad.b.mutable_grad().zero_();
-      }
-    for (MapParam& m : st.maps)
-      if (m.p.grad().defined()) adamw_update(m.p, m.p.grad(), m.m, m.v, map_lr, 0.0, step + 1), m.p.mutable_grad().zero_();
-    const double l = loss.item<double>();
-    if (!std::isfinite(l))
-      fail_value("learning rate", "is too high for this run: the loss is not finite at step " + std::to_string(step + 1) + " (lower it)");
     rd.append_metric(json{{"step", step + 1}, {"loss", l}, {"ce", ce}, {"lr", lr}, {"elapsed_s", elapsed()}}.dump());
     const bool last = step + 1 == o.steps;
     if ((step + 1) % o.checkpoint_every == 0 || last) {
@@ -378,14 +401,9 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
   }
 
   // Merged weights and the trained maps, written as an ordinary converted model.
-  {
-    at::NoGradGuard no_grad;
-    apply_adapters(model, st);
-    for (auto& layer : model.mutable_weights().layers)
-      for (int i = 0; i < 4; ++i) projection(layer, i) = projection(layer, i).detach();
-    for (MapParam& m : st.maps) m.p.requires_grad_(false);
-    r.val_loss = mean_ce(model, val);
-  }
+  merge_adapters(model, st);
+  for (MapParam& m : st.maps) m.p.requires_grad_(false);
+  r.val_loss = mean_ce(model, val);
   const std::string cfg_file = (fs::path(o.model) / "config.json").string();
   const nlohmann::json cfg = convert::read_config(o.model);
   const ConvertedHeader hdr = convert::parse_header(cfg, cfg_file, c.n_layer, c.n_head);
@@ -451,6 +469,24 @@ void check_finetune_options(const FinetuneOptions& o) {
   if (!std::isfinite(o.kl_weight) || o.kl_weight < 0 || o.kl_weight > 1e3)
     fail_value("KL weight", number_arg(o.kl_weight) + " is not a finite number in [0, 1000]");
   if (!(o.val_share > 0 && o.val_share < 1)) fail_value("validation share", number_arg(o.val_share) + " is not in (0, 1)");
+}
+
+ModelWeights finetune_softmax(const LoadedModel& original, const FinetuneOptions& o, const ProgressFn& progress) {
+  check_finetune_options(o);
+  const ModelConfig& c = original.model->config();
+  if (o.seq_len < 2 || o.seq_len > c.n_ctx)
+    fail_value("sequence length", std::to_string(o.seq_len) + " is outside 2.." + std::to_string(c.n_ctx) + " (the context length)");
+  const at::Tensor train = finetune_windows(*original.tokenizer, o).first;
+  Model model(c, original.model->weights());
+  const Model reference(c, original.model->weights());
+  State st = init_state(model, o.rank, o.seed, false);
+  for (int64_t step = 0; step < o.steps; ++step) {
+    double ce = 0;
+    train_step(model, reference, st, o, train, step, &ce);
+    report_progress(progress, double(step + 1) / double(o.steps), "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps));
+  }
+  merge_adapters(model, st);
+  return model.weights();
 }
 
 FinetuneResult finetune(const FinetuneOptions& options, const std::string& run_dir, const ProgressFn& progress) {

@@ -16,6 +16,9 @@
 
 namespace attnscope {
 
+struct LoadedModel;
+struct ModelWeights;
+
 struct FinetuneOptions {
   std::string model;               // a converted model directory (attnscope convert's, or a run's model/)
   std::vector<std::string> texts;  // the training text; a seeded share of its windows is held out
@@ -52,6 +55,12 @@ struct FinetuneResult {
 // gives at least two windows, the options are in range. Cancelled from `progress` it stops at the
 // next step with its last checkpoint whole. Throws Error naming the file or quantity.
 FinetuneResult finetune(const FinetuneOptions& options, const std::string& run_dir, const ProgressFn& progress = nullptr);
+// Stage 2's recipe (o: texts, rank, steps, learning rate, KL weight, batch, seed, seq_len > 0, the
+// same windows and mini-batches) on the ORIGINAL softmax model, in memory: what finetuning alone
+// does to it (adaptation to the text), the anchor against which a conversion's cost is read.
+// Returns the merged weights. Throws Error naming the quantity.
+ModelWeights finetune_softmax(const LoadedModel& original, const FinetuneOptions& o, const ProgressFn& progress = nullptr);
+
 // Continues the killed or cancelled job in run_dir to the result an uninterrupted run gives.
 FinetuneResult resume_finetune(const std::string& run_dir, const ProgressFn& progress = nullptr);
 

@@ -15,6 +15,7 @@
 //
 // The final model is OUT/stage2/model (OUT/converted when the finetune is skipped, --finetune-steps 0).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -61,6 +62,9 @@ void check_linearize_options(const LinearizeOptions& o);  // every check that ne
 struct LengthResult {
   int64_t seq_len = 0;
   double original_loss = 0, untrained_loss = 0, stage1_loss = 0, final_loss = 0;  // held-out, nats
+  // The original finetuned by stage 2's recipe with softmax attention (finetune_softmax): what the
+  // text alone teaches it, so final - adapted is the conversion's own cost. NaN without stage 2.
+  double adapted_loss = std::nan("");
 };
 
 struct LinearizeResult {
