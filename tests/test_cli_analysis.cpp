@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attention/attention.h"
+#include "attnscope/attention/feature_map.h"
 #include "base/random.h"
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
@@ -396,6 +398,78 @@ TEST(CliAnalysis, MapsWriteSoftmaxLinearAndDifferenceWithTokenLabels) {
   EXPECT_EQ(run("maps --capture " + tiny_capture() + " --layer 7 --head 0 --out " + dir + "/x", &out), 1);
   EXPECT_TRUE(contains(out, "layer 7")) << out;
   EXPECT_EQ(run("maps --capture " + tiny_capture() + " --layer 0 --head 0 --out /nonexistent/dir/x", &out), 1) << out;
+}
+
+// `maps --window W` writes the hybrid map (SPEC 5, balance 1/2): the weights of the definition in
+// plain loops (1+ELU features: phi(x) = x + 1 for x > 0, else e^x), the same numbers as core's
+// hybrid_map on the captured q, k, and W >= L gives softmax's CSV byte for byte. `metrics
+// --window` measures it: at W >= L every head's KL is 0. --window without a feature map is a
+// usage error naming --window.
+TEST(CliAnalysis, MapsAndMetricsWindowAreTheHybridMap) {
+  const std::string dir = test::temp_dir("cli_maps_window");
+  const int64_t L = 24, W = 5;
+  std::string out;
+  ASSERT_EQ(run("maps --capture " + tiny_capture() + " --layer 1 --head 0 --seq 2 --feature-map elu --window " +
+                    std::to_string(W) + " --out " + dir + "/h",
+                &out),
+            0)
+      << out;
+  auto [q, k] = head_qk(1, 0);
+  const int64_t d = q.size(1);
+  const at::Tensor qs = q.narrow(0, 2 * L, L).contiguous(), ks = k.narrow(0, 2 * L, L).contiguous();
+  auto phi = [](double x) { return x > 0 ? x + 1 : std::exp(x); };
+  std::vector<std::vector<double>> H(L, std::vector<double>(L, 0.0));
+  for (int64_t i = 0; i < L; ++i) {
+    double z = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      double w = 0;
+      if (i - j < W) {
+        w = 0.5 * std::exp((qs[i] * ks[j]).sum().item<double>() / std::sqrt(double(d)));
+      } else {
+        for (int64_t c = 0; c < d; ++c) w += phi(qs[i][c].item<double>()) * phi(ks[j][c].item<double>());
+        w *= 0.5;
+      }
+      H[i][j] = w;
+      z += w;
+    }
+    for (int64_t j = 0; j <= i; ++j) H[i][j] /= z;
+  }
+  // Core's hybrid_map on the same q, k and 1+ELU features.
+  FeatureMapSpec spec;
+  spec.name = "elu";
+  spec.d = d;
+  const auto map = make_feature_map(spec);
+  const at::Tensor core = hybrid_map(map->scaled_query_features(qs), map->scaled_key_features(ks), qs, ks,
+                                     {W, at::zeros({}, at::kDouble)});
+  const auto rows = parse_csv(read_file(dir + "/h_linear.csv"));
+  ASSERT_EQ(rows.size(), size_t(L + 1));
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t j = 0; j < L; ++j) {
+      const double v = std::stod(rows[size_t(i + 1)][size_t(j + 1)]);
+      EXPECT_NEAR(v, H[size_t(i)][size_t(j)], 1e-7 * std::max(1.0, H[size_t(i)][size_t(j)])) << i << "," << j;
+      EXPECT_NEAR(v, core[i][j].item<double>(), 1e-8) << i << "," << j;
+    }
+  // The plain linear map (no --window) is another map.
+  ASSERT_EQ(run("maps --capture " + tiny_capture() + " --layer 1 --head 0 --seq 2 --feature-map elu --out " + dir + "/p", &out), 0);
+  EXPECT_NE(read_file(dir + "/p_linear.csv"), read_file(dir + "/h_linear.csv"));
+  // Every key in the window: softmax's map, to the last digit.
+  ASSERT_EQ(run("maps --capture " + tiny_capture() + " --layer 1 --head 0 --seq 2 --feature-map elu --window " +
+                    std::to_string(L) + " --out " + dir + "/s",
+                &out),
+            0);
+  EXPECT_EQ(read_file(dir + "/s_linear.csv"), read_file(dir + "/s_softmax.csv"));
+
+  ASSERT_EQ(run_stdout("metrics --capture " + tiny_capture() + " --feature-map elu --window " + std::to_string(L) + " --json", &out), 0);
+  const auto j = parse(out);
+  EXPECT_EQ(j["feature_map"]["window"], L);
+  for (const auto& h : j["heads"]) EXPECT_EQ(h["linear"]["kl"].get<double>(), 0.0) << h.dump();
+  ASSERT_EQ(run_stdout("metrics --capture " + tiny_capture() + " --feature-map elu --window 3 --json", &out), 0);
+  for (const auto& h : parse(out)["heads"]) EXPECT_GT(h["linear"]["kl"].get<double>(), 0.0) << h.dump();
+
+  EXPECT_EQ(run("maps --capture " + tiny_capture() + " --layer 0 --head 0 --window 4 --out " + dir + "/x", &out), 2);
+  EXPECT_TRUE(contains(out, "--window")) << out;
+  EXPECT_TRUE(contains(out, "--feature-map")) << out;
+  EXPECT_EQ(run("metrics --capture " + tiny_capture() + " --feature-map elu --window -1", &out), 2) << out;
 }
 
 TEST(CliAnalysis, ReportWritesEveryTableAndFigureOrNothing) {

@@ -398,7 +398,7 @@ TEST(HeadDetail, OutOfRangeSelectionsNameTheQuantityAndRange) {
   for (const Case& c : {Case{2, 0, 0, "layer", "layer 2 is out of range 0..1"},
                         Case{-1, 0, 0, "layer", "layer -1 is out of range 0..1"},
                         Case{0, 4, 0, "head", "head 4 is out of range 0..3"},
-                        Case{0, 0, 3, "window", "window 3 is out of range 0..2"}}) {
+                        Case{0, 0, 3, "text window", "text window 3 is out of range 0..2"}}) {
     try {
       head_detail(store, c.layer, c.head, c.seq, AnalysisOptions{});
       ADD_FAILURE() << c.text;
@@ -408,7 +408,7 @@ TEST(HeadDetail, OutOfRangeSelectionsNameTheQuantityAndRange) {
       EXPECT_NE(std::string(e.what()).find(x.dir), std::string::npos) << e.what();
     }
   }
-  EXPECT_NE(test::error_of([&] { head_thumbnails(store, 3, 8); }).find("window 3 is out of range 0..2"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { head_thumbnails(store, 3, 8); }).find("text window 3 is out of range 0..2"), std::string::npos);
   EXPECT_NE(test::error_of([&] { head_thumbnails(store, 0, 0); }), "");
   AnalysisOptions bad;
   bad.feature_map = "no-such-map";

@@ -57,6 +57,7 @@ Project make_project(const std::string& tag) {
   s.dof.seed = 5;
   s.analysis.feature_map = "hedgehog";
   s.analysis.features = 32;
+  s.analysis.window = 12;  // a hybrid map (SPEC 5)
   s.analysis.seed = 9;
   s.analysis.mixer_state = 4;
   s.lambda = 0.0123456789012345;
@@ -79,6 +80,7 @@ Project make_project(const std::string& tag) {
   s.train.device = Device::Cuda;
   s.train.from_allocation = false;
   s.train.features = 48;
+  s.train.window = 24;
   return p;
 }
 
@@ -94,6 +96,7 @@ void expect_same_settings(const Session& a, const Session& b) {
   EXPECT_EQ(a.dof.seed, b.dof.seed);
   EXPECT_EQ(a.analysis.feature_map, b.analysis.feature_map);
   EXPECT_EQ(a.analysis.features, b.analysis.features);
+  EXPECT_EQ(a.analysis.window, b.analysis.window);
   EXPECT_EQ(a.analysis.seed, b.analysis.seed);
   EXPECT_EQ(a.analysis.mixer_state, b.analysis.mixer_state);
   EXPECT_EQ(a.lambda, b.lambda);  // exactly: JSON keeps a double's 17 digits
@@ -117,6 +120,7 @@ void expect_same_settings(const Session& a, const Session& b) {
   EXPECT_EQ(a.train.device, b.train.device);
   EXPECT_EQ(a.train.from_allocation, b.train.from_allocation);
   EXPECT_EQ(a.train.features, b.train.features);
+  EXPECT_EQ(a.train.window, b.train.window);
 }
 
 std::string resolved(const fs::path& p) { return fs::weakly_canonical(p).string(); }
@@ -284,6 +288,10 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
       {"dof.normalize", "frobenius", "'dof.normalize' is not valid"},
       {"analysis.feature_map", "performer", "'analysis.feature_map' 'performer' is not a feature map"},
       {"analysis.features", -1, "'analysis.features' must be a non-negative integer"},
+      {"analysis.window", -1, "'analysis.window' must be an integer in 0..1048576, got -1"},
+      {"analysis.window", 8.5, "'analysis.window' must be an integer in 0..1048576"},
+      {"analysis.window", "8", "'analysis.window' must be an integer in 0..1048576"},
+      {"analysis.window", 1 << 21, "'analysis.window' must be an integer in 0..1048576, got 2097152"},
       {"selection.layer", -1, "'selection.layer' must be a non-negative integer"},
       {"selection.seq", 1e10, "'selection.seq' must be a non-negative integer"},
       {"colour_scale", "rainbow", "'colour_scale' is not valid: colour scale 'rainbow' is unknown"},
@@ -296,6 +304,8 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
       {"train.steps", 0, "'train.steps' must be a positive integer"},
       {"train.lr", -0.1, "'train.lr' must be a positive finite number"},
       {"train.dimensions", "dof", "'train.dimensions' 'dof' is not allocation or fixed"},
+      {"train.window", -4, "'train.window' must be an integer in 0..1048576, got -4"},
+      {"train.window", true, "'train.window' must be an integer in 0..1048576"},
   };
   for (const Case& c : cases) {
     auto j = minimal();
@@ -313,6 +323,35 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
   auto j = minimal();
   j["capture"] = 5;
   EXPECT_NE(load_error(j).find("'capture' must be a JSON object"), std::string::npos);
+}
+
+// Hybrid heads (SPEC 5): the heads view's softmax window is analysis.window, the Train form's is
+// train.window and reaches distill as DistillOptions::window; a session of an earlier build (no
+// "window" keys) opens with plain linear maps.
+TEST(Session, HybridWindowsRoundTripAndReachDistill) {
+  const std::string file = test::temp_dir("session_window") + "/w.attnscope";
+  Session s;
+  s.analysis.feature_map = "hedgehog";
+  s.analysis.window = 16;
+  s.train.window = 8;
+  save_session(file, s);
+  const auto j = nlohmann::json::parse(test::read_file(file));
+  EXPECT_EQ(j["analysis"]["window"], 16);
+  EXPECT_EQ(j["train"]["window"], 8);
+  const Session back = load_session(file);
+  EXPECT_EQ(back.analysis.window, 16);
+  EXPECT_EQ(back.train.window, 8);
+  EXPECT_EQ(distill_options_of(back.train).window, 8);
+  EXPECT_EQ(distill_options_of(TrainSettings{}).window, 0);
+
+  auto old = minimal();
+  old["analysis"] = {{"feature_map", "elu"}};
+  old["train"] = {{"feature_map", "hedgehog"}};
+  const std::string older = test::temp_dir("session_window_old") + "/o.attnscope";
+  std::ofstream(older) << old.dump();
+  const Session o = load_session(older);
+  EXPECT_EQ(o.analysis.window, 0);
+  EXPECT_EQ(o.train.window, 0);
 }
 
 TEST(Session, StrategyNamesGoThroughTheAllocationParser) {

@@ -48,6 +48,17 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   metric_box_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   metric_row->addWidget(metric_box_, 1);
   lv->addLayout(metric_row);
+  // Which captured text window the thumbnails and the maps show (not the hybrid's softmax window).
+  auto* seq_row = new QHBoxLayout;
+  seq_row->addWidget(new QLabel(tr("Text window"), left));
+  seq_box_ = new QSpinBox(left);
+  seq_box_->setObjectName("text_window");
+  seq_box_->setRange(0, 0);
+  seq_box_->setKeyboardTracking(false);
+  seq_box_->setToolTip(tr("Which captured text window (sequence of L tokens, from 0) the thumbnails and maps show"));
+  seq_row->addWidget(seq_box_);
+  seq_row->addStretch(1);
+  lv->addLayout(seq_row);
   grid_ = new HeadGrid(left);
   lv->addWidget(grid_, 1);
 
@@ -80,13 +91,17 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   features_box_->setKeyboardTracking(false);  // one change when the number is entered, not per digit
   features_box_->setToolTip(tr("Feature dimension M (natural: the map's own size)"));
   controls->addWidget(features_box_);
-  controls->addSpacing(12);
-  controls->addWidget(new QLabel(tr("Window"), right));
-  window_box_ = new QSpinBox(right);
-  window_box_->setRange(0, 0);
-  window_box_->setKeyboardTracking(false);
-  window_box_->setToolTip(tr("Which captured window (sequence) the maps show"));
-  controls->addWidget(window_box_);
+  controls->addWidget(new QLabel(tr("Softmax window"), right));
+  hybrid_window_box_ = new QSpinBox(right);
+  hybrid_window_box_->setObjectName("softmax_window");
+  hybrid_window_box_->setRange(0, 1 << 20);
+  hybrid_window_box_->setSpecialValueText(tr("off"));
+  hybrid_window_box_->setKeyboardTracking(false);
+  hybrid_window_box_->setToolTip(
+      tr("Hybrid heads: each query attends its last W keys with softmax weights and older keys through the "
+         "feature map, under one normalizer, half and half (a trained model learns the balance per head).\n"
+         "off (0): the feature map alone; W at least the text length: softmax itself."));
+  controls->addWidget(hybrid_window_box_);
   controls->addSpacing(12);
   controls->addWidget(new QLabel(tr("Colour scale"), right));
   scale_box_ = new QComboBox(right);
@@ -155,15 +170,10 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
     emit metricChanged(metric());
   });
   connect(reset_zoom_, &QToolButton::clicked, this, &HeadsView::reset_zoom);
-  connect(map_box_, &QComboBox::currentIndexChanged, this, [this] {
-    update_titles();
-    emit mapChanged(feature_map(), features());
-  });
-  connect(features_box_, &QSpinBox::valueChanged, this, [this] {
-    update_titles();
-    emit mapChanged(feature_map(), features());
-  });
-  connect(window_box_, &QSpinBox::valueChanged, this, [this](int seq) { emit windowChanged(seq); });
+  connect(map_box_, &QComboBox::currentIndexChanged, this, &HeadsView::on_map_chosen);
+  connect(features_box_, &QSpinBox::valueChanged, this, &HeadsView::on_map_chosen);
+  connect(hybrid_window_box_, &QSpinBox::valueChanged, this, &HeadsView::on_map_chosen);
+  connect(seq_box_, &QSpinBox::valueChanged, this, [this](int seq) { emit seqChanged(seq); });
   connect(scale_box_, &QComboBox::currentIndexChanged, this, [this] {
     const ColourScale s = scale();
     apply_colour_range();
@@ -177,8 +187,8 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
 
 void HeadsView::set_shape(int layers, int heads, int windows) {
   grid_->set_shape(layers, heads);
-  const QSignalBlocker block(window_box_);
-  window_box_->setRange(0, std::max(0, windows - 1));
+  const QSignalBlocker block(seq_box_);
+  seq_box_->setRange(0, std::max(0, windows - 1));
 }
 
 void HeadsView::set_feature_maps(const QStringList& names) {
@@ -255,16 +265,22 @@ void HeadsView::show_region(const MapRegion& region) {
 
 QString HeadsView::feature_map() const { return map_box_->currentData().toString(); }
 qint64 HeadsView::features() const { return features_box_->value(); }
-int HeadsView::window() const { return window_box_->value(); }
+qint64 HeadsView::hybrid_window() const { return hybrid_window_box_->value(); }
+int HeadsView::seq() const { return seq_box_->value(); }
 ColourScale HeadsView::scale() const { return parse_colour_scale(scale_box_->currentData().toString().toStdString()); }
 GridMetric HeadsView::metric() const {
   const QVariant v = metric_box_->currentData();
   return v.isValid() ? GridMetric(v.toInt()) : chosen_metric_;
 }
 
-void HeadsView::set_feature_map(const QString& name, qint64 features) {
+void HeadsView::on_map_chosen() {
+  update_titles();
+  emit mapChanged(feature_map(), features(), hybrid_window());
+}
+
+void HeadsView::set_feature_map(const QString& name, qint64 features, qint64 window) {
   {
-    const QSignalBlocker b1(map_box_), b2(features_box_);
+    const QSignalBlocker b1(map_box_), b2(features_box_), b3(hybrid_window_box_);
     int i = map_box_->findData(name);
     if (i < 0 && !name.isEmpty()) {  // a session may name a map the list does not have yet
       map_box_->addItem(name, name);
@@ -272,14 +288,15 @@ void HeadsView::set_feature_map(const QString& name, qint64 features) {
     }
     map_box_->setCurrentIndex(std::max(0, i));
     features_box_->setValue(int(features));
+    hybrid_window_box_->setValue(int(std::min<qint64>(window, hybrid_window_box_->maximum())));
   }
   update_titles();
   update_info();
 }
 
-void HeadsView::set_window(int seq) {
-  const QSignalBlocker block(window_box_);
-  window_box_->setValue(seq);
+void HeadsView::set_seq(int seq) {
+  const QSignalBlocker block(seq_box_);
+  seq_box_->setValue(seq);
 }
 
 void HeadsView::set_scale(ColourScale s) {
@@ -328,12 +345,23 @@ void HeadsView::sync_region(HeatmapPanel* from, const MapRegion& region) {
 
 // Short titles, so that three maps side by side keep them whole: the layer and head are on the
 // info line under the maps, the colour bars say what the difference is.
+QString HeadsView::map_label() const {
+  const QString map = feature_map();
+  if (map.isEmpty()) return {};
+  const QString m = features() > 0 ? tr("%1 M=%2").arg(map).arg(features()) : map;
+  return hybrid_window() > 0 ? tr("%1 + window %2").arg(m).arg(hybrid_window()) : m;
+}
+
 void HeadsView::update_titles() {
   softmax_->set_title(tr("softmax"));
-  const QString map = feature_map();
-  const QString m = features() > 0 ? tr(" M=%1").arg(features()) : QString();
-  linear_->set_title(map.isEmpty() ? tr("linear") : tr("linear: %1%2").arg(map, m));
+  const QString map = map_label();
+  // A plain map's title says it is linear attention; a hybrid's names the map and its softmax window
+  // ("hedgehog M=16 + window 8": whole in a third of the view at 1150 pixels; "hybrid" is on the info
+  // line and the control's tooltip).
+  linear_->set_title(map.isEmpty() ? tr("linear") : hybrid_window() > 0 ? map : tr("linear: %1").arg(map));
   diff_->set_title(tr("difference"));
+  // The window mixes softmax into a feature map's attention: nothing to mix without one.
+  hybrid_window_box_->setEnabled(!feature_map().isEmpty());
 }
 
 void HeadsView::update_kl() {
@@ -361,7 +389,10 @@ void HeadsView::update_kl() {
       note = tr("KL needs a feature map: choose one above");
     add(view_->row_entropy_softmax, p->yAxis2, tr("entropy, softmax"), 1, Qt::DashLine);
     if (!view_->row_entropy_linear.empty())
-      add(view_->row_entropy_linear, p->yAxis2, tr("entropy, %1").arg(feature_map().isEmpty() ? tr("linear") : feature_map()), 2, Qt::DashLine);
+      add(view_->row_entropy_linear, p->yAxis2,
+          tr("entropy, %1").arg(feature_map().isEmpty() ? tr("linear")
+                                : hybrid_window() > 0 ? tr("hybrid") : feature_map()),
+          2, Qt::DashLine);
     p->xAxis->setRange(-0.5, view_->length() - 0.5);
     bool found = false;
     QCPRange r = p->graphCount() > 0 && p->graph(0)->valueAxis() == p->yAxis ? p->graph(0)->getValueRange(found) : QCPRange();
@@ -390,12 +421,19 @@ void HeadsView::update_info() {
     info_->setText(tr("No head selected: click a thumbnail."));
     return;
   }
-  QString map = feature_map().isEmpty() ? tr("no feature map") : tr("feature map %1").arg(feature_map());
+  // A hybrid's line names its map and window in the controls' words ("hedgehog (M = 16), softmax
+  // window 16"), short enough that the line stays one at 1680 pixels.
+  const bool hybrid = !feature_map().isEmpty() && hybrid_window() > 0;
+  QString map = feature_map().isEmpty() ? tr("no feature map")
+                : hybrid               ? feature_map()
+                                       : tr("feature map %1").arg(feature_map());
   if (!feature_map().isEmpty() && features() > 0) map += tr(" (M = %1)").arg(features());
-  QString text = tr("layer %1, head %2, window %3  ·  L = %4 tokens, head dim %5  ·  %6")
+  if (hybrid) map += tr(", softmax window %1").arg(hybrid_window());
+  QString text = tr("layer %1, head %2, text window %3  ·  L = %4 tokens, head dim %5  ·  %6")
                      .arg(view_->layer).arg(view_->head).arg(view_->seq).arg(view_->length()).arg(view_->head_dim).arg(map);
+  // "row sums ≤ 0", not "non-positive row sums": a line too long for the view would break at the hyphen.
   if (view_->has_linear())
-    text += tr("  ·  undefined rows %1  ·  non-positive row sums %2 %")
+    text += tr("  ·  undefined rows %1  ·  row sums ≤ 0: %2 %")
                 .arg(view_->undefined_rows)
                 .arg(100.0 * view_->nonpositive_row_fraction, 0, 'f', 1);
   info_->setText(text);

@@ -1,8 +1,10 @@
 // The heads view: the overview grid, and for the selected head softmax | linear | difference
 // heatmaps side by side (square cells, zoom kept in step, Reset zoom; softmax and linear on one
 // colour range, core's shared_map_range, so they compare by eye), the per-row KL plot, and the
-// choosers: feature map and feature dimension, window, colour scale (linear, log, row-normalized)
-// and the grid's metric.
+// choosers: the text window (which captured sequence the grid and maps show, beside the grid), the
+// feature map, its dimension M and the softmax window W of hybrid heads (SPEC 5: the last W keys
+// with softmax weights, older keys through the map; 0 = the map alone), the colour scale (linear,
+// log, row-normalized) and the grid's metric.
 #pragma once
 #include <QString>
 #include <QWidget>
@@ -30,7 +32,7 @@ class HeadsView : public QWidget {
  public:
   explicit HeadsView(QWidget* parent = nullptr);
 
-  // After a capture: layers, heads and windows, and the feature maps offered (feature_map_names()).
+  // After a capture: layers, heads and text windows, and the feature maps offered (feature_map_names()).
   void set_shape(int layers, int heads, int windows);
   void set_feature_maps(const QStringList& names);
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);
@@ -45,11 +47,12 @@ class HeadsView : public QWidget {
   // The choosers (the window sets and reads them for sessions; tests drive them).
   QString feature_map() const;
   qint64 features() const;
-  int window() const;
+  qint64 hybrid_window() const;  // W of the hybrid map; 0 = the feature map alone
+  int seq() const;               // the text window shown
   ColourScale scale() const;
   GridMetric metric() const;
-  void set_feature_map(const QString& name, qint64 features);
-  void set_window(int seq);
+  void set_feature_map(const QString& name, qint64 features, qint64 window);
+  void set_seq(int seq);
   void set_scale(ColourScale scale);
   void set_metric(GridMetric metric);
   // The command lines of its figures (attnscope maps ...), set by the window.
@@ -61,15 +64,17 @@ class HeadsView : public QWidget {
   QComboBox* scale_box() const { return scale_box_; }
   QComboBox* map_box() const { return map_box_; }
   QSpinBox* features_box() const { return features_box_; }
-  QSpinBox* window_box() const { return window_box_; }
+  QSpinBox* hybrid_window_box() const { return hybrid_window_box_; }
+  QSpinBox* seq_box() const { return seq_box_; }
   QComboBox* metric_box() const { return metric_box_; }
   QToolButton* reset_zoom_button() const { return reset_zoom_; }
   QLabel* info_label() const { return info_; }
 
  signals:
   void headSelected(int layer, int head);
-  void mapChanged(const QString& feature_map, qint64 features);
-  void windowChanged(int seq);
+  // The linear map: feature map, M and the hybrid's window W.
+  void mapChanged(const QString& feature_map, qint64 features, qint64 window);
+  void seqChanged(int seq);
   void scaleChanged(attnscope::ColourScale scale);
   void metricChanged(attnscope::GridMetric metric);
 
@@ -77,6 +82,8 @@ class HeadsView : public QWidget {
   void update_kl();
   void update_info();
   void update_titles();
+  void on_map_chosen();
+  QString map_label() const;  // "hedgehog M=16", a hybrid's "hedgehog M=16 + window 8"
   void sync_region(HeatmapPanel* from, const MapRegion& region);
   void apply_metric();
   void apply_colour_range();  // softmax and linear on one range for the current head and scale
@@ -85,7 +92,7 @@ class HeadsView : public QWidget {
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
   QComboBox *map_box_, *scale_box_, *metric_box_;
-  QSpinBox *features_box_, *window_box_;
+  QSpinBox *features_box_, *hybrid_window_box_, *seq_box_;
   QToolButton* reset_zoom_;
   QLabel* info_;
   std::map<GridMetric, std::vector<std::vector<double>>> metrics_;

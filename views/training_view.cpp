@@ -67,7 +67,7 @@ std::string full_precision(double v) {
 struct TrainingView::Impl {
   TrainingView* view;
   QComboBox *map = nullptr, *loss = nullptr, *schedule = nullptr, *device = nullptr;
-  QSpinBox *steps = nullptr, *batch = nullptr, *checkpoint = nullptr, *features = nullptr;
+  QSpinBox *steps = nullptr, *batch = nullptr, *checkpoint = nullptr, *features = nullptr, *window = nullptr;
   QDoubleSpinBox *lr = nullptr, *lr_alpha = nullptr;
   QRadioButton *from_allocation = nullptr, *fixed = nullptr;
   QLabel *allocation_text = nullptr, *run_label = nullptr, *run_dir = nullptr;
@@ -138,6 +138,14 @@ struct TrainingView::Impl {
     QObject::connect(group, &QButtonGroup::buttonClicked, view,
                      [this](QAbstractButton* b) { prefer_allocation = b == from_allocation; });
     features->setEnabled(false);
+    window = new QSpinBox(box);
+    window->setObjectName("train_window");
+    window->setRange(0, 1 << 20);
+    window->setSpecialValueText(tr("off"));
+    window->setToolTip(tr("Hybrid heads: each query attends its last W keys with softmax weights and older keys "
+                          "through the trained map, one normalizer, a balance learned per head.\n"
+                          "off (0): plain linear attention. Needs learned-prf or hedgehog, and a loss other than l2."));
+    form->addRow(tr("Softmax window"), window);
 
     steps = new QSpinBox(box);
     steps->setObjectName("train_steps");
@@ -427,6 +435,7 @@ TrainSettings TrainingView::form() const {
   f.checkpoint_every = d_->checkpoint->value();
   f.from_allocation = d_->from_allocation->isChecked();
   f.features = d_->features->value();
+  f.window = d_->window->value();
   return f;
 }
 
@@ -441,6 +450,7 @@ void TrainingView::set_form(const TrainSettings& f) {
   select_or_add(d_->device, QString::fromLatin1(device_name(f.device)));
   d_->checkpoint->setValue(int(std::min<int64_t>(f.checkpoint_every, d_->checkpoint->maximum())));
   d_->features->setValue(int(std::min<int64_t>(f.features, d_->features->maximum())));
+  d_->window->setValue(int(std::min<int64_t>(f.window, d_->window->maximum())));
   d_->prefer_allocation = f.from_allocation;
   if (f.from_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
   else d_->fixed->setChecked(true);
@@ -502,6 +512,7 @@ QPushButton* TrainingView::convert_button() const { return d_->convert; }
 QComboBox* TrainingView::map_box() const { return d_->map; }
 QSpinBox* TrainingView::steps_box() const { return d_->steps; }
 QSpinBox* TrainingView::features_box() const { return d_->features; }
+QSpinBox* TrainingView::window_box() const { return d_->window; }
 QRadioButton* TrainingView::allocation_radio() const { return d_->from_allocation; }
 QRadioButton* TrainingView::fixed_radio() const { return d_->fixed; }
 QLabel* TrainingView::run_label() const { return d_->run_label; }

@@ -1,6 +1,7 @@
 // The training view: distill feature maps on the current capture, watch them learn, convert the
 // model and see how close and how fast it is. Left, the form (feature map, loss, steps, learning
-// rates, batch, schedule, device, dimensions from the DoF view's allocation or a fixed M) and the
+// rates, batch, schedule, device, dimensions from the DoF view's allocation or a fixed M, the softmax
+// window of hybrid heads) and the
 // current run with Train, Resume and Convert + evaluate; right, the loss of every layer per step
 // (log scale, validation KL as dots) read from the run's metrics.jsonl; below, the comparison of
 // the converted model with its original (a table that exports as Markdown, LaTeX or CSV) and its
@@ -71,6 +72,7 @@ class TrainingView : public QWidget {
   QComboBox* map_box() const;
   QSpinBox* steps_box() const;
   QSpinBox* features_box() const;
+  QSpinBox* window_box() const;  // "Softmax window": hybrid heads' W (0 = plain linear)
   QRadioButton* allocation_radio() const;
   QRadioButton* fixed_radio() const;
   QLabel* run_label() const;

@@ -119,6 +119,7 @@ void AnalysisArgs::add_to(CLI::App* cmd, bool mixers) {
       ->check(feature_map_validator())->capture_default_str();
   cmd->add_option("-M,--features", opt.features, "feature dimension M of the feature map")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_window_option(cmd, opt);
   cmd->add_option("--seed", opt.seed, "seed for the feature map and sampled pairs")->capture_default_str();
   cmd->add_option("--max-seqs", opt.max_seqs, "use the first N windows only (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   if (mixers)
@@ -126,10 +127,21 @@ void AnalysisArgs::add_to(CLI::App* cmd, bool mixers) {
         ->capture_default_str()->check(CLI::NonNegativeNumber);
 }
 
-void AnalysisArgs::check() const {
+void add_window_option(CLI::App* cmd, AnalysisOptions& opt) {
+  cmd->add_option("--window", opt.window,
+                  "hybrid heads: each query attends its last W keys with softmax weights and older keys through the "
+                  "feature map, one normalizer, balance 1/2 (0 = the feature map alone)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+void check_analysis_options(const AnalysisOptions& opt) {
   if (!opt.feature_map.empty() && opt.features == 0 && !feature_map_has_fixed_size(opt.feature_map))
     throw CLI::ValidationError("--features", "feature map " + opt.feature_map + " needs a feature dimension: give --features M (e.g. 64)");
+  if (opt.window > 0 && opt.feature_map.empty())
+    throw CLI::ValidationError("--window", "a hybrid head mixes softmax with a feature map's linear attention: give --feature-map too");
 }
+
+void AnalysisArgs::check() const { check_analysis_options(opt); }
 
 const FigureWriter* figure_writer(const std::string& command) {
 #ifdef ATTNSCOPE_HAVE_GUI

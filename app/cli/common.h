@@ -98,8 +98,14 @@ struct DofArgs {
 struct AnalysisArgs {
   AnalysisOptions opt;
   void add_to(CLI::App* cmd, bool mixers = true);
-  void check() const;  // a map that needs M without --features: a usage error
+  void check() const;  // check_analysis_options(opt)
 };
+// --window W (AnalysisOptions::window: hybrid heads), for commands that register their analysis
+// options themselves (report).
+void add_window_option(CLI::App* cmd, AnalysisOptions& opt);
+// The rules between the analysis options, as usage errors: a map that needs M without --features,
+// --window without a feature map.
+void check_analysis_options(const AnalysisOptions& opt);
 
 // A CLI11 validator accepting "" (softmax only) or any name core's feature_map_names() lists.
 CLI::Validator feature_map_validator();

@@ -27,7 +27,10 @@ void register_metrics(CLI::App& app) {
     if (*format == "json") {
       nlohmann::ordered_json j;
       j["capture"] = *capture;
-      if (!args->opt.feature_map.empty()) j["feature_map"] = {{"name", args->opt.feature_map}, {"features", args->opt.features}};
+      if (!args->opt.feature_map.empty()) {
+        j["feature_map"] = {{"name", args->opt.feature_map}, {"features", args->opt.features}};
+        if (args->opt.window > 0) j["feature_map"]["window"] = args->opt.window;
+      }
       j["heads"] = head_analysis_json(heads);
       std::cout << j.dump(2) << "\n";
     } else if (*format == "csv") {

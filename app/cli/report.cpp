@@ -60,6 +60,7 @@ void register_report(CLI::App& app) {
   cmd->add_option("--feature-map", a->analysis.opt.feature_map, "feature map of the linear maps (\"\" = softmax only)")
       ->check(feature_map_validator())->capture_default_str();
   cmd->add_option("-M,--features", a->analysis.opt.features, "its feature dimension M")->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_window_option(cmd, a->analysis.opt);
   cmd->add_option("--max-seqs", a->analysis.opt.max_seqs, "metrics on the first N windows (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--mixer-state", a->analysis.opt.mixer_state, "state size N of the structured mixers (0 = skip)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -18,6 +18,7 @@ void add_feature_map(std::vector<std::string>& a, const AnalysisOptions& o) {
   if (o.feature_map.empty()) return;
   a.insert(a.end(), {"--feature-map", o.feature_map});
   if (o.features > 0) a.insert(a.end(), {"--features", str(o.features)});
+  if (o.window > 0) a.insert(a.end(), {"--window", str(o.window)});
 }
 
 void add_texts(std::vector<std::string>& a, const std::vector<std::string>& texts) {
@@ -106,6 +107,7 @@ std::string report_command(const Session& s, const std::vector<std::string>& tex
   a.insert(a.end(), {"--feature-map", s.analysis.feature_map});
   if (!s.analysis.feature_map.empty() && s.analysis.features > 0)
     a.insert(a.end(), {"--features", str(s.analysis.features)});
+  if (!s.analysis.feature_map.empty() && s.analysis.window > 0) a.insert(a.end(), {"--window", str(s.analysis.window)});
   a.insert(a.end(), {"--max-seqs", str(s.analysis.max_seqs), "--mixer-state", str(s.analysis.mixer_state), "--out",
                      out_dir});
   return attnscope_command(a);

@@ -33,13 +33,13 @@ std::string dof_command(const std::string& spectra, double lambda);
 // attnscope allocate --spectra F --lambda L --budget C --strategy S [--multiple-of m] --markdown
 std::string allocate_command(const std::string& spectra, double lambda, int64_t budget, AllocStrategy strategy,
                              int64_t multiple);
-// attnscope metrics --capture DIR [--feature-map NAME --features M] --seed S [--mixer-state N] --csv
+// attnscope metrics --capture DIR [--feature-map NAME --features M --window W] --seed S [--mixer-state N] --csv
 std::string metrics_command(const std::string& capture_dir, const AnalysisOptions& analysis);
-// attnscope maps --capture DIR --layer s --head h --seq t [--feature-map NAME --features M] --seed S
+// attnscope maps --capture DIR --layer s --head h --seq t [--feature-map NAME --features M --window W] --seed S
 //   --out layer{s}_head{h}_seq{t}
 std::string maps_command(const std::string& capture_dir, int layer, int head, int seq, const AnalysisOptions& analysis);
 // attnscope report --model M --text F... --seq-len L --num-seqs T --capture-seed S --lambda ...
-//   --samples J --normalize N --seed S --budget C --multiple-of m [--feature-map NAME --features M]
+//   --samples J --normalize N --seed S --budget C --multiple-of m [--feature-map NAME --features M --window W]
 //   --max-seqs n --mixer-state N --out DIR
 std::string report_command(const Session& s, const std::vector<std::string>& texts, const std::string& out_dir);
 // attnscope info --model M (what opening a model checks)

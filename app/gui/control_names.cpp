@@ -16,6 +16,9 @@ constexpr Control kControls[] = {
     {"feature map", "Train > Feature map"},
     {"loss", "Train > Loss"},
     {"feature dimension", "Train > Dimensions"},
+    // Hybrid heads' W: the Train form's (distill's quantity); the heads view's "Softmax window"
+    // cannot hold a bad value, and a session's is named by its key.
+    {"window", "Train > Softmax window"},
     {"steps", "Train > Steps"},
     {"learning rate", "Train > Learning rate"},
     {"alpha learning rate", "Train > LR of alpha"},
@@ -30,6 +33,7 @@ constexpr Control kControls[] = {
     // The heads view's choosers.
     {"features", "Heads > M"},
     {"colour scale", "Heads > Colour scale"},
+    {"text window", "Heads > Text window"},
     // The model and data panel.
     {"model", "Model and data > Model"},
     {"sample texts", "Model and data > Text"},

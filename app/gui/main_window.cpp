@@ -31,6 +31,7 @@
 #include <QTimer>
 #include <QToolBar>
 #include <QUrl>
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -359,14 +360,14 @@ void MainWindow::connect_views() {
   connect(heads_, &views::HeadsView::headSelected, this, &MainWindow::select_head);
   connect(metrics_, &views::MetricsView::headSelected, this, &MainWindow::select_head);
   connect(dof_, &views::DofView::headSelected, this, &MainWindow::select_head);
-  connect(heads_, &views::HeadsView::mapChanged, this, [this](const QString& map, qint64 features) {
+  connect(heads_, &views::HeadsView::mapChanged, this, [this](const QString& map, qint64 features, qint64 window) {
     if (applying_) return;
-    workbench_->set_feature_map(map, features);
+    workbench_->set_feature_map(map, features, window);
     update_commands();
   });
-  connect(heads_, &views::HeadsView::windowChanged, this, [this](int seq) {
+  connect(heads_, &views::HeadsView::seqChanged, this, [this](int seq) {
     if (applying_) return;
-    workbench_->set_window(seq);
+    workbench_->set_seq(seq);
     update_commands();
   });
   connect(heads_, &views::HeadsView::scaleChanged, this, [this](ColourScale scale) {
@@ -442,7 +443,8 @@ void MainWindow::restore_settings() {
     const AllocStrategy strategy = name("dof/strategy", parse_alloc_strategy, s.strategy);
     if (lambda > 0 && std::isfinite(lambda) && budget >= 1) workbench_->set_dof_settings(lambda, budget, strategy);
     workbench_->set_feature_map(st.value("heads/feature_map", q(s.analysis.feature_map)).toString(),
-                                st.value("heads/features", qint64(s.analysis.features)).toLongLong());
+                                st.value("heads/features", qint64(s.analysis.features)).toLongLong(),
+                                std::max<qint64>(0, st.value("heads/window", qint64(s.analysis.window)).toLongLong()));
     workbench_->set_colour_scale(name("heads/scale", parse_colour_scale, s.colour_scale));
     workbench_->set_metric(name("heads/metric", parse_grid_metric, s.metric));
     if (!ignored.isEmpty())
@@ -457,7 +459,7 @@ void MainWindow::show_choices() {
   const Session& s = workbench_->session();
   applying_ = true;
   model_panel_->set_capture_options(s.capture);
-  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features);
+  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features, s.analysis.window);
   heads_->set_scale(s.colour_scale);
   heads_->set_metric(s.metric);
   dof_->set_controls(s.lambda, s.budget, s.strategy);
@@ -481,6 +483,7 @@ void MainWindow::save_settings() const {
   st.setValue("dof/strategy", alloc_strategy_name(s.strategy));
   st.setValue("heads/feature_map", q(s.analysis.feature_map));
   st.setValue("heads/features", qint64(s.analysis.features));
+  st.setValue("heads/window", qint64(s.analysis.window));
   st.setValue("heads/scale", colour_scale_name(s.colour_scale));
   st.setValue("heads/metric", grid_metric_name(s.metric));
 }
@@ -690,7 +693,7 @@ void MainWindow::on_capture_ready() {
   update_dof_note(/*new_capture=*/true);
   if (cap) {
     heads_->set_shape(cap->num_layers(), cap->num_heads(), cap->num_seqs());
-    heads_->set_window(s.seq);
+    heads_->set_seq(s.seq);
     heads_->select(s.layer, s.head);
     metrics_->select(s.layer, s.head);
     dof_->select(s.layer, s.head);
@@ -728,8 +731,11 @@ void MainWindow::on_dof_state() {
 void MainWindow::on_analysis_ready() {
   auto cap = workbench_->capture_store();
   if (!cap) return;
-  metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(),
-                         q(workbench_->session().analysis.feature_map));
+  // The metrics view's name of the measured map: the feature map, "+ window W" for a hybrid.
+  const AnalysisOptions& a = workbench_->session().analysis;
+  QString map = q(a.feature_map);
+  if (!map.isEmpty() && a.window > 0) map += tr(" + window %1").arg(a.window);
+  metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), map);
   update_metrics_for_grid();
   update_commands();
 }

@@ -492,7 +492,8 @@ void Workbench::start_metrics() {
   const AnalysisOptions opt = session_.analysis;
   auto store = capture_;
   const std::string title =
-      "metrics" + (opt.feature_map.empty() ? std::string(" (softmax)") : " (" + opt.feature_map + ")");
+      "metrics" + (opt.feature_map.empty() ? std::string(" (softmax)")
+                   : " (" + opt.feature_map + (opt.window > 0 ? ", hybrid window " + std::to_string(opt.window) : "") + ")");
   start(
       JobKind::Metrics, title, gui::metrics_command(session_.capture_dir, opt),
       [this, store, opt](Job& job) -> Apply {
@@ -525,7 +526,7 @@ void Workbench::start_maps() {
   const AnalysisOptions opt = session_.analysis;
   const bool need_thumbs = thumbnails_seq_ != seq || thumbnails_.empty();
   const std::string title = "maps of layer " + std::to_string(layer) + " head " + std::to_string(head) +
-                            ", window " + std::to_string(seq);
+                            ", text window " + std::to_string(seq);
   start(
       JobKind::Maps, title, gui::maps_command(session_.capture_dir, layer, head, seq, opt),
       [this, store, layer, head, seq, opt, need_thumbs](Job& job) -> Apply {
@@ -567,18 +568,21 @@ void Workbench::select_head(int layer, int head) {
   start_maps();
 }
 
-void Workbench::set_window(int seq) {
+void Workbench::set_seq(int seq) {
   if (seq == session_.seq && (head_detail_ || maps_job_)) return;
   if (capture_ && (seq < 0 || seq >= capture_->num_seqs())) return;
   session_.seq = seq;
   start_maps();
 }
 
-void Workbench::set_feature_map(const QString& name, qint64 features) {
+void Workbench::set_feature_map(const QString& name, qint64 features, qint64 window) {
   const std::string map = to_std(name);
-  if (map == session_.analysis.feature_map && features == session_.analysis.features) return;
+  if (map == session_.analysis.feature_map && features == session_.analysis.features &&
+      window == session_.analysis.window)
+    return;
   session_.analysis.feature_map = map;
   session_.analysis.features = features;
+  session_.analysis.window = window;
   if (!capture_) return;
   start_metrics();
   start_maps();

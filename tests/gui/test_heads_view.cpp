@@ -179,7 +179,7 @@ TEST_F(HeadsViewTest, ColourScaleComboRedrawsLogAndRowNormalizedValues) {
   hv.resize(1400, 900);
   hv.set_shape(3, 4, 1);
   hv.set_feature_maps({"elu", "relu"});
-  hv.set_feature_map("relu", 0);
+  hv.set_feature_map("relu", 0, 0);
   hv.set_head_detail(view);
   QSignalSpy spy(&hv, &HeadsView::scaleChanged);
   HeatmapPanel* sm = hv.panel(MapKind::Softmax);
@@ -390,15 +390,15 @@ TEST_F(HeadsViewTest, UndefinedRowsAreNamedAndLeftOutOfTheKlPlot) {
 }
 
 // At the width the heads view gets in a 1440-pixel window (about 1150 beside the model dock) the
-// three maps' titles are whole: short ("softmax", "linear: prf M=64", "difference"; the layer and
-// head are on the info line), beside two small buttons. The short per-row plot labels its axes
+// three maps' titles are whole: short ("softmax", "linear: prf M=64", a hybrid's "hedgehog M=16 +
+// window 8", "difference"; the layer and head are on the info line), beside two small buttons. The short per-row plot labels its axes
 // "KL (nats)" and "entropy (nats)" whole, and its legend names the curves.
 TEST_F(HeadsViewTest, TitlesAndKlAxisLabelsAreShortAndWhole) {
   HeadsView hv;
   hv.set_feature_maps({"elu", "prf"});
-  hv.set_feature_map("prf", 64);
+  hv.set_feature_map("prf", 64, 0);
   EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "linear: prf M=64");
-  hv.set_feature_map("elu", 0);
+  hv.set_feature_map("elu", 0, 0);
   hv.set_head_detail(capture_view(small_dir(), 1, 2, "elu"));
   hv.resize(1150, 860);
   hv.show();
@@ -413,6 +413,16 @@ TEST_F(HeadsViewTest, TitlesAndKlAxisLabelsAreShortAndWhole) {
     ASSERT_NE(title, nullptr);
     EXPECT_GE(title->width(), title->fontMetrics().horizontalAdvance(title->text())) << title->text().toStdString();
   }
+  // A hybrid's title names the map, M and the window, whole too.
+  hv.set_feature_map("hedgehog", 16, 8);
+  QCoreApplication::processEvents();
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "hedgehog M=16 + window 8");
+  {
+    auto* title = hv.panel(MapKind::Linear)->findChild<QLabel*>();
+    ASSERT_NE(title, nullptr);
+    EXPECT_GE(title->width(), title->fontMetrics().horizontalAdvance(title->text())) << title->text().toStdString();
+  }
+  hv.set_feature_map("elu", 0, 0);
   QCustomPlot* kp = hv.kl_panel()->plot();
   kp->replot();
   EXPECT_EQ(kp->yAxis->label(), "KL (nats)");
@@ -495,21 +505,34 @@ TEST_F(HeadsViewTest, ChoosersEmitTheirSignals) {
   HeadsView hv;
   hv.set_shape(2, 2, 4);
   hv.set_feature_maps({"elu", "hedgehog", "relu"});
-  QSignalSpy map_spy(&hv, &HeadsView::mapChanged), win_spy(&hv, &HeadsView::windowChanged);
-  hv.set_feature_map("hedgehog", 32);
-  hv.set_window(2);
+  QSignalSpy map_spy(&hv, &HeadsView::mapChanged), seq_spy(&hv, &HeadsView::seqChanged);
+  hv.set_feature_map("hedgehog", 32, 8);
+  hv.set_seq(2);
   EXPECT_EQ(map_spy.count(), 0);
-  EXPECT_EQ(win_spy.count(), 0);
+  EXPECT_EQ(seq_spy.count(), 0);
   EXPECT_EQ(hv.feature_map(), "hedgehog");
   EXPECT_EQ(hv.features(), 32);
-  EXPECT_EQ(hv.window(), 2);
+  EXPECT_EQ(hv.hybrid_window(), 8);
+  EXPECT_EQ(hv.seq(), 2);
   hv.map_box()->setFocus();
   QTest::keyClick(hv.map_box(), Qt::Key_Down);
   ASSERT_EQ(map_spy.count(), 1);
   EXPECT_EQ(map_spy.at(0).at(0).toString(), "relu");
-  QTest::keyClick(hv.window_box(), Qt::Key_Up);
-  ASSERT_EQ(win_spy.count(), 1);
-  EXPECT_EQ(win_spy.at(0).at(0).toInt(), 3);
+  EXPECT_EQ(map_spy.at(0).at(2).toLongLong(), 8) << "the window stays with the new map";
+  QTest::keyClick(hv.seq_box(), Qt::Key_Up);
+  ASSERT_EQ(seq_spy.count(), 1);
+  EXPECT_EQ(seq_spy.at(0).at(0).toInt(), 3);
+  // The softmax window: one signal with the map, M and the new W.
+  QTest::keyClick(hv.hybrid_window_box(), Qt::Key_Up);
+  ASSERT_EQ(map_spy.count(), 2);
+  EXPECT_EQ(map_spy.at(1).at(0).toString(), "relu");
+  EXPECT_EQ(map_spy.at(1).at(1).toLongLong(), 32);
+  EXPECT_EQ(map_spy.at(1).at(2).toLongLong(), 9);
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "relu M=32 + window 9");
+  // Without a feature map there is nothing to mix softmax into: the window is greyed out.
+  EXPECT_TRUE(hv.hybrid_window_box()->isEnabled());
+  hv.set_feature_map("", 0, 9);
+  EXPECT_FALSE(hv.hybrid_window_box()->isEnabled());
   hv.set_commands("attnscope maps --layer 0");
   EXPECT_EQ(hv.panel(MapKind::Difference)->command(), "attnscope maps --layer 0");
   EXPECT_EQ(hv.kl_panel()->command(), "attnscope maps --layer 0");
@@ -681,7 +704,7 @@ TEST_F(HeadsViewTest, DISABLED_RenderForALook) {
     hv.resize(1600, 1000);
     hv.set_shape(S, H, 1);
     hv.set_feature_maps({"elu", "hedgehog", "relu"});
-    hv.set_feature_map("elu", 0);
+    hv.set_feature_map("elu", 0, 0);
     hv.set_thumbnails(head_thumbnails(store, 0, 32));
     hv.set_metrics(metrics);
     hv.set_head_detail(view);

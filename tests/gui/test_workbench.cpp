@@ -159,7 +159,7 @@ TEST_F(WorkbenchPipeline, SelectingHeadsSupersedesOlderRequests) {
 
 TEST_F(WorkbenchPipeline, ChangingTheFeatureMapRecomputesMetricsAndMaps) {
   open_and_wait();
-  wb_->set_feature_map("elu", 0);
+  wb_->set_feature_map("elu", 0, 0);
   ASSERT_TRUE(wait_until([&] { return wb_->pipeline_finished(); }));
   EXPECT_EQ(wb_->session().analysis.feature_map, "elu");
   ASSERT_TRUE(wb_->head_detail()->has_linear());

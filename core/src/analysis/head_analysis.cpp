@@ -30,6 +30,19 @@ std::unique_ptr<FeatureMap> head_feature_map(const AnalysisOptions& opt, int64_t
   return make_feature_map(spec);
 }
 
+// The hybrid's window: 0 (the map alone) or a number of keys.
+void check_window(const AnalysisOptions& opt) {
+  if (opt.window < 0)
+    fail_value("window", std::to_string(opt.window) + " must be 0 (plain linear attention) or a number of keys");
+}
+
+// The map the analysis measures against softmax: the feature map's linear map, or with a window the
+// hybrid of the two (balance 1/2, gamma 0).
+at::Tensor measured_map(const AnalysisOptions& opt, const Features& pq, const Features& pk, const at::Tensor& q,
+                        const at::Tensor& k, const LinearMap& lm) {
+  return opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
+}
+
 at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
   return max_seqs > 0 && max_seqs < t.size(0) ? t.narrow(0, 0, max_seqs) : t;
 }
@@ -38,6 +51,7 @@ at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
 
 std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const AnalysisOptions& opt,
                                           const ProgressFn& progress) {
+  check_window(opt);
   at::InferenceMode guard;
   std::vector<HeadAnalysis> out;
   const int S = store.num_layers(), H = store.num_heads();
@@ -61,7 +75,7 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
         const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
         const LinearMap lm = linear_map(pq, pk);
         HeadMetricsInput li;
-        li.map = opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
+        li.map = measured_map(opt, pq, pk, q, k, lm);
         li.reference = A, li.q = q, li.k = k, li.v = v;
         li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
         a.linear = compute_head_metrics(li);
@@ -83,6 +97,7 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
 }
 
 HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, const AnalysisOptions& opt) {
+  check_window(opt);
   at::InferenceMode guard;
   if (head < 0 || head >= store.num_heads())
     fail(store.dir(), "head " + std::to_string(head) + " out of range 0.." + std::to_string(store.num_heads() - 1));
@@ -96,7 +111,7 @@ HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, cons
     auto phi = head_feature_map(opt, store.head_dim(), layer, head, Q.select(1, head), K.select(1, head));
     const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
     const LinearMap lm = linear_map(pq, pk);
-    m.linear = opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
+    m.linear = measured_map(opt, pq, pk, q, k, lm);
     m.nonpositive_row_fraction = lm.nonpositive_row_fraction;
   }
   const at::Tensor ids = store.ids()[seq].contiguous();

@@ -141,7 +141,7 @@ double HeadDetail::score(int i, int j) const {
 HeadDetail head_detail(const CaptureStore& store, int layer, int head, int seq, const AnalysisOptions& opt) {
   check_index("layer", layer, store.num_layers(), store.dir());
   check_index("head", head, store.num_heads(), store.dir());
-  check_index("window", seq, store.num_seqs(), store.dir());
+  check_index("text window", seq, store.num_seqs(), store.dir());
   at::InferenceMode guard;
   HeadMaps m = head_maps(store, layer, head, seq, opt);
   HeadDetail v;
@@ -180,7 +180,7 @@ HeadDetail head_detail(const CaptureStore& store, int layer, int head, int seq, 
 
 std::vector<std::vector<Matrix>> head_thumbnails(const CaptureStore& store, int seq, int pixels,
                                                  const ProgressFn& progress) {
-  check_index("window", seq, store.num_seqs(), store.dir());
+  check_index("text window", seq, store.num_seqs(), store.dir());
   if (pixels < 1) fail_value("thumbnail size", std::to_string(pixels) + " must be at least 1 pixel");
   at::InferenceMode guard;
   const int S = store.num_layers(), H = store.num_heads(), L = store.seq_len();

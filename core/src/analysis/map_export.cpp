@@ -56,7 +56,9 @@ std::vector<std::string> write_head_maps(const CaptureStore& store, int layer, i
   };
   emit("softmax", maps.softmax, "softmax", false);
   if (maps.linear.defined()) {
-    emit("linear", maps.linear, opt.feature_map + (opt.features > 0 ? " M=" + std::to_string(opt.features) : ""), false);
+    const std::string map = opt.feature_map + (opt.features > 0 ? " M=" + std::to_string(opt.features) : "");
+    // As the heads view titles it: a hybrid is the map "+ window W".
+    emit("linear", maps.linear, opt.window > 0 ? map + " + window " + std::to_string(opt.window) : map, false);
     emit("diff", maps.linear - maps.softmax, "difference", true);
   }
   return written;

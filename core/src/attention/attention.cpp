@@ -223,11 +223,15 @@ at::Tensor hybrid_map(const Features& phi_q, const Features& phi_k, const at::Te
   const auto [log_g, log_1mg] = log_balance(hybrid, dtype);
   const at::Tensor scores = at::matmul(q, k.to(dtype).transpose(-2, -1)) / std::sqrt(double(d));
   const at::Tensor dot = at::matmul(phi_q.values.to(dtype), phi_k.values.to(dtype).transpose(-2, -1));
+  // Every weight of a row divided by g (softmax does not see a factor common to a row): the window
+  // part is softmax's scores as they are, so a row whose keys are all in the window (the first W
+  // rows; every row when W >= L) is softmax_map's row exactly, and the linear part carries
+  // (1 - g) / g.
   const at::Tensor log_lin = at::log(dot.clamp_min(0)) + phi_q.log_scale.to(dtype) +
-                             phi_k.log_scale.to(dtype).transpose(-2, -1) + log_1mg;
+                             phi_k.log_scale.to(dtype).transpose(-2, -1) + (log_1mg - log_g);
   const auto lopt = q.options().dtype(at::kLong);
   const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
-  const at::Tensor logw = at::where(lag < hybrid.window, scores + log_g, log_lin).masked_fill(lag < 0, -kInf);
+  const at::Tensor logw = at::where(lag < hybrid.window, scores, log_lin).masked_fill(lag < 0, -kInf);
   return at::softmax(logw, -1);
 }
 

@@ -173,6 +173,7 @@ DistillOptions distill_options_of(const TrainSettings& t) {
   o.checkpoint_every = t.checkpoint_every;
   o.device = t.device;
   o.features = t.from_allocation ? 0 : t.features;
+  o.window = t.window;
   return o;
 }
 
@@ -196,6 +197,7 @@ void save_session(const std::string& path, const Session& s) {
   j["dof"] = {{"samples", s.dof.samples}, {"normalize", dof_normalize_name(s.dof.normalize)}, {"seed", s.dof.seed}};
   j["analysis"] = {{"feature_map", s.analysis.feature_map},
                    {"features", s.analysis.features},
+                   {"window", s.analysis.window},
                    {"seed", s.analysis.seed},
                    {"mixer_state", s.analysis.mixer_state}};
   j["lambda"] = s.lambda;
@@ -218,7 +220,8 @@ void save_session(const std::string& path, const Session& s) {
                 {"checkpoint_every", t.checkpoint_every},
                 {"device", device_name(t.device)},
                 {"dimensions", t.from_allocation ? "allocation" : "fixed"},
-                {"features", t.features}};
+                {"features", t.features},
+                {"window", t.window}};
   write_text_file(path, j.dump(2) + "\n");
 }
 
@@ -288,6 +291,8 @@ Session load_session(const std::string& file) {
         r.bad("analysis.feature_map", "'" + s.analysis.feature_map + "' is not a feature map");
     }
     r.integer(*a, "features", "analysis.features", 0, INT64_MAX, "a non-negative integer", s.analysis.features);
+    // The hybrid's window in keys, as `attnscope maps --window` takes it (0: the map alone).
+    r.integer(*a, "window", "analysis.window", 0, 1 << 20, "an integer in 0..1048576", s.analysis.window);
     r.seed(*a, "seed", "analysis.seed", s.analysis.seed);
     r.integer(*a, "mixer_state", "analysis.mixer_state", 0, INT64_MAX, "a non-negative integer", s.analysis.mixer_state);
   }
@@ -341,6 +346,8 @@ Session load_session(const std::string& file) {
     if (dims != "allocation" && dims != "fixed") r.bad("train.dimensions", "'" + dims + "' is not allocation or fixed");
     train.from_allocation = dims == "allocation";
     r.integer(*t, "features", "train.features", 1, INT64_MAX, "a positive integer", train.features);
+    // The range distill accepts; whether the map and loss can train a hybrid is distill's check.
+    r.integer(*t, "window", "train.window", 0, 1 << 20, "an integer in 0..1048576", train.window);
   }
   return s;
 }

@@ -20,7 +20,8 @@ namespace attnscope {
 struct AnalysisOptions {
   std::string feature_map;  // "" = softmax only; else a name from feature_map_names()
   int64_t features = 0;     // M for the feature map (0 = its natural size where it has one)
-  int64_t window = 0;       // hybrid heads (SPEC 5): softmax over the last W keys beside the map, balance 1/2; 0 = the map alone
+  int64_t window = 0;       // hybrid heads (SPEC 5): softmax over the last W keys beside the map, balance 1/2;
+                            // 0 = the map alone; W >= L: softmax's map exactly. Negative: Error ("window")
   uint64_t seed = 0;        // feature-map draws (combined with layer and head) and sampled pairs
   int max_seqs = 0;         // use the first n windows of the capture (0 = all)
   int64_t mixer_state = 0;  // N for the structured-mixer distances (0 = skip them; first window)
@@ -38,10 +39,10 @@ struct HeadAnalysis {
 std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const AnalysisOptions& opt,
                                           const ProgressFn& progress = nullptr);
 
-// The maps of one head on one window, materialized L x L for display.
+// The maps of one head on one window (sequence) of the capture, materialized L x L for display.
 struct HeadMaps {
   at::Tensor softmax;  // float64 [L, L]
-  at::Tensor linear;   // float64 [L, L], undefined without a feature map
+  at::Tensor linear;   // float64 [L, L], undefined without a feature map; the hybrid map with a window
   double nonpositive_row_fraction = 0;  // of the linear map (attention/attention.h)
   std::vector<int64_t> ids;  // the window's tokens
 };

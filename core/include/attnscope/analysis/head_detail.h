@@ -35,7 +35,8 @@ struct HeadDetail {
 };
 
 // head_maps() of (layer, head, seq) plus everything above. Throws Error for an out-of-range layer,
-// head or window, naming which.
+// head or text window (quantity "text window": the captured sequence, not the hybrid's window),
+// naming which.
 HeadDetail head_detail(const CaptureStore& store, int layer, int head, int seq, const AnalysisOptions& opt);
 
 // The overview grid: every head's softmax map on window `seq`, row-normalized and reduced to at

@@ -8,11 +8,11 @@
 //    "model": "...", "tokenizer": "", "texts": ["..."], "text": "typed text, when not from files",
 //    "capture": {"dir": "...", "seq_len", "num_seqs", "seed", "pre_rope"},
 //    "spectra": "...", "dof": {"samples", "normalize", "seed"},
-//    "analysis": {"feature_map", "features", "seed", "mixer_state"},
+//    "analysis": {"feature_map", "features", "window", "seed", "mixer_state"},
 //    "lambda", "budget", "strategy", "multiple",
 //    "selection": {"layer", "head", "seq"}, "colour_scale", "metric", "view",
 //    "train": {"run": "...", "feature_map", "loss", "steps", "lr", "lr_alpha", "batch", "schedule",
-//              "checkpoint_every", "device", "dimensions": "allocation" | "fixed", "features"}}
+//              "checkpoint_every", "device", "dimensions": "allocation" | "fixed", "features", "window"}}
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,9 +59,10 @@ struct TrainSettings {
   Device device = Device::Cpu;
   bool from_allocation = true;  // the DoF view's allocation (the session's strategy, budget, lambda)
   int64_t features = 64;        // else this M for every head
+  int64_t window = 0;           // hybrid heads (SPEC 5): softmax over the last W keys beside the map; 0: plain linear
 };
-// The form as distill's options: features = 0 when from_allocation (the caller gives the allocation
-// file), no capture yet.
+// The form as distill's options (window included): features = 0 when from_allocation (the caller
+// gives the allocation file), no capture yet.
 DistillOptions distill_options_of(const TrainSettings& train);
 
 struct Session {
