@@ -15,6 +15,7 @@
 
 #include "attention/attention.h"
 #include "attnscope/convert/convert_job.h"
+#include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/model/head_feature_maps.h"
 #include "attnscope/distill/distill.h"
@@ -258,6 +259,21 @@ TEST(Hybrid, WindowAsLongAsTheTextGivesTheOriginalModel) {
   at::NoGradGuard ng;
   const at::Tensor ids = at::randint(m.model->config().vocab_size, {1, 64}, at::kLong);
   EXPECT_LT((m.model->forward(ids) - original.model->forward(ids)).abs().max().item<double>(), 1e-4);
+  // eval measures the hybrid map and output the model runs: softmax's own here, so no distance.
+  // A shorter window (the linear part in play) is measured against softmax: a distance appears.
+  const std::vector<int64_t> text(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  ConvertedEvalOptions eo;
+  eo.seq_len = 64;
+  eo.closeness_windows = 1;
+  eo.speed = false;
+  const ConvertedEvaluation same = evaluate_converted(*m.model, text, eo);
+  LoadedModel short_window = load_model(convert_hybrid(8, "short"));
+  const ConvertedEvaluation differs = evaluate_converted(*short_window.model, text, eo);
+  for (size_t s = 0; s < same.layers.size(); ++s) {
+    EXPECT_LT(same.layers[s].attention_kl, 1e-6) << "layer " << s;
+    EXPECT_LT(same.layers[s].output_rel_error, 1e-4) << "layer " << s;
+    EXPECT_GT(differs.layers[s].attention_kl, 1e-3) << "layer " << s;
+  }
 }
 
 TEST(Hybrid, BadConvertedModelsAreRefusedNamingTheFile) {

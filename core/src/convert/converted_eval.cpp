@@ -146,8 +146,14 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
         const auto& phi = linear->maps[s][h];
         const Features fq = phi->scaled_query_features(q.select(0, h));
         const Features fk = phi->scaled_key_features(k.select(0, h));
-        maps.push_back(linear_map(fq, fk).map);
-        outs.push_back(linear_attention_output(fq, fk, v.select(0, h)));
+        if (linear->window > 0) {  // hybrid heads: the map and output they run (SPEC 5)
+          const HybridHeads hy{linear->window, linear->gamma[size_t(s)][h]};
+          maps.push_back(hybrid_map(fq, fk, q.select(0, h), k.select(0, h), hy));
+          outs.push_back(hybrid_attention_output(fq, fk, q.select(0, h), k.select(0, h), v.select(0, h), hy));
+        } else {
+          maps.push_back(linear_map(fq, fk).map);
+          outs.push_back(linear_attention_output(fq, fk, v.select(0, h)));
+        }
       }
       HeadMetricsInput in;
       in.map = at::stack(maps, 0);
