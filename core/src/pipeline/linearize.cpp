@@ -54,7 +54,7 @@ const std::vector<OptionSpec<LO>> kLinearizeTable = {
     {"--max-windows", "number of windows", "capture windows of the training text at most",
      [](const LO& o) { return linearize_int(o.max_windows); },
      [](LO& o, const std::string& v) { o.max_windows = parse_whole(v, "number of windows"); }},
-    {"--feature-map", "feature map", "trainable map: hedgehog | learned-prf | t2r | flex-stationary | flex-nonstationary",
+    {"--feature-map", "feature map", "trainable map: learned-prf | hedgehog | t2r | flex-stationary | flex-nonstationary",
      [](const LO& o) { return o.feature_map; }, [](LO& o, const std::string& v) { o.feature_map = v; }},
     {"-M,--features", "feature dimension", "one M for every head (instead of a strategy)",
      [](const LO& o) { return o.features > 0 ? linearize_int(o.features) : std::string(); },

@@ -35,7 +35,9 @@ struct LinearizeOptions {
   int64_t seq_len = 0;       // capture and evaluation length; 0: the context length, at most 4096
   int64_t max_windows = 64;  // capture windows of the training text (fewer when it is shorter)
   // Stage 1.
-  std::string feature_map = "hedgehog";
+  // The defaults are the best of docs/RESULTS.md's ablation on stories260K: learned-prf beside a
+  // 64-token softmax window, DoF allocation at budget = head dim, output loss, 200 finetune steps.
+  std::string feature_map = "learned-prf";
   int64_t window = 64;  // hybrid heads: softmax over the last W keys beside the map (0: plain linear), LoLCATs' 64
   int64_t features = 0;                                        // M for every head, or
   std::string allocation;                                      // an allocation file, or
