@@ -191,7 +191,8 @@ void HeadsView::set_shape(int layers, int heads, int windows) {
   seq_box_->setRange(0, std::max(0, windows - 1));
 }
 
-void HeadsView::set_feature_maps(const QStringList& names) {
+void HeadsView::set_feature_maps(const QStringList& names, const QStringList& trainable) {
+  trainable_ = trainable;
   const QString keep = feature_map();
   const QSignalBlocker block(map_box_);
   while (map_box_->count() > 1) map_box_->removeItem(1);
@@ -348,7 +349,8 @@ void HeadsView::sync_region(HeatmapPanel* from, const MapRegion& region) {
 QString HeadsView::map_label() const {
   const QString map = feature_map();
   if (map.isEmpty()) return {};
-  const QString m = features() > 0 ? tr("%1 M=%2").arg(map).arg(features()) : map;
+  QString m = features() > 0 ? tr("%1 M=%2").arg(map).arg(features()) : map;
+  if (trainable_.contains(map)) m += tr(" (untrained)");  // a learned map at its random initialization
   return hybrid_window() > 0 ? tr("%1 + window %2").arg(m).arg(hybrid_window()) : m;
 }
 
