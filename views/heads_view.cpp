@@ -349,8 +349,7 @@ void HeadsView::sync_region(HeatmapPanel* from, const MapRegion& region) {
 QString HeadsView::map_label() const {
   const QString map = feature_map();
   if (map.isEmpty()) return {};
-  QString m = features() > 0 ? tr("%1 M=%2").arg(map).arg(features()) : map;
-  if (trainable_.contains(map)) m += tr(" (untrained)");  // a learned map at its random initialization
+  const QString m = features() > 0 ? tr("%1 M=%2").arg(map).arg(features()) : map;
   return hybrid_window() > 0 ? tr("%1 + window %2").arg(m).arg(hybrid_window()) : m;
 }
 
@@ -360,7 +359,12 @@ void HeadsView::update_titles() {
   // A plain map's title says it is linear attention; a hybrid's names the map and its softmax window
   // ("hedgehog M=16 + window 8": whole in a third of the view at 1150 pixels; "hybrid" is on the info
   // line and the control's tooltip).
-  linear_->set_title(map.isEmpty() ? tr("linear") : hybrid_window() > 0 ? map : tr("linear: %1").arg(map));
+  // A learned map is drawn at its random initialization: "untrained hedgehog M=16" (first, so that
+  // a cut title still says it; it stands for "linear:", which the map's name already implies).
+  linear_->set_title(map.isEmpty()                          ? tr("linear")
+                     : trainable_.contains(feature_map())   ? tr("untrained %1").arg(map)
+                     : hybrid_window() > 0                  ? map
+                                                            : tr("linear: %1").arg(map));
   diff_->set_title(tr("difference"));
   // The window mixes softmax into a feature map's attention: nothing to mix without one.
   hybrid_window_box_->setEnabled(!feature_map().isEmpty());

@@ -35,7 +35,7 @@ class HeadsView : public QWidget {
   // After a capture: layers, heads and text windows, and the feature maps offered (feature_map_names()).
   void set_shape(int layers, int heads, int windows);
   // `trainable`: the maps distill trains (core's trainable_feature_maps()); shown here at their
-  // random initialization, so their titles say "(untrained)".
+  // random initialization, so their titles say "untrained".
   void set_feature_maps(const QStringList& names, const QStringList& trainable = {});
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);
   // The metrics the grid can be tinted by, [S][H] each (core's grid_metric_values).
@@ -85,7 +85,7 @@ class HeadsView : public QWidget {
   void update_info();
   void update_titles();
   void on_map_chosen();
-  QString map_label() const;  // "hedgehog M=16 (untrained)", a hybrid's "hedgehog M=16 (untrained) + window 8"
+  QString map_label() const;  // "hedgehog M=16", a hybrid's "hedgehog M=16 + window 8"
   void sync_region(HeatmapPanel* from, const MapRegion& region);
   void apply_metric();
   void apply_colour_range();  // softmax and linear on one range for the current head and scale

@@ -721,12 +721,12 @@ void MainWindow::on_dof_state() {
 void MainWindow::on_analysis_ready() {
   auto cap = workbench_->capture_store();
   if (!cap) return;
-  // The metrics view's name of the measured map: the feature map, "(untrained)" for a learned map (at
-  // its random initialization here), "+ window W" for a hybrid.
+  // The metrics view's name of the measured map: the feature map, "untrained" before a learned map
+  // (at its random initialization here), "+ window W" for a hybrid.
   const AnalysisOptions& a = workbench_->session().analysis;
   QString map = q(a.feature_map);
   const auto learned = trainable_feature_maps();
-  if (std::find(learned.begin(), learned.end(), a.feature_map) != learned.end()) map += tr(" (untrained)");
+  if (std::find(learned.begin(), learned.end(), a.feature_map) != learned.end()) map = tr("untrained %1").arg(map);
   if (!map.isEmpty() && a.window > 0) map += tr(" + window %1").arg(a.window);
   metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), map);
   update_metrics_for_grid();

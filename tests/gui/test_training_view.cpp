@@ -385,7 +385,8 @@ TEST_F(TrainingTest, CancelStopsALinearizeRun) {
 }
 
 // Issue 15 item 6: the heads and metrics views draw a learned map (hedgehog, learned-prf, t2r, flex)
-// at its random initialization, and say so; a fixed map (prf) is what it is, no label.
+// at its random initialization, and say so ("untrained hedgehog M=16"); a fixed map (prf) is what
+// it is, no label.
 TEST_F(TrainingTest, LearnedMapsInTheHeadsAndMetricsViewsAreLabelledUntrained) {
   auto w = make_window();
   capture_bundled(*w, {test::bundled_texts().front()});
@@ -399,9 +400,9 @@ TEST_F(TrainingTest, LearnedMapsInTheHeadsAndMetricsViewsAreLabelledUntrained) {
   hv->features_box()->setValue(16);
   ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
   QTest::qWait(50);
-  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "linear: hedgehog M=16 (untrained)");
-  EXPECT_TRUE(metrics_titles().contains("hedgehog (untrained) entropy")) << metrics_titles().toStdString();
-  EXPECT_TRUE(metrics_titles().contains("KL(softmax || hedgehog (untrained))")) << metrics_titles().toStdString();
+  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "untrained hedgehog M=16");
+  EXPECT_TRUE(metrics_titles().contains("untrained hedgehog entropy")) << metrics_titles().toStdString();
+  EXPECT_TRUE(metrics_titles().contains("KL(softmax || untrained hedgehog)")) << metrics_titles().toStdString();
 
   hv->map_box()->setCurrentIndex(hv->map_box()->findData(QString("prf")));
   ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
