@@ -352,14 +352,15 @@ TEST_F(TrainingTest, LinearizeDrawsBothStagesAndShowsTheHeldOutTable) {
   EXPECT_EQ(errors.count(), 0);
 }
 
+// Cancel stops a linearize run (here with the DoF view's allocation) in stage 1: no report, no
+// stage 2; Resume is offered.
 TEST_F(TrainingTest, CancelStopsALinearizeRun) {
   auto w = make_window();
   capture_bundled(*w, {test::bundled_texts().front(), test::bundled_texts().back()});
   w->show_view(View::Training);
   views::TrainingView* t = w->training_view();
   TrainSettings f = t->form();
-  f.from_allocation = false;
-  f.features = 16;
+  f.from_allocation = true;  // the DoF view's allocation, as an allocation file beside the run
   f.steps = 100000;
   f.batch = 2;
   f.seq_len = 32;
@@ -369,7 +370,11 @@ TEST_F(TrainingTest, CancelStopsALinearizeRun) {
   QTest::mouseClick(t->linearize_button(), Qt::LeftButton);
   ASSERT_TRUE(w->workbench()->training_running());
   const std::string run = w->workbench()->run_dir().toStdString();
-  ASSERT_TRUE(wait_until([&] { return !read_run_metrics(run + "/stage1").training.empty(); }));
+  EXPECT_NE(last_job(*w, "linearize").command.find("--allocation " + run + ".allocation.json"), std::string::npos)
+      << last_job(*w, "linearize").command;
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  ASSERT_TRUE(wait_until([&] { return !read_run_metrics(run + "/stage1").training.empty() || errors.count() > 0; }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
   EXPECT_TRUE(t->run_label()->text().startsWith("Linearizing: stage 1 (distill) step")) << t->run_label()->text().toStdString();
   EXPECT_FALSE(t->linearize_button()->isEnabled());
   QTest::mouseClick(w->cancel_button(), Qt::LeftButton);
