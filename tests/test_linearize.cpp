@@ -17,6 +17,7 @@
 #include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
 #include "attnscope/model/model.h"
+#include "attnscope/pipeline/linearize.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
@@ -115,4 +116,56 @@ TEST(Linearize, BadInputIsRefusedBeforeAnyWork) {
     EXPECT_NE(log.find(c.says), std::string::npos) << c.args << "\n" << log;
     EXPECT_FALSE(fs::exists(root + "/out")) << c.args;
   }
+}
+
+// OUT/linearize.json by core's one reader (the workbench's final table reads it): hand-written files,
+// a run without stage 2 (adapted_loss null), and files that do not read, named.
+TEST(Linearize, ReportReaderReadsTheJsonAndNamesABadFile) {
+  const std::string dir = test::temp_dir("linearize_report");
+  EXPECT_FALSE(read_linearize_report(dir).has_value());  // not written yet
+  const std::string file = dir + "/linearize.json";
+  std::ofstream(file) << R"({"seq_len": 64, "final_model": "/x/stage2/model", "heldout_tokens": 1234, "heldout_share": 0.15,
+    "lengths": [{"seq_len": 16, "original_loss": 3.5, "untrained_loss": 6.25, "stage1_loss": 4.5, "final_loss": 3.75,
+                 "adapted_loss": 3.25, "original_perplexity": 33.1, "final_perplexity": 42.5},
+                {"seq_len": 64, "original_loss": 3.0, "untrained_loss": 6.0, "stage1_loss": 4.0, "final_loss": 3.5,
+                 "adapted_loss": null}],
+    "positions": [], "layers": [{"layer": 0, "dims": [8], "attention_kl": 0.125}, {"layer": 1, "dims": [8], "attention_kl": 0.25}],
+    "speed": [], "seconds": 2.5})";
+  const auto r = read_linearize_report(dir);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->seq_len, 64);
+  EXPECT_EQ(r->heldout_tokens, 1234);
+  EXPECT_DOUBLE_EQ(r->heldout_share, 0.15);
+  EXPECT_EQ(r->final_model, "/x/stage2/model");
+  ASSERT_EQ(r->lengths.size(), 2u);
+  EXPECT_EQ(r->lengths[0].seq_len, 16);
+  EXPECT_DOUBLE_EQ(r->lengths[0].original_loss, 3.5);
+  EXPECT_DOUBLE_EQ(r->lengths[0].untrained_loss, 6.25);
+  EXPECT_DOUBLE_EQ(r->lengths[0].stage1_loss, 4.5);
+  EXPECT_DOUBLE_EQ(r->lengths[0].final_loss, 3.75);
+  EXPECT_DOUBLE_EQ(r->lengths[0].adapted_loss, 3.25);
+  EXPECT_TRUE(std::isnan(r->lengths[1].adapted_loss));
+  EXPECT_EQ(r->layer_kl, (std::vector<double>{0.125, 0.25}));
+  EXPECT_DOUBLE_EQ(r->seconds, 2.5);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"{\"seq_len\": 64", "is not a linearize report"},
+      {R"({"seq_len": 64, "final_model": "m", "heldout_tokens": 5, "lengths": [], "layers": []})", "has no lengths"},
+      {R"({"seq_len": 64, "final_model": "m", "heldout_tokens": 5, "layers": [],
+          "lengths": [{"seq_len": 8, "original_loss": "3", "untrained_loss": 1, "stage1_loss": 1, "final_loss": 1, "adapted_loss": 1}]})",
+       "'original_loss' is not a number"},
+      {R"({"seq_len": 64, "heldout_tokens": 5, "lengths": [], "layers": []})", "is not a linearize report"},
+  };
+  for (const auto& [text, expect] : bad) {
+    std::ofstream(file) << text;
+    const std::string msg = test::error_of([&] { read_linearize_report(dir); });
+    EXPECT_EQ(msg.rfind(file, 0), 0u) << msg;
+    EXPECT_NE(msg.find(expect), std::string::npos) << msg;
+  }
+  // A run folder is known by its job.json.
+  EXPECT_FALSE(is_linearize_run(dir));
+  std::ofstream(dir + "/job.json") << R"({"kind": "linearize"})";
+  EXPECT_TRUE(is_linearize_run(dir));
+  std::ofstream(dir + "/job.json") << R"({"model": "m"})";
+  EXPECT_FALSE(is_linearize_run(dir));
 }

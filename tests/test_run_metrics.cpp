@@ -3,6 +3,7 @@
 // finished run as ConvertOptions (convert_job.h), with clear errors for runs that cannot convert.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -94,6 +95,47 @@ TEST(RunMetrics, TailStartsOverWhenAResumeRewritesTheFile) {
   fs::remove(dir + "/metrics.jsonl");
   EXPECT_TRUE(tail.poll());
   EXPECT_TRUE(tail.metrics().training.empty());
+}
+
+// A finetune run's metrics.jsonl (stage 2 of linearize) by its own reader: steps with loss and ce,
+// validations with val_loss and val_perplexity; cut and malformed lines skipped; tailed as it grows.
+TEST(RunMetrics, FinetuneLinesReadByTheirOwnReader) {
+  const std::string dir = test::temp_dir("finetune_metrics");
+  const std::string file = dir + "/metrics.jsonl";
+  FinetuneTail tail(dir);
+  EXPECT_FALSE(tail.poll());
+  append(file, "{\"step\":1,\"loss\":5.5,\"ce\":5.25,\"lr\":0.001,\"elapsed_s\":0.5}\n"
+               "{\"step\":2,\"loss\":4.5,\"ce\":4.25,\"lr\":0.001,\"elapsed_s\":1}\n"
+               "{\"step\":2,\"val_loss\":4.75,\"val_perplexity\":115.58}\n"
+               "{\"step\":3,\"loss\":4");  // cut by the writer
+  ASSERT_TRUE(tail.poll());
+  ASSERT_EQ(tail.metrics().training.size(), 2u);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[1].ce, 4.25);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[1].loss, 4.5);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[0].elapsed_s, 0.5);
+  ASSERT_EQ(tail.metrics().validation.size(), 1u);
+  EXPECT_EQ(tail.metrics().validation[0].step, 2);
+  EXPECT_DOUBLE_EQ(tail.metrics().validation[0].val_loss, 4.75);
+  EXPECT_DOUBLE_EQ(tail.metrics().validation[0].val_perplexity, 115.58);
+  EXPECT_EQ(tail.metrics().last_step(), 2);
+  append(file, ",\"ce\":3.75}\n"
+               "garbage\n"
+               "{\"loss\":1,\"ce\":1}\n"           // no step: skipped
+               "{\"step\":4,\"loss\":1}\n"         // no ce: not a finetune step
+               "{\"step\":4,\"val_loss\":3.5}\n");  // no perplexity: its exp
+  ASSERT_TRUE(tail.poll());
+  ASSERT_EQ(tail.metrics().training.size(), 3u);
+  EXPECT_DOUBLE_EQ(tail.metrics().training[2].ce, 3.75);
+  ASSERT_EQ(tail.metrics().validation.size(), 2u);
+  EXPECT_DOUBLE_EQ(tail.metrics().validation[1].val_perplexity, std::exp(3.5));
+  const FinetuneMetrics all = read_finetune_metrics(dir);
+  EXPECT_EQ(all.training.size(), 3u);
+  EXPECT_EQ(all.validation.size(), 2u);
+  // A distill run's lines are not finetune steps (no ce), nor the other way round (no layer, no val_kl).
+  EXPECT_TRUE(read_finetune_metrics(test::temp_dir("finetune_metrics_none")).training.empty());
+  RunMetrics distill_view;
+  parse_metrics_lines("{\"step\":2,\"val_loss\":4.75,\"val_perplexity\":115.58}\n", distill_view);
+  EXPECT_TRUE(distill_view.validation.empty());
 }
 
 TEST(ConvertJob, UnfinishedOrMalformedRunsAreClearErrors) {

@@ -81,6 +81,9 @@ Project make_project(const std::string& tag) {
   s.train.from_allocation = false;
   s.train.features = 48;
   s.train.window = 24;
+  s.train.seq_len = 96;
+  s.train.finetune_steps = 7;
+  s.train.rank = 3;
   return p;
 }
 
@@ -121,6 +124,9 @@ void expect_same_settings(const Session& a, const Session& b) {
   EXPECT_EQ(a.train.from_allocation, b.train.from_allocation);
   EXPECT_EQ(a.train.features, b.train.features);
   EXPECT_EQ(a.train.window, b.train.window);
+  EXPECT_EQ(a.train.seq_len, b.train.seq_len);
+  EXPECT_EQ(a.train.finetune_steps, b.train.finetune_steps);
+  EXPECT_EQ(a.train.rank, b.train.rank);
 }
 
 std::string resolved(const fs::path& p) { return fs::weakly_canonical(p).string(); }
@@ -306,6 +312,10 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
       {"train.dimensions", "dof", "'train.dimensions' 'dof' is not allocation or fixed"},
       {"train.window", -4, "'train.window' must be an integer in 0..1048576, got -4"},
       {"train.window", true, "'train.window' must be an integer in 0..1048576"},
+      {"train.seq_len", -1, "'train.seq_len' must be an integer in 0..1048576, got -1"},
+      {"train.finetune_steps", -2, "'train.finetune_steps' must be an integer in 0..1000000000, got -2"},
+      {"train.finetune_steps", 1.5, "'train.finetune_steps' must be an integer in 0..1000000000"},
+      {"train.rank", 0, "'train.rank' must be an integer in 1..1048576, got 0"},
   };
   for (const Case& c : cases) {
     auto j = minimal();
@@ -352,6 +362,43 @@ TEST(Session, HybridWindowsRoundTripAndReachDistill) {
   const Session o = load_session(older);
   EXPECT_EQ(o.analysis.window, 0);
   EXPECT_EQ(o.train.window, 0);
+  // Linearize's fields: a session without them opens with the defaults.
+  EXPECT_EQ(o.train.seq_len, 0);
+  EXPECT_EQ(o.train.finetune_steps, 200);
+  EXPECT_EQ(o.train.rank, 8);
+}
+
+// The Train form as linearize's options (issue 15 item 6): every value the form has, by name; the
+// DoF view's allocation leaves the dimensions to the caller's allocation file.
+TEST(Session, TheTrainFormMapsOntoLinearizeOptions) {
+  TrainSettings t;
+  t.feature_map = "hedgehog";
+  t.window = 16;
+  t.from_allocation = false;
+  t.features = 24;
+  t.loss = DistillLoss::Output;
+  t.steps = 6;
+  t.lr = 0.03;
+  t.batch = 2;
+  t.seq_len = 64;
+  t.finetune_steps = 4;
+  t.rank = 2;
+  const LinearizeOptions o = linearize_options_of(t);
+  EXPECT_EQ(o.feature_map, "hedgehog");
+  EXPECT_EQ(o.window, 16);
+  EXPECT_EQ(o.features, 24);
+  EXPECT_FALSE(o.strategy.has_value());
+  EXPECT_TRUE(o.allocation.empty());
+  EXPECT_EQ(o.loss, DistillLoss::Output);
+  EXPECT_EQ(o.steps, 6);
+  EXPECT_DOUBLE_EQ(o.lr, 0.03);
+  EXPECT_EQ(o.batch, 2);
+  EXPECT_EQ(o.seq_len, 64);
+  EXPECT_EQ(o.finetune_steps, 4);
+  EXPECT_EQ(o.rank, 2);
+  t.from_allocation = true;
+  EXPECT_EQ(linearize_options_of(t).features, 0);
+  EXPECT_FALSE(linearize_options_of(t).strategy.has_value());
 }
 
 TEST(Session, StrategyNamesGoThroughTheAllocationParser) {

@@ -191,7 +191,8 @@ void HeadsView::set_shape(int layers, int heads, int windows) {
   seq_box_->setRange(0, std::max(0, windows - 1));
 }
 
-void HeadsView::set_feature_maps(const QStringList& names) {
+void HeadsView::set_feature_maps(const QStringList& names, const QStringList& trainable) {
+  trainable_ = trainable;
   const QString keep = feature_map();
   const QSignalBlocker block(map_box_);
   while (map_box_->count() > 1) map_box_->removeItem(1);
@@ -358,7 +359,12 @@ void HeadsView::update_titles() {
   // A plain map's title says it is linear attention; a hybrid's names the map and its softmax window
   // ("hedgehog M=16 + window 8": whole in a third of the view at 1150 pixels; "hybrid" is on the info
   // line and the control's tooltip).
-  linear_->set_title(map.isEmpty() ? tr("linear") : hybrid_window() > 0 ? map : tr("linear: %1").arg(map));
+  // A learned map is drawn at its random initialization: "untrained hedgehog M=16" (first, so that
+  // a cut title still says it; it stands for "linear:", which the map's name already implies).
+  linear_->set_title(map.isEmpty()                          ? tr("linear")
+                     : trainable_.contains(feature_map())   ? tr("untrained %1").arg(map)
+                     : hybrid_window() > 0                  ? map
+                                                            : tr("linear: %1").arg(map));
   diff_->set_title(tr("difference"));
   // The window mixes softmax into a feature map's attention: nothing to mix without one.
   hybrid_window_box_->setEnabled(!feature_map().isEmpty());

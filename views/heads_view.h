@@ -34,7 +34,9 @@ class HeadsView : public QWidget {
 
   // After a capture: layers, heads and text windows, and the feature maps offered (feature_map_names()).
   void set_shape(int layers, int heads, int windows);
-  void set_feature_maps(const QStringList& names);
+  // `trainable`: the maps distill trains (core's trainable_feature_maps()); shown here at their
+  // random initialization, so their titles say "untrained".
+  void set_feature_maps(const QStringList& names, const QStringList& trainable = {});
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);
   // The metrics the grid can be tinted by, [S][H] each (core's grid_metric_values).
   void set_metrics(std::map<GridMetric, std::vector<std::vector<double>>> metrics);
@@ -95,6 +97,7 @@ class HeadsView : public QWidget {
   QSpinBox *features_box_, *hybrid_window_box_, *seq_box_;
   QToolButton* reset_zoom_;
   QLabel* info_;
+  QStringList trainable_;
   std::map<GridMetric, std::vector<std::vector<double>>> metrics_;
   GridMetric chosen_metric_ = GridMetric::SoftmaxEntropy;  // before the box lists any (a session)
   std::shared_ptr<const HeadDetail> view_;

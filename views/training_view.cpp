@@ -68,17 +68,20 @@ struct TrainingView::Impl {
   TrainingView* view;
   QComboBox *map = nullptr, *loss = nullptr, *schedule = nullptr, *device = nullptr;
   QSpinBox *steps = nullptr, *batch = nullptr, *checkpoint = nullptr, *features = nullptr, *window = nullptr;
+  QSpinBox *seq_len = nullptr, *finetune_steps = nullptr, *rank = nullptr;
   QDoubleSpinBox *lr = nullptr, *lr_alpha = nullptr;
   QRadioButton *from_allocation = nullptr, *fixed = nullptr;
-  QLabel *allocation_text = nullptr, *run_label = nullptr, *run_dir = nullptr;
-  QPushButton *train = nullptr, *resume = nullptr, *convert = nullptr, *open_run = nullptr;
-  PlotPanel *loss_panel = nullptr, *kl_panel = nullptr;
+  QLabel *allocation_text = nullptr, *run_label = nullptr, *run_dir = nullptr, *caption = nullptr;
+  QPushButton *linearize = nullptr, *train = nullptr, *resume = nullptr, *open_run = nullptr;
+  PlotPanel *loss_panel = nullptr, *finetune_panel = nullptr, *kl_panel = nullptr;
   QTableWidget* table_widget = nullptr;
   QToolButton* table_button = nullptr;
   Table table;
   RunMetrics metrics;
-  qint64 total_steps = 0;
-  QCPItemText* empty_note = nullptr;  // "press Train" over an empty plot
+  FinetuneMetrics finetune;
+  qint64 total_steps = 0, finetune_total = 0;
+  QCPItemText* empty_note = nullptr;  // "press Linearize" over an empty plot
+  QCPItemText* finetune_note = nullptr;
   std::vector<double> layer_kl;
   // The user's choice of dimensions: the allocation comes back when it is available again (spectra
   // computed after the form was shown) unless the user picked a fixed M.
@@ -96,7 +99,7 @@ struct TrainingView::Impl {
   }
 
   QGroupBox* build_form() {
-    auto* box = new QGroupBox(tr("Distill feature maps"), view);
+    auto* box = new QGroupBox(tr("Linearize the model"), view);
     auto* form = new QFormLayout(box);
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
     map = new QComboBox(box);
@@ -178,12 +181,47 @@ struct TrainingView::Impl {
     form->addRow(tr("Checkpoint every"), checkpoint);
     device = new QComboBox(box);
     device->setObjectName("train_device");
+    device->setToolTip(tr("Device of Distill only (Linearize runs on the CPU)"));
     form->addRow(tr("Device"), device);
 
-    train = new QPushButton(tr("Train"), box);
+    // Linearize's own: the length it trains and evaluates at, and stage 2.
+    seq_len = new QSpinBox(box);
+    seq_len->setObjectName("train_seq_len");
+    seq_len->setRange(0, 1 << 20);
+    seq_len->setSpecialValueText(tr("model's context"));
+    seq_len->setToolTip(tr("Linearize: tokens per window for training and the held-out evaluation "
+                           "(model's context: its context length, at most 4096)"));
+    form->addRow(tr("Sequence length"), seq_len);
+    finetune_steps = new QSpinBox(box);
+    finetune_steps->setObjectName("train_finetune_steps");
+    finetune_steps->setRange(0, 1000000000);
+    finetune_steps->setValue(200);
+    finetune_steps->setSpecialValueText(tr("no finetune"));
+    finetune_steps->setToolTip(tr("Linearize, stage 2: steps of the low-rank finetune of the converted model"));
+    form->addRow(tr("Finetune steps"), finetune_steps);
+    rank = new QSpinBox(box);
+    rank->setObjectName("train_rank");
+    rank->setRange(1, 4096);
+    rank->setValue(8);
+    rank->setToolTip(tr("Linearize, stage 2: rank of the adapters on q, k, v and o"));
+    form->addRow(tr("Finetune rank"), rank);
+
+    linearize = new QPushButton(tr("Linearize"), box);
+    linearize->setObjectName("linearize_button");
+    linearize->setDefault(true);
+    QFont strong = linearize->font();
+    strong.setBold(true);
+    linearize->setFont(strong);
+    linearize->setToolTip(tr("Capture the text's head at the sequence length, distill the maps (stage 1), convert, "
+                             "finetune (stage 2) and measure held-out perplexity on the text's tail, as a job "
+                             "(see the Jobs tab); the run goes into the workspace"));
+    train = new QPushButton(tr("Distill only"), box);
     train->setObjectName("train_button");
-    train->setToolTip(tr("Distill on the current capture as a job (see the Jobs tab); the run goes into the workspace"));
-    form->addRow(train);
+    train->setToolTip(tr("Stage 1 alone on the current capture as a job; no conversion, no evaluation"));
+    auto* run_buttons = new QHBoxLayout;
+    run_buttons->addWidget(linearize, 2);
+    run_buttons->addWidget(train, 1);
+    form->addRow(run_buttons);
 
     auto* sep = new QFrame(box);
     sep->setFrameShape(QFrame::HLine);
@@ -206,16 +244,11 @@ struct TrainingView::Impl {
     resume->setObjectName("resume_button");
     resume->setToolTip(tr("Continue the stopped run from its last checkpoint"));
     resume->setEnabled(false);
-    convert = new QPushButton(tr("Convert + evaluate"), box);
-    convert->setObjectName("convert_button");
-    convert->setToolTip(tr("Write the converted model to RUN/converted, then compare it with the original on the sample texts"));
-    convert->setEnabled(false);
     open_run = new QPushButton(tr("Open run…"), box);
     open_run->setObjectName("open_run_button");
-    open_run->setToolTip(tr("Show a run folder (one of an earlier session, or an `attnscope distill` run) to resume or convert it"));
+    open_run->setToolTip(tr("Show a run folder (one of an earlier session, or an `attnscope linearize` or `distill` run)"));
     buttons->addWidget(open_run);
     buttons->addWidget(resume);
-    buttons->addWidget(convert, 1);
     form->addRow(buttons);
     box->setMinimumWidth(300);
     box->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Preferred);
@@ -223,7 +256,7 @@ struct TrainingView::Impl {
   }
 
   void build_loss_panel() {
-    loss_panel = new PlotPanel(tr("Training loss per layer (lines) and validation KL (dots)"), view);
+    loss_panel = new PlotPanel(tr("Stage 1 (distill): training loss per layer (lines), validation KL (dots)"), view);
     QCustomPlot* p = loss_panel->plot();
     p->setMinimumSize(420, 300);
     p->xAxis->setLabel(tr("step"));
@@ -237,7 +270,7 @@ struct TrainingView::Impl {
     empty_note = new QCPItemText(p);
     empty_note->position->setType(QCPItemPosition::ptAxisRectRatio);
     empty_note->position->setCoords(0.5, 0.5);
-    empty_note->setText(tr("No run yet: the loss of every layer appears here as it trains"));
+    empty_note->setText(tr("No run yet: the loss of every layer appears here as stage 1 trains"));
     loss_panel->set_csv([this] {
       std::string csv = "series,layer,step,value\n";
       for (const TrainingPoint& t : metrics.training)
@@ -248,8 +281,59 @@ struct TrainingView::Impl {
     });
   }
 
+  void build_finetune_panel() {
+    finetune_panel = new PlotPanel(tr("Stage 2 (finetune): next-token loss per step (line), held-out loss (dots)"), view);
+    QCustomPlot* p = finetune_panel->plot();
+    p->setMinimumSize(420, 160);
+    p->xAxis->setLabel(tr("step"));
+    p->yAxis->setLabel(tr("nats per token"));
+    p->legend->setVisible(false);
+    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    finetune_note = new QCPItemText(p);
+    finetune_note->position->setType(QCPItemPosition::ptAxisRectRatio);
+    finetune_note->position->setCoords(0.5, 0.5);
+    finetune_note->setText(tr("Linearize's stage 2 appears here once stage 1 is done"));
+    finetune_panel->set_csv([this] {
+      std::string csv = "series,step,value\n";
+      for (const FinetuneStep& t : finetune.training)
+        csv += "ce," + std::to_string(t.step) + "," + full_precision(t.ce) + "\n";
+      for (const FinetuneValidation& v : finetune.validation)
+        csv += "val_loss," + std::to_string(v.step) + "," + full_precision(v.val_loss) + "\n";
+      return csv;
+    });
+  }
+
+  void draw_finetune() {
+    QCustomPlot* p = finetune_panel->plot();
+    p->clearGraphs();
+    const bool any = !finetune.training.empty() || !finetune.validation.empty();
+    if (any) {
+      QCPGraph* ce = p->addGraph();
+      ce->setName(tr("stage 2 (finetune) cross-entropy"));
+      ce->setPen(QPen(series_color(0), 1.6));
+      QCPGraph* val = p->addGraph();
+      val->setName(tr("stage 2 (finetune) held-out loss"));
+      val->setLineStyle(QCPGraph::lsNone);
+      val->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, series_color(1), series_color(1), 7));
+      for (const FinetuneStep& t : finetune.training)
+        if (std::isfinite(t.ce)) ce->addData(double(t.step), t.ce);
+      for (const FinetuneValidation& v : finetune.validation)
+        if (std::isfinite(v.val_loss)) val->addData(double(v.step), v.val_loss);
+      p->rescaleAxes();
+      const QCPRange y = p->yAxis->range();
+      const double pad = std::max(0.05 * y.size(), 0.02);
+      // Headroom above the curves for the legend (top right), so that it covers no point.
+      p->yAxis->setRange(y.lower - pad, y.upper + pad + 0.6 * std::max(y.size(), 0.05));
+      const QCPRange x = p->xAxis->range();
+      p->xAxis->setRange(0, std::max({x.upper, double(finetune_total), 1.0}));
+    }
+    p->legend->setVisible(any);
+    finetune_note->setVisible(!any);
+    p->replot();
+  }
+
   void build_kl_panel() {
-    kl_panel = new PlotPanel(tr("Attention KL per layer (converted)"), view);
+    kl_panel = new PlotPanel(tr("Stage 1: attention KL per layer (held-out)"), view);
     QCustomPlot* p = kl_panel->plot();
     p->setMinimumSize(260, 200);
     p->xAxis->setLabel(tr("layer"));
@@ -343,7 +427,7 @@ struct TrainingView::Impl {
   }
 
   void table_dialog() {
-    const QString path = QFileDialog::getSaveFileName(view, tr("Export comparison"), "converted_vs_original.md",
+    const QString path = QFileDialog::getSaveFileName(view, tr("Export the table"), "heldout_perplexity.md",
                                                       tr("Markdown (*.md);;LaTeX (*.tex);;CSV (*.csv)"));
     if (path.isEmpty()) return;
     try {
@@ -366,6 +450,8 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   auto* split = new QSplitter(Qt::Vertical, this);
   d_->build_loss_panel();
   split->addWidget(d_->loss_panel);
+  d_->build_finetune_panel();
+  split->addWidget(d_->finetune_panel);
 
   auto* bottom = new QWidget(split);
   auto* bl = new QHBoxLayout(bottom);
@@ -375,7 +461,7 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   tl->setContentsMargins(2, 2, 2, 2);
   tl->setSpacing(2);
   auto* head = new QHBoxLayout;
-  auto* title = new QLabel(tr("Converted vs original"), table_box);
+  auto* title = new QLabel(tr("Held-out perplexity by length"), table_box);
   QFont bold = title->font();
   bold.setBold(true);
   title->setFont(bold);
@@ -383,11 +469,15 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   d_->table_button = new QToolButton(table_box);
   d_->table_button->setObjectName("comparison_table_button");
   d_->table_button->setText(tr("Table…"));
-  d_->table_button->setToolTip(tr("Export the comparison as Markdown, LaTeX or CSV"));
+  d_->table_button->setToolTip(tr("Export the table as Markdown, LaTeX or CSV"));
   d_->table_button->setEnabled(false);
   connect(d_->table_button, &QToolButton::clicked, this, [this] { d_->table_dialog(); });
   head->addWidget(d_->table_button);
   tl->addLayout(head);
+  d_->caption = new QLabel(tr("Linearize a model: its held-out perplexity by length appears here."), table_box);
+  d_->caption->setObjectName("comparison_caption");
+  d_->caption->setWordWrap(true);
+  tl->addWidget(d_->caption);
   d_->table_widget = new QTableWidget(0, 0, table_box);
   d_->table_widget->setObjectName("comparison_table");
   d_->table_widget->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -404,13 +494,15 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   split->addWidget(bottom);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
+  split->setStretchFactor(2, 2);
   layout->addWidget(split, 1);
 
+  connect(d_->linearize, &QPushButton::clicked, this, &TrainingView::linearizeRequested);
   connect(d_->train, &QPushButton::clicked, this, &TrainingView::trainRequested);
   connect(d_->resume, &QPushButton::clicked, this, &TrainingView::resumeRequested);
   connect(d_->open_run, &QPushButton::clicked, this, &TrainingView::openRunRequested);
-  connect(d_->convert, &QPushButton::clicked, this, &TrainingView::convertRequested);
   d_->draw_curves();
+  d_->draw_finetune();
   d_->draw_kl();
 }
 
@@ -436,6 +528,9 @@ TrainSettings TrainingView::form() const {
   f.from_allocation = d_->from_allocation->isChecked();
   f.features = d_->features->value();
   f.window = d_->window->value();
+  f.seq_len = d_->seq_len->value();
+  f.finetune_steps = d_->finetune_steps->value();
+  f.rank = d_->rank->value();
   return f;
 }
 
@@ -451,6 +546,9 @@ void TrainingView::set_form(const TrainSettings& f) {
   d_->checkpoint->setValue(int(std::min<int64_t>(f.checkpoint_every, d_->checkpoint->maximum())));
   d_->features->setValue(int(std::min<int64_t>(f.features, d_->features->maximum())));
   d_->window->setValue(int(std::min<int64_t>(f.window, d_->window->maximum())));
+  d_->seq_len->setValue(int(std::min<int64_t>(f.seq_len, d_->seq_len->maximum())));
+  d_->finetune_steps->setValue(int(std::min<int64_t>(f.finetune_steps, d_->finetune_steps->maximum())));
+  d_->rank->setValue(int(std::min<int64_t>(f.rank, d_->rank->maximum())));
   d_->prefer_allocation = f.from_allocation;
   if (f.from_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
   else d_->fixed->setChecked(true);
@@ -463,18 +561,17 @@ void TrainingView::set_allocation(const QString& text, bool available) {
   else if (d_->prefer_allocation) d_->from_allocation->setChecked(true);
 }
 
-void TrainingView::set_run(const QString& dir, const QString& status, bool can_train, bool can_resume, bool can_convert) {
+void TrainingView::set_run(const QString& dir, const QString& status, bool can_linearize, bool can_train, bool can_resume) {
   d_->run_label->setText(status);
   d_->run_dir->setText(dir);
   d_->run_dir->setToolTip(dir);
+  d_->linearize->setEnabled(can_linearize);
   d_->train->setEnabled(can_train);
   d_->resume->setEnabled(can_resume);
-  d_->convert->setEnabled(can_convert);
 }
 
-void TrainingView::set_commands(const QString& distill_command, const QString& eval_command) {
-  d_->loss_panel->set_command(distill_command);
-  d_->kl_panel->set_command(eval_command);
+void TrainingView::set_command(const QString& run_command) {
+  for (PlotPanel* p : panels()) p->set_command(run_command);
 }
 
 void TrainingView::set_curves(const RunMetrics& metrics, qint64 total_steps) {
@@ -483,8 +580,16 @@ void TrainingView::set_curves(const RunMetrics& metrics, qint64 total_steps) {
   d_->draw_curves();
 }
 
+void TrainingView::set_finetune_curves(const FinetuneMetrics& metrics, qint64 total_steps) {
+  d_->finetune = metrics;
+  d_->finetune_total = total_steps;
+  d_->draw_finetune();
+}
+
 void TrainingView::set_comparison(const Table& table, const std::vector<double>& layer_kl) {
   d_->table = table;
+  d_->caption->setText(table.rows.empty() ? tr("Linearize a model: its held-out perplexity by length appears here.")
+                                          : QString::fromStdString(table.caption));
   d_->layer_kl = layer_kl;
   d_->fill_table();
   d_->draw_kl();
@@ -494,7 +599,7 @@ const Table& TrainingView::table() const { return d_->table; }
 
 void TrainingView::export_table(const QString& path) const {
   const std::string p = path.toStdString();
-  if (d_->table.rows.empty()) fail(p, "no comparison is shown yet: Convert + evaluate a finished run first");
+  if (d_->table.rows.empty()) fail(p, "no table is shown yet: Linearize a model first");
   if (path.endsWith(".csv", Qt::CaseInsensitive)) write_text_file(p, to_csv(d_->table));
   else if (path.endsWith(".md", Qt::CaseInsensitive)) write_text_file(p, to_markdown(d_->table));
   else if (path.endsWith(".tex", Qt::CaseInsensitive)) write_text_file(p, to_latex(d_->table));
@@ -502,17 +607,22 @@ void TrainingView::export_table(const QString& path) const {
 }
 
 PlotPanel* TrainingView::loss_panel() const { return d_->loss_panel; }
+PlotPanel* TrainingView::finetune_panel() const { return d_->finetune_panel; }
 PlotPanel* TrainingView::kl_panel() const { return d_->kl_panel; }
-std::vector<PlotPanel*> TrainingView::panels() const { return {d_->loss_panel, d_->kl_panel}; }
+std::vector<PlotPanel*> TrainingView::panels() const { return {d_->loss_panel, d_->finetune_panel, d_->kl_panel}; }
 QTableWidget* TrainingView::comparison_table() const { return d_->table_widget; }
+QLabel* TrainingView::table_caption() const { return d_->caption; }
+QPushButton* TrainingView::linearize_button() const { return d_->linearize; }
 QPushButton* TrainingView::train_button() const { return d_->train; }
 QPushButton* TrainingView::resume_button() const { return d_->resume; }
 QPushButton* TrainingView::open_run_button() const { return d_->open_run; }
-QPushButton* TrainingView::convert_button() const { return d_->convert; }
 QComboBox* TrainingView::map_box() const { return d_->map; }
 QSpinBox* TrainingView::steps_box() const { return d_->steps; }
 QSpinBox* TrainingView::features_box() const { return d_->features; }
 QSpinBox* TrainingView::window_box() const { return d_->window; }
+QSpinBox* TrainingView::seq_len_box() const { return d_->seq_len; }
+QSpinBox* TrainingView::finetune_steps_box() const { return d_->finetune_steps; }
+QSpinBox* TrainingView::rank_box() const { return d_->rank; }
 QRadioButton* TrainingView::allocation_radio() const { return d_->from_allocation; }
 QRadioButton* TrainingView::fixed_radio() const { return d_->fixed; }
 QLabel* TrainingView::run_label() const { return d_->run_label; }

@@ -1,11 +1,12 @@
-// The training view: distill feature maps on the current capture, watch them learn, convert the
-// model and see how close and how fast it is. Left, the form (feature map, loss, steps, learning
-// rates, batch, schedule, device, dimensions from the DoF view's allocation or a fixed M, the softmax
-// window of hybrid heads) and the
-// current run with Train, Resume and Convert + evaluate; right, the loss of every layer per step
-// (log scale, validation KL as dots) read from the run's metrics.jsonl; below, the comparison of
-// the converted model with its original (a table that exports as Markdown, LaTeX or CSV) and its
-// attention KL per layer. The window fills it with what core computed; it draws only.
+// The training view: linearize the model (distill feature maps, convert, finetune, evaluate on
+// held-out text) or distill only, and watch both stages learn. Left, the form (feature map, loss,
+// dimensions from the DoF view's allocation or a fixed M, the softmax window of hybrid heads, steps,
+// learning rates, batch, schedule, device; for linearize the sequence length, finetune steps and
+// rank) and the current run with Linearize, Distill only and Resume; right, stage 1's loss of every
+// layer per step (log scale, validation KL as dots) and stage 2's (finetune) loss and held-out loss
+// per step, read from the runs' metrics.jsonl; below, the final table (held-out perplexity by length,
+// exported as Markdown, LaTeX or CSV) and stage 1's attention KL per layer. The window fills it with
+// what core computed; it draws only.
 #pragma once
 #include <QString>
 #include <QStringList>
@@ -45,43 +46,50 @@ class TrainingView : public QWidget {
   // false (no spectra yet) greys the choice out and picks the fixed M.
   void set_allocation(const QString& text, bool available);
   // The current run: its folder, a line about its state, and which buttons apply.
-  void set_run(const QString& dir, const QString& status, bool can_train, bool can_resume, bool can_convert);
-  // "Copy as command" of the loss figure (the run's `attnscope distill ...`) and of the KL bars
-  // (`attnscope eval --model RUN/converted ...`).
-  void set_commands(const QString& distill_command, const QString& eval_command);
+  void set_run(const QString& dir, const QString& status, bool can_linearize, bool can_train, bool can_resume);
+  // "Copy as command" of the figures: the run's `attnscope linearize|distill ...`.
+  void set_command(const QString& run_command);
 
-  // The loss curves: one line per layer (training loss per step), validation KL as dots; the step
-  // axis spans the run's `total_steps` (0: the steps there are), so a running curve grows to the right.
+  // Stage 1's loss curves: one line per layer (training loss per step), validation KL as dots; the
+  // step axis spans the run's `total_steps` (0: the steps there are), so a running curve grows to the
+  // right.
   void set_curves(const RunMetrics& metrics, qint64 total_steps = 0);
-  // The comparison table and the per-layer attention KL of the converted model (empty: cleared).
+  // Stage 2's (finetune): the next-token cross-entropy per step (line), the held-out loss as dots.
+  void set_finetune_curves(const FinetuneMetrics& metrics, qint64 total_steps = 0);
+  // The final table (its caption above it) and stage 1's attention KL per layer (empty: cleared).
   void set_comparison(const Table& table, const std::vector<double>& layer_kl);
 
-  // Writes the comparison by the extension of `path`: .csv, .md or .tex (atomic; Error naming the
+  // Writes the table by the extension of `path`: .csv, .md or .tex (atomic; Error naming the
   // path when nothing is shown).
   void export_table(const QString& path) const;
   const Table& table() const;
 
-  PlotPanel* loss_panel() const;
+  PlotPanel* loss_panel() const;      // stage 1
+  PlotPanel* finetune_panel() const;  // stage 2
   PlotPanel* kl_panel() const;
   std::vector<PlotPanel*> panels() const;
   QTableWidget* comparison_table() const;
-  QPushButton* train_button() const;
+  QLabel* table_caption() const;
+  QPushButton* linearize_button() const;
+  QPushButton* train_button() const;  // "Distill only"
   QPushButton* resume_button() const;
   QPushButton* open_run_button() const;
-  QPushButton* convert_button() const;
   QComboBox* map_box() const;
   QSpinBox* steps_box() const;
   QSpinBox* features_box() const;
   QSpinBox* window_box() const;  // "Softmax window": hybrid heads' W (0 = plain linear)
+  QSpinBox* seq_len_box() const;  // linearize: tokens per window (0 = the model's context)
+  QSpinBox* finetune_steps_box() const;
+  QSpinBox* rank_box() const;
   QRadioButton* allocation_radio() const;
   QRadioButton* fixed_radio() const;
   QLabel* run_label() const;
 
  signals:
+  void linearizeRequested();
   void trainRequested();
   void resumeRequested();
   void openRunRequested();  // "Open run…": the window asks for the folder
-  void convertRequested();
 
  private:
   struct Impl;

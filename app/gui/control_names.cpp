@@ -26,6 +26,9 @@ constexpr Control kControls[] = {
     {"schedule", "Train > Schedule"},
     {"checkpoint interval", "Train > Checkpoint every"},
     {"device", "Train > Device"},
+    // Linearize's stage 2 (its "sequence length" is the capture's quantity too: named below).
+    {"finetune steps", "Train > Finetune steps"},
+    {"rank", "Train > Finetune rank"},
     // The DoF tab's controls.
     {"lambda", "DoF > Lambda"},
     {"budget", "DoF > Budget"},

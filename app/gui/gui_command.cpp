@@ -1,8 +1,8 @@
 // `attnscope gui`: opens the workbench window (app/gui/main_window.h) on the bundled model and
 // sample texts, a model and texts of the user's, or a session file, with the analysis already
 // running. --screenshot FILE waits for the first analysis (capture, spectra, metrics and the
-// selected head's maps; with --view training also a distillation with the Train form's settings,
-// its conversion and evaluation), shows the chosen view, saves a picture of the whole window and exits: it
+// selected head's maps; with --view training also a linearize run with the Train form's settings,
+// up to its held-out table), shows the chosen view, saves a picture of the whole window and exits: it
 // runs without a display (offscreen), which is how the README's screenshots are made. A session that
 // does not load, and any error the window shows while --screenshot waits, end it at once with exit 1.
 #include <QApplication>
@@ -20,7 +20,6 @@
 #include <iostream>
 #include <memory>
 
-#include "attnscope/convert/converted_eval.h"
 #include "attnscope/base/error.h"
 #include "attnscope/workbench/session.h"
 #include "figure_export.h"
@@ -83,20 +82,19 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
   if (view != View::Training) {
     QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, shoot);
   } else {
-    // The train view with something in it: once the analysis is in, train with the form's
-    // settings, convert and evaluate; the picture is taken when the comparison is shown.
+    // The train view with something in it: once the analysis is in, linearize with the form's
+    // settings; the picture is taken when the held-out table is shown.
     gui::Workbench* wb = w.workbench();
-    ConvertedEvalOptions eo;
-    eo.min_seconds = 0.05;
-    wb->set_eval_options(eo);
     QObject::connect(wb, &gui::Workbench::pipelineFinished, &w, [&w] {
       w.show_view(View::Training);
-      w.start_training();
+      w.start_linearize();
     });
-    QObject::connect(wb, &gui::Workbench::trainingChanged, &w, [wb] {
-      if (wb->can_convert() && !wb->evaluation()) wb->convert_and_evaluate();
+    auto shot = std::make_shared<bool>(false);
+    QObject::connect(wb, &gui::Workbench::trainingChanged, &w, [wb, shoot, shot] {
+      if (*shot || !wb->linearize_report()) return;
+      *shot = true;
+      shoot();
     });
-    QObject::connect(wb, &gui::Workbench::evaluationReady, &w, shoot);
   }
   QTimer::singleShot(a.timeout_s * 1000, &w, [quit_with, a] {
     quit_with("the first analysis did not finish within " + std::to_string(a.timeout_s) + " s");

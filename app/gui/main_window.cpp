@@ -43,11 +43,10 @@
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/model/model_config.h"
-#include "attnscope/workbench/run_results.h"
 #include "attnscope/workbench/view_data.h"
 #include "attnscope/workbench/workspace.h"
 #include "dof_view.h"
-#include "comparison_table.h"
+#include "linearize_table.h"
 #include "command_lines.h"
 #include "control_names.h"
 #include "dropped_file.h"
@@ -138,11 +137,11 @@ void MainWindow::build_views() {
   add_tab(training_, tr("Train"));
   setCentralWidget(tabs_);
 
-  QStringList maps;
+  QStringList maps, trainable;
   for (const std::string& n : feature_map_names()) maps << q(n);
-  heads_->set_feature_maps(maps);
-  QStringList trainable;
   for (const std::string& n : trainable_feature_maps()) trainable << q(n);
+  // The learned maps are drawn at their random initialization: their titles say "(untrained)".
+  heads_->set_feature_maps(maps, trainable);
   training_->set_choices(trainable, Workbench::distill_devices());
 
   model_panel_ = new views::ModelPanel(this);
@@ -324,15 +323,6 @@ void MainWindow::connect_workbench() {
     if (workbench_->any_job_running() && !jobs_timer_->isActive()) jobs_timer_->start();
   });
   connect(w, &Workbench::trainingChanged, this, &MainWindow::update_training);
-  connect(w, &Workbench::evaluationReady, this, [this] {
-    const auto e = workbench_->evaluation();
-    if (!e) return;
-    std::vector<double> kl;
-    for (const LayerCloseness& l : e->layers) kl.push_back(l.attention_kl);
-    training_->set_comparison(comparison_table(*e), kl);
-    training_->set_commands(q(workbench_->run_command()), q(workbench_->eval_command()));
-    statusBar()->showMessage(tr("Converted model evaluated: see the Train tab"), 8000);
-  });
   connect(w, &Workbench::message, this, [this](const QString& text) { statusBar()->showMessage(text, 10000); });
   connect(w, &Workbench::error, this, &MainWindow::show_error);
 }
@@ -343,11 +333,12 @@ void MainWindow::connect_views() {
           [this](const QStringList& files) { workbench_->set_texts(files, model_panel_->text()); });
   connect(model_panel_, &views::ModelPanel::captureRequested, this, &MainWindow::capture);
 
+  connect(training_, &views::TrainingView::linearizeRequested, this, &MainWindow::start_linearize);
   connect(training_, &views::TrainingView::trainRequested, this, &MainWindow::start_training);
   connect(training_, &views::TrainingView::resumeRequested, this, [this] { workbench_->resume_distill(); });
   connect(training_, &views::TrainingView::openRunRequested, this, [this] {
     const QString start = workbench_->run_dir().isEmpty() ? workbench_->workspace_root() : workbench_->run_dir() + "/..";
-    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a distillation run (a folder with job.json)"), start);
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a linearize or distill run (a folder with job.json)"), start);
     if (dir.isEmpty()) return;
     if (!QFileInfo::exists(dir + "/job.json")) {
       show_error(tr("Open run"), tr("%1 is not a run directory (no job.json)").arg(dir));
@@ -355,7 +346,6 @@ void MainWindow::connect_views() {
     }
     workbench_->open_run(dir);
   });
-  connect(training_, &views::TrainingView::convertRequested, this, [this] { workbench_->convert_and_evaluate(); });
 
   connect(heads_, &views::HeadsView::headSelected, this, &MainWindow::select_head);
   connect(metrics_, &views::MetricsView::headSelected, this, &MainWindow::select_head);
@@ -731,9 +721,12 @@ void MainWindow::on_dof_state() {
 void MainWindow::on_analysis_ready() {
   auto cap = workbench_->capture_store();
   if (!cap) return;
-  // The metrics view's name of the measured map: the feature map, "+ window W" for a hybrid.
+  // The metrics view's name of the measured map: the feature map, "untrained" before a learned map
+  // (at its random initialization here), "+ window W" for a hybrid.
   const AnalysisOptions& a = workbench_->session().analysis;
   QString map = q(a.feature_map);
+  const auto learned = trainable_feature_maps();
+  if (std::find(learned.begin(), learned.end(), a.feature_map) != learned.end()) map = tr("untrained %1").arg(map);
   if (!map.isEmpty() && a.window > 0) map += tr(" + window %1").arg(a.window);
   metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), map);
   update_metrics_for_grid();
@@ -848,6 +841,18 @@ void MainWindow::start_training() {
     statusBar()->showMessage(tr("Training in %1 (progress in the Jobs tab)").arg(workbench_->run_dir()), 8000);
 }
 
+void MainWindow::start_linearize() {
+  TrainSettings form;
+  try {
+    form = training_->form();
+  } catch (const std::exception& e) {
+    show_error(tr("Linearize"), message_with_control(e));
+    return;
+  }
+  if (workbench_->start_linearize(form) != 0)
+    statusBar()->showMessage(tr("Linearizing in %1 (progress in the Jobs tab)").arg(workbench_->run_dir()), 8000);
+}
+
 void MainWindow::update_training_allocation() {
   const auto& st = workbench_->dof_state();
   if (!st) {
@@ -867,16 +872,28 @@ void MainWindow::update_training_allocation() {
 
 void MainWindow::update_training() {
   const std::optional<RunState> state = workbench_->run_state();
+  const bool lin = workbench_->linearize_run();
   const RunMetrics& m = workbench_->training_metrics();
+  const FinetuneMetrics& f = workbench_->finetune_metrics();
+  const auto& report = workbench_->linearize_report();
   const qint64 step = m.last_step(), steps = workbench_->run_steps();
+  const qint64 ft_step = f.last_step(), ft_steps = workbench_->finetune_steps();
+  // Where a linearize run is: stage 2 once its metrics begin, else stage 1.
+  const QString where = !lin ? tr("step %1 of %2").arg(step).arg(steps)
+                        : ft_step > 0 ? tr("stage 2 (finetune) step %1 of %2").arg(ft_step).arg(ft_steps)
+                                      : tr("stage 1 (distill) step %1 of %2").arg(step).arg(steps);
   QString status;
   if (!state) {
-    status = tr("No run yet: choose the options and press Train");
+    status = tr("No run yet: choose the options and press Linearize");
   } else {
     switch (*state) {
-      case RunState::Running: status = tr("Training: step %1 of %2").arg(step).arg(steps); break;
+      case RunState::Running: status = (lin ? tr("Linearizing: ") : tr("Training: ")) + where; break;
       case RunState::Killed: {
-        status = tr("Stopped at step %1 of %2").arg(step).arg(steps);
+        status = tr("Stopped at %1").arg(where);
+        if (lin) {
+          status += tr(": Resume continues that stage");
+          break;
+        }
         try {
           const qint64 checkpoint = workbench_->checkpoint_step();
           status += checkpoint > 0 ? tr(": Resume continues from the checkpoint at step %1").arg(checkpoint)
@@ -887,6 +904,16 @@ void MainWindow::update_training() {
         break;
       }
       case RunState::Finished: {
+        if (lin && report && !report->lengths.empty()) {
+          const LengthResult& at = report->lengths.back();
+          status = tr("Finished: held-out perplexity %1 at %2 tokens (original %3)")
+                       .arg(std::exp(at.final_loss), 0, 'f', 2)
+                       .arg(at.seq_len)
+                       .arg(std::exp(at.original_loss), 0, 'f', 2);
+          if (std::isfinite(at.adapted_loss))
+            status += tr(", original finetuned %1").arg(std::exp(at.adapted_loss), 0, 'f', 2);
+          break;
+        }
         status = tr("Finished: %1 steps").arg(steps);
         const double kl = final_validation_kl(m);  // the run's one number
         if (std::isfinite(kl)) status += tr(", validation KL %1 (mean of layers)").arg(kl, 0, 'g', 4);
@@ -895,13 +922,20 @@ void MainWindow::update_training() {
       case RunState::Failed: status = tr("Failed before training began (see the Jobs tab)"); break;
     }
   }
-  if (workbench_->converting()) status += tr(" · converting and evaluating…");
-  const bool can_train = workbench_->capture_store() != nullptr && !workbench_->training_running();
-  training_->set_run(workbench_->run_dir(), status, can_train, workbench_->can_resume(), workbench_->can_convert());
+  const bool idle = !workbench_->training_running();
+  const bool can_train = workbench_->capture_store() != nullptr && idle;
+  const bool can_linearize = workbench_->model() != nullptr && idle;
+  training_->set_run(workbench_->run_dir(), status, can_linearize, can_train, workbench_->can_resume());
   training_->set_curves(m, steps);
-  // A comparison belongs to the run it was made of: gone with a new run, a resume or a conversion.
-  if (!workbench_->evaluation() && !training_->table().rows.empty()) training_->set_comparison({}, {});
-  training_->set_commands(q(workbench_->run_command()), q(workbench_->eval_command()));
+  training_->set_finetune_curves(f, ft_steps);
+  // The table belongs to the run it was made of: gone with a new run or a resume.
+  if (report) {
+    const Table t = linearize_table(*report);
+    if (t.rows != training_->table().rows || t.caption != training_->table().caption) training_->set_comparison(t, report->layer_kl);
+  } else if (!training_->table().rows.empty()) {
+    training_->set_comparison({}, {});
+  }
+  training_->set_command(q(workbench_->run_command()));
 }
 
 void MainWindow::open_job_result(int id) {

@@ -68,7 +68,8 @@ class MainWindow : public QMainWindow {
   bool open_session(const QString& path);
   bool save_session(const QString& path);
   void capture();  // the Capture button: the panel's texts and options
-  void start_training();  // the Train view's Train button: the form's settings
+  void start_training();   // the Train view's Distill only button: the form's settings
+  void start_linearize();  // the Train view's Linearize button: the form's settings
 
   void show_view(View view);
   View current_view() const;

@@ -656,7 +656,7 @@ bool Workbench::open_session(const QString& path) {
   clear_results();
   pipeline_announced_ = false;
   emit sessionLoaded();
-  // The Train tab's run: its metrics and evaluation come from its folder.
+  // The Train tab's run: its metrics and report come from its folder.
   if (!s.run_dir.empty()) {
     if (fs::is_directory(s.run_dir))
       open_run(to_q(s.run_dir));
@@ -680,7 +680,7 @@ bool Workbench::save_session(const QString& path_q) {
     const bool capture_in_cache = is_under(session_.capture_dir, root);
     const bool spectra_in_cache = is_under(session_.spectra, root) && fs::exists(session_.spectra);
     const bool run_in_cache = is_under(session_.run_dir, root) && fs::is_directory(session_.run_dir);
-    if (run_in_cache && (training_running() || converting()))
+    if (run_in_cache && training_running())
       throw Error("The Train tab's run is still running: wait for it (or cancel it) before saving, so that the session "
                   "holds the whole run.");
     const Session snapshot = session_;
@@ -734,7 +734,7 @@ bool Workbench::save_session(const QString& path_q) {
               if (fs::is_regular_file(snapshot.run_dir + suffix)) copy_file(snapshot.run_dir + suffix, target + suffix);
             // The copy's job.json names the copies (capture, allocation, text), so that it resumes
             // and converts from the session folder once the cache is cleaned.
-            if (fs::is_regular_file(target + "/job.json")) {
+            if (fs::is_regular_file(target + "/job.json") && !is_linearize_run(target)) {
               DistillJob j = read_distill_job(target);
               auto moved = [&](std::string& p, const std::string& from, const std::string& to) {
                 if (!p.empty() && !from.empty() && same_file(p, from)) p = to;

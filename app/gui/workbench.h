@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "attnscope/capture/capture.h"
-#include "attnscope/convert/converted_eval.h"
 #include "attnscope/distill/distill.h"
+#include "attnscope/pipeline/linearize.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/head_detail.h"
@@ -131,46 +131,48 @@ class Workbench : public QObject {
   void cancel(int job_id);
   void cancel_all();
 
-  // ---- Training: distill -> convert -> evaluate (SPEC 6-7; workbench_training.cpp) ----
+  // ---- Training: linearize, or distill only (SPEC 5-7; workbench_training.cpp) ----
   // The devices distill can use here: "cpu", and "cuda" when LibTorch sees a GPU.
   static QStringList distill_devices();
+  // core's linearize() on the open model and the session's texts as a job ("linearize") into a new
+  // run folder WORKSPACE/runs/linearize-MAP-<time>/, which becomes the current run: its own capture at
+  // the form's sequence length, stage 1 (distill), the converted model, stage 2 (low-rank finetune)
+  // and the held-out evaluation (OUT/linearize.json). `t` is the Train form (linearize_options_of);
+  // with the DoF view's allocation it is written to an allocation file beside the run. Returns the
+  // job id, 0 (and error()) when it cannot start.
+  int start_linearize(const TrainSettings& t);
   // Distills on the current capture as a job ("distill") into a new run folder
   // WORKSPACE/runs/<time>/, which becomes the current run. `t` is the Train form: the map, loss,
   // steps, learning rates, batch, schedule, checkpoint interval, device, and M for every head or the
   // DoF view's allocation as it is shown (written to an allocation file beside the run). Loss
   // "direct" trains on the session's texts. Returns the job id, 0 (and error()) when it cannot start.
   int start_distill(const TrainSettings& t);
-  // Continues the current run from its last checkpoint (distill(..., resume = true)).
+  // Continues the current run: a distill run from its last checkpoint (distill(..., resume = true)),
+  // a linearize run at the stage it stopped in (resume_linearize).
   int resume_distill();
-  // Converts the current (finished) run into RUN/converted, then evaluates the converted model
-  // on the session's texts: two jobs, evaluationReady() at the end. Returns the convert job's id.
-  int convert_and_evaluate();
-  // Makes an existing run folder the current run: its metrics, state and, when its converted model
-  // is there, its last evaluation (RUN/evaluation.json) are read at once. error() for a job.json or
-  // evaluation.json that cannot be read.
+  // Makes an existing run folder (a distill or a linearize run) the current run: its metrics, state
+  // and, for a finished linearize run, its report are read at once. error() for a job.json or
+  // linearize.json that cannot be read.
   void open_run(const QString& run_dir);
   QString run_dir() const { return run_dir_; }
-  QString converted_dir() const { return run_dir_.isEmpty() ? QString() : run_dir_ + "/converted"; }
+  bool linearize_run() const { return linearize_run_; }  // the current run is a linearize run
+  // Stage 1's metrics (a distill run's metrics.jsonl; a linearize run's OUT/stage1/metrics.jsonl).
   const RunMetrics& training_metrics() const { return metrics_tail_.metrics(); }
+  // Stage 2's (OUT/stage2/metrics.jsonl of a linearize run; empty otherwise).
+  const FinetuneMetrics& finetune_metrics() const { return finetune_tail_.metrics(); }
+  // OUT/linearize.json of a finished linearize run (empty before).
+  const std::optional<LinearizeReport>& linearize_report() const { return linearize_report_; }
   bool training_running() const { return distill_job_ != 0; }
-  bool converting() const { return convert_job_ != 0 || eval_job_ != 0; }
   // The current run's state (core's run_state, Running while its job runs here); none without a run.
   std::optional<RunState> run_state() const;
-  bool can_resume() const;   // killed (cancelled or stopped), with a checkpoint, and nothing of the run running
+  bool can_resume() const;   // killed (cancelled or stopped), with a checkpoint (distill), and nothing of the run running
   // The step of the run's last complete checkpoint (where Resume continues), 0 when there is none;
   // Error naming the file when the checkpoint cannot be read.
   int64_t checkpoint_step() const;
-  bool can_convert() const;  // finished, and no conversion running
-  // The steps the current run asks for (job.json), 0 when unknown.
+  // The steps the current run asks for (job.json), 0 when unknown: stage 1's and stage 2's.
   int64_t run_steps() const { return run_steps_; }
-  std::string run_command() const { return run_command_; }  // its `attnscope distill ...`
-  // The `attnscope eval ...` line of the last evaluation of the current run ("" before one).
-  std::string eval_command() const { return eval_command_; }
-  // The last evaluation of the current run's converted model (null before one).
-  std::shared_ptr<const ConvertedEvaluation> evaluation() const { return evaluation_; }
-  // What the evaluation measures (window length 0 = the capture's; speed lengths; timing).
-  void set_eval_options(const ConvertedEvalOptions& o) { eval_options_ = o; }
-  const ConvertedEvalOptions& eval_options() const { return eval_options_; }
+  int64_t finetune_steps() const { return finetune_steps_; }
+  std::string run_command() const { return run_command_; }  // its `attnscope linearize|distill ...`
   // attnscope_linear.py, copied into every converted model (default: the source tree's resources).
   void set_python_module(const QString& path) { python_module_ = path.toStdString(); }
 
@@ -194,8 +196,7 @@ class Workbench : public QObject {
   void sessionLoaded();
   void sessionSaved(const QString& path);
   void pipelineFinished();
-  void trainingChanged();         // the current run, its state or its metrics changed
-  void evaluationReady();         // evaluation() holds the current run's comparison
+  void trainingChanged();         // the current run, its state, its metrics or its report changed
   void message(const QString& text);  // for the status bar: not an error, worth saying
   void error(const QString& title, const QString& message);
 
@@ -224,8 +225,10 @@ class Workbench : public QObject {
   void clear_results();  // cancels capture, spectra, metrics and maps jobs and forgets them
   QString new_workspace();
   void poll_metrics();  // reads what the run appended to metrics.jsonl; trainingChanged() when new
-  void distill_ended();  // a distill or resume job ended: the last metrics, then trainingChanged()
-  int start_evaluation();
+  void distill_ended();  // a training job ended: the last metrics (and report), then trainingChanged()
+  void forget_run();     // no current run (its job, if any, is the caller's)
+  void follow_run(const std::string& run, bool linearize);  // the current run: its folder and tails
+  QString new_run_dir(const std::string& name);  // WORKSPACE/runs/NAME-<time>, not created
 
   std::unique_ptr<JobRunner> runner_;
   Session session_;
@@ -251,15 +254,16 @@ class Workbench : public QObject {
   int model_job_ = 0, capture_job_ = 0, spectra_job_ = 0, metrics_job_ = 0, maps_job_ = 0, save_job_ = 0;
   bool maps_pending_ = false;  // a newer maps request waits for the running one to stop
 
-  // Training: the current run folder, its metrics as read so far, and its jobs.
+  // Training: the current run folder, its metrics as read so far, and its job.
   QString run_dir_;
-  MetricsTail metrics_tail_;
-  QTimer* metrics_timer_ = nullptr;  // tails metrics.jsonl while distill runs
-  int64_t run_steps_ = 0;
-  std::string run_command_, eval_command_;
-  int distill_job_ = 0, convert_job_ = 0, eval_job_ = 0;
-  std::shared_ptr<const ConvertedEvaluation> evaluation_;
-  ConvertedEvalOptions eval_options_;
+  bool linearize_run_ = false;
+  MetricsTail metrics_tail_;    // stage 1
+  FinetuneTail finetune_tail_;  // stage 2 (linearize runs)
+  std::optional<LinearizeReport> linearize_report_;
+  QTimer* metrics_timer_ = nullptr;  // tails metrics.jsonl while the job runs
+  int64_t run_steps_ = 0, finetune_steps_ = 0;
+  std::string run_command_;
+  int distill_job_ = 0;  // the training job (distill, linearize or a resume): one at a time
   std::string python_module_;
 };
 

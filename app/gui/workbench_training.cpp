@@ -1,7 +1,8 @@
-// The workbench's training: distill on the current capture, follow the run's metrics.jsonl, resume
-// a stopped run, convert a finished one and evaluate the converted model (workbench.h). Each step
-// is a job on the same runner as the analysis, calling the same core functions as `attnscope
-// distill`, `convert --job` and `eval`, with that command line in the jobs list.
+// The workbench's training: linearize the open model (capture, stage 1, conversion, stage 2 and the
+// held-out evaluation, core's `linearize`), or distill only on the current capture; follow the run's
+// metrics.jsonl files (stage 1's and stage 2's); resume a stopped run (workbench.h). Each is a job on
+// the same runner as the analysis, calling the same core functions as `attnscope linearize` and
+// `attnscope distill`, with that command line in the jobs list.
 #include <ATen/Context.h>
 
 #include <QDateTime>
@@ -14,14 +15,13 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/allocation/allocation_file.h"
-#include "attnscope/convert/convert_job.h"
 #include "attnscope/distill/distill.h"
+#include "attnscope/pipeline/linearize.h"
 #include "attnscope/base/error.h"
 #include "attnscope/distill/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/io/text_source.h"
-#include "attnscope/workbench/run_results.h"
 #include "command_lines.h"
 #include "workbench.h"
 #include "qt_strings.h"
@@ -29,15 +29,6 @@
 namespace fs = std::filesystem;
 
 namespace attnscope::gui {
-
-namespace {
-
-bool same_path(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return a == b || fs::equivalent(a, b, ec);
-}
-
-}  // namespace
 
 QStringList Workbench::distill_devices() {
   QStringList devices = {device_name(Device::Cpu)};
@@ -52,8 +43,10 @@ std::optional<RunState> Workbench::run_state() const {
 }
 
 bool Workbench::can_resume() const {
-  return run_state() == RunState::Killed &&
-         fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors") && !converting();
+  if (run_state() != RunState::Killed) return false;
+  // A linearize run resumes at the stage it stopped in (from the start of a stage without a checkpoint).
+  if (linearize_run_) return fs::is_regular_file(to_std(run_dir_) + "/job.json");
+  return fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors");
 }
 
 int64_t Workbench::checkpoint_step() const {
@@ -70,61 +63,141 @@ int64_t Workbench::checkpoint_step() const {
   return step;
 }
 
-bool Workbench::can_convert() const { return run_state() == RunState::Finished && !converting(); }
+void Workbench::forget_run() {
+  run_dir_.clear();
+  linearize_run_ = false;
+  metrics_tail_ = MetricsTail();
+  finetune_tail_ = FinetuneTail();
+  linearize_report_.reset();
+  run_steps_ = finetune_steps_ = 0;
+  run_command_.clear();
+}
 
 void Workbench::close_run() {
   supersede(&distill_job_);
-  supersede(&convert_job_);
-  supersede(&eval_job_);
   metrics_timer_->stop();
   const bool had = !run_dir_.isEmpty();
-  run_dir_.clear();
-  metrics_tail_ = MetricsTail();
-  evaluation_.reset();
-  eval_command_.clear();
-  run_steps_ = 0;
-  run_command_.clear();
+  forget_run();
   session_.run_dir.clear();
   if (had) emit trainingChanged();
 }
 
 void Workbench::poll_metrics() {
-  if (metrics_tail_.poll()) emit trainingChanged();
+  const bool stage1 = metrics_tail_.poll();
+  const bool stage2 = linearize_run_ && finetune_tail_.poll();
+  if (stage1 || stage2) emit trainingChanged();
 }
 
 void Workbench::distill_ended() {
   metrics_timer_->stop();
   metrics_tail_.poll();
+  if (linearize_run_) {
+    finetune_tail_.poll();
+    try {
+      linearize_report_ = read_linearize_report(to_std(run_dir_));
+    } catch (const std::exception& e) {
+      fail("Linearize", e);
+    }
+  }
   emit trainingChanged();
 }
 
+void Workbench::follow_run(const std::string& run, bool linearize) {
+  run_dir_ = to_q(run);
+  session_.run_dir = run;
+  linearize_run_ = linearize;
+  // A linearize run's stage 1 is a distill run in OUT/stage1, its stage 2 a finetune run in OUT/stage2.
+  metrics_tail_ = MetricsTail(linearize ? run + "/stage1" : run);
+  finetune_tail_ = FinetuneTail(linearize ? run + "/stage2" : std::string());
+  linearize_report_.reset();
+}
+
 void Workbench::open_run(const QString& dir) {
-  run_dir_ = QFileInfo(dir).absoluteFilePath();
-  session_.run_dir = to_std(run_dir_);
-  metrics_tail_ = MetricsTail(to_std(run_dir_));
+  forget_run();
+  const std::string run = to_std(QFileInfo(dir).absoluteFilePath());
+  follow_run(run, is_linearize_run(run));
   metrics_tail_.poll();
-  evaluation_.reset();
-  eval_command_.clear();
-  run_steps_ = 0;
-  run_command_.clear();
-  const std::string run = to_std(run_dir_);
+  finetune_tail_.poll();
   try {
     // No job.json yet is a run that stopped before it began (its state says so); one that is
     // there must read.
-    if (fs::is_regular_file(run + "/job.json")) {
+    if (linearize_run_) {
+      const LinearizeOptions o = read_linearize_job(run);
+      run_steps_ = o.steps;
+      finetune_steps_ = o.finetune_steps;
+      run_command_ = linearize_command(o, run);
+      linearize_report_ = read_linearize_report(run);
+    } else if (fs::is_regular_file(run + "/job.json")) {
       const DistillJob job = read_distill_job(run);
       run_steps_ = job.options.steps;
       run_command_ = job.command;
-    }
-    if (const auto e = read_run_evaluation(run)) {
-      evaluation_ = std::make_shared<const ConvertedEvaluation>(e->evaluation);
-      eval_command_ = e->command;
     }
   } catch (const std::exception& e) {
     fail("Open run", e);
   }
   emit trainingChanged();
-  if (evaluation_) emit evaluationReady();
+}
+
+QString Workbench::new_run_dir(const std::string& name) {
+  if (workspace_dir_.isEmpty()) workspace_dir_ = new_workspace();  // a capture of a session, or none yet
+  const QString runs = workspace_dir_ + "/runs";
+  if (!QDir().mkpath(runs)) throw Error(to_std(runs) + ": cannot create the runs folder");
+  // In use again: the workspace's age (what start-up pruning and File > Workspace… go by) is now.
+  std::error_code touched;
+  fs::last_write_time(to_std(workspace_dir_), fs::file_time_type::clock::now(), touched);
+  const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
+  QString dir = runs + "/" + to_q(name) + "-" + stamp;
+  for (int i = 2; QFileInfo::exists(dir); ++i) dir = runs + "/" + to_q(name) + "-" + stamp + "-" + QString::number(i);
+  return dir;
+}
+
+int Workbench::start_linearize(const TrainSettings& t) {
+  try {
+    if (closing_) return 0;
+    session_.train = t;
+    if (!model_) throw Error("No model is open: open one first (linearize converts the open model).");
+    if (distill_job_ != 0) throw Error("A training job is already running: wait for it or cancel it (Jobs tab).");
+    const std::vector<std::string> texts = text_files();
+    if (texts.empty())
+      throw Error("No sample text: add a text file (linearize trains on its head and evaluates on its held-out tail).");
+    LinearizeOptions o = linearize_options_of(t);
+    o.model = model_->path;
+    o.texts = texts;
+    o.python_module = python_module_;
+    if (t.from_allocation && !dof_state_)
+      throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
+                  "choose a fixed M.");
+    const QString dir = new_run_dir("linearize-" + o.feature_map);
+    const std::string run = to_std(dir);
+    if (t.from_allocation) {
+      // The DoF view's allocation as it is shown, in an allocation file beside the run (as for distill).
+      o.allocation = run + ".allocation.json";
+      write_allocation_file(o.allocation, *dof_state_);
+    }
+    check_linearize_options(o);
+    const std::string command = linearize_command(o, run);
+
+    forget_run();
+    follow_run(run, /*linearize=*/true);
+    run_steps_ = o.steps;
+    finetune_steps_ = o.finetune_steps;
+    run_command_ = command;
+    const std::string title = "linearize " + o.feature_map + " (" + std::to_string(o.steps) + " + " +
+                              std::to_string(o.finetune_steps) + " finetune steps)";
+    const int id = start(
+        JobKind::Linearize, title, command,
+        [o, run](Job& job) -> Apply {
+          linearize(o, run, job.progress());
+          return nullptr;
+        },
+        &distill_job_, [this](JobState, bool) { distill_ended(); });
+    if (id) metrics_timer_->start();
+    emit trainingChanged();
+    return id;
+  } catch (const std::exception& e) {
+    fail("Linearize", e);
+    return 0;
+  }
 }
 
 int Workbench::start_distill(const TrainSettings& t) {
@@ -132,21 +205,13 @@ int Workbench::start_distill(const TrainSettings& t) {
     if (closing_) return 0;
     session_.train = t;
     if (!capture_) throw Error("Nothing is captured yet: run Analysis > Capture first.");
-    if (distill_job_ != 0) throw Error("A distillation is already running: wait for it or cancel it (Jobs tab).");
+    if (distill_job_ != 0) throw Error("A training job is already running: wait for it or cancel it (Jobs tab).");
     DistillOptions o = distill_options_of(t);
     o.capture = session_.capture_dir;
     if (o.features <= 0 && !dof_state_)
       throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
                   "choose a fixed M.");
-    if (workspace_dir_.isEmpty()) workspace_dir_ = new_workspace();  // a capture of a session
-    const QString runs = workspace_dir_ + "/runs";
-    if (!QDir().mkpath(runs)) throw Error(to_std(runs) + ": cannot create the runs folder");
-    // In use again: the workspace's age (what start-up pruning and File > Workspace… go by) is now.
-    std::error_code touched;
-    fs::last_write_time(to_std(workspace_dir_), fs::file_time_type::clock::now(), touched);
-    const QString stamp = QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss");
-    QString dir = runs + "/" + to_q(o.feature_map) + "-" + stamp;
-    for (int i = 2; QFileInfo::exists(dir); ++i) dir = runs + "/" + to_q(o.feature_map) + "-" + stamp + "-" + QString::number(i);
+    const QString dir = new_run_dir(o.feature_map);
     const std::string run = to_std(dir);
     if (o.loss == DistillLoss::Direct) {
       // Direct training reads one text file: the session's, or its texts joined beside the run.
@@ -170,11 +235,8 @@ int Workbench::start_distill(const TrainSettings& t) {
     }
     const std::string command = distill_command(o, run);
 
-    run_dir_ = dir;
-    session_.run_dir = run;
-    metrics_tail_ = MetricsTail(run);
-    evaluation_.reset();
-    eval_command_.clear();
+    forget_run();
+    follow_run(run, /*linearize=*/false);
     run_steps_ = o.steps;
     run_command_ = command;
     const std::string title =
@@ -201,21 +263,24 @@ int Workbench::resume_distill() {
     if (!can_resume())
       throw Error(run_dir_.isEmpty() ? "There is no run to resume." :
                   to_std(run_dir_) + " cannot be resumed: it is " + run_state_name(*run_state()) +
-                      (fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors")
+                      (linearize_run_ || fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors")
                            ? std::string()
                            : std::string(" and has no checkpoint yet (train it again)")));
     const std::string run = to_std(run_dir_);
-    evaluation_.reset();
-    eval_command_.clear();
+    linearize_report_.reset();
+    const bool lin = linearize_run_;
     const int id = start(
-        JobKind::Distill, "resume " + fs::path(run).filename().string(), distill_resume_command(run),
-        [run](Job& job) -> Apply {
-          attnscope::resume_distill(run, job.progress());  // on the device it was started on
+        lin ? JobKind::Linearize : JobKind::Distill, "resume " + fs::path(run).filename().string(),
+        lin ? attnscope_command({"linearize", "--resume", run}) : distill_resume_command(run),
+        [run, lin](Job& job) -> Apply {
+          if (lin) resume_linearize(run, job.progress());
+          else attnscope::resume_distill(run, job.progress());  // on the device it was started on
           return nullptr;
         },
         &distill_job_, [this](JobState, bool) { distill_ended(); });
-    // The resumed run drops the lines after its checkpoint: read the file again from the start.
+    // The resumed run drops the lines after its checkpoint: read the files again from the start.
     metrics_tail_.reset();
+    finetune_tail_.reset();
     if (id) metrics_timer_->start();
     emit trainingChanged();
     return id;
@@ -223,76 +288,6 @@ int Workbench::resume_distill() {
     fail("Resume", e);
     return 0;
   }
-}
-
-int Workbench::convert_and_evaluate() {
-  try {
-    if (closing_) return 0;
-    if (!can_convert())
-      throw Error(run_dir_.isEmpty() ? "There is no run to convert: train one first."
-                                     : to_std(run_dir_) + " cannot be converted now: it is " + run_state_name(*run_state()) +
-                                           (converting() ? ", and a conversion is running" : ""));
-    if (text_files().empty()) throw Error("No sample text to evaluate on: add a text file and capture first.");
-    const std::string run = to_std(run_dir_), out = to_std(converted_dir());
-    auto current = model_;
-    const std::string module = python_module_;
-    evaluation_.reset();
-    eval_command_.clear();
-    const int id = start(
-        JobKind::Convert, "convert " + fs::path(run).filename().string(), convert_job_command(run, out),
-        [run, out, current, module](Job& job) -> Apply {
-          job.progress()(0, "reading " + run);
-          // The evaluation of the model this conversion replaces goes with it.
-          std::error_code ec;
-          fs::remove(run + "/evaluation.json", ec);
-          const std::string model_path = distill_run_model(run);
-          std::shared_ptr<const LoadedModel> m = current;
-          if (!m || !same_path(m->path, model_path)) {
-            job.progress()(0.1, "loading " + model_path);
-            m = std::make_shared<const LoadedModel>(load_model(model_path));
-          }
-          ConvertOptions opt = distill_run_convert_options(run, m->model->config());
-          opt.python_module = module;
-          job.progress()(0.3, "writing " + out);
-          convert_model(*m, opt, out);
-          job.progress()(1, "wrote " + out);
-          return nullptr;
-        },
-        &convert_job_, [this, run](JobState st, bool wanted) {
-          if (wanted && st == JobState::Succeeded && to_std(run_dir_) == run) start_evaluation();
-          emit trainingChanged();
-        });
-    emit trainingChanged();
-    return id;
-  } catch (const std::exception& e) {
-    fail("Convert", e);
-    return 0;
-  }
-}
-
-int Workbench::start_evaluation() {
-  const std::vector<std::string> texts = text_files();
-  ConvertedEvalOptions eo = eval_options_;
-  if (eo.seq_len <= 0 && capture_) eo.seq_len = int(capture_->seq_len());
-  const std::string dir = to_std(converted_dir()), run = to_std(run_dir_);
-  const std::string command = eval_converted_command(dir, texts, eo);
-  return start(
-      JobKind::Eval, "evaluate " + fs::path(run).filename().string() + "/converted", command,
-      [this, dir, run, texts, eo, command](Job& job) -> Apply {
-        job.progress()(0, "loading " + dir);
-        const LoadedModel m = load_model(dir);
-        const std::vector<int64_t> ids = encode_documents(*m.tokenizer, read_text_documents(texts));
-        auto e = std::make_shared<const ConvertedEvaluation>(evaluate_converted(*m.model, ids, eo, job.progress()));
-        // Kept with the run, so that reopening it (a session, Open run…) shows it again.
-        write_run_evaluation(run, RunEvaluation{*e, command});
-        return [this, e, run, command] {
-          if (to_std(run_dir_) != run) return;  // another run was opened meanwhile
-          evaluation_ = e;
-          eval_command_ = command;
-          emit evaluationReady();
-        };
-      },
-      &eval_job_, [this](JobState, bool) { emit trainingChanged(); });
 }
 
 }  // namespace attnscope::gui

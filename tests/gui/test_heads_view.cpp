@@ -390,12 +390,12 @@ TEST_F(HeadsViewTest, UndefinedRowsAreNamedAndLeftOutOfTheKlPlot) {
 }
 
 // At the width the heads view gets in a 1440-pixel window (about 1150 beside the model dock) the
-// three maps' titles are whole: short ("softmax", "linear: prf M=64", a hybrid's "hedgehog M=16 +
-// window 8", "difference"; the layer and head are on the info line), beside two small buttons. The short per-row plot labels its axes
+// three maps' titles are whole: short ("softmax", "linear: prf M=64", a learned map's "untrained
+// hedgehog M=16" (a hybrid's "+ window 8" may be cut), "difference"; the layer and head are on the info line), beside two small buttons. The short per-row plot labels its axes
 // "KL (nats)" and "entropy (nats)" whole, and its legend names the curves.
 TEST_F(HeadsViewTest, TitlesAndKlAxisLabelsAreShortAndWhole) {
   HeadsView hv;
-  hv.set_feature_maps({"elu", "prf"});
+  hv.set_feature_maps({"elu", "prf", "hedgehog"}, {"hedgehog"});  // hedgehog is learned: drawn untrained
   hv.set_feature_map("prf", 64, 0);
   EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "linear: prf M=64");
   hv.set_feature_map("elu", 0, 0);
@@ -413,10 +413,21 @@ TEST_F(HeadsViewTest, TitlesAndKlAxisLabelsAreShortAndWhole) {
     ASSERT_NE(title, nullptr);
     EXPECT_GE(title->width(), title->fontMetrics().horizontalAdvance(title->text())) << title->text().toStdString();
   }
-  // A hybrid's title names the map, M and the window, whole too.
+  // A hybrid's title says the map is untrained and names it, M and the window. Every hybrid map is
+  // a learned one; at this width the title is cut after M: the window is in its control beside the
+  // maps and on the info line, the whole title in the tooltip.
   hv.set_feature_map("hedgehog", 16, 8);
   QCoreApplication::processEvents();
-  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "hedgehog M=16 + window 8");
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "untrained hedgehog M=16 + window 8");
+  {
+    auto* title = hv.panel(MapKind::Linear)->findChild<QLabel*>();
+    ASSERT_NE(title, nullptr);
+    EXPECT_GE(title->width(), title->fontMetrics().horizontalAdvance("untrained hedgehog M=16…"));
+  }
+  // A plain learned map's title is whole.
+  hv.set_feature_map("hedgehog", 16, 0);
+  QCoreApplication::processEvents();
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "untrained hedgehog M=16");
   {
     auto* title = hv.panel(MapKind::Linear)->findChild<QLabel*>();
     ASSERT_NE(title, nullptr);

@@ -165,7 +165,7 @@ TEST_F(HybridWindowTest, SoftmaxWindowShowsCoresHybridMapAndEverythingFollows) {
   }
 
   // The titles and the info line say it is the hybrid.
-  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "hedgehog M=16 + window 8");
+  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "untrained hedgehog M=16 + window 8");
   EXPECT_TRUE(hv->info_label()->text().contains("text window 1")) << hv->info_label()->text().toStdString();
   EXPECT_TRUE(hv->info_label()->text().contains("hedgehog (M = 16), softmax window 8")) << hv->info_label()->text().toStdString();
 
@@ -198,7 +198,7 @@ TEST_F(HybridWindowTest, SoftmaxWindowShowsCoresHybridMapAndEverythingFollows) {
   settle(*w);
   EXPECT_EQ(hv->hybrid_window_box()->text(), "off");
   EXPECT_EQ(w->workbench()->head_detail()->linear.values, plain);
-  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "linear: hedgehog M=16");
+  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "untrained hedgehog M=16");
   EXPECT_FALSE(hv->panel(MapKind::Linear)->command().contains("--window"));
 }
 

@@ -1,29 +1,31 @@
 // The Train view end to end, driven as a user would under the offscreen platform: capture the
 // bundled model, fill the train form and press Train; the loss curves must be the run's
 // metrics.jsonl (read here with a JSON parser of its own), the job's command line must reproduce
-// the run headless; Cancel stops a long run without report.json and Resume finishes it; Convert +
-// evaluate must show core's own evaluation of the converted model.
+// the run headless; Cancel stops a long run without report.json and Resume finishes it; Linearize
+// from the tab runs core's linearize with the form's values, draws both stages' curves from their
+// metrics.jsonl files and shows linearize.json's held-out perplexities; Cancel stops it.
 #include <QLabel>
 #include <QPushButton>
 #include <QRadioButton>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTableWidget>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <qcustomplot.h>
 
-#include "attnscope/convert/converted_eval.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/base/error.h"
 #include "attnscope/model/model.h"
 #include "attnscope/distill/run_metrics.h"
-#include "attnscope/io/text_source.h"
-#include "attnscope/tokenize/tokenizer.h"
 #include "dof_view.h"
+#include "heads_view.h"
+#include "heatmap_panel.h"
 #include "main_window.h"
+#include "metrics_view.h"
 #include "model_panel.h"
 #include "training_view.h"
 #include "workbench_fixture.h"
@@ -135,7 +137,7 @@ TEST_F(TrainingTest, ShortRunDrawsMetricsJsonlAndItsCommandReproducesIt) {
   ASSERT_TRUE(fs::is_regular_file(run + "/report.json"));
   EXPECT_TRUE(run.rfind(workspace_, 0) == 0) << run << " is not under the workspace " << workspace_;
   EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
-  EXPECT_TRUE(w->training_view()->convert_button()->isEnabled());
+  EXPECT_TRUE(w->training_view()->linearize_button()->isEnabled());
   EXPECT_FALSE(w->training_view()->resume_button()->isEnabled());
   EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Finished"));
 
@@ -222,7 +224,6 @@ TEST_F(TrainingTest, CancelledRunHasNoReportAndResumeFinishesIt) {
   EXPECT_LT(stopped_at, steps);
   EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Stopped at step")) << w->training_view()->run_label()->text().toStdString();
   ASSERT_TRUE(w->training_view()->resume_button()->isEnabled());
-  EXPECT_FALSE(w->training_view()->convert_button()->isEnabled());
 
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
   QTest::mouseClick(w->training_view()->resume_button(), Qt::LeftButton);
@@ -243,89 +244,177 @@ TEST_F(TrainingTest, CancelledRunHasNoReportAndResumeFinishesIt) {
   }
 }
 
-TEST_F(TrainingTest, ConvertAndEvaluateShowsCoresComparison) {
+// Linearize from the tab (issue 15 item 6) with tiny settings: core's linearize runs as a job with
+// the form's values; stage 1's curves are OUT/stage1/metrics.jsonl, stage 2's OUT/stage2/metrics.jsonl;
+// the table is linearize.json's held-out perplexity per length, and says what it was measured on.
+TEST_F(TrainingTest, LinearizeDrawsBothStagesAndShowsTheHeldOutTable) {
   auto w = make_window();
-  const QStringList one_text = {test::bundled_texts().front()};  // the evaluation reads it all: keep it short
-  capture_bundled(*w, one_text);
-  ConvertedEvalOptions eo;
-  eo.closeness_windows = 2;
-  eo.speed_lengths = {32};
-  eo.min_seconds = 0.01;
-  w->workbench()->set_eval_options(eo);
-  train(*w, 6, 16, 3);
-  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  capture_bundled(*w);
+  w->show_view(View::Training);
+  views::TrainingView* t = w->training_view();
+  TrainSettings f = t->form();
+  f.feature_map = "hedgehog";
+  f.window = 16;
+  f.from_allocation = false;
+  f.features = 16;
+  f.steps = 6;
+  f.batch = 2;
+  f.seq_len = 64;
+  f.finetune_steps = 4;
+  f.rank = 2;
+  t->set_form(f);
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
-  QSignalSpy ready(w->workbench(), &gui::Workbench::evaluationReady);
-  ASSERT_TRUE(w->training_view()->convert_button()->isEnabled());
-  QTest::mouseClick(w->training_view()->convert_button(), Qt::LeftButton);
-  ASSERT_TRUE(wait_until([&] { return ready.count() > 0 || errors.count() > 0; }));
+  ASSERT_TRUE(t->linearize_button()->isEnabled());
+  QTest::mouseClick(t->linearize_button(), Qt::LeftButton);
+  ASSERT_TRUE(w->workbench()->training_running());
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }, 600000));
   ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
-  const std::string run = w->workbench()->run_dir().toStdString(), converted = run + "/converted";
-  EXPECT_EQ(last_job(*w, "convert").command, "attnscope convert --job " + run + " --out " + converted);
-  EXPECT_EQ(last_job(*w, "eval").state, JobState::Succeeded);
-  EXPECT_EQ(last_job(*w, "eval").command.rfind("attnscope eval --model " + converted + " --text ", 0), 0u);
+  const std::string run = w->workbench()->run_dir().toStdString();
+  EXPECT_TRUE(run.rfind(workspace_ + "/", 0) == 0) << run;
+  EXPECT_NE(fs::path(run).filename().string().find("linearize-hedgehog-"), std::string::npos) << run;
+  ASSERT_TRUE(fs::is_regular_file(run + "/linearize.json"));
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
+  EXPECT_TRUE(t->run_label()->text().startsWith("Finished: held-out perplexity")) << t->run_label()->text().toStdString();
 
-  // Core's evaluation of the converted model on the same text and windows.
-  const LoadedModel m = load_model(converted);
-  ASSERT_NE(m.model->feature_maps(), nullptr);
-  std::vector<std::string> texts;
-  for (const QString& t : one_text) texts.push_back(t.toStdString());
-  std::vector<int64_t> ids;
-  for (const TextDocument& d : read_text_documents(texts)) {
-    const auto t = m.tokenizer->encode_for_model(d.text);
-    ids.insert(ids.end(), t.begin(), t.end());
-    if (m.tokenizer->eos_id() >= 0 && !m.tokenizer->adds_bos()) ids.push_back(m.tokenizer->eos_id());
+  // The job is `attnscope linearize` with the form's values.
+  const JobStatus job = last_job(*w, "linearize");
+  EXPECT_EQ(job.state, JobState::Succeeded);
+  for (const char* arg : {"--feature-map hedgehog", "--window 16", "--features 16", "--steps 6", "--batch 2", "--seq-len 64",
+                          "--finetune-steps 4", "--rank 2"})
+    EXPECT_NE(job.command.find(arg), std::string::npos) << arg << " not in " << job.command;
+  EXPECT_EQ(job.command.substr(job.command.size() - run.size() - 7), " --out " + run);
+
+  // Stage 1: every layer's line and dots are OUT/stage1/metrics.jsonl's.
+  const Curves c = read_curves(run + "/stage1");
+  ASSERT_EQ(c.loss.size(), 4u);
+  QCustomPlot* p = t->loss_panel()->plot();
+  for (const auto& [layer, points] : c.loss) {
+    EXPECT_EQ(points.size(), 6u);
+    EXPECT_EQ(graph_points(graph_named(p, QString("layer %1").arg(layer))), points) << "layer " << layer;
+    EXPECT_EQ(graph_points(graph_named(p, QString("layer %1 validation KL").arg(layer))), c.val_kl.at(layer));
   }
-  eo.seq_len = 64;
-  const ConvertedEvaluation e = evaluate_converted(*m.model, ids, eo);
-
-  // The table as shown: measure -> (original, converted).
-  QTableWidget* t = w->training_view()->comparison_table();
-  std::map<std::string, std::pair<std::string, std::string>> shown;
-  for (int r = 0; r < t->rowCount(); ++r)
-    shown[t->item(r, 0)->text().toStdString()] = {t->item(r, 1)->text().toStdString(), t->item(r, 2)->text().toStdString()};
-  ASSERT_TRUE(shown.count("loss (nats/token)"));
-  EXPECT_NEAR(std::stod(shown["loss (nats/token)"].first), e.original_loss, 5e-5);
-  EXPECT_NEAR(std::stod(shown["loss (nats/token)"].second), e.converted_loss, 5e-5);
-  EXPECT_NEAR(std::stod(shown["perplexity"].first), std::exp(e.original_loss), 5e-4);
-  EXPECT_NEAR(std::stod(shown["perplexity"].second), std::exp(e.converted_loss), 5e-4);
-  ASSERT_EQ(e.layers.size(), 4u);
-  std::vector<double> bars;
-  auto* kl_bars = static_cast<QCPBars*>(w->training_view()->kl_panel()->plot()->plottable(0));
-  for (auto it = kl_bars->data()->constBegin(); it != kl_bars->data()->constEnd(); ++it) bars.push_back(it->value);
-  ASSERT_EQ(bars.size(), e.layers.size());
-  for (const LayerCloseness& l : e.layers) {
-    const std::string layer = "layer " + std::to_string(l.layer);
-    EXPECT_NEAR(std::stod(shown[layer + " attention KL (nats)"].second), l.attention_kl, 5e-4 * l.attention_kl);
-    EXPECT_NEAR(std::stod(shown[layer + " output rel. error"].second), l.output_rel_error, 5e-4 * l.output_rel_error);
-    EXPECT_NEAR(bars[size_t(l.layer)], l.attention_kl, 1e-9 * l.attention_kl);
-    EXPECT_GT(l.attention_kl, 0);
+  // Stage 2: the cross-entropy per step and the held-out loss, OUT/stage2/metrics.jsonl's.
+  std::vector<std::pair<double, double>> ce, val;
+  {
+    std::ifstream in(run + "/stage2/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("ce")) ce.emplace_back(j["step"].get<double>(), j["ce"].get<double>());
+      if (j.contains("val_loss")) val.emplace_back(j["step"].get<double>(), j["val_loss"].get<double>());
+    }
   }
-  ASSERT_TRUE(shown.count("tokens/s, batch 32"));
-  ASSERT_TRUE(shown.count("tokens/s, generate 32"));
-  EXPECT_GT(std::stod(shown["tokens/s, batch 32"].second), 0);
+  ASSERT_EQ(ce.size(), 4u);
+  ASSERT_FALSE(val.empty());
+  QCustomPlot* p2 = t->finetune_panel()->plot();
+  QCPGraph* ce_graph = graph_named(p2, "stage 2 (finetune) cross-entropy");
+  QCPGraph* val_graph = graph_named(p2, "stage 2 (finetune) held-out loss");
+  ASSERT_NE(ce_graph, nullptr);
+  ASSERT_NE(val_graph, nullptr);
+  EXPECT_EQ(graph_points(ce_graph), ce);
+  EXPECT_EQ(graph_points(val_graph), val);
 
-  // The table exports as Markdown and CSV with the numbers shown.
-  const std::string md = temp_dir_file("comparison.md"), csv = temp_dir_file("comparison.csv");
-  w->training_view()->export_table(QString::fromStdString(md));
-  w->training_view()->export_table(QString::fromStdString(csv));
-  EXPECT_NE(test::read_file(md).find("| loss (nats/token) | " + shown["loss (nats/token)"].first), std::string::npos);
-  EXPECT_NE(test::read_file(csv).find("perplexity," + shown["perplexity"].first), std::string::npos);
-  // The KL bars copy as the eval command that measured them; run headless it prints the same losses.
-  const std::string eval_command = last_job(*w, "eval").command;
-  EXPECT_EQ(w->training_view()->kl_panel()->command().toStdString(), eval_command);
-  std::string json_text;
-  const std::string cli = test::cli_path() + eval_command.substr(std::string("attnscope").size());
-  ASSERT_EQ(test::run_command(cli + " 2>/dev/null", &json_text), 0) << cli << "\n" << json_text;
-  const auto j = nlohmann::json::parse(json_text);
-  EXPECT_NEAR(j.at("converted").at("loss").get<double>(), e.converted_loss, 1e-9);
-  EXPECT_NEAR(j.at("layers").at(2).at("attention_kl").get<double>(), e.layers[2].attention_kl, 1e-9);
+  // The table: linearize.json's held-out perplexities, per length, each column named.
+  const auto j = nlohmann::json::parse(test::read_file(run + "/linearize.json"));
+  QTableWidget* table = t->comparison_table();
+  ASSERT_EQ(table->rowCount(), int(j.at("lengths").size()));
+  const std::vector<std::pair<std::string, std::string>> columns = {
+      {"original", "original_loss"},   {"original finetuned", "adapted_loss"}, {"untrained map", "untrained_loss"},
+      {"stage 1", "stage1_loss"},      {"final", "final_loss"}};
+  std::map<std::string, int> column;
+  for (int c2 = 0; c2 < table->columnCount(); ++c2) column[table->horizontalHeaderItem(c2)->text().toStdString()] = c2;
+  for (int r = 0; r < table->rowCount(); ++r) {
+    const auto& len = j["lengths"][size_t(r)];
+    EXPECT_EQ(table->item(r, 0)->text().toLongLong(), len.at("seq_len").get<int64_t>());
+    for (const auto& [name, key] : columns) {
+      ASSERT_TRUE(column.count(name)) << name;
+      const double shown = table->item(r, column[name])->text().toDouble();
+      EXPECT_NEAR(shown, std::exp(len.at(key).get<double>()), 0.0051) << name << " at " << len["seq_len"];
+    }
+  }
+  const QString caption = t->table_caption()->text();
+  EXPECT_TRUE(caption.contains("Held-out")) << caption.toStdString();
+  EXPECT_TRUE(caption.contains(QString::number(j.at("heldout_tokens").get<int64_t>()) + " tokens never trained on"))
+      << caption.toStdString();
+  EXPECT_TRUE(caption.contains("anchor")) << caption.toStdString();
+  // Stage 1's attention KL per layer is linearize.json's.
+  auto* bars = static_cast<QCPBars*>(t->kl_panel()->plot()->plottable(0));
+  std::vector<double> kl;
+  for (auto it = bars->data()->constBegin(); it != bars->data()->constEnd(); ++it) kl.push_back(it->value);
+  ASSERT_EQ(kl.size(), j.at("layers").size());
+  for (size_t l = 0; l < kl.size(); ++l) EXPECT_DOUBLE_EQ(kl[l], j["layers"][l].at("attention_kl").get<double>());
 
-  // A new run clears the comparison of the old one.
-  train(*w, 2, 16, 2);
-  EXPECT_EQ(w->training_view()->comparison_table()->rowCount(), 0);
-  EXPECT_FALSE(w->training_view()->convert_button()->isEnabled());
+  // The run opened again (a session, Open run…) shows the same table and curves.
+  t->set_comparison({}, {});
+  w->workbench()->open_run(QString::fromStdString(run));
+  EXPECT_EQ(table->rowCount(), int(j.at("lengths").size()));
+  EXPECT_EQ(graph_points(graph_named(t->finetune_panel()->plot(), "stage 2 (finetune) cross-entropy")), ce);
+  EXPECT_EQ(errors.count(), 0);
+}
+
+// Cancel stops a linearize run (here with the DoF view's allocation) in stage 1: no report, no
+// stage 2; Resume is offered.
+TEST_F(TrainingTest, CancelStopsALinearizeRun) {
+  auto w = make_window();
+  capture_bundled(*w, {test::bundled_texts().front(), test::bundled_texts().back()});
+  w->show_view(View::Training);
+  views::TrainingView* t = w->training_view();
+  TrainSettings f = t->form();
+  f.from_allocation = true;  // the DoF view's allocation, as an allocation file beside the run
+  f.steps = 100000;
+  f.batch = 2;
+  f.seq_len = 32;
+  f.finetune_steps = 4;
+  f.rank = 2;
+  t->set_form(f);
+  QTest::mouseClick(t->linearize_button(), Qt::LeftButton);
+  ASSERT_TRUE(w->workbench()->training_running());
+  const std::string run = w->workbench()->run_dir().toStdString();
+  EXPECT_NE(last_job(*w, "linearize").command.find("--allocation " + run + ".allocation.json"), std::string::npos)
+      << last_job(*w, "linearize").command;
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  ASSERT_TRUE(wait_until([&] { return !read_run_metrics(run + "/stage1").training.empty() || errors.count() > 0; }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  EXPECT_TRUE(t->run_label()->text().startsWith("Linearizing: stage 1 (distill) step")) << t->run_label()->text().toStdString();
+  EXPECT_FALSE(t->linearize_button()->isEnabled());
+  QTest::mouseClick(w->cancel_button(), Qt::LeftButton);
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  EXPECT_EQ(last_job(*w, "linearize").state, JobState::Cancelled);
+  EXPECT_FALSE(fs::exists(run + "/linearize.json"));
+  EXPECT_FALSE(fs::exists(run + "/stage2"));
+  EXPECT_EQ(w->workbench()->run_state(), RunState::Killed);
+  EXPECT_TRUE(t->run_label()->text().startsWith("Stopped at stage 1 (distill) step")) << t->run_label()->text().toStdString();
+  EXPECT_TRUE(t->resume_button()->isEnabled());
+  EXPECT_TRUE(t->linearize_button()->isEnabled());
+  EXPECT_EQ(t->comparison_table()->rowCount(), 0);
+}
+
+// Issue 15 item 6: the heads and metrics views draw a learned map (hedgehog, learned-prf, t2r, flex)
+// at its random initialization, and say so ("untrained hedgehog M=16"); a fixed map (prf) is what
+// it is, no label.
+TEST_F(TrainingTest, LearnedMapsInTheHeadsAndMetricsViewsAreLabelledUntrained) {
+  auto w = make_window();
+  capture_bundled(*w, {test::bundled_texts().front()});
+  views::HeadsView* hv = w->heads_view();
+  const auto metrics_titles = [&] {
+    QStringList titles;
+    for (views::PlotPanel* p : w->metrics_view()->panels()) titles << p->title();
+    return titles.join("\n");
+  };
+  hv->map_box()->setCurrentIndex(hv->map_box()->findData(QString("hedgehog")));
+  hv->features_box()->setValue(16);
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
+  QTest::qWait(50);
+  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "untrained hedgehog M=16");
+  EXPECT_TRUE(metrics_titles().contains("untrained hedgehog entropy")) << metrics_titles().toStdString();
+  EXPECT_TRUE(metrics_titles().contains("KL(softmax || untrained hedgehog)")) << metrics_titles().toStdString();
+
+  hv->map_box()->setCurrentIndex(hv->map_box()->findData(QString("prf")));
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
+  QTest::qWait(50);
+  EXPECT_EQ(hv->panel(MapKind::Linear)->title(), "linear: prf M=16");
+  EXPECT_FALSE(metrics_titles().contains("untrained")) << metrics_titles().toStdString();
+  EXPECT_TRUE(metrics_titles().contains("prf entropy")) << metrics_titles().toStdString();
 }
 
 TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
@@ -340,8 +429,10 @@ TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
   ASSERT_EQ(errors.count(), 1);
   EXPECT_TRUE(errors.first().at(1).toString().contains("Nothing is captured")) << errors.first().at(1).toString().toStdString();
   EXPECT_EQ(w->workbench()->resume_distill(), 0);
-  EXPECT_EQ(w->workbench()->convert_and_evaluate(), 0);
+  EXPECT_FALSE(w->training_view()->linearize_button()->isEnabled());
+  EXPECT_EQ(w->workbench()->start_linearize(o), 0);
   EXPECT_EQ(errors.count(), 3);
+  EXPECT_TRUE(errors.last().at(1).toString().contains("No model is open")) << errors.last().at(1).toString().toStdString();
 }
 
 TEST_F(TrainingTest, AKilledRunOfAnotherProcessOpensAndResumes) {

@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace attnscope {
@@ -17,6 +20,21 @@ int RunMetrics::num_layers() const {
 }
 
 int64_t RunMetrics::last_step() const {
+  int64_t s = 0;
+  for (const auto& p : training) s = std::max(s, p.step);
+  return s;
+}
+
+double final_validation_kl(const RunMetrics& metrics) {
+  std::map<int, double> last;
+  for (const ValidationPoint& v : metrics.validation) last[v.layer] = v.val_kl;
+  if (last.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (const auto& [layer, kl] : last) sum += kl;
+  return sum / double(last.size());
+}
+
+int64_t FinetuneMetrics::last_step() const {
   int64_t s = 0;
   for (const auto& p : training) s = std::max(s, p.step);
   return s;
@@ -51,9 +69,30 @@ void parse_line(const std::string& line, RunMetrics& into) {
   }
 }
 
-}  // namespace
+void parse_line(const std::string& line, FinetuneMetrics& into) {
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !is_number(j, "step")) return;
+  const int64_t step = j["step"].get<int64_t>();
+  if (is_number(j, "loss") && is_number(j, "ce")) {
+    FinetuneStep p;
+    p.step = step;
+    p.loss = j["loss"].get<double>();
+    p.ce = j["ce"].get<double>();
+    if (is_number(j, "lr")) p.lr = j["lr"].get<double>();
+    if (is_number(j, "elapsed_s")) p.elapsed_s = j["elapsed_s"].get<double>();
+    into.training.push_back(p);
+  }
+  if (is_number(j, "val_loss")) {
+    FinetuneValidation p;
+    p.step = step;
+    p.val_loss = j["val_loss"].get<double>();
+    p.val_perplexity = is_number(j, "val_perplexity") ? j["val_perplexity"].get<double>() : std::exp(p.val_loss);
+    into.validation.push_back(p);
+  }
+}
 
-void parse_metrics_lines(const std::string& text, RunMetrics& into) {
+template <class Metrics>
+void parse_lines(const std::string& text, Metrics& into) {
   size_t begin = 0;
   while (begin < text.size()) {
     const size_t end = text.find('\n', begin);
@@ -63,21 +102,38 @@ void parse_metrics_lines(const std::string& text, RunMetrics& into) {
   }
 }
 
+size_t count(const RunMetrics& m) { return m.training.size() + m.validation.size(); }
+size_t count(const FinetuneMetrics& m) { return m.training.size() + m.validation.size(); }
+
+}  // namespace
+
+void parse_metrics_lines(const std::string& text, RunMetrics& into) { parse_lines(text, into); }
+void parse_metrics_lines(const std::string& text, FinetuneMetrics& into) { parse_lines(text, into); }
+
 RunMetrics read_run_metrics(const std::string& run_dir) {
   MetricsTail tail(run_dir);
   tail.poll();
   return tail.metrics();
 }
 
-MetricsTail::MetricsTail(std::string run_dir) : dir_(std::move(run_dir)) {}
+FinetuneMetrics read_finetune_metrics(const std::string& run_dir) {
+  FinetuneTail tail(run_dir);
+  tail.poll();
+  return tail.metrics();
+}
 
-void MetricsTail::reset() {
-  metrics_ = RunMetrics{};
+template <class Metrics>
+JsonlTail<Metrics>::JsonlTail(std::string run_dir) : dir_(std::move(run_dir)) {}
+
+template <class Metrics>
+void JsonlTail<Metrics>::reset() {
+  metrics_ = Metrics{};
   offset_ = 0;
   inode_ = 0;
 }
 
-bool MetricsTail::poll() {
+template <class Metrics>
+bool JsonlTail<Metrics>::poll() {
   const std::string path = dir_ + "/metrics.jsonl";
   struct stat st {};
   if (dir_.empty() || ::stat(path.c_str(), &st) != 0) {
@@ -101,10 +157,13 @@ bool MetricsTail::poll() {
   const size_t last = text.rfind('\n');
   if (last == std::string::npos) return changed;
   text.resize(last + 1);
-  const size_t before = metrics_.training.size() + metrics_.validation.size();
+  const size_t before = count(metrics_);
   parse_metrics_lines(text, metrics_);
   offset_ += text.size();
-  return changed || metrics_.training.size() + metrics_.validation.size() != before;
+  return changed || count(metrics_) != before;
 }
+
+template class JsonlTail<RunMetrics>;
+template class JsonlTail<FinetuneMetrics>;
 
 }  // namespace attnscope

@@ -178,7 +178,7 @@ std::string job_text(const LO& o, const std::string& out) {
   return j.dump(2) + "\n";
 }
 
-LO read_job(const std::string& out) {
+LO read_job_file(const std::string& out) {
   const std::string path = (fs::path(out) / "job.json").string();
   std::ifstream in(path);
   if (!in) fail(out, "is not a linearize run directory (no job.json)");
@@ -407,6 +407,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   j["seq_len"] = L;
   j["final_model"] = final_model;
   j["heldout_tokens"] = heldout.size();
+  j["heldout_share"] = o.heldout_share;
   j["lengths"] = nlohmann::ordered_json::array();
   for (const auto& x : r.lengths)
     j["lengths"].push_back({{"seq_len", x.seq_len}, {"original_loss", x.original_loss}, {"untrained_loss", x.untrained_loss},
@@ -476,7 +477,55 @@ LinearizeResult linearize(const LinearizeOptions& options, const std::string& ou
 LinearizeResult resume_linearize(const std::string& out_dir, const ProgressFn& progress) {
   if (fs::is_regular_file(fs::path(out_dir) / "report.json"))
     fail(out_dir, "has finished (report.json is written): there is nothing to resume");
-  return run(read_job(out_dir), fs::absolute(out_dir).lexically_normal().string(), progress, true);
+  return run(read_job_file(out_dir), fs::absolute(out_dir).lexically_normal().string(), progress, true);
+}
+
+bool is_linearize_run(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "job.json");
+  if (!in) return false;
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("kind") && j["kind"] == "linearize";
+}
+
+LinearizeOptions read_linearize_job(const std::string& out_dir) { return read_job_file(out_dir); }
+
+std::optional<LinearizeReport> read_linearize_report(const std::string& out_dir) {
+  const std::string path = (fs::path(out_dir) / "linearize.json").string();
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  LinearizeReport r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    // A loss is a number; adapted_loss is null in a run without stage 2.
+    const auto loss = [&](const nlohmann::json& o, const char* key, bool nullable) {
+      const auto& v = o.at(key);
+      if (nullable && v.is_null()) return std::nan("");
+      if (!v.is_number()) fail(path, std::string("'") + key + "' is not a number");
+      return v.get<double>();
+    };
+    r.seq_len = j.at("seq_len").get<int64_t>();
+    r.heldout_tokens = j.at("heldout_tokens").get<int64_t>();
+    if (j.contains("heldout_share")) r.heldout_share = j["heldout_share"].get<double>();
+    r.final_model = j.at("final_model").get<std::string>();
+    for (const auto& x : j.at("lengths")) {
+      LengthResult l;
+      l.seq_len = x.at("seq_len").get<int64_t>();
+      l.original_loss = loss(x, "original_loss", false);
+      l.untrained_loss = loss(x, "untrained_loss", false);
+      l.stage1_loss = loss(x, "stage1_loss", false);
+      l.final_loss = loss(x, "final_loss", false);
+      l.adapted_loss = loss(x, "adapted_loss", true);
+      r.lengths.push_back(l);
+    }
+    if (r.lengths.empty()) fail(path, "has no lengths");
+    for (const auto& l : j.at("layers")) r.layer_kl.push_back(loss(l, "attention_kl", false));
+    if (j.contains("seconds")) r.seconds = j["seconds"].get<double>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(path, std::string("is not a linearize report: ") + e.what());
+  }
+  return r;
 }
 
 }  // namespace attnscope

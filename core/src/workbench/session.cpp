@@ -177,6 +177,22 @@ DistillOptions distill_options_of(const TrainSettings& t) {
   return o;
 }
 
+LinearizeOptions linearize_options_of(const TrainSettings& t) {
+  LinearizeOptions o;
+  o.feature_map = t.feature_map;
+  o.window = t.window;
+  o.strategy.reset();
+  o.features = t.from_allocation ? 0 : t.features;
+  o.loss = t.loss;
+  o.steps = t.steps;
+  o.lr = t.lr;
+  o.batch = t.batch;
+  o.seq_len = t.seq_len;
+  o.finetune_steps = t.finetune_steps;
+  o.rank = t.rank;
+  return o;
+}
+
 void save_session(const std::string& path, const Session& s) {
   const fs::path base = fs::absolute(path).parent_path();
   ordered_json j;
@@ -221,7 +237,10 @@ void save_session(const std::string& path, const Session& s) {
                 {"device", device_name(t.device)},
                 {"dimensions", t.from_allocation ? "allocation" : "fixed"},
                 {"features", t.features},
-                {"window", t.window}};
+                {"window", t.window},
+                {"seq_len", t.seq_len},
+                {"finetune_steps", t.finetune_steps},
+                {"rank", t.rank}};
   write_text_file(path, j.dump(2) + "\n");
 }
 
@@ -348,6 +367,11 @@ Session load_session(const std::string& file) {
     r.integer(*t, "features", "train.features", 1, INT64_MAX, "a positive integer", train.features);
     // The range distill accepts; whether the map and loss can train a hybrid is distill's check.
     r.integer(*t, "window", "train.window", 0, 1 << 20, "an integer in 0..1048576", train.window);
+    // linearize's ranges (0: the model's context length; no finetune).
+    r.integer(*t, "seq_len", "train.seq_len", 0, 1 << 20, "an integer in 0..1048576", train.seq_len);
+    r.integer(*t, "finetune_steps", "train.finetune_steps", 0, 1000000000, "an integer in 0..1000000000",
+              train.finetune_steps);
+    r.integer(*t, "rank", "train.rank", 1, 1 << 20, "an integer in 1..1048576", train.rank);
   }
   return s;
 }

@@ -81,4 +81,22 @@ struct LinearizeResult {
 LinearizeResult linearize(const LinearizeOptions& options, const std::string& out_dir, const ProgressFn& progress = nullptr);
 LinearizeResult resume_linearize(const std::string& out_dir, const ProgressFn& progress = nullptr);
 
+// True when `dir` holds a linearize run (its job.json says "kind": "linearize").
+bool is_linearize_run(const std::string& dir);
+// The options OUT/job.json records. Error naming the file when it is not a linearize job.
+LinearizeOptions read_linearize_job(const std::string& out_dir);
+
+// OUT/linearize.json, as the run wrote it.
+struct LinearizeReport {
+  int64_t seq_len = 0;
+  int64_t heldout_tokens = 0;               // the held-out text, never trained on
+  double heldout_share = std::nan("");      // its share of the text (NaN in reports that lack it)
+  std::string final_model;
+  std::vector<LengthResult> lengths;        // held-out losses per length, ascending
+  std::vector<double> layer_kl;             // stage 1's attention KL per layer (held-out windows)
+  double seconds = 0;
+};
+// Empty while the run has not written linearize.json; Error naming the file when it does not read.
+std::optional<LinearizeReport> read_linearize_report(const std::string& out_dir);
+
 }  // namespace attnscope

@@ -12,7 +12,8 @@
 //    "lambda", "budget", "strategy", "multiple",
 //    "selection": {"layer", "head", "seq"}, "colour_scale", "metric", "view",
 //    "train": {"run": "...", "feature_map", "loss", "steps", "lr", "lr_alpha", "batch", "schedule",
-//              "checkpoint_every", "device", "dimensions": "allocation" | "fixed", "features", "window"}}
+//              "checkpoint_every", "device", "dimensions": "allocation" | "fixed", "features", "window",
+//              "seq_len", "finetune_steps", "rank"}}
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +26,7 @@
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/base/device.h"
 #include "attnscope/distill/distill_options.h"
+#include "attnscope/pipeline/linearize.h"
 
 namespace attnscope {
 
@@ -47,7 +49,8 @@ GridMetric parse_grid_metric(const std::string& name);  // else Error (quantity 
 const char* grid_metric_name(GridMetric metric);
 std::vector<std::string> grid_metric_names();
 
-// The Train tab's form: what `attnscope distill` is asked to do on the session's capture.
+// The Train tab's form: what `attnscope linearize` is asked to do with the session's model and
+// texts (every field), or `attnscope distill` on the session's capture (stage 1's fields).
 struct TrainSettings {
   std::string feature_map = "learned-prf";  // one of trainable_feature_maps()
   DistillLoss loss = DistillLoss::Kl;
@@ -60,10 +63,18 @@ struct TrainSettings {
   bool from_allocation = true;  // the DoF view's allocation (the session's strategy, budget, lambda)
   int64_t features = 64;        // else this M for every head
   int64_t window = 0;           // hybrid heads (SPEC 5): softmax over the last W keys beside the map; 0: plain linear
+  // Linearize only.
+  int64_t seq_len = 0;          // tokens per window of training and held-out evaluation; 0: the context length, at most 4096
+  int64_t finetune_steps = 200; // stage 2 (low-rank finetune); 0: none
+  int64_t rank = 8;             // stage 2's adapter rank
 };
 // The form as distill's options (window included): features = 0 when from_allocation (the caller
 // gives the allocation file), no capture yet.
 DistillOptions distill_options_of(const TrainSettings& train);
+// The form as linearize's options: map, window, fixed M, loss, steps, learning rate, batch, sequence
+// length, finetune steps, rank. With from_allocation no dimensions are set (features 0, no strategy):
+// the caller gives the allocation file. The model, texts and python module are the caller's too.
+LinearizeOptions linearize_options_of(const TrainSettings& train);
 
 struct Session {
   std::string model;                // anything load_model accepts (a path, or an HF cache name kept as is)
