@@ -139,6 +139,15 @@ TEST(Hybrid, HugeScalesAndNormsStayFiniteAndExact) {
   }
 }
 
+TEST(Hybrid, LongSequencesEqualTheDenseMap) {
+  // 3000 tokens (47 chunks of the kernel, 47 window blocks), a window that is not a multiple of
+  // either: the banded + chunked output equals the dense L x L map times V.
+  const Head h = random_head(3000, 8, 6, 5.0, 4.0, 31);
+  const HybridHeads hy{100, at::full({}, -0.4, at::kDouble)};
+  const at::Tensor dense = at::matmul(hybrid_map({h.fq, h.lq}, {h.fk, h.lk}, h.q, h.k, hy), h.v);
+  EXPECT_LT(max_rel(hybrid_attention_output({h.fq, h.lq}, {h.fk, h.lk}, h.q, h.k, h.v, hy), dense), 1e-10);
+}
+
 TEST(Hybrid, WindowCoveringTheSequenceIsSoftmaxAttention) {
   const Head h = random_head(40, 8, 6, 6.0, 2.0, 5);
   const at::Tensor want = softmax_attention_output(h.q, h.k, h.v);
