@@ -228,6 +228,10 @@ class Workbench : public QObject {
   void distill_ended();  // a training job ended: the last metrics (and report), then trainingChanged()
   void forget_run();     // no current run (its job, if any, is the caller's)
   void follow_run(const std::string& run, bool linearize);  // the current run: its folder and tails
+  // A new training run (distill or linearize) in `run`, followed by the tab (curves, Resume, Open
+  // run): forgets the old run, starts `work` as the tab's training job and the metrics timer.
+  int start_run(JobKind kind, const std::string& title, const std::string& command, const std::string& run,
+                int64_t steps, int64_t finetune_steps, std::function<void(Job&)> work);
   QString new_run_dir(const std::string& name);  // WORKSPACE/runs/NAME-<time>, not created
 
   std::unique_ptr<JobRunner> runner_;

@@ -151,6 +151,25 @@ QString Workbench::new_run_dir(const std::string& name) {
   return dir;
 }
 
+int Workbench::start_run(JobKind kind, const std::string& title, const std::string& command, const std::string& run,
+                         int64_t steps, int64_t finetune_steps, std::function<void(Job&)> work) {
+  forget_run();
+  follow_run(run, kind == JobKind::Linearize);
+  run_steps_ = steps;
+  finetune_steps_ = finetune_steps;
+  run_command_ = command;
+  const int id = start(
+      kind, title, command,
+      [work](Job& job) -> Apply {
+        work(job);
+        return nullptr;
+      },
+      &distill_job_, [this](JobState, bool) { distill_ended(); });
+  if (id) metrics_timer_->start();
+  emit trainingChanged();
+  return id;
+}
+
 int Workbench::start_linearize(const TrainSettings& t) {
   try {
     if (closing_) return 0;
@@ -177,23 +196,10 @@ int Workbench::start_linearize(const TrainSettings& t) {
     check_linearize_options(o);
     const std::string command = linearize_command(o, run);
 
-    forget_run();
-    follow_run(run, /*linearize=*/true);
-    run_steps_ = o.steps;
-    finetune_steps_ = o.finetune_steps;
-    run_command_ = command;
     const std::string title = "linearize " + o.feature_map + " (" + std::to_string(o.steps) + " + " +
                               std::to_string(o.finetune_steps) + " finetune steps)";
-    const int id = start(
-        JobKind::Linearize, title, command,
-        [o, run](Job& job) -> Apply {
-          linearize(o, run, job.progress());
-          return nullptr;
-        },
-        &distill_job_, [this](JobState, bool) { distill_ended(); });
-    if (id) metrics_timer_->start();
-    emit trainingChanged();
-    return id;
+    return start_run(JobKind::Linearize, title, command, run, o.steps, o.finetune_steps,
+                     [o, run](Job& job) { linearize(o, run, job.progress()); });
   } catch (const std::exception& e) {
     fail("Linearize", e);
     return 0;
@@ -235,22 +241,9 @@ int Workbench::start_distill(const TrainSettings& t) {
     }
     const std::string command = distill_command(o, run);
 
-    forget_run();
-    follow_run(run, /*linearize=*/false);
-    run_steps_ = o.steps;
-    run_command_ = command;
     const std::string title =
         "distill " + o.feature_map + " (" + distill_loss_name(o.loss) + ", " + std::to_string(o.steps) + " steps)";
-    const int id = start(
-        JobKind::Distill, title, command,
-        [o, run](Job& job) -> Apply {
-          distill(o, run, job.progress());
-          return nullptr;
-        },
-        &distill_job_, [this](JobState, bool) { distill_ended(); });
-    if (id) metrics_timer_->start();
-    emit trainingChanged();
-    return id;
+    return start_run(JobKind::Distill, title, command, run, o.steps, 0, [o, run](Job& job) { distill(o, run, job.progress()); });
   } catch (const std::exception& e) {
     fail("Train", e);
     return 0;
