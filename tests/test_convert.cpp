@@ -16,6 +16,7 @@
 #include "attnscope/io/safetensors.h"
 #include "hf_checkpoint_writer.h"
 #include "test_support.h"
+#include "tiny_models.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_convert {
@@ -360,19 +361,7 @@ TEST(Convert, FromFinishedJob) {
 // converted: the recurrent form applies RoPE at each token's own position and agrees with the
 // batch form, and attnscope_linear.py gives the same logits.
 TEST(Convert, LlamaWithGroupedQueryAttention) {
-  test::RefConfig rc;
-  rc.arch = test::RefArch::Llama;
-  rc.n_layer = 2;
-  rc.n_head = 4;
-  rc.n_kv_head = 2;
-  rc.d_model = 32;
-  rc.d_ff = 64;
-  rc.vocab = 4096;  // the bundled tokenizer's
-  rc.n_ctx = 64;
-  const std::string src = test::temp_dir("convert_llama") + "/src";
-  fs::create_directories(src);
-  test::write_hf_checkpoint(src, rc, test::random_weights(rc, 21));
-  fs::copy_file(bundled() + "/tokenizer.json", src + "/tokenizer.json");
+  const std::string src = test::tiny_llama_dir("convert_llama", 21);
   LoadedModel orig = load_model(src);
   ConvertOptions o;
   o.map.name = "prf";

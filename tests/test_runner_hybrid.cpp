@@ -19,6 +19,7 @@
 #include "attnscope/io/safetensors.h"
 #include "hf_checkpoint_writer.h"
 #include "test_support.h"
+#include "tiny_models.h"
 
 namespace test_runner_hybrid {
 
@@ -41,22 +42,7 @@ std::string cli_convert(const std::string& src, const std::string& map, const st
 // A small Llama (RoPE, grouped-query attention: 4 query heads on 2 key/value heads, head dim 8) in
 // Hugging Face layout.
 const std::string& llama_source() {
-  static const std::string src = [] {
-    test::RefConfig rc;
-    rc.arch = test::RefArch::Llama;
-    rc.n_layer = 2;
-    rc.n_head = 4;
-    rc.n_kv_head = 2;
-    rc.d_model = 32;
-    rc.d_ff = 64;
-    rc.vocab = 4096;  // the bundled tokenizer's
-    rc.n_ctx = 64;
-    const std::string dir = test::temp_dir("hybrid_llama_src") + "/src";
-    fs::create_directories(dir);
-    test::write_hf_checkpoint(dir, rc, test::random_weights(rc, 23));
-    fs::copy_file(bundled() + "/tokenizer.json", dir + "/tokenizer.json");
-    return dir;
-  }();
+  static const std::string src = test::tiny_llama_dir("hybrid_llama_src", 23);
   return src;
 }
 

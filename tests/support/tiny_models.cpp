@@ -8,11 +8,29 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/model/model.h"
 #include "attnscope/tokenize/tokenizer.h"
+#include "hf_checkpoint_writer.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;
 
 namespace attnscope::test {
+
+std::string tiny_llama_dir(const std::string& tag, uint32_t seed) {
+  RefConfig rc;
+  rc.arch = RefArch::Llama;
+  rc.n_layer = 2;
+  rc.n_head = 4;
+  rc.n_kv_head = 2;
+  rc.d_model = 32;
+  rc.d_ff = 64;
+  rc.vocab = 4096;  // the bundled tokenizer's
+  rc.n_ctx = 64;
+  const std::string dir = temp_dir(tag) + "/src";
+  fs::create_directories(dir);
+  write_hf_checkpoint(dir, rc, random_weights(rc, seed));
+  fs::copy_file(source_dir() + "/resources/models/brown-gpt2-mini/tokenizer.json", dir + "/tokenizer.json");
+  return dir;
+}
 
 std::string tiny_gpt2_dir() {
   static std::string dir;

@@ -1,5 +1,6 @@
 // Small models with random weights that tests load through the public API.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace attnscope::test {
@@ -7,6 +8,11 @@ namespace attnscope::test {
 // A 2-layer GPT-2 (d_model 16, 2 heads, context 64, vocab 320) with a byte-level BPE tokenizer
 // trained on resources/texts, written once per process in Hugging Face layout; returns its dir.
 std::string tiny_gpt2_dir();
+
+// A small Llama (RoPE, grouped-query attention: 4 query heads on 2 key/value heads, head dim 8,
+// context 64) with random weights drawn from `seed`, in Hugging Face layout with the bundled
+// model's tokenizer, written to a fresh folder named after `tag`; returns its dir.
+std::string tiny_llama_dir(const std::string& tag, uint32_t seed);
 
 // A capture of the bundled model (resources/models/brown-gpt2-mini) on the sample texts: 6 windows x
 // 64 tokens, seed 3, written once per process; returns its dir.
