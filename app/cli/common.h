@@ -33,6 +33,7 @@ std::vector<std::string> default_texts();
 struct ModelArgs {
   std::string model;
   std::string tokenizer;
+  std::string dtype = "f32";  // the compute dtype (parse_compute_dtype); weights stay as stored
   void add_to(CLI::App* cmd);
   LoadedModel load() const;
 };

@@ -21,10 +21,45 @@ namespace attnscope {
 
 namespace {
 
+// The dtype of what is numerically delicate (attention, norms, logits): float32, or float64 for a
+// model that computes in float64 (the tests' gradient checks).
+at::ScalarType wide(at::ScalarType compute) { return compute == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Computed in float32 whatever the compute dtype (as Hugging Face does), returned in x's dtype.
 at::Tensor norm(const ModelConfig& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (!c.rms_norm) return at::layer_norm(x, {c.d_model}, w, b, c.norm_eps);
+  const at::ScalarType f = wide(x.scalar_type());
+  const at::Tensor xf = x.to(f), wf = w.to(f);
+  if (!c.rms_norm) return at::layer_norm(xf, {c.d_model}, wf, b.defined() ? b.to(f) : b, c.norm_eps).to(x.scalar_type());
   // RMSNorm: x * rsqrt(mean(x^2) + eps) * w
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * w;
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * wf).to(x.scalar_type());
+}
+
+// One layer's weights in the compute dtype: the tensors already in it are shared, the others are
+// converted copies that live while the layer runs (the stored weights stay as they are).
+LayerWeights in_dtype(const LayerWeights& l, at::ScalarType dt) {
+  auto to = [dt](const at::Tensor& t) { return !t.defined() || t.scalar_type() == dt ? t : t.to(dt); };
+  LayerWeights m;
+  m.ln1_w = to(l.ln1_w), m.ln1_b = to(l.ln1_b);
+  m.wq = to(l.wq), m.wk = to(l.wk), m.wv = to(l.wv), m.wo = to(l.wo);
+  m.bq = to(l.bq), m.bk = to(l.bk), m.bv = to(l.bv), m.bo = to(l.bo);
+  m.ln2_w = to(l.ln2_w), m.ln2_b = to(l.ln2_b);
+  m.w_up = to(l.w_up), m.b_up = to(l.b_up), m.w_gate = to(l.w_gate);
+  m.w_down = to(l.w_down), m.b_down = to(l.b_down);
+  return m;
+}
+
+// The token embeddings of ids (plus learned positions from `start`) in the compute dtype, [B, L, D].
+at::Tensor embed(const ModelConfig& c, const ModelWeights& w, const at::Tensor& ids, int64_t start) {
+  at::Tensor x = at::embedding(w.tok_emb, ids).to(w.compute);
+  if (c.rotary_dim == 0) x = x + w.pos_emb.narrow(0, start, ids.size(1)).to(w.compute);
+  return x;
+}
+
+// The language-model head over hidden states h [..., D]: float32 logits [..., V] (float64 for a
+// float64 model).
+at::Tensor lm_logits(const ModelWeights& w, const at::Tensor& h) {
+  const at::Tensor head = w.lm_head.scalar_type() == h.scalar_type() ? w.lm_head : w.lm_head.to(h.scalar_type());
+  return at::matmul(h, head.t()).to(wide(h.scalar_type()));
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -163,6 +198,10 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
                      const HeadFeatureMaps* lin) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
   auto [q, k, v, q_pre, k_pre] = project(c, w, x, cos, sin);
+  // Attention runs in float32 whatever the compute dtype: scores, softmax, the feature maps' log
+  // domain, and what a capture hook sees (no-ops for a float32 model).
+  const at::ScalarType f = wide(x.scalar_type());
+  q = q.to(f), k = k.to(f), v = v.to(f), q_pre = q_pre.to(f), k_pre = k_pre.to(f);
 
   at::Tensor probs, out;
   if (lin) {
@@ -185,7 +224,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
     if (hook->want_probs) a.probs = probs;
     hook->on_layer(a);
   }
-  return linear(out.transpose(1, 2).reshape({B, L, H * d}), w.wo, w.bo);
+  return linear(out.transpose(1, 2).reshape({B, L, H * d}).to(x.scalar_type()), w.wo, w.bo);
 }
 
 void check_ids(const ModelConfig& c, const at::Tensor& ids) {
@@ -203,13 +242,12 @@ void check_ids(const ModelConfig& c, const at::Tensor& ids) {
 at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const HeadFeatureMaps* linear,
                         const at::Tensor& ids, const CaptureHook* hook) {
   const int64_t L = ids.size(1);
-  at::Tensor x = at::embedding(weights.tok_emb, ids);  // [B, L, D]
-  if (c.rotary_dim == 0) x = x + weights.pos_emb.narrow(0, 0, L);
+  at::Tensor x = embed(c, weights, ids, 0);  // [B, L, D]
   at::Tensor cos, sin;
   if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, L, x.device());
   const at::Tensor mask = causal_mask(L, x.device());
   for (int s = 0; s < c.n_layer; ++s) {
-    const LayerWeights& w = weights.layers[s];
+    const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
     at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear);
     if (c.parallel_residual) {
       x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
@@ -226,7 +264,7 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
 at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const HeadFeatureMaps* linear,
                        const at::Tensor& ids, const CaptureHook* hook) {
   check_ids(c, ids);
-  return at::matmul(final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1), weights.lm_head.t());
+  return lm_logits(weights, final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1));
 }
 
 // The recurrent form of linear attention through the whole model. Per layer and head the running
@@ -268,18 +306,19 @@ class Recurrent {
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     const int64_t B = ids.size(0), H = c_.n_head, d = c_.head_dim;
-    at::Tensor x = at::embedding(w_.tok_emb, ids).unsqueeze(1);  // [B, 1, D]
-    if (c_.rotary_dim == 0) x = x + w_.pos_emb.narrow(0, pos, 1);
+    at::Tensor x = embed(c_, w_, ids.unsqueeze(1), pos);  // [B, 1, D]
     at::Tensor cos, sin;
     if (c_.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c_, 1, x.device(), pos);
     for (int s = 0; s < c_.n_layer; ++s) {
-      const LayerWeights& w = w_.layers[s];
-      const Projected p = project(c_, w, norm(c_, x, w.ln1_w, w.ln1_b), cos, sin);
+      const LayerWeights w = in_dtype(w_.layers[s], w_.compute);
+      Projected p = project(c_, w, norm(c_, x, w.ln1_w, w.ln1_b), cos, sin);
+      const at::ScalarType f = wide(x.scalar_type());
+      p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f);  // attention in float32
       std::vector<at::Tensor> ys;
       for (int64_t h = 0; h < H; ++h)
         ys.push_back(lin_.window > 0 ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
                                      : head_step(state_[s][h], *lin_.maps[s][h], p, h));
-      at::Tensor a = linear(at::stack(ys, 1).reshape({B, 1, H * d}), w.wo, w.bo);
+      at::Tensor a = linear(at::stack(ys, 1).reshape({B, 1, H * d}).to(x.scalar_type()), w.wo, w.bo);
       if (c_.parallel_residual) {
         x = x + a + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
       } else {
@@ -287,8 +326,7 @@ class Recurrent {
         x = x + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
       }
     }
-    x = norm(c_, x, w_.lnf_w, w_.lnf_b);
-    return at::matmul(x, w_.lm_head.t()).squeeze(1);
+    return lm_logits(w_, norm(c_, x, w_.lnf_w, w_.lnf_b)).squeeze(1);
   }
 
  private:
@@ -342,6 +380,7 @@ class Recurrent {
 ModelWeights weights_on(const ModelWeights& w, const at::Device& device) {
   auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
   ModelWeights out;
+  out.compute = w.compute;
   out.tok_emb = to(w.tok_emb);
   out.pos_emb = to(w.pos_emb);
   for (const LayerWeights& l : w.layers) {
@@ -416,7 +455,7 @@ Model::Model(ModelConfig config, ModelWeights weights)
 
 at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const {
   check_ids(config_, ids);
-  return at::matmul(final_hidden(config_, weights_, linear_.get(), ids, hook), weights_.lm_head.t());
+  return lm_logits(weights_, final_hidden(config_, weights_, linear_.get(), ids, hook));
 }
 
 std::vector<std::vector<double>> Model::window_losses(const std::vector<int64_t>& ids, int seq_len,
