@@ -123,6 +123,7 @@ void register_bench(CLI::App& app) {
   register_train_bench(bench);
   register_attention_bench(bench);
   register_dof_bench(bench);
+  register_scale_bench(bench);
 }
 
 }  // namespace attnscope::cli

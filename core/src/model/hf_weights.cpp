@@ -145,6 +145,46 @@ ModelWeights load_hf_weights(const ModelConfig& c, const WeightStore& store) {
   fail("weights", "llama2.c checkpoints are loaded with load_llama2c_model");
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(const ModelConfig& c) {
+  const int64_t D = c.d_model, F = c.d_ff, V = c.vocab_size, q = int64_t(c.n_head) * c.head_dim,
+                kv = int64_t(c.n_kv_head) * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  switch (c.arch) {
+    case Arch::GPT2:  // as the Hub's gpt2 stores them: no "transformer." prefix, Conv1D [in, out]
+      out = {{"wte.weight", {V, D}}, {"wpe.weight", {c.n_ctx, D}}};
+      for (int s = 0; s < c.n_layer; ++s) {
+        const std::string l = "h." + std::to_string(s) + ".";
+        for (auto& e : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+                 {"ln_1.weight", {D}},        {"ln_1.bias", {D}},         {"attn.c_attn.weight", {D, 3 * D}},
+                 {"attn.c_attn.bias", {3 * D}}, {"attn.c_proj.weight", {D, D}}, {"attn.c_proj.bias", {D}},
+                 {"ln_2.weight", {D}},        {"ln_2.bias", {D}},         {"mlp.c_fc.weight", {D, F}},
+                 {"mlp.c_fc.bias", {F}},      {"mlp.c_proj.weight", {F, D}}, {"mlp.c_proj.bias", {D}}})
+          out.emplace_back(l + e.first, e.second);
+      }
+      out.push_back({"ln_f.weight", {D}});
+      out.push_back({"ln_f.bias", {D}});
+      if (!c.tied_embeddings) out.push_back({"lm_head.weight", {V, D}});
+      return out;
+    case Arch::Llama:
+      if (c.attn_bias || c.mlp_bias) break;
+      out = {{"model.embed_tokens.weight", {V, D}}};
+      for (int s = 0; s < c.n_layer; ++s) {
+        const std::string l = "model.layers." + std::to_string(s) + ".";
+        for (auto& e : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+                 {"input_layernorm.weight", {D}}, {"self_attn.q_proj.weight", {q, D}}, {"self_attn.k_proj.weight", {kv, D}},
+                 {"self_attn.v_proj.weight", {kv, D}}, {"self_attn.o_proj.weight", {D, q}},
+                 {"post_attention_layernorm.weight", {D}}, {"mlp.gate_proj.weight", {F, D}}, {"mlp.up_proj.weight", {F, D}},
+                 {"mlp.down_proj.weight", {D, F}}})
+          out.emplace_back(l + e.first, e.second);
+      }
+      out.push_back({"model.norm.weight", {D}});
+      if (!c.tied_embeddings) out.push_back({"lm_head.weight", {V, D}});
+      return out;
+    default: break;
+  }
+  fail(c.arch_name, "writing the tensor list is implemented for GPT-2 and bias-free Llama models only");
+}
+
 NamedTensors hf_weights_with_attention(const ModelConfig& c, const WeightStore& st, const ModelWeights& w) {
   if (int(w.layers.size()) != c.n_layer) fail(st.source(), "weights of another layer count");
   auto cpu = [](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).contiguous(); };

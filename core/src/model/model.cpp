@@ -137,7 +137,7 @@ Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor&
   return {q, expand(k), expand(v), q_pre, expand(k_pre)};
 }
 
-using HeadMaps = std::vector<std::shared_ptr<FeatureMap>>;
+using MapsOfLayer = std::vector<std::shared_ptr<FeatureMap>>;
 
 // A query that sees no key with positive weight (ReLU-type maps: t2r, relu, cosformer, when every
 // visible phi(q).phi(k) is 0) has no attention distribution: its output is 0/0. The model reads
@@ -151,7 +151,7 @@ at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan
 // q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat (or the hybrid map).
 at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor& q, const at::Tensor& k,
                         const at::Tensor& v, at::Tensor* probs) {
-  const HeadMaps& maps = lin.maps[size_t(layer)];
+  const MapsOfLayer& maps = lin.maps[size_t(layer)];
   const bool hybrid = lin.window > 0;
   const int64_t H = q.size(1);
   std::vector<Features> fq(H), fk(H);

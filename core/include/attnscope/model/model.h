@@ -150,6 +150,11 @@ ModelWeights load_hf_weights(const ModelConfig& c, const class WeightStore& stor
 std::vector<std::pair<std::string, at::Tensor>> hf_weights_with_attention(const ModelConfig& c, const class WeightStore& store,
                                                                        const ModelWeights& weights);
 
+// The name and shape of every tensor a Hugging Face checkpoint of `c` holds, in the Hub's order
+// (GPT-2, and Llama without biases): what load_hf_weights reads. For writing shaped checkpoints
+// (bench scale). Throws Error for other architectures.
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(const ModelConfig& c);
+
 // Writes a model in Hugging Face layout (config.json + model.safetensors), GPT-2 naming (only for
 // Arch::GPT2). Used by `pretrain` and by tests that need a checkpoint. Atomic per file.
 void save_gpt2_model(const Model& m, const std::string& dir);
