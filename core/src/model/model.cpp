@@ -58,8 +58,16 @@ at::Tensor embed(const ModelConfig& c, const ModelWeights& w, const at::Tensor& 
 // The language-model head over hidden states h [..., D]: float32 logits [..., V] (float64 for a
 // float64 model).
 at::Tensor lm_logits(const ModelWeights& w, const at::Tensor& h) {
-  const at::Tensor head = w.lm_head.scalar_type() == h.scalar_type() ? w.lm_head : w.lm_head.to(h.scalar_type());
-  return at::matmul(h, head.t()).to(wide(h.scalar_type()));
+  const at::ScalarType dt = h.scalar_type();
+  if (w.lm_head.scalar_type() == dt) return at::matmul(h, w.lm_head.t()).to(wide(dt));
+  // Converted block by block: the whole head in the compute dtype would be the largest tensor of
+  // the run (Llama 3's 128256 x 2048 head is 1 GB in float32).
+  constexpr int64_t kRows = 16384;
+  const int64_t V = w.lm_head.size(0);
+  std::vector<at::Tensor> parts;
+  for (int64_t v0 = 0; v0 < V; v0 += kRows)
+    parts.push_back(at::matmul(h, w.lm_head.narrow(0, v0, std::min(kRows, V - v0)).to(dt).t()).to(wide(dt)));
+  return parts.size() == 1 ? parts[0] : at::cat(parts, -1);
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -227,6 +235,13 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
   return linear(out.transpose(1, 2).reshape({B, L, H * d}).to(x.scalar_type()), w.wo, w.bo);
 }
 
+// The rest of a layer once its attention output a [B, L, D] is known: the residuals and the MLP.
+at::Tensor finish_layer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x, const at::Tensor& a) {
+  if (c.parallel_residual) return x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
+  const at::Tensor h = x + a;
+  return h + mlp(c, w, norm(c, h, w.ln2_w, w.ln2_b));
+}
+
 void check_ids(const ModelConfig& c, const at::Tensor& ids) {
   if (ids.dim() != 2 || ids.scalar_type() != at::kLong) fail("forward", "ids must be int64 [batch, length]");
   const int64_t L = ids.size(1);
@@ -248,13 +263,7 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
   const at::Tensor mask = causal_mask(L, x.device());
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
-    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear);
-    if (c.parallel_residual) {
-      x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
-    } else {
-      x = x + a;
-      x = x + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
-    }
+    x = finish_layer(c, w, x, attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear));
   }
   return norm(c, x, weights.lnf_w, weights.lnf_b);
 }
@@ -266,6 +275,84 @@ at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const 
   check_ids(c, ids);
   return lm_logits(weights, final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1));
 }
+
+// One new token ids [B] at position pos through every layer -> logits [B, V]: how generation steps.
+// attend(layer, p) gives the heads' outputs [B, H, d] from this token's projections p (q, k, v
+// [B, H, 1, d] in the wide dtype, key/value heads expanded to the query heads) and whatever state
+// it keeps (a key-value cache, the recurrent sums).
+template <class Attend>
+at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
+  const int64_t B = ids.size(0);
+  at::Tensor x = embed(c, weights, ids.unsqueeze(1), pos);  // [B, 1, D]
+  at::Tensor cos, sin;
+  if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, 1, x.device(), pos);
+  const at::ScalarType f = wide(x.scalar_type());
+  for (int s = 0; s < c.n_layer; ++s) {
+    const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
+    Projected p = project(c, w, norm(c, x, w.ln1_w, w.ln1_b), cos, sin);
+    p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f);  // attention in float32
+    const at::Tensor y = attend(s, p);                  // [B, H, d]
+    x = finish_layer(c, w, x, linear(y.reshape({B, 1, -1}).to(x.scalar_type()), w.wo, w.bo));
+  }
+  return lm_logits(weights, norm(c, x, weights.lnf_w, weights.lnf_b)).squeeze(1);
+}
+
+// Softmax attention with a key-value cache, as every runtime generates: each layer keeps the keys
+// and values of the tokens read so far (its key/value heads only, not expanded for grouped-query
+// attention; in the wide dtype), and a new token attends over them: O(n d) per head per token.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), k_(c.n_layer), v_(c.n_layer), n_(c.n_layer, 0) {}
+
+  // Reads a prompt ids [B, L] in one batch forward, keeping every layer's keys and values; the
+  // logits of its last position [B, V]. The next step() is at position L.
+  at::Tensor prefill(const at::Tensor& ids) {
+    const int64_t g = c_.n_head / c_.n_kv_head;
+    CaptureHook hook;
+    hook.on_layer = [&](const AttentionActivations& a) {
+      const at::Tensor k = a.k.slice(1, 0, c_.n_head, g), v = a.v.slice(1, 0, c_.n_head, g);  // [B, Hkv, L, d]
+      const int64_t L = k.size(2);
+      for (auto [buf, t] : {std::pair<at::Tensor*, const at::Tensor*>{&k_[a.layer], &k}, {&v_[a.layer], &v}}) {
+        std::vector<int64_t> shape = t->sizes().vec();
+        shape[2] = L + 256;
+        *buf = at::empty(shape, t->options());
+        buf->narrow(2, 0, L).copy_(*t);
+      }
+      n_[a.layer] = L;
+    };
+    return last_logits(c_, w_, nullptr, ids, &hook);
+  }
+
+  at::Tensor step(const at::Tensor& ids, int64_t pos) {
+    return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
+      const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, g = H / Hkv, d = c_.head_dim;
+      append(k_[s], n_[s], p.k.slice(1, 0, H, g));
+      append(v_[s], n_[s], p.v.slice(1, 0, H, g));
+      const int64_t n = ++n_[s];
+      const at::Tensor q = p.q.reshape({B, Hkv, g, d});  // query head j*g+i reads key/value head j
+      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, 0, n).transpose(-2, -1)) / std::sqrt(double(d));
+      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, 0, n)).reshape({B, H, d});
+    });
+  }
+
+ private:
+  // Writes t [B, Hkv, 1, d] at position n of buf [B, Hkv, capacity, d], growing it by half when full.
+  static void append(at::Tensor& buf, int64_t n, const at::Tensor& t) {
+    if (buf.size(2) == n) {
+      std::vector<int64_t> shape = buf.sizes().vec();
+      shape[2] = n + std::max<int64_t>(n / 2, 256);
+      at::Tensor grown = at::empty(shape, buf.options());
+      grown.narrow(2, 0, n).copy_(buf.narrow(2, 0, n));
+      buf = grown;
+    }
+    buf.narrow(2, n, 1).copy_(t);
+  }
+
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  std::vector<at::Tensor> k_, v_;  // per layer [B, Hkv, capacity, d]
+  std::vector<int64_t> n_;         // per layer: tokens held
+};
 
 // The recurrent form of linear attention through the whole model. Per layer and head the running
 // sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
@@ -305,28 +392,13 @@ class Recurrent {
 
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
-    const int64_t B = ids.size(0), H = c_.n_head, d = c_.head_dim;
-    at::Tensor x = embed(c_, w_, ids.unsqueeze(1), pos);  // [B, 1, D]
-    at::Tensor cos, sin;
-    if (c_.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c_, 1, x.device(), pos);
-    for (int s = 0; s < c_.n_layer; ++s) {
-      const LayerWeights w = in_dtype(w_.layers[s], w_.compute);
-      Projected p = project(c_, w, norm(c_, x, w.ln1_w, w.ln1_b), cos, sin);
-      const at::ScalarType f = wide(x.scalar_type());
-      p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f);  // attention in float32
+    return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
       std::vector<at::Tensor> ys;
-      for (int64_t h = 0; h < H; ++h)
+      for (int64_t h = 0; h < c_.n_head; ++h)
         ys.push_back(lin_.window > 0 ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
                                      : head_step(state_[s][h], *lin_.maps[s][h], p, h));
-      at::Tensor a = linear(at::stack(ys, 1).reshape({B, 1, H * d}).to(x.scalar_type()), w.wo, w.bo);
-      if (c_.parallel_residual) {
-        x = x + a + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
-      } else {
-        x = x + a;
-        x = x + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
-      }
-    }
-    return lm_logits(w_, norm(c_, x, w_.lnf_w, w_.lnf_b)).squeeze(1);
+      return at::stack(ys, 1);  // [B, H, d]
+    });
   }
 
  private:
@@ -458,6 +530,11 @@ at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const 
   return lm_logits(weights_, final_hidden(config_, weights_, linear_.get(), ids, hook));
 }
 
+at::Tensor Model::hidden_states(const at::Tensor& ids, const CaptureHook* hook) const {
+  check_ids(config_, ids);
+  return final_hidden(config_, weights_, linear_.get(), ids, hook);
+}
+
 std::vector<std::vector<double>> Model::window_losses(const std::vector<int64_t>& ids, int seq_len,
                                                      const ProgressFn& progress) const {
   if (seq_len < 2 || seq_len > config_.n_ctx)
@@ -495,42 +572,55 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const Prog
 
 std::vector<int64_t> Model::generate_greedy(
     std::vector<int64_t> prompt, int steps, int64_t stop_id,
-    const std::function<void(const std::vector<int64_t>&)>& on_token) const {
+    const std::function<void(const std::vector<int64_t>&)>& on_token, bool kv_cache) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
   at::NoGradGuard no_grad;
   const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
-  if (linear_) {  // recurrent form: constant work per new token
-    std::unique_ptr<Recurrent> r;
-    int64_t pos = 0;
-    at::Tensor logits;
-    // From scratch over the last n_ctx tokens: at the start, and when positions run out (the
-    // sliding window the softmax path uses below).
-    auto restart = [&] {
-      r = std::make_unique<Recurrent>(config_, weights_, *linear_);
-      const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-      logits = r->prefill(at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device));
-      pos = int64_t(n);
-    };
-    restart();
+  auto window = [&] {  // the last n_ctx tokens: the model's positions run out beyond them
+    const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
+    return at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
+  };
+  if (!linear_ && !kv_cache) {  // the whole window again for every token (benchmarks' "no cache" column)
     for (int i = 0; i < steps; ++i) {
-      const int64_t next = logits.select(0, 0).argmax().item<int64_t>();
+      const int64_t next = last_logits(config_, weights_, nullptr, window(), nullptr).squeeze(0).argmax().item<int64_t>();
       if (next == stop_id) break;
       prompt.push_back(next);
       if (on_token) on_token(prompt);
-      if (i + 1 == steps) break;
-      if (pos >= config_.n_ctx) restart();
-      else logits = r->step(at::tensor(std::vector<int64_t>{next}).to(device), pos++);
     }
     return prompt;
   }
+  // The prompt in one batch forward, then one step per token: linear attention's recurrent state
+  // (constant work per token) or softmax attention's key-value cache (work growing with the context).
+  std::unique_ptr<Recurrent> recurrent;
+  std::unique_ptr<KvCache> cache;
+  int64_t pos = 0;
+  at::Tensor logits;
+  // From scratch over the last n_ctx tokens: at the start, and when positions run out.
+  auto restart = [&] {
+    const at::Tensor ids = window();
+    if (linear_) {
+      recurrent = std::make_unique<Recurrent>(config_, weights_, *linear_);
+      logits = recurrent->prefill(ids);
+    } else {
+      cache = std::make_unique<KvCache>(config_, weights_);
+      logits = cache->prefill(ids);
+    }
+    pos = ids.size(1);
+  };
+  restart();
   for (int i = 0; i < steps; ++i) {
-    const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-    at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
-    at::Tensor logits = last_logits(config_, weights_, nullptr, w, nullptr).squeeze(0);
-    const int64_t next = logits.argmax().item<int64_t>();
+    const int64_t next = logits.select(0, 0).argmax().item<int64_t>();
     if (next == stop_id) break;
     prompt.push_back(next);
     if (on_token) on_token(prompt);
+    if (i + 1 == steps) break;
+    if (pos >= config_.n_ctx) {
+      restart();
+      continue;
+    }
+    const at::Tensor id = at::tensor(std::vector<int64_t>{next}).to(device);
+    logits = linear_ ? recurrent->step(id, pos) : cache->step(id, pos);
+    ++pos;
   }
   return prompt;
 }

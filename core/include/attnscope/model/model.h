@@ -88,6 +88,10 @@ class Model {
   // ids: int64 [B, L] with L <= n_ctx. Returns float32 logits [B, L, V]. Autograd is recorded only
   // when weights require grad; capture runs under inference mode by the caller's choice.
   at::Tensor forward(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
+  // The same pass without the language-model head: the final hidden states [B, L, D] in the compute
+  // dtype. For capture, which wants only what the hook sees (the head of a 128K vocabulary is the
+  // costliest matrix of a small model).
+  at::Tensor hidden_states(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
 
   // Mean next-token cross-entropy (nats) over a token sequence, in windows of `seq_len`.
   double mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress = nullptr) const;
@@ -97,10 +101,14 @@ class Model {
                                                  const ProgressFn& progress = nullptr) const;
 
   // Greedy decoding: appends up to `steps` tokens to `prompt`; stops early at `stop_id` (>= 0),
-  // which is not appended. `on_token` sees the sequence after each new token (for streaming).
+  // which is not appended. `on_token` sees the sequence after each new token (for streaming). The
+  // prompt is read in one batch forward, then each token is one step: a converted model steps its
+  // recurrent state; a softmax model keeps a key-value cache, as every runtime does (kv_cache =
+  // false re-runs the whole window for every token instead: only for the benchmarks' labelled
+  // "no cache" column). Past n_ctx tokens, both restart on the last n_ctx.
   std::vector<int64_t> generate_greedy(
       std::vector<int64_t> prompt, int steps, int64_t stop_id = -1,
-      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr) const;
+      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr, bool kv_cache = true) const;
 
  private:
   ModelConfig config_;
