@@ -75,8 +75,8 @@ void ModelArgs::add_to(CLI::App* cmd) {
                   "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)");
   note_quantity_flag("compute dtype", "--dtype");
   cmd->add_option("--dtype", dtype,
-                  "the dtype each layer computes in; weights stay as stored (memory-mapped) and attention, norms "
-                  "and logits are float32 whatever this is")
+                  "the dtype each layer's projections and MLP compute in; weights stay as stored (memory-mapped, "
+                  "converted one layer at a time) and attention, norms and logits stay float32 (float64 with f64)")
       ->check(CLI::IsMember(compute_dtype_names()))
       ->capture_default_str();
 }
