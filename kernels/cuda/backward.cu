@@ -103,9 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   // m0..m0+NM-1 (block_gemm ends on a barrier, so the next tile may restage xs and ys).
   constexpr int NM = 32 * CM, ND = 32 * CD;
   {
-    A dls_part[8];  // this lane's share of row warp + 8 a of rowsum(K * dk), over all tiles
-#pragma unroll
-    for (int a = 0; a < 8; ++a) dls_part[a] = A(0);
+    A dls_own = 0;  // lane a < 8: rowsum(K * dk) of row warp + 8 a, summed over the tiles
     for (int m0 = 0; m0 < M; m0 += NM) {
       A g[8][CM];
       zero(g);
@@ -119,22 +117,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int a = 0; a < 8; ++a) {
         const int j = warp + 8 * a;  // a row per warp: its lanes hold the row's columns
+        A part = 0;
 #pragma unroll
         for (int b = 0; b < CM; ++b) {
           const int m = m0 + lane + 32 * b;
           if (j < len && m < M) {
             store(dk + (row0 + j) * M + m, g[a][b]);
-            dls_part[a] += k_at(j, m) * g[a][b];
+            part += k_at(j, m) * g[a][b];
           }
         }
+        part = warp_sum(part);  // every lane of the warp: the tile's share of row j
+        if (lane == a) dls_own += part;
       }
     }
-#pragma unroll
-    for (int a = 0; a < 8; ++a) {
-      const int j = warp + 8 * a;
-      const A part = warp_sum(dls_part[a]);
-      if (lane == 0 && j < len) store(dls + row0 + j, part);
-    }
+    if (lane < 8 && warp + 8 * lane < len) store(dls + row0 + warp + 8 * lane, dls_own);
   }
 
   // dq = Wq K + diag(exp(cP_t - c)) G' P_t^T, tiles of the columns m0..m0+NM-1
