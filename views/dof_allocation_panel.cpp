@@ -100,6 +100,7 @@ void DofAllocationPanel::clear(const QString& note) {
 void DofAllocationPanel::show_state(const DofAllocation& state, int64_t head_dim) {
   state_ = state;
   has_state_ = true;
+  ++fills_;
   note_->setVisible(false);
   QCustomPlot* p = plot();
   const Allocation& a = state.allocation;

@@ -26,6 +26,7 @@ class DofAllocationPanel : public PlotPanel {
   void clear(const QString& note);  // no allocation: `note` instead ("" for none)
   std::vector<double> drawn_layer_dims() const;
   QString mean_cost_text() const;  // "mean cost 63.5 of budget 64"; "" before show_state
+  int fills() const { return fills_; }  // how many times show_state drew (tests count redraws)
 
  private:
   void ensure_bars(int layers);
@@ -40,6 +41,7 @@ class DofAllocationPanel : public PlotPanel {
   QCPItemText* note_ = nullptr;
   QCPTextElement* cost_text_ = nullptr;
   int bars_layers_ = -1;
+  int fills_ = 0;
 };
 
 }  // namespace attnscope::views
