@@ -11,6 +11,7 @@
 #include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <qcustomplot.h>
 #include <sstream>
@@ -202,6 +203,14 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
 
 void HeadsView::set_shape(int layers, int heads, int windows) {
   grid_->set_shape(layers, heads);
+  // Many heads: the grid's pane widens (up to 40% of the view) towards the width its tiles want,
+  // so that the values under them read and more columns show without scrolling sideways.
+  if (auto* split = qobject_cast<QSplitter*>(grid_scroll_->parentWidget()->parentWidget())) {
+    const QList<int> sizes = split->sizes();
+    const int total = sizes.value(0) + sizes.value(1);
+    const int want = std::min(grid_->sizeHint().width() + 30, total * 2 / 5);
+    if (total > 0 && sizes.value(0) < want) split->setSizes({want, total - want});
+  }
   const QSignalBlocker block(seq_box_);
   seq_box_->setRange(0, std::max(0, windows - 1));
 }

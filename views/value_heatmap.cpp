@@ -355,6 +355,10 @@ bool ValueHeatmap::fit_texts() {
   int digits = decimals_;
   int px = size_for(digits);
   while (!custom && px < kMinTextPx && digits > 1 && size_for(digits - 1) > px) px = size_for(--digits);
+  // Marked cells: a dashed 2-pixel outline reads on cells of 18 pixels and more; on smaller ones
+  // the dashes turn into noise, so a thin solid one.
+  const bool small_cells = std::min(cw, ch) < 18;
+  for (QCPItemRect* m : marks_) m->setPen(QPen(series_color(3), small_cells ? 1 : 2, small_cells ? Qt::SolidLine : Qt::DashLine));
   if (px == font_px_ && digits == shown_decimals_) return false;
   font_px_ = px;
   shown_decimals_ = digits;

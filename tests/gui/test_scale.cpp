@@ -16,12 +16,17 @@
 #include <QHeaderView>
 #include <QSlider>
 #include <QTest>
+#include <QElapsedTimer>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <qcustomplot.h>
 
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/analysis/dof.h"
+#include "attnscope/base/error.h"
 #include "attnscope/workbench/view_data.h"
 #include "dof_allocation_panel.h"
 #include "dof_head_table.h"
@@ -267,9 +272,49 @@ TEST_F(ScaleTest, SliderMovesAt1024HeadsRedrawOnlyWhatChanged) {
   EXPECT_EQ(computed, 3);
   EXPECT_EQ(grid->fills(), grid0 + 1);
   EXPECT_EQ(bars->fills(), bars0 + 2);
+  // The bars' value labels never overlap: 32 narrow bars label the tallest that fit.
+  QApplication::processEvents();
+  const std::vector<bool> shown = bars->shown_bar_labels();
+  ASSERT_EQ(shown.size(), 32u);
+  QCustomPlot* bp = bars->plot();
+  std::vector<std::pair<double, double>> spans;
+  int n_shown = 0;
+  for (int i = 0; i < bp->itemCount(); ++i)
+    if (auto* t = qobject_cast<QCPItemText*>(bp->item(i)); t && t->visible() && t->positionAlignment() == (Qt::AlignHCenter | Qt::AlignBottom)) {
+      const double x = bp->xAxis->coordToPixel(t->position->coords().x());
+      const double half = QFontMetricsF(t->font()).horizontalAdvance(t->text()) / 2;
+      for (const auto& [a, b] : spans) EXPECT_TRUE(x + half <= a || x - half >= b) << t->text().toStdString();
+      spans.push_back({x - half, x + half});
+      ++n_shown;
+    }
+  EXPECT_GE(n_shown, 1);
+  EXPECT_EQ(n_shown, int(std::count(shown.begin(), shown.end(), true)));
   // What the cells print is core's DoF at the new lambda.
   const auto dof = head_dofs(*sp, v.lambda());
   EXPECT_EQ(v.cell_text(31, 30).remove('*').toDouble(), std::round(dof[31][30].value * 10) / 10);
+}
+
+// The budget slider's shortcut (core's reallocate: the DoF kept, only allocate run) equals the whole
+// path (allocation_at) for every strategy, budget and multiple.
+TEST_F(ScaleTest, ReallocateEqualsTheWholePath) {
+  const auto sp = spectra(32, 32, 128);
+  const double lambda = std::exp2(-6.25);
+  const DofAllocation at = allocation_at(*sp, lambda, AllocOptions{});
+  for (const AllocStrategy strategy : {AllocStrategy::Fix, AllocStrategy::Dof, AllocStrategy::DofClip, AllocStrategy::PerHead})
+    for (const int64_t budget : {1, 7, 64, 300})
+      for (const int64_t multiple : {1, 8}) {
+        AllocOptions o;
+        o.strategy = strategy, o.budget = budget, o.multiple = multiple;
+        const DofAllocation whole = allocation_at(*sp, lambda, o);
+        const DofAllocation quick = reallocate(at, sp->head_dim, o);
+        EXPECT_EQ(quick.allocation.dims, whole.allocation.dims) << budget << " " << multiple;
+        EXPECT_EQ(quick.allocation.mean_cost, whole.allocation.mean_cost);
+        EXPECT_EQ(quick.allocation.strategy, strategy);
+        EXPECT_EQ(quick.lambda, lambda);
+      }
+  AllocOptions bad;
+  bad.budget = 0;
+  EXPECT_THROW(reallocate(at, sp->head_dim, bad), Error);
 }
 
 TEST_F(ScaleTest, DofTableListsEveryHeadSortsAndSelects) {
@@ -323,6 +368,60 @@ TEST_F(ScaleTest, DofTableListsEveryHeadSortsAndSelects) {
   const QModelIndex cur = view->currentIndex();
   EXPECT_EQ(t->head_at(cur.row()), std::make_pair(31, 7));
   EXPECT_TRUE(view->viewport()->rect().intersects(view->visualRect(cur)));
+}
+
+// Not a test: the latency of a slider move at 32 x 32 heads (docs/PERFORMANCE.md), the chain the
+// window runs: QSlider::setValue -> settingsChanged -> core's allocation_at -> DofView::show_state
+// -> the queued replots and paints, the view shown at 1440 x 820. Run with
+// --gtest_also_run_disabled_tests --gtest_filter=ScaleTest.DISABLED_MeasureSliderMoves.
+TEST_F(ScaleTest, DISABLED_MeasureSliderMoves) {
+  for (const int J : {256, 1024}) {
+    views::DofView v;
+    v.resize(1440, 820);
+    v.show();
+    const auto sp = spectra(32, 32, J);
+    v.set_spectra(sp);
+    // As Workbench::set_dof_settings: the same lambda reallocates, a new one evaluates every head.
+    std::optional<DofAllocation> state;
+    QObject::connect(&v, &views::DofView::settingsChanged, &v, [&](double lambda, qint64 budget, AllocStrategy strategy) {
+      AllocOptions o;
+      o.strategy = strategy;
+      o.budget = budget;
+      state = state && state->lambda == lambda ? reallocate(*state, sp->head_dim, o) : allocation_at(*sp, lambda, o);
+      v.show_state(*state);
+    });
+    v.budget_slider()->setValue(60);
+    QApplication::processEvents();
+    auto measure = [&](QSlider* slider, int from, int steps) {
+      std::vector<double> ms;
+      for (int i = 0; i < steps; ++i) {
+        QElapsedTimer t;
+        t.start();
+        slider->setValue(from + i);
+        QApplication::processEvents();  // the queued replots
+        v.repaint();                     // and the paint
+        ms.push_back(t.nsecsElapsed() / 1e6);
+      }
+      std::sort(ms.begin(), ms.end());
+      return std::make_pair(ms[ms.size() / 2], ms.back());
+    };
+    QElapsedTimer t;
+    t.start();
+    for (int i = 0; i < 20; ++i) (void)allocation_at(*sp, std::exp2(-8 + i / 4.0), AllocOptions{});
+    const double core = t.nsecsElapsed() / 1e6 / 20;
+    const DofAllocation base = allocation_at(*sp, 0.01, AllocOptions{});
+    t.restart();
+    for (int i = 0; i < 20; ++i) {
+      AllocOptions o;
+      o.budget = 40 + i;
+      (void)reallocate(base, sp->head_dim, o);
+    }
+    const double quick = t.nsecsElapsed() / 1e6 / 20;
+    const auto lam = measure(v.lambda_slider(), -40, 32);
+    const auto bud = measure(v.budget_slider(), 20, 32);
+    std::printf("32 x 32 heads, J = %d: lambda move median %.1f ms (worst %.1f), budget move median %.1f ms (worst %.1f), "
+                "allocation_at alone %.2f ms, reallocate alone %.3f ms\n", J, lam.first, lam.second, bud.first, bud.second, core, quick);
+  }
 }
 
 }  // namespace test_scale
