@@ -203,14 +203,8 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
 
 void HeadsView::set_shape(int layers, int heads, int windows) {
   grid_->set_shape(layers, heads);
-  // Many heads: the grid's pane widens (up to 40% of the view) towards the width its tiles want,
-  // so that the values under them read and more columns show without scrolling sideways.
-  if (auto* split = qobject_cast<QSplitter*>(grid_scroll_->parentWidget()->parentWidget())) {
-    const QList<int> sizes = split->sizes();
-    const int total = sizes.value(0) + sizes.value(1);
-    const int want = std::min(grid_->sizeHint().width() + 30, total * 2 / 5);
-    if (total > 0 && sizes.value(0) < want) split->setSizes({want, total - want});
-  }
+  widen_pending_ = true;
+  widen_grid_pane();
   const QSignalBlocker block(seq_box_);
   seq_box_->setRange(0, std::max(0, windows - 1));
 }
@@ -284,6 +278,30 @@ void HeadsView::set_head_detail(std::shared_ptr<const HeadDetail> view) {
 void HeadsView::select(int layer, int head) {
   grid_->select(layer, head);
   show_in_grid(layer, head);
+}
+
+// Many heads: the grid's pane widens (up to 40% of the view) towards the width its tiles want, so
+// that the values under them read and more columns show without scrolling sideways. Before the
+// view is laid out the splitter has no width yet: then at the next resize.
+void HeadsView::widen_grid_pane() {
+  auto* split = qobject_cast<QSplitter*>(grid_scroll_->parentWidget()->parentWidget());
+  if (!split || !widen_pending_) return;
+  const QList<int> sizes = split->sizes();
+  const int total = sizes.value(0) + sizes.value(1);
+  if (total <= 0 || !split->isVisible()) return;
+  widen_pending_ = false;
+  const int want = std::min(grid_->sizeHint().width() + 30, total * 2 / 5);
+  if (sizes.value(0) < want) split->setSizes({want, total - want});
+}
+
+void HeadsView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  widen_grid_pane();
+}
+
+void HeadsView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  QTimer::singleShot(0, this, [this] { widen_grid_pane(); });
 }
 
 void HeadsView::show_in_grid(int layer, int head) {

@@ -74,6 +74,10 @@ class HeadsView : public QWidget {
   QToolButton* reset_zoom_button() const { return reset_zoom_; }
   QLabel* info_label() const { return info_; }
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+  void showEvent(QShowEvent* event) override;
+
  signals:
   void headSelected(int layer, int head);
   // The linear map: feature map, M and the hybrid's window W.
@@ -91,10 +95,12 @@ class HeadsView : public QWidget {
   void sync_region(HeatmapPanel* from, const MapRegion& region);
   void apply_metric();
   void show_in_grid(int layer, int head);  // scrolls the grid's pane so the head's tile is in view
+  void widen_grid_pane();                  // after set_shape, once the view has a width
   void apply_colour_range();  // softmax and linear on one range for the current head and scale
 
   HeadGrid* grid_;
   QScrollArea* grid_scroll_;
+  bool widen_pending_ = false;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
   QComboBox *map_box_, *scale_box_, *metric_box_;
