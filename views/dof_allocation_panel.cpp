@@ -1,5 +1,6 @@
 #include "dof_allocation_panel.h"
 
+#include <QFontMetricsF>
 #include <algorithm>
 #include <cmath>
 #include <qcustomplot.h>
@@ -13,6 +14,10 @@ using namespace dof;
 
 DofAllocationPanel::DofAllocationPanel(QWidget* parent) : PlotPanel(tr("Feature dimension per layer (Table 1)"), parent) {
   QCustomPlot* p = plot();
+  // The labels follow the plot's width (laid out at the first replot, and on every resize).
+  connect(p, &QCustomPlot::afterReplot, this, [this] {
+    if (fit_bar_labels()) plot()->replot(QCustomPlot::rpQueuedReplot);
+  });
   bars_ = new QCPBars(p->xAxis, p->yAxis);
   bars_->setWidth(0.7);
   QColor fill = series_color(0);
@@ -66,6 +71,31 @@ DofAllocationPanel::DofAllocationPanel(QWidget* parent) : PlotPanel(tr("Feature 
   clear({});
 }
 
+// The bars' value labels where they fit: all of them on wide bars; on narrow ones (32 layers in a
+// quarter of the window) the tallest bars first, each label only where it overlaps none already
+// placed, so the labels never print over each other.
+bool DofAllocationPanel::fit_bar_labels() {
+  QCustomPlot* p = plot();
+  const int width = p->axisRect()->width();
+  if (bar_texts_.empty() || width == labelled_width_) return false;
+  labelled_width_ = width;
+  std::vector<size_t> order(bar_texts_.size());
+  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+  auto value = [this](size_t s) { return bar_texts_[s]->position->coords().y(); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return value(a) > value(b); });
+  std::vector<std::pair<double, double>> taken;  // pixel spans of the labels placed
+  for (size_t s : order) {
+    QCPItemText* t = bar_texts_[s];
+    const double half = QFontMetricsF(t->font()).horizontalAdvance(t->text()) / 2 + 5;
+    const double x = p->xAxis->coordToPixel(double(s));
+    bool free = true;
+    for (const auto& [a, b] : taken) free = free && (x + half <= a || x - half >= b);
+    t->setVisible(free);
+    if (free) taken.push_back({x - half, x + half});
+  }
+  return true;
+}
+
 void DofAllocationPanel::ensure_bars(int s_count) {
   if (s_count == bars_layers_) return;
   QCustomPlot* p = plot();
@@ -100,6 +130,7 @@ void DofAllocationPanel::clear(const QString& note) {
 void DofAllocationPanel::show_state(const DofAllocation& state, int64_t head_dim) {
   state_ = state;
   has_state_ = true;
+  ++fills_;
   note_->setVisible(false);
   QCustomPlot* p = plot();
   const Allocation& a = state.allocation;
@@ -133,6 +164,8 @@ void DofAllocationPanel::show_state(const DofAllocation& state, int64_t head_dim
     bar_texts_[s]->position->setCoords(double(s), double(dims[s]));
     bar_texts_[s]->setText(QString::number(dims[s]));
   }
+  labelled_width_ = -1;
+  fit_bar_labels();
   budget_line_->setVisible(true);
   budget_line_->point1->setCoords(0, double(a.budget));
   budget_line_->point2->setCoords(1, double(a.budget));
@@ -159,6 +192,12 @@ void DofAllocationPanel::show_state(const DofAllocation& state, int64_t head_dim
                       tr("   (%1, λ = %2)").arg(QString(alloc_strategy_name(a.strategy)), lambda_short(state.lambda)) +
                       (per_head ? tr("\nbars: layer max; dots: each head") : QString()));
   p->replot(QCustomPlot::rpQueuedReplot);
+}
+
+std::vector<bool> DofAllocationPanel::shown_bar_labels() const {
+  std::vector<bool> out;
+  for (const QCPItemText* t : bar_texts_) out.push_back(t->visible());
+  return out;
 }
 
 std::vector<double> DofAllocationPanel::drawn_layer_dims() const {

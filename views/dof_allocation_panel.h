@@ -25,10 +25,14 @@ class DofAllocationPanel : public PlotPanel {
   void show_state(const DofAllocation& state, int64_t head_dim);
   void clear(const QString& note);  // no allocation: `note` instead ("" for none)
   std::vector<double> drawn_layer_dims() const;
+  // Which bars' value labels are shown (all where they fit; else the tallest that do not overlap).
+  std::vector<bool> shown_bar_labels() const;
   QString mean_cost_text() const;  // "mean cost 63.5 of budget 64"; "" before show_state
+  int fills() const { return fills_; }  // how many times show_state drew (tests count redraws)
 
  private:
   void ensure_bars(int layers);
+  bool fit_bar_labels();  // true when the labels shown changed (the plot's width did)
 
   DofAllocation state_;
   bool has_state_ = false;
@@ -40,6 +44,8 @@ class DofAllocationPanel : public PlotPanel {
   QCPItemText* note_ = nullptr;
   QCPTextElement* cost_text_ = nullptr;
   int bars_layers_ = -1;
+  int fills_ = 0;
+  int labelled_width_ = -1;  // the axis rect's width fit_bar_labels placed the labels for
 };
 
 }  // namespace attnscope::views

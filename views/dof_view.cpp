@@ -8,6 +8,7 @@
 #include <QMessageBox>
 #include <QSlider>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -22,6 +23,7 @@
 #include "dof_common.h"
 #include "dof_curve_panel.h"
 #include "dof_grid_panel.h"
+#include "dof_head_table.h"
 #include "dof_spectrum_panel.h"
 
 namespace attnscope::views {
@@ -49,6 +51,8 @@ struct DofView::Impl : QObject {
   QAction* head_dims_action = nullptr;
 
   DofGridPanel* grid_panel = nullptr;            // (a) Table 2
+  DofHeadTable* head_table = nullptr;            // (a) the same per head as a sortable table
+  QTabWidget* grid_tabs = nullptr;               // (a): heatmap | table
   DofSpectrumPanel* spectrum_panel = nullptr;    // (b) the selected head's eigenvalues
   DofCurvePanel* curve_panel = nullptr;          // (c) DoF against lambda
   DofAllocationPanel* alloc_panel = nullptr;     // (d) Table 1
@@ -91,6 +95,7 @@ struct DofView::Impl : QObject {
     state = DofAllocation{};
     const QString note = pending.isEmpty() ? tr("No DoF spectra yet: capture first") : pending;
     grid_panel->clear(note);
+    head_table->clear();
     spectrum_panel->show_spectrum(nullptr, {});
     spectrum_panel->show_lambda(std::nullopt);
     spectrum_panel->show_note(note);
@@ -177,17 +182,27 @@ DofView::DofView(QWidget* parent) : QWidget(parent), d_(new Impl(this)) {
   layout->addLayout(controls);
 
   d_->grid_panel = new DofGridPanel(this);
+  d_->head_table = new DofHeadTable(this);
+  d_->grid_tabs = new QTabWidget(this);
+  d_->grid_tabs->setDocumentMode(true);
+  d_->grid_tabs->addTab(d_->grid_panel, tr("Heatmap"));
+  d_->grid_tabs->addTab(d_->head_table, tr("Table (sortable, per head)"));
+  d_->grid_tabs->setTabToolTip(1, tr("Every head's DoF, bounds, convergence and M; click a header to sort"));
   d_->spectrum_panel = new DofSpectrumPanel(this);
   d_->curve_panel = new DofCurvePanel(this);
   d_->alloc_panel = new DofAllocationPanel(this);
   auto* grid = new QGridLayout;
   grid->setSpacing(6);
-  grid->addWidget(d_->grid_panel, 0, 0);
+  grid->addWidget(d_->grid_tabs, 0, 0);
   grid->addWidget(d_->alloc_panel, 0, 1);
   grid->addWidget(d_->spectrum_panel, 1, 0);
   grid->addWidget(d_->curve_panel, 1, 1);
   layout->addLayout(grid, 1);
   connect(d_->grid_panel, &DofGridPanel::cellClicked, this, [this](int layer, int head) {
+    select(layer, head);
+    emit headSelected(layer, head);
+  });
+  connect(d_->head_table, &DofHeadTable::headSelected, this, [this](int layer, int head) {
     select(layer, head);
     emit headSelected(layer, head);
   });
@@ -261,6 +276,7 @@ void DofView::show_state(const DofAllocation& state) {
     d_->drawn_lambda = state.lambda;
   }
   d_->alloc_panel->show_state(state, d_->spectra ? d_->spectra->head_dim : 0);
+  d_->head_table->show_state(state);  // its M column follows the budget too
 }
 
 void DofView::select(int layer, int head) {
@@ -268,6 +284,7 @@ void DofView::select(int layer, int head) {
   d_->sel_layer = layer;
   d_->sel_head = head;
   d_->grid_panel->select(layer, head);
+  d_->head_table->select(layer, head);
   d_->draw_head();
 }
 
@@ -303,6 +320,8 @@ QSlider* DofView::budget_slider() const { return d_->budget; }
 QComboBox* DofView::strategy_box() const { return d_->strategy; }
 QLabel* DofView::lambda_label() const { return d_->lambda_label; }
 QSpinBox* DofView::budget_box() const { return d_->budget_box; }
+DofHeadTable* DofView::head_table() const { return d_->head_table; }
+QTabWidget* DofView::grid_tabs() const { return d_->grid_tabs; }
 std::vector<PlotPanel*> DofView::panels() const {
   return {d_->grid_panel, d_->spectrum_panel, d_->curve_panel, d_->alloc_panel};
 }

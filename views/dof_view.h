@@ -1,7 +1,7 @@
 // The DoF view (paper 000 Tables 1-2, live): the controls (a lambda slider on a log2 scale, 2^-12 ..
 // 2^0 in quarter steps, a budget slider and a strategy chooser) over four panels, one file each:
 // (a) the layer x head DoF heatmap with values, heads whose estimate has not converged marked
-// (dof_grid_panel.h); (b) the selected head's eigenvalue spectrum with the lambda line
+// (dof_grid_panel.h), and on a tab beside it the same per head as a sortable table (dof_head_table.h); (b) the selected head's eigenvalue spectrum with the lambda line
 // (dof_spectrum_panel.h); (c) DoF against lambda (dof_curve_panel.h); (d) the per-layer feature
 // dimensions with the mean cost (dof_allocation_panel.h), redrawn as the sliders move. The window
 // computes (core's allocation_at) and hands the result to show_state(); this view only draws it.
@@ -20,8 +20,11 @@ class QSlider;
 class QComboBox;
 class QSpinBox;
 class QLabel;
+class QTabWidget;
 
 namespace attnscope::views {
+
+class DofHeadTable;
 
 // The tables the view exports ("Table…"): Table 2 (DoF of every head at lambda, unconverged heads
 // listed), Table 1 (feature dimension per layer for the current strategy) and, for per-head, the
@@ -62,6 +65,9 @@ class DofView : public QWidget {
   int selected_head() const;
   QLabel* lambda_label() const;
   QSpinBox* budget_box() const;
+  // Panel (a) as a sortable table of every head (a tab beside the heatmap).
+  DofHeadTable* head_table() const;
+  QTabWidget* grid_tabs() const;
 
   // The shown state as one of core's tables (allocation_tables.h); empty before show_state.
   Table table(DofTable which) const;

@@ -5,6 +5,7 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QToolTip>
+#include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
 #include <qcustomplot.h>
@@ -16,8 +17,6 @@ namespace attnscope::views {
 namespace {
 
 constexpr int kGap = 4;          // between tiles
-constexpr int kMinTile = 14;     // below this a thumbnail shows nothing; the grid scrolls instead
-constexpr int kMaxTile = 120;
 constexpr int kLegendBar = 10;   // height of the legend's colour bar
 
 QColor mix(const QColor& a, const QColor& b, double t) {
@@ -134,7 +133,7 @@ HeadGrid::Geometry HeadGrid::geometry() const {
   const int legend_h = 2 * fm.height() + kLegendBar + 12;
   const int w = (width() - g.left - 4 - (H - 1) * g.gap) / H;
   const int h = (height() - g.top - legend_h - S * (g.label_h + g.gap)) / S;
-  g.tile = std::clamp(std::min(w, h), kMinTile, kMaxTile);
+  g.tile = tile_pref_ > 0 ? tile_pref_ : std::clamp(std::min(w, h), kMinTile, kMaxTile);
   g.legend_top = g.top + S * (g.tile + g.label_h + g.gap) + 4;
   return g;
 }
@@ -148,16 +147,49 @@ QRect HeadGrid::tile_rect(int layer, int head) const {
 QSize HeadGrid::sizeHint() const {
   const QFontMetrics fm(font());
   const int S = std::max(1, layers()), H = std::max(1, heads());
-  const int tile = std::clamp(400 / std::max(S, H), 28, 72);
+  const int tile = tile_pref_ > 0 ? tile_pref_ : std::clamp(400 / std::max(S, H), 28, 72);
   return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (tile + kGap),
           fm.height() + 8 + S * (tile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
 }
 
+// At least the minimum tile (or the zoomed one) a side: a scroll area around the grid scrolls
+// instead of shrinking the thumbnails to nothing.
 QSize HeadGrid::minimumSizeHint() const {
   const QFontMetrics fm(font());
   const int S = std::max(1, layers()), H = std::max(1, heads());
-  return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (kMinTile + kGap),
-          fm.height() + 8 + S * (kMinTile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
+  const int tile = tile_pref_ > 0 ? tile_pref_ : kMinTile;
+  return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (tile + kGap),
+          fm.height() + 8 + S * (tile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
+}
+
+void HeadGrid::set_tile_size(int pixels) {
+  pixels = pixels <= 0 ? 0 : std::clamp(pixels, kMinTile, kMaxTile);
+  if (pixels == tile_pref_) return;
+  tile_pref_ = pixels;
+  updateGeometry();
+  update();
+}
+
+int HeadGrid::drawn_tile() const { return geometry().tile; }
+
+// "H7" where every label fits its column; the bare number (under an "L\\H" corner) where only
+// that fits; else every 2nd, 4th ... column labelled.
+bool HeadGrid::short_labels() const {
+  const Geometry g = geometry();
+  const QFontMetrics fm(font());
+  return fm.horizontalAdvance(QString("H%1").arg(std::max(0, heads() - 1))) + 4 > g.tile + g.gap;
+}
+
+std::vector<int> HeadGrid::labelled_heads() const {
+  const Geometry g = geometry();
+  const QFontMetrics fm(font());
+  const int H = heads();
+  const int widest = fm.horizontalAdvance(QString(short_labels() ? "%1" : "H%1").arg(std::max(0, H - 1))) + 4;
+  int stride = 1;
+  while (stride < H && stride * (g.tile + g.gap) < widest) stride *= 2;
+  std::vector<int> out;
+  for (int h = 0; h < H; h += stride) out.push_back(h);
+  return out;
 }
 
 QString HeadGrid::value_text(double v) const {
@@ -167,7 +199,7 @@ QString HeadGrid::value_text(double v) const {
   return QString::number(v, 'f', decimals);
 }
 
-void HeadGrid::paintEvent(QPaintEvent*) {
+void HeadGrid::paintEvent(QPaintEvent* event) {
   QPainter p(this);
   const QPalette pal = palette();
   const QColor fg = pal.color(QPalette::WindowText);
@@ -183,9 +215,15 @@ void HeadGrid::paintEvent(QPaintEvent*) {
     return;
   }
   p.setPen(fg);
-  for (int h = 0; h < H; ++h)
-    p.drawText(QRect(g.left + h * (g.tile + g.gap), 0, g.tile, g.top), Qt::AlignHCenter | Qt::AlignBottom,
-               QString("H%1").arg(h));
+  // Column labels centred on their tile, as wide as they need (every 2nd, 4th ... where they would overlap).
+  const bool bare = short_labels();
+  for (int h : labelled_heads()) {
+    const int cx = g.left + h * (g.tile + g.gap) + g.tile / 2, half = g.tile / 2 + g.gap + 16;
+    p.drawText(QRect(cx - half, 0, 2 * half, g.top), Qt::AlignHCenter | Qt::AlignBottom,
+               bare ? QString::number(h) : QString("H%1").arg(h));
+  }
+  if (bare)  // which axis is which, where the labels are bare numbers
+    p.drawText(QRect(0, 0, g.left - 4, g.top), Qt::AlignRight | Qt::AlignBottom, QStringLiteral("L\\H"));
   // The values under the tiles: the widget's font, or smaller where the tiles are narrow.
   QFont value_font = font();
   {
@@ -195,12 +233,18 @@ void HeadGrid::paintEvent(QPaintEvent*) {
     const double fit = std::min(1.0, (g.tile + g.gap - 2) / widest);
     value_font.setPointSizeF(std::floor(font().pointSizeF() * fit * 2) / 2);
   }
+  auto tile_at = [&g](int l, int h) {
+    return QRect(g.left + h * (g.tile + g.gap), g.top + l * (g.tile + g.label_h + g.gap), g.tile, g.tile);
+  };
+  const QRect exposed = event->rect();  // in a scroll area only the part in view is painted
   for (int l = 0; l < S; ++l) {
-    const QRect row_tile = tile_rect(l, 0);
+    const QRect row_tile = tile_at(l, 0);
+    if (row_tile.top() > exposed.bottom() || row_tile.bottom() + g.label_h < exposed.top()) continue;
     p.setPen(fg);
     p.drawText(QRect(0, row_tile.top(), g.left - 6, g.tile), Qt::AlignRight | Qt::AlignVCenter, QString("L%1").arg(l));
     for (int h = 0; h < H; ++h) {
-      const QRect r = tile_rect(l, h);
+      const QRect r = tile_at(l, h);
+      if (r.left() > exposed.right() || r.right() + g.gap < exposed.left()) continue;
       p.fillRect(r, base);
       const bool has_img = l < int(images_.size()) && h < int(images_[size_t(l)].size()) && !images_[size_t(l)][size_t(h)].isNull();
       if (has_img) p.drawImage(r, images_[size_t(l)][size_t(h)]);  // nearest: the cells stay crisp
@@ -259,14 +303,15 @@ void HeadGrid::paintEvent(QPaintEvent*) {
 }
 
 bool HeadGrid::hit(const QPoint& pos, int* layer, int* head) const {
-  for (int l = 0; l < layers(); ++l)
-    for (int h = 0; h < heads(); ++h)
-      // The value printed under a tile belongs to it too.
-      if (tile_rect(l, h).adjusted(0, 0, 0, geometry().label_h).contains(pos)) {
-        *layer = l, *head = h;
-        return true;
-      }
-  return false;
+  const Geometry g = geometry();
+  const int pitch_x = g.tile + g.gap, pitch_y = g.tile + g.label_h + g.gap;
+  if (pos.x() < g.left || pos.y() < g.top) return false;
+  const int h = (pos.x() - g.left) / pitch_x, l = (pos.y() - g.top) / pitch_y;
+  if (l >= layers() || h >= heads()) return false;
+  // The tile and the value printed under it; not the gaps between tiles.
+  if ((pos.x() - g.left) % pitch_x >= g.tile || (pos.y() - g.top) % pitch_y >= g.tile + g.label_h) return false;
+  *layer = l, *head = h;
+  return true;
 }
 
 void HeadGrid::mousePressEvent(QMouseEvent* event) {
@@ -278,6 +323,16 @@ void HeadGrid::mousePressEvent(QMouseEvent* event) {
 }
 
 void HeadGrid::keyPressEvent(QKeyEvent* event) {
+  if (event->modifiers() & Qt::ControlModifier) {
+    const int now = drawn_tile();
+    switch (event->key()) {
+      case Qt::Key_Plus:
+      case Qt::Key_Equal: set_tile_size(std::max(now + 1, now * 5 / 4)); emit tileSizeChanged(tile_pref_); return;
+      case Qt::Key_Minus: set_tile_size(std::min(now - 1, now * 4 / 5)); emit tileSizeChanged(tile_pref_); return;
+      case Qt::Key_0: set_tile_size(0); emit tileSizeChanged(0); return;
+      default: break;
+    }
+  }
   int l = layer_, h = head_;
   switch (event->key()) {
     case Qt::Key_Up: --l; break;
@@ -291,6 +346,15 @@ void HeadGrid::keyPressEvent(QKeyEvent* event) {
   if (l == layer_ && h == head_) return;
   select(l, h);
   emit headSelected(l, h);
+}
+
+// Ctrl+wheel zooms the tiles; a plain wheel scrolls the scroll area around the grid.
+void HeadGrid::wheelEvent(QWheelEvent* event) {
+  if (!(event->modifiers() & Qt::ControlModifier) || event->angleDelta().y() == 0) return QWidget::wheelEvent(event);
+  const int now = drawn_tile();
+  set_tile_size(event->angleDelta().y() > 0 ? std::max(now + 1, now * 5 / 4) : std::min(now - 1, now * 4 / 5));
+  emit tileSizeChanged(tile_pref_);
+  event->accept();
 }
 
 bool HeadGrid::event(QEvent* e) {

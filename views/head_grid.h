@@ -1,6 +1,9 @@
 // The layer x head overview: one small thumbnail of each head's softmax map (head_thumbnails),
 // tinted by the value of a chosen metric (entropy, monotonicity, KL, DoF, ...) with the value
-// printed under it and a colour legend; click a thumbnail to select that head.
+// printed under it and a colour legend; click a thumbnail to select that head. Large grids (32 x 32)
+// sit in a scroll area (heads_view.h): the tiles keep a readable minimum, Ctrl+wheel or Ctrl+plus
+// and Ctrl+minus zoom them (Ctrl+0: fit), and the column labels thin out to every 2nd, 4th ... head
+// where they would overlap.
 #pragma once
 #include <QImage>
 #include <QString>
@@ -27,6 +30,15 @@ class HeadGrid : public QWidget {
   int layers() const;
   int heads() const;
   QString metric() const { return metric_; }
+  // The tiles' size in pixels: 0 fits them to the widget (at least kMinTile), else this size.
+  void set_tile_size(int pixels);
+  int tile_size() const { return tile_pref_; }
+  int drawn_tile() const;  // the tiles' size as drawn now
+  // The heads whose column is labelled now (every head, or every 2nd, 4th ... where they would overlap).
+  std::vector<int> labelled_heads() const;
+  bool short_labels() const;  // the column labels are bare head numbers ("H" does not fit)
+  static constexpr int kMinTile = 14;  // below this a thumbnail shows nothing; the grid scrolls instead
+  static constexpr int kMaxTile = 120;
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
@@ -40,11 +52,13 @@ class HeadGrid : public QWidget {
 
  signals:
   void headSelected(int layer, int head);  // the user clicked a thumbnail (or moved with the arrows)
+  void tileSizeChanged(int pixels);        // the user zoomed (the scroll area keeps the selection in view)
 
  protected:
   void paintEvent(QPaintEvent* event) override;
   void mousePressEvent(QMouseEvent* event) override;
   void keyPressEvent(QKeyEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
   bool event(QEvent* event) override;  // tooltips: head and metric value
   void changeEvent(QEvent* event) override;
 
@@ -64,6 +78,7 @@ class HeadGrid : public QWidget {
   int shape_layers_ = 0, shape_heads_ = 0;
   double lo_ = 0, hi_ = 0;  // the metric's finite range over all heads
   int layer_ = 0, head_ = 0;
+  int tile_pref_ = 0;  // set_tile_size
 };
 
 }  // namespace attnscope::views

@@ -6,9 +6,12 @@
 #include <QLabel>
 #include <QSignalBlocker>
 #include <QSpinBox>
+#include <QScrollArea>
 #include <QSplitter>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <qcustomplot.h>
 #include <sstream>
@@ -59,8 +62,14 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   seq_row->addWidget(seq_box_);
   seq_row->addStretch(1);
   lv->addLayout(seq_row);
-  grid_ = new HeadGrid(left);
-  lv->addWidget(grid_, 1);
+  // The grid scrolls within its pane (32 x 32 heads at a readable tile size do not fit a quarter of
+  // the window); the maps beside it stay in view.
+  grid_scroll_ = new QScrollArea(left);
+  grid_scroll_->setWidgetResizable(true);
+  grid_scroll_->setFrameShape(QFrame::NoFrame);
+  grid_ = new HeadGrid(grid_scroll_);
+  grid_scroll_->setWidget(grid_);
+  lv->addWidget(grid_scroll_, 1);
 
   // Right: the three maps in step, the choosers, the per-row plot.
   auto* right = new QWidget(split);
@@ -164,7 +173,14 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   split->setStretchFactor(1, 3);
   split->setSizes({360, 1240});  // the grid a quarter of the width, whatever the window's size
 
-  connect(grid_, &HeadGrid::headSelected, this, &HeadsView::headSelected);
+  connect(grid_, &HeadGrid::headSelected, this, [this](int layer, int head) {
+    show_in_grid(layer, head);
+    emit headSelected(layer, head);
+  });
+  // After a zoom the layout resizes the grid first: then the selection is brought back into view.
+  connect(grid_, &HeadGrid::tileSizeChanged, this, [this] {
+    QTimer::singleShot(0, this, [this] { show_in_grid(grid_->selected_layer(), grid_->selected_head()); });
+  });
   connect(metric_box_, &QComboBox::currentIndexChanged, this, [this] {
     apply_metric();
     emit metricChanged(metric());
@@ -187,6 +203,8 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
 
 void HeadsView::set_shape(int layers, int heads, int windows) {
   grid_->set_shape(layers, heads);
+  widen_pending_ = true;
+  widen_grid_pane();
   const QSignalBlocker block(seq_box_);
   seq_box_->setRange(0, std::max(0, windows - 1));
 }
@@ -250,14 +268,48 @@ void HeadsView::set_head_detail(std::shared_ptr<const HeadDetail> view) {
     p->set_view(view_);
     if (keep_zoom) p->show_region(region);
   }
-  if (view_) grid_->select(view_->layer, view_->head);
+  if (view_) select(view_->layer, view_->head);
   update_titles();
   update_kl();
   if (keep_zoom) sync_region(nullptr, region);
   update_info();
 }
 
-void HeadsView::select(int layer, int head) { grid_->select(layer, head); }
+void HeadsView::select(int layer, int head) {
+  grid_->select(layer, head);
+  show_in_grid(layer, head);
+}
+
+// Many heads: the grid's pane widens (up to 40% of the view) towards the width its tiles want, so
+// that the values under them read and more columns show without scrolling sideways. Before the
+// view is laid out the splitter has no width yet: then at the next resize.
+void HeadsView::widen_grid_pane() {
+  auto* split = qobject_cast<QSplitter*>(grid_scroll_->parentWidget()->parentWidget());
+  if (!split || !widen_pending_) return;
+  const QList<int> sizes = split->sizes();
+  const int total = sizes.value(0) + sizes.value(1);
+  if (total <= 0 || !split->isVisible()) return;
+  widen_pending_ = false;
+  const int want = std::min(grid_->sizeHint().width() + 30, total * 2 / 5);
+  if (sizes.value(0) < want) split->setSizes({want, total - want});
+}
+
+void HeadsView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  widen_grid_pane();
+}
+
+void HeadsView::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  QTimer::singleShot(0, this, [this] { widen_grid_pane(); });
+}
+
+void HeadsView::show_in_grid(int layer, int head) {
+  const QRect r = grid_->tile_rect(layer, head);
+  if (r.isEmpty()) return;
+  // The tile, its value line and a margin: the selection frame is drawn just outside the tile.
+  grid_scroll_->ensureVisible(r.center().x(), r.center().y() + 6, r.width() / 2 + 12, r.height() / 2 + 24);
+}
 
 void HeadsView::show_region(const MapRegion& region) {
   softmax_->show_region(region);

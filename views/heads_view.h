@@ -23,6 +23,7 @@ class QComboBox;
 class QSpinBox;
 class QToolButton;
 class QLabel;
+class QScrollArea;
 class QCPItemText;
 
 namespace attnscope::views {
@@ -61,6 +62,7 @@ class HeadsView : public QWidget {
   void set_commands(const QString& maps_command);
 
   HeadGrid* grid() const { return grid_; }
+  QScrollArea* grid_scroll() const { return grid_scroll_; }  // the grid scrolls in it (32 x 32 heads)
   HeatmapPanel* panel(MapKind kind) const;
   PlotPanel* kl_panel() const { return kl_; }
   QComboBox* scale_box() const { return scale_box_; }
@@ -71,6 +73,10 @@ class HeadsView : public QWidget {
   QComboBox* metric_box() const { return metric_box_; }
   QToolButton* reset_zoom_button() const { return reset_zoom_; }
   QLabel* info_label() const { return info_; }
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+  void showEvent(QShowEvent* event) override;
 
  signals:
   void headSelected(int layer, int head);
@@ -88,9 +94,13 @@ class HeadsView : public QWidget {
   QString map_label() const;  // "hedgehog M=16", a hybrid's "hedgehog M=16 + window 8"
   void sync_region(HeatmapPanel* from, const MapRegion& region);
   void apply_metric();
+  void show_in_grid(int layer, int head);  // scrolls the grid's pane so the head's tile is in view
+  void widen_grid_pane();                  // after set_shape, once the view has a width
   void apply_colour_range();  // softmax and linear on one range for the current head and scale
 
   HeadGrid* grid_;
+  QScrollArea* grid_scroll_;
+  bool widen_pending_ = false;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
   QComboBox *map_box_, *scale_box_, *metric_box_;

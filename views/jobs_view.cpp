@@ -102,7 +102,8 @@ JobsView::JobsView(QWidget* parent) : QWidget(parent) {
   h->setSectionResizeMode(ProgressColumn, QHeaderView::Interactive);
   h->setSectionResizeMode(ElapsedColumn, QHeaderView::ResizeToContents);
   h->setSectionResizeMode(CancelColumn, QHeaderView::ResizeToContents);
-  table_->setColumnWidth(ProgressColumn, 190);
+  // Wide enough for "27% · layer 9/32 head 24/32" (a 32 x 32 model's spectra).
+  table_->setColumnWidth(ProgressColumn, table_->fontMetrics().horizontalAdvance(QStringLiteral("100% · layer 32/32 head 32/32")) + 24);
   table_->setToolTip(tr("Double-click a finished job to open its results"));
 
   auto* bottom = new QWidget(split);

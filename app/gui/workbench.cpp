@@ -473,7 +473,14 @@ std::optional<DofAllocation> Workbench::set_dof_settings(double lambda, int64_t 
     o.strategy = strategy;
     o.budget = budget;
     o.multiple = session_.multiple;
-    dof_state_ = allocation_at(*spectra_, lambda, o);
+    // A budget or strategy move keeps the DoF of every head: only the allocation is redone.
+    if (dof_state_ && dof_state_->lambda == lambda && dof_spectra_ == spectra_) {
+      dof_state_ = reallocate(*dof_state_, spectra_->head_dim, o);
+    } else {
+      dof_state_ = allocation_at(*spectra_, lambda, o);
+      dof_spectra_ = spectra_;
+      ++dof_evaluations_;
+    }
     emit dofStateChanged();
     return dof_state_;
   } catch (const std::exception& e) {

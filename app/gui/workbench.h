@@ -61,6 +61,9 @@ class Workbench : public QObject {
   std::shared_ptr<const HeadDetail> head_detail() const { return head_detail_; }
   // The last set_dof_settings() result; empty before spectra exist.
   const std::optional<DofAllocation>& dof_state() const { return dof_state_; }
+  // How many times set_dof_settings evaluated the DoF of every head (a new lambda or spectra); a
+  // budget or strategy move only reallocates.
+  int dof_evaluations() const { return dof_evaluations_; }
   // True once the current capture's spectra, metrics and selected head's maps are all in and no
   // stage is running (pipelineFinished() announces it).
   bool pipeline_finished() const;
@@ -245,6 +248,8 @@ class Workbench : public QObject {
   int thumbnails_seq_ = -1;
   std::shared_ptr<const HeadDetail> head_detail_;
   std::optional<DofAllocation> dof_state_;
+  std::shared_ptr<const DofSpectra> dof_spectra_;  // the spectra dof_state_'s DoF came from
+  int dof_evaluations_ = 0;
 
   QString session_path_;
   QString workspace_root_, workspace_dir_;

@@ -134,6 +134,19 @@ TEST_F(WorkbenchPipeline, DofSettingsAreCoresAllocationOfTheSavedSpectra) {
   EXPECT_FALSE(wb_->set_dof_settings(lambda, 0, AllocStrategy::Dof).has_value());
   ASSERT_EQ(errors.count(), 1);
   EXPECT_TRUE(errors.first().at(1).toString().contains("budget"));
+
+  // A budget or strategy move at the same lambda reallocates without evaluating the DoF of every
+  // head again, and gives what the whole path gives; a new lambda evaluates them once.
+  const int evaluations = wb_->dof_evaluations();
+  const auto per_head = wb_->set_dof_settings(lambda, 24, AllocStrategy::PerHead);
+  ASSERT_TRUE(per_head.has_value());
+  EXPECT_EQ(wb_->dof_evaluations(), evaluations);
+  o.strategy = AllocStrategy::PerHead;
+  o.budget = 24;
+  EXPECT_EQ(per_head->allocation.dims, allocate(dof_values(head_dofs(sp, lambda)), o).dims);
+  ASSERT_TRUE(wb_->set_dof_settings(lambda / 2, 24, AllocStrategy::PerHead).has_value());
+  EXPECT_EQ(wb_->dof_evaluations(), evaluations + 1);
+  EXPECT_EQ(wb_->dof_state()->allocation.dims, allocate(dof_values(head_dofs(sp, lambda / 2)), o).dims);
 }
 
 TEST_F(WorkbenchPipeline, SelectingHeadsSupersedesOlderRequests) {

@@ -108,4 +108,10 @@ DofAllocation allocation_at(const DofSpectra& spectra, double lambda, AllocOptio
   return a;
 }
 
+DofAllocation reallocate(DofAllocation at, int64_t head_dim, AllocOptions options) {
+  options.head_dim = head_dim;
+  at.allocation = allocate(dof_values(at.head_dof), options);
+  return at;
+}
+
 }  // namespace attnscope

@@ -67,4 +67,9 @@ struct DofAllocation {
 // options.head_dim is the spectra's (the dof-clip cap). Throws Error for a bad lambda or options.
 DofAllocation allocation_at(const DofSpectra& spectra, double lambda, AllocOptions options);
 
+// `at`'s DoF, convergence and bounds (one lambda) under another budget, strategy or multiple: only
+// allocate() runs, O(S H) instead of allocation_at's O(S H J) (the DoF view's budget slider).
+// Equal to allocation_at(spectra, at.lambda, options) for the spectra `at` came from.
+DofAllocation reallocate(DofAllocation at, int64_t head_dim, AllocOptions options);
+
 }  // namespace attnscope
