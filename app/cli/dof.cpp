@@ -17,6 +17,10 @@ void DofArgs::add_to(CLI::App* cmd) {
   add_lambda_option(cmd, lambda, "tolerance lambda: 2^-8, 0.0625 or 1e-3");
   cmd->add_option("-J,--samples", settings.samples, "vectors sampled from the queries and keys of each head")
       ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 20));
+  cmd->add_option("--max-samples", settings.max_samples,
+                  "cap on J per head: a head whose DoF moves by more than 10% between J/2 and J is computed again at 2J, "
+                  "4J, ... up to this (<= --samples: no doubling)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--normalize", normalize, "Gram normalizer n in Sigma = G / n")
       ->check(CLI::IsMember(dof_normalize_names()))->capture_default_str();
   cmd->add_option("--seed", settings.seed, "seed for sampling the vectors")->capture_default_str();

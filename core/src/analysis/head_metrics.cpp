@@ -22,27 +22,53 @@ constexpr char kMetricsWhere[] = "compute_head_metrics";
 // Where the reference is positive and the map is 0, log(map) would be -inf: read the map at this floor.
 constexpr double kLogFloor = 1e-300;
 
-void check_map(const char* where, const char* what, const at::Tensor& m) {
-  if (!m.defined() || m.dim() < 2 || m.size(-1) != m.size(-2))
-    fail(where, std::string(what) + " must be [..., L, L], got " + (m.defined() ? shape_str(m.sizes()) : "nothing"));
+// `square`: [..., L, L]; else [..., R, L] (the rows of `positions`).
+void check_map(const char* where, const char* what, const at::Tensor& m, bool square = true) {
+  if (!m.defined() || m.dim() < 2 || (square && m.size(-1) != m.size(-2)))
+    fail(where, std::string(what) + " must be [..., " + (square ? "L" : "R") + ", L], got " + (m.defined() ? shape_str(m.sizes()) : "nothing"));
   if (!at::isFloatingType(m.scalar_type())) fail(where, std::string(what) + " must be a floating tensor");
   if (m.size(-1) < 1) fail(where, std::string(what) + " must have L >= 1, got " + shape_str(m.sizes()));
+}
+
+// [R, L] bool: key j visible to the row at position pos[r] (j <= pos[r]).
+at::Tensor rows_mask(const at::Tensor& pos, int64_t L) {
+  return at::arange(L, at::kLong).unsqueeze(0) <= pos.unsqueeze(1);
 }
 
 // Float64, contiguous, on the CPU: every metric below reads or loops over these.
 at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); }
 
-// The undefined rows of a float64 map a [..., L, L], as bool [..., L]: rows whose entries j <= i
-// are all NaN (linear_map's mark for a row without weight). Any other non-finite entry is an error.
-at::Tensor undefined_rows(const char* where, const char* what, const at::Tensor& a) {
+// The undefined rows of a float64 map a [..., R, L] whose rows are at positions pos [R], as bool
+// [..., R]: rows whose entries j <= i are all NaN (linear_map's mark for a row without weight). Any
+// other non-finite entry is an error.
+at::Tensor undefined_rows(const char* where, const char* what, const at::Tensor& a, const at::Tensor& pos) {
   const int64_t L = a.size(-1);
-  const at::Tensor causal = causal_mask(L);
-  const at::Tensor nan_keys = at::logical_and(at::isnan(a), causal).sum(-1);
-  const at::Tensor undefined = nan_keys == at::arange(1, L + 1, at::kLong);
-  const at::Tensor accepted = at::logical_or(at::isfinite(a), at::logical_and(undefined.unsqueeze(-1), causal));
+  const at::Tensor visible = rows_mask(pos, L);
+  const at::Tensor nan_keys = at::logical_and(at::isnan(a), visible).sum(-1);
+  const at::Tensor undefined = nan_keys == pos + 1;
+  const at::Tensor accepted = at::logical_or(at::isfinite(a), at::logical_and(undefined.unsqueeze(-1), visible));
   if (!accepted.all().item<bool>())
     fail(where, std::string(what) + " has non-finite entries (NaN or inf) other than undefined rows (NaN on every key j <= i)");
   return undefined;
+}
+
+// Standard error of the ratio estimate sum y / sum x from R sampled positions out of L, each
+// position a cluster (y, x [..., R]: summed over the leading dimensions first). See head_metrics.h.
+double cluster_se(const at::Tensor& y, const at::Tensor& x, int64_t L) {
+  const int64_t R = y.size(-1);
+  if (R < 2) return std::nan("");
+  const at::Tensor yp = y.reshape({-1, R}).sum(0), xp = x.reshape({-1, R}).sum(0);
+  const double sx = xp.sum().item<double>();
+  if (!(sx > 0)) return std::nan("");
+  const double m = yp.sum().item<double>() / sx;
+  const double var = (yp - m * xp).pow(2).sum().item<double>() / double(R - 1);
+  return std::sqrt(std::max(0.0, 1.0 - double(R) / double(L)) * var / double(R)) / (sx / double(R));
+}
+
+// cluster_se of the mean of `values` over the rows where `keep` (NaN values outside it read as 0).
+double mean_se(const at::Tensor& values, const at::Tensor& keep, int64_t L) {
+  const at::Tensor x = keep.to(at::kDouble);
+  return cluster_se(values.masked_fill(keep.logical_not(), 0), x, L);
 }
 
 // Mean of per-row values over the rows where `keep` is true; NaN when there is none.
@@ -50,10 +76,11 @@ double mean_where(const at::Tensor& per_row, const at::Tensor& keep) {
   return per_row.masked_select(keep).mean().item<double>();
 }
 
-// `t` must be [..., L, x] with the same leading dimensions and L as the map [..., L, L].
+// `t` must be [..., L, x] with the same leading dimensions as the map [..., R, L] and its L.
 void check_rows(const at::Tensor& map, const char* what, const at::Tensor& t) {
   if (!at::isFloatingType(t.scalar_type())) fail(kMetricsWhere, std::string(what) + " must be a floating tensor");
-  if (t.dim() != map.dim() || t.sizes().slice(0, t.dim() - 1) != map.sizes().slice(0, map.dim() - 1))
+  if (t.dim() != map.dim() || t.sizes().slice(0, t.dim() - 2) != map.sizes().slice(0, map.dim() - 2) ||
+      t.size(-2) != map.size(-1))
     fail(kMetricsWhere, std::string(what) + " " + shape_str(t.sizes()) + " must be [..., L, dim] matching the map " + shape_str(map.sizes()));
 }
 
@@ -143,42 +170,29 @@ RowMonotonicity row_monotonicity(const double* s, const double* w, int64_t n, st
   return out;
 }
 
-}  // namespace
-
-at::Tensor row_entropy(const at::Tensor& map) {
-  check_map("row_entropy", "map", map);
-  const at::Tensor a = f64(map);
-  const at::Tensor undefined = undefined_rows("row_entropy", "map", a);
-  if ((a < 0).any().item<bool>()) fail("row_entropy", "map has negative entries");
-  return (-at::special_xlogy(a, a).sum(-1)).masked_fill(undefined, std::nan(""));  // xlogy(0, 0) = 0
-}
-
-Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
-  check_map("monotonicity", "map", map);
-  check_map("monotonicity", "scores", scores);
-  if (map.sizes() != scores.sizes())
-    fail("monotonicity", "map " + shape_str(map.sizes()) + " and scores " + shape_str(scores.sizes()) + " must have the same shape");
-  const int64_t L = map.size(-1);
-  const at::Tensor a = f64(map), s = f64(scores);
-  // Only the causal part of the scores is read; a NaN there would make the sort's order undefined.
-  check_finite("monotonicity", "scores", s.masked_select(causal_mask(L)));
-  const at::Tensor undefined = undefined_rows("monotonicity", "map", a).reshape({-1}).contiguous();
-  const int64_t rows = a.numel() / L;  // all rows of all sequences
-  const double* A = a.data_ptr<double>();
-  const double* S = s.data_ptr<double>();
-  const bool* skip = undefined.data_ptr<bool>();
-
-  // Row r is row i = r mod L of its sequence, with i + 1 keys at offset r * L. Undefined rows stay
-  // unused (RowMonotonicity{}).
+// Per-row monotonicity of a [..., R, L] (float64) in scores s (same shape), rows at positions pos;
+// undefined rows stay unused.
+std::vector<RowMonotonicity> monotonicity_rows(const at::Tensor& a, const at::Tensor& s, const at::Tensor& pos,
+                                               const at::Tensor& undefined_flat) {
+  const int64_t L = a.size(-1), R = pos.size(0);
+  const at::Tensor ac = a.contiguous(), sc = s.contiguous(), posc = pos.contiguous(), und = undefined_flat.contiguous();
+  const int64_t rows = ac.numel() / L;  // all rows of all sequences
+  const double* A = ac.data_ptr<double>();
+  const double* S = sc.data_ptr<double>();
+  const int64_t* P = posc.data_ptr<int64_t>();
+  const bool* skip = und.data_ptr<bool>();
   std::vector<RowMonotonicity> per_row(rows);
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> order;
     std::vector<double> rs, rw, buf, tmp;
     for (int64_t r = begin; r < end; ++r)
-      if (!skip[r]) per_row[r] = row_monotonicity(S + r * L, A + r * L, r % L + 1, order, rs, rw, buf, tmp);
+      if (!skip[r]) per_row[r] = row_monotonicity(S + r * L, A + r * L, P[r % R] + 1, order, rs, rw, buf, tmp);
   });
+  return per_row;
+}
 
-  // Reduced in row order so the result does not depend on the thread count.
+// Reduced in row order so the result does not depend on the thread count.
+Monotonicity reduce_monotonicity(const std::vector<RowMonotonicity>& per_row) {
   Monotonicity out;
   int64_t used = 0, discordant = 0, pairs = 0;
   double spearman = 0;
@@ -194,22 +208,71 @@ Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
   return out;
 }
 
+// The map's row positions: `positions` checked against the map [..., R, L], or 0..L-1.
+at::Tensor row_positions(const at::Tensor& map, const at::Tensor& positions) {
+  const int64_t L = map.size(-1);
+  if (!positions.defined()) return at::arange(L, at::kLong);
+  if (positions.dim() != 1 || positions.scalar_type() != at::kLong || positions.size(0) != map.size(-2))
+    fail(kMetricsWhere, "positions must be int64 [R] with R = " + std::to_string(map.size(-2)) + " (the map's rows), got " +
+                            shape_str(positions.sizes()));
+  const at::Tensor p = positions.to(at::kCPU).contiguous();
+  if (p.numel() > 0 && (p.min().item<int64_t>() < 0 || p.max().item<int64_t>() >= L))
+    fail(kMetricsWhere, "positions must lie in 0.." + std::to_string(L - 1));
+  if (p.numel() > 1 && !(p.narrow(0, 1, p.numel() - 1) > p.narrow(0, 0, p.numel() - 1)).all().item<bool>())
+    fail(kMetricsWhere, "positions must be strictly increasing");
+  return p;
+}
+
+}  // namespace
+
+at::Tensor row_entropy(const at::Tensor& map) {
+  check_map("row_entropy", "map", map);
+  const at::Tensor a = f64(map);
+  const at::Tensor undefined = undefined_rows("row_entropy", "map", a, at::arange(a.size(-1), at::kLong));
+  if ((a < 0).any().item<bool>()) fail("row_entropy", "map has negative entries");
+  return (-at::special_xlogy(a, a).sum(-1)).masked_fill(undefined, std::nan(""));  // xlogy(0, 0) = 0
+}
+
+Monotonicity monotonicity(const at::Tensor& map, const at::Tensor& scores) {
+  check_map("monotonicity", "map", map);
+  check_map("monotonicity", "scores", scores);
+  if (map.sizes() != scores.sizes())
+    fail("monotonicity", "map " + shape_str(map.sizes()) + " and scores " + shape_str(scores.sizes()) + " must have the same shape");
+  const int64_t L = map.size(-1);
+  const at::Tensor a = f64(map), s = f64(scores);
+  // Only the causal part of the scores is read; a NaN there would make the sort's order undefined.
+  check_finite("monotonicity", "scores", s.masked_select(causal_mask(L)));
+  const at::Tensor pos = at::arange(L, at::kLong);
+  const at::Tensor undefined = undefined_rows("monotonicity", "map", a, pos).reshape({-1});
+  return reduce_monotonicity(monotonicity_rows(a, s, pos, undefined));
+}
+
 HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
-  check_map(kMetricsWhere, "map", in.map);
+  const bool subset = in.positions.defined();
+  check_map(kMetricsWhere, "map", in.map, /*square=*/!subset);
   const int64_t L = in.map.size(-1);
+  const at::Tensor pos = row_positions(in.map, in.positions);
+  const int64_t R = pos.size(0);
+  const bool sampled = R < L;
   const at::Tensor a = f64(in.map);
-  const at::Tensor undefined = undefined_rows(kMetricsWhere, "map", a).reshape({-1});  // [rows]
+  const at::Tensor undefined_2d = undefined_rows(kMetricsWhere, "map", a, pos).reshape({-1, R});  // [rows / R, R]
+  const at::Tensor undefined = undefined_2d.reshape({-1});                                       // [rows]
   const at::Tensor defined = undefined.logical_not();
   if ((a < 0).any().item<bool>()) fail(kMetricsWhere, "map has negative entries");
   HeadMetrics out;
   out.undefined_rows = undefined.sum().item<int64_t>();
+  out.rows = undefined.numel();
+  out.rows_total = out.rows / R * L;
 
   // Entropy: every defined row; normalized: defined rows with i + 1 >= 2 keys, divided by log(i + 1).
-  const at::Tensor h = (-at::special_xlogy(a, a).sum(-1)).reshape({-1, L});  // xlogy(0, 0) = 0
+  const at::Tensor h = (-at::special_xlogy(a, a).sum(-1)).reshape({-1, R});  // xlogy(0, 0) = 0
   out.entropy = mean_where(h.reshape({-1}), defined);
+  if (sampled) out.standard_error["entropy"] = mean_se(h, undefined_2d.logical_not(), L);
   if (L >= 2) {
-    const at::Tensor log_keys = at::log(at::arange(2, L + 1, h.options()));
-    out.normalized_entropy = mean_where(h.narrow(1, 1, L - 1) / log_keys, defined.reshape({-1, L}).narrow(1, 1, L - 1));
+    const at::Tensor multi = (pos >= 1).unsqueeze(0).logical_and(undefined_2d.logical_not());  // [rows / R, R]
+    const at::Tensor hn = h / at::log((pos + 1).to(at::kDouble)).unsqueeze(0);                // inf/NaN at pos 0: not kept
+    out.normalized_entropy = mean_where(hn.reshape({-1}), multi.reshape({-1}));
+    if (sampled) out.standard_error["normalized_entropy"] = mean_se(hn, multi, L);
   }
 
   at::Tensor q, k;
@@ -222,12 +285,26 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     k = f64(in.k);
     check_finite(kMetricsWhere, "q", q);
     check_finite(kMetricsWhere, "k", k);
-    if (L >= 3) out.monotonicity = monotonicity(a, at::matmul(q, k.transpose(-2, -1)));
+    if (L >= 3) {
+      const at::Tensor qr = subset ? q.index_select(-2, pos) : q;
+      const auto per_row = monotonicity_rows(a, at::matmul(qr, k.transpose(-2, -1)), pos, undefined);
+      out.monotonicity = reduce_monotonicity(per_row);
+      if (sampled) {
+        const int64_t n = int64_t(per_row.size());
+        at::Tensor used = at::zeros({n}, at::kDouble), rho = at::zeros({n}, at::kDouble);
+        at::Tensor disc = at::zeros({n}, at::kDouble), pairs = at::zeros({n}, at::kDouble);
+        auto u = used.accessor<double, 1>(), r = rho.accessor<double, 1>(), dd = disc.accessor<double, 1>(), pp = pairs.accessor<double, 1>();
+        for (int64_t m = 0; m < n; ++m)
+          if (per_row[m].used) u[m] = 1, r[m] = per_row[m].spearman, dd[m] = double(per_row[m].discordant), pp[m] = double(per_row[m].pairs);
+        out.standard_error["monotonicity"] = cluster_se(rho.reshape({-1, R}), used.reshape({-1, R}), L);
+        out.standard_error["discordant_fraction"] = cluster_se(disc.reshape({-1, R}), pairs.reshape({-1, R}), L);
+      }
+    }
   }
 
   at::Tensor ref;
   if (in.reference.defined()) {
-    check_map(kMetricsWhere, "reference", in.reference);
+    check_map(kMetricsWhere, "reference", in.reference, !subset);
     if (in.reference.sizes() != in.map.sizes())
       fail(kMetricsWhere, "reference " + shape_str(in.reference.sizes()) + " and map " + shape_str(in.map.sizes()) + " must have the same shape");
     ref = f64(in.reference);
@@ -239,6 +316,10 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     const at::Tensor ref_log_map = at::special_xlogy(ref, a.clamp_min(kLogFloor)).sum(-1).reshape({-1});
     out.kl = mean_where(ref_log_ref - ref_log_map, defined);
     out.cross_entropy = mean_where(-ref_log_map, defined);
+    if (sampled) {
+      out.standard_error["kl"] = mean_se((ref_log_ref - ref_log_map).reshape({-1, R}), undefined_2d.logical_not(), L);
+      out.standard_error["cross_entropy"] = mean_se((-ref_log_map).reshape({-1, R}), undefined_2d.logical_not(), L);
+    }
   }
 
   if (in.phi_q.values.defined() || in.phi_k.values.defined()) {
@@ -312,6 +393,11 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     const at::Tensor y_ref = at::matmul(ref.masked_fill(skip, 0), v);
     const at::Tensor y = at::matmul(a.masked_fill(skip, 0), v);
     out.output_rel_error = ((y - y_ref).norm() / y_ref.norm()).item<double>();
+    if (sampled) {
+      // A ratio of squared norms summed over rows: its estimate's error, halved over the square root.
+      const at::Tensor num = (y - y_ref).pow(2).sum(-1).reshape({-1, R}), den = y_ref.pow(2).sum(-1).reshape({-1, R});
+      out.standard_error["output_rel_error"] = cluster_se(num, den, L) / (2 * *out.output_rel_error);
+    }
   }
 
   if (in.raw_row_sums.defined()) {
@@ -321,6 +407,9 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     const at::Tensor sums = f64(in.raw_row_sums);
     check_finite(kMetricsWhere, "raw_row_sums", sums);
     out.nonpositive_row_fraction = (sums <= 0).to(at::kDouble).mean().item<double>();
+    if (sampled)
+      out.standard_error["nonpositive_row_fraction"] =
+          cluster_se((sums <= 0).to(at::kDouble).reshape({-1, R}), at::ones({sums.numel()}, at::kDouble).reshape({-1, R}), L);
   }
   return out;
 }

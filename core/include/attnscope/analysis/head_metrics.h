@@ -21,13 +21,24 @@
 //     gives NaN for them, monotonicity skips them, and compute_head_metrics excludes them from all
 //     of its row means (entropy, normalized entropy, monotonicity, KL, cross-entropy, output
 //     error) and reports their number as undefined_rows; with no defined row those means are NaN.
+//   - Sampled rows: with `positions` the map holds only those query rows (0-based positions i, the
+//     same in every sequence), [T, R, L]: row r has positions[r] + 1 keys. Every row mean is then
+//     an estimate of the mean over all T x L rows from the R sampled positions (each position a
+//     cluster of its T rows), and standard_error holds its standard error: the ratio estimator's,
+//     sqrt((1 - R/L) var(e_p) / R) / mean(x_p) over the positions p (e_p = y_p - m x_p, m the estimate,
+//     y_p and x_p the sums over the defined rows of position p), finite-population factor 1 - R/L.
+//     The output error's is that of its ratio of squared norms, halved over the square root.
+//     The kernel error's pairs are drawn from all causal pairs as before (it reads q and k, not
+//     the map). undefined_rows counts the sampled rows.
 //   - Any other non-finite entry (NaN in part of a row, inf anywhere) in a map, and any NaN or inf
 //     in reference, q, k, v, scores, features or row sums, is an Error naming the argument.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "attnscope/attention/features.h"
 
@@ -35,11 +46,13 @@ namespace attnscope {
 
 struct HeadMetricsInput {
   at::Tensor map;            // [T, L, L] or [L, L]: the causal row-stochastic map being measured
+                             // ([T, R, L] or [R, L] with `positions`)
   at::Tensor reference;      // softmax map, same shape; undefined when `map` IS the softmax map
+  at::Tensor positions;      // optional int64 [R], strictly increasing in [0, L): the map's rows (see above)
   at::Tensor q, k;           // [T, L, d] (or [L, d]): raw queries and keys
   at::Tensor v;              // [T, L, d_v], optional: for the relative output error
   Features phi_q, phi_k;     // features [T, L, M] (scaled or plain), optional: for the kernel error
-  // [T, L] raw sums sum_{j<=i} phi(q_i).phi(k_j), optional. Only their signs are read, so any
+  // [T, L] ([T, R] with positions) raw sums sum_{j<=i} phi(q_i).phi(k_j), optional. Only their signs are read, so any
   // positive per-row multiple serves.
   at::Tensor raw_row_sums;
   uint64_t seed = 0;         // for sampling pairs
@@ -68,6 +81,13 @@ struct HeadMetrics {
   // ||map@v - ref@v||_F / ||ref@v||_F over the defined rows; needs reference, v
   std::optional<double> output_rel_error;
   std::optional<double> nonpositive_row_fraction;  // fraction of raw_row_sums <= 0; needs raw_row_sums
+  int64_t rows = 0;        // query rows measured, over all sequences (T x R with positions, else T x L)
+  int64_t rows_total = 0;  // query rows of the sequences (T x L): rows < rows_total means row means are estimates
+  // Metric name as in the JSON ("entropy", "monotonicity", "kl", ...) -> standard error of its
+  // estimate from the sampled rows. A metric without an entry is exact; empty when every row was
+  // measured.
+  std::map<std::string, double> standard_error;
+  bool sampled() const { return rows < rows_total; }
 };
 
 // Throws Error when shapes disagree, the map is not square or has negative entries, or for the
