@@ -335,6 +335,17 @@ std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, co
   const at::Tensor q = store.layer_tensor(layer, "q"), k = store.layer_tensor(layer, "k");  // [T, H, L, d]
   auto head_q = [&](int h) { return q.select(1, h).reshape({-1, d}); };
   auto head_k = [&](int h) { return k.select(1, h).reshape({-1, d}); };
+  // J per head (DofSettings::max_samples): double while unconverged, up to the cap or every vector.
+  const int64_t available = 2 * q.size(0) * q.size(2);  // T L queries and T L keys
+  auto converge = [&](int h, HeadSpectrum& sp) {
+    while (dof_convergence(sp, settings.lambda).unconverged() && sp.samples < settings.max_samples && sp.samples < available) {
+      DofSettings more = settings;
+      more.samples = std::min(2 * sp.samples, settings.max_samples);
+      if (progress)
+        progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H) + " unconverged: J = " + std::to_string(more.samples));
+      sp = head_spectrum(head_q(h), head_k(h), more, derive_seed(settings.seed, layer, h));
+    }
+  };
   std::vector<HeadSpectrum> out;
   if (settings.batched || !device.is_cpu()) {
     if (progress) progress(0.0, "heads 1-" + std::to_string(H) + " batched on " + settings.device);
@@ -345,23 +356,13 @@ std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, co
       x.push_back(sampled_vectors(head_q(h), head_k(h), settings.samples, seeds.back()));
     }
     out = batched_spectra(x, seeds, settings, device);
-  } else {
-    for (int h = 0; h < H; ++h) {
-      if (progress) progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H));
-      out.push_back(head_spectrum(head_q(h), head_k(h), settings, derive_seed(settings.seed, layer, h)));
-    }
+    for (int h = 0; h < H; ++h) converge(h, out[h]);  // per head on the CPU
+    return out;
   }
-  // J per head (DofSettings::max_samples): double while unconverged, up to the cap or every vector.
-  const int64_t available = 2 * q.size(0) * q.size(2);  // T L queries and T L keys
   for (int h = 0; h < H; ++h) {
-    HeadSpectrum& sp = out[h];
-    while (dof_convergence(sp, settings.lambda).unconverged() && sp.samples < settings.max_samples && sp.samples < available) {
-      DofSettings more = settings;
-      more.samples = std::min(2 * sp.samples, settings.max_samples);
-      if (progress)
-        progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H) + " unconverged: J = " + std::to_string(more.samples));
-      sp = head_spectrum(head_q(h), head_k(h), more, derive_seed(settings.seed, layer, h));
-    }
+    if (progress) progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H));
+    out.push_back(head_spectrum(head_q(h), head_k(h), settings, derive_seed(settings.seed, layer, h)));
+    converge(h, out.back());
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace attnscope {
 
@@ -165,9 +166,15 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
       const std::string where = "layer " + std::to_string(s) + " head " + std::to_string(h);
       // The rows every row metric reads: R sampled positions, or all of them.
       at::Tensor pos = at::arange(L, at::kLong);
+      int64_t census = 0;
       if (sampled) {
-        const auto p = sample_without_replacement(L, opt.sample_rows,
-                                                  derive_seed(derive_seed(opt.seed, s, h), AnalysisOptions::kRowSampleStream));
+        // The first R / 4 positions in full, the rest a uniform sample of the later ones.
+        census = opt.sample_rows / 4;
+        std::vector<int64_t> p(census);
+        std::iota(p.begin(), p.end(), 0);
+        for (int64_t i : sample_without_replacement(L - census, opt.sample_rows - census,
+                                                    derive_seed(derive_seed(opt.seed, s, h), AnalysisOptions::kRowSampleStream)))
+          p.push_back(census + i);
         pos = at::tensor(p, at::kLong);
       }
       const at::Tensor positions = sampled ? pos : at::Tensor();
@@ -179,7 +186,7 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
         a = std::move(*hit);
       } else {
         HeadMetricsInput in;
-        in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions;
+        in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = census;
         a.softmax = compute_head_metrics(in);
         if (sampled) {
           // The entropies are cheap for every row: exact, whatever the sample.
@@ -209,7 +216,7 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
         const LinearRows lr = linear_rows(fq, fk, pos);
         HeadMetricsInput li;
         li.map = opt.window > 0 ? hybrid_rows(fq, fk, q, k, pos, opt.window) : lr.map;
-        li.reference = A, li.q = q, li.k = k, li.v = v, li.positions = positions;
+        li.reference = A, li.q = q, li.k = k, li.v = v, li.positions = positions, li.census = census;
         li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
         // The signs of the linear part's raw row sums (also with a window: linear_map's count).
         li.raw_row_sums = lr.raw_sums;

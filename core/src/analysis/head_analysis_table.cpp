@@ -106,7 +106,7 @@ std::string sampling_note(const std::vector<HeadAnalysis>& heads) {
   }
   if (rows == 0) return "";
   std::string out = "Estimated from " + std::to_string(rows) + " of " + std::to_string(total) +
-                    " query rows per head (sampled positions, the same in every window; largest standard error over the heads):";
+                    " query rows per head (positions sampled per head, the same in every window; largest standard error over the heads):";
   const char* side_name[2] = {" softmax", "; linear map"};
   for (int i = 0; i < 2; ++i) {
     if (worst[i].empty()) continue;

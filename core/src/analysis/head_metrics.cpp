@@ -52,23 +52,34 @@ at::Tensor undefined_rows(const char* where, const char* what, const at::Tensor&
   return undefined;
 }
 
-// Standard error of the ratio estimate sum y / sum x from R sampled positions out of L, each
-// position a cluster (y, x [..., R]: summed over the leading dimensions first). See head_metrics.h.
-double cluster_se(const at::Tensor& y, const at::Tensor& x, int64_t L) {
-  const int64_t R = y.size(-1);
-  if (R < 2) return std::nan("");
+// The estimate of sum y / sum x over all L positions from the measured ones, and its standard
+// error (head_metrics.h, "Sampled rows"): y, x [..., R] are summed over the leading dimensions into
+// per-position totals; the first `census` positions are all of [0, census), weight 1; the other
+// R - census a uniform sample of the L - census others, weight (L - census) / (R - census).
+struct Estimate {
+  double value = 0, se = 0;
+};
+Estimate ratio_estimate(const at::Tensor& y, const at::Tensor& x, int64_t L, int64_t census) {
+  const int64_t R = y.size(-1), n = R - census, N = L - census;
   const at::Tensor yp = y.reshape({-1, R}).sum(0), xp = x.reshape({-1, R}).sum(0);
-  const double sx = xp.sum().item<double>();
-  if (!(sx > 0)) return std::nan("");
-  const double m = yp.sum().item<double>() / sx;
-  const double var = (yp - m * xp).pow(2).sum().item<double>() / double(R - 1);
-  return std::sqrt(std::max(0.0, 1.0 - double(R) / double(L)) * var / double(R)) / (sx / double(R));
+  const at::Tensor ys = yp.narrow(0, census, n), xs = xp.narrow(0, census, n);
+  const double w = double(N) / double(n);
+  const double Y = yp.narrow(0, 0, census).sum().item<double>() + w * ys.sum().item<double>();
+  const double X = xp.narrow(0, 0, census).sum().item<double>() + w * xs.sum().item<double>();
+  Estimate e;
+  e.value = X > 0 ? Y / X : std::nan("");
+  if (!(X > 0) || n < 2) {
+    e.se = std::nan("");
+    return e;
+  }
+  const double var = (ys - e.value * xs).pow(2).sum().item<double>() / double(n - 1);
+  e.se = std::sqrt(double(N) * double(N) * std::max(0.0, 1.0 - double(n) / double(N)) * var / double(n)) / X;
+  return e;
 }
 
-// cluster_se of the mean of `values` over the rows where `keep` (NaN values outside it read as 0).
-double mean_se(const at::Tensor& values, const at::Tensor& keep, int64_t L) {
-  const at::Tensor x = keep.to(at::kDouble);
-  return cluster_se(values.masked_fill(keep.logical_not(), 0), x, L);
+// ratio_estimate of the mean of `values` over the rows where `keep` (NaN values outside it read as 0).
+Estimate mean_estimate(const at::Tensor& values, const at::Tensor& keep, int64_t L, int64_t census) {
+  return ratio_estimate(values.masked_fill(keep.logical_not(), 0), keep.to(at::kDouble), L, census);
 }
 
 // Mean of per-row values over the rows where `keep` is true; NaN when there is none.
@@ -82,21 +93,6 @@ void check_rows(const at::Tensor& map, const char* what, const at::Tensor& t) {
   if (t.dim() != map.dim() || t.sizes().slice(0, t.dim() - 2) != map.sizes().slice(0, map.dim() - 2) ||
       t.size(-2) != map.size(-1))
     fail(kMetricsWhere, std::string(what) + " " + shape_str(t.sizes()) + " must be [..., L, dim] matching the map " + shape_str(map.sizes()));
-}
-
-// Average ranks (1-based) of x[0..n): tied values share the mean of the positions they occupy.
-void average_ranks(const double* x, int64_t n, std::vector<int64_t>& order, std::vector<double>& rank) {
-  order.resize(n);
-  rank.resize(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [x](int64_t a, int64_t b) { return x[a] < x[b]; });
-  for (int64_t p = 0; p < n;) {
-    int64_t q = p + 1;
-    while (q < n && x[order[q]] == x[order[p]]) ++q;
-    const double r = 0.5 * double(p + 1 + q);  // mean of the ranks p+1 .. q
-    for (int64_t m = p; m < q; ++m) rank[order[m]] = r;
-    p = q;
-  }
 }
 
 // Pairs a < b with w[a] > w[b] strictly, by merge sort; sorts w ascending as a side effect.
@@ -129,17 +125,25 @@ struct RowMonotonicity {
 
 // One row: scores s and weights w over its n keys.
 RowMonotonicity row_monotonicity(const double* s, const double* w, int64_t n, std::vector<int64_t>& order,
-                                 std::vector<double>& rs, std::vector<double>& rw, std::vector<double>& buf,
+                                 std::vector<double>& rs, std::vector<double>& ws, std::vector<double>& buf,
                                  std::vector<double>& tmp) {
   RowMonotonicity out;
   if (n < 3) return out;
-  average_ranks(s, n, order, rs);
+  // One indirect sort: keys by score, ties in score by weight ascending (so no pair inside a score
+  // tie counts as discordant below). Everything after works in this order.
+  order.resize(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [s, w](int64_t a, int64_t b) { return s[a] < s[b] || (s[a] == s[b] && w[a] < w[b]); });
 
-  // Pairs with distinct scores: all pairs less those inside groups of tied scores.
+  // Average score ranks (1-based; tied scores share the mean of their positions), and the pairs
+  // with distinct scores: all pairs less those inside groups of tied scores.
+  rs.resize(n);
   int64_t pairs = n * (n - 1) / 2;
   for (int64_t p = 0; p < n;) {
     int64_t q = p + 1;
     while (q < n && s[order[q]] == s[order[p]]) ++q;
+    const double r = 0.5 * double(p + 1 + q);
+    for (int64_t m = p; m < q; ++m) rs[m] = r;
     pairs -= (q - p) * (q - p - 1) / 2;
     p = q;
   }
@@ -147,21 +151,23 @@ RowMonotonicity row_monotonicity(const double* s, const double* w, int64_t n, st
   out.used = true;
   out.pairs = pairs;
 
-  // Discordant pairs: order keys by score, ties in score by weight ascending (so no pair inside a
-  // score tie counts), then count strict inversions of the weights.
-  std::sort(order.begin(), order.end(), [s, w](int64_t a, int64_t b) { return s[a] < s[b] || (s[a] == s[b] && w[a] < w[b]); });
+  // Discordant pairs: strict inversions of the weights in that order (the merge sort leaves buf
+  // sorted ascending, which then gives each weight its average rank by binary search).
+  ws.resize(n);
   buf.resize(n);
   tmp.resize(n);
-  for (int64_t m = 0; m < n; ++m) buf[m] = w[order[m]];
+  for (int64_t m = 0; m < n; ++m) ws[m] = buf[m] = w[order[m]];
   out.discordant = strict_inversions(buf, tmp, 0, n);
 
-  average_ranks(w, n, order, rw);
-  // Ranks are integers or halves and the mean (n+1)/2 is exact, so the sums below are exact; for
-  // identical rank vectors sxy == sxx == syy and sxy / sqrt(sxx * syy) is exactly 1.
+  // Ranks are integers or halves and the mean (n+1)/2 is exact, so the sums below are exact (for
+  // n up to ~1e5) in any order; for identical rank vectors sxy == sxx == syy and sxy / sqrt(sxx *
+  // syy) is exactly 1.
   const double mean = 0.5 * double(n + 1);
   double sxx = 0, syy = 0, sxy = 0;
   for (int64_t m = 0; m < n; ++m) {
-    const double a = rs[m] - mean, b = rw[m] - mean;
+    const auto lo = std::lower_bound(buf.begin(), buf.end(), ws[m]) - buf.begin();
+    const auto hi = std::upper_bound(buf.begin() + lo, buf.end(), ws[m]) - buf.begin();
+    const double a = rs[m] - mean, b = 0.5 * double(lo + 1 + hi) - mean;
     sxx += a * a;
     syy += b * b;
     sxy += a * b;
@@ -254,6 +260,10 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   const at::Tensor pos = row_positions(in.map, in.positions);
   const int64_t R = pos.size(0);
   const bool sampled = R < L;
+  const int64_t census = in.census;
+  if (census < 0 || census > R || (sampled && census > 0 && census > R - 2) ||
+      (census > 0 && !pos.narrow(0, 0, census).equal(at::arange(census, at::kLong))))
+    fail(kMetricsWhere, "census must be in 0..R-2 with positions starting 0, 1, .., census - 1, got " + std::to_string(census));
   const at::Tensor a = f64(in.map);
   const at::Tensor undefined_2d = undefined_rows(kMetricsWhere, "map", a, pos).reshape({-1, R});  // [rows / R, R]
   const at::Tensor undefined = undefined_2d.reshape({-1});                                       // [rows]
@@ -267,12 +277,18 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   // Entropy: every defined row; normalized: defined rows with i + 1 >= 2 keys, divided by log(i + 1).
   const at::Tensor h = (-at::special_xlogy(a, a).sum(-1)).reshape({-1, R});  // xlogy(0, 0) = 0
   out.entropy = mean_where(h.reshape({-1}), defined);
-  if (sampled) out.standard_error["entropy"] = mean_se(h, undefined_2d.logical_not(), L);
+  if (sampled) {
+    const Estimate e = mean_estimate(h, undefined_2d.logical_not(), L, census);
+    out.entropy = e.value, out.standard_error["entropy"] = e.se;
+  }
   if (L >= 2) {
     const at::Tensor multi = (pos >= 1).unsqueeze(0).logical_and(undefined_2d.logical_not());  // [rows / R, R]
     const at::Tensor hn = h / at::log((pos + 1).to(at::kDouble)).unsqueeze(0);                // inf/NaN at pos 0: not kept
     out.normalized_entropy = mean_where(hn.reshape({-1}), multi.reshape({-1}));
-    if (sampled) out.standard_error["normalized_entropy"] = mean_se(hn, multi, L);
+    if (sampled) {
+      const Estimate e = mean_estimate(hn, multi, L, census);
+      out.normalized_entropy = e.value, out.standard_error["normalized_entropy"] = e.se;
+    }
   }
 
   at::Tensor q, k;
@@ -296,8 +312,10 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
         auto u = used.accessor<double, 1>(), r = rho.accessor<double, 1>(), dd = disc.accessor<double, 1>(), pp = pairs.accessor<double, 1>();
         for (int64_t m = 0; m < n; ++m)
           if (per_row[m].used) u[m] = 1, r[m] = per_row[m].spearman, dd[m] = double(per_row[m].discordant), pp[m] = double(per_row[m].pairs);
-        out.standard_error["monotonicity"] = cluster_se(rho.reshape({-1, R}), used.reshape({-1, R}), L);
-        out.standard_error["discordant_fraction"] = cluster_se(disc.reshape({-1, R}), pairs.reshape({-1, R}), L);
+        const Estimate e = ratio_estimate(rho.reshape({-1, R}), used.reshape({-1, R}), L, census);
+        const Estimate f = ratio_estimate(disc.reshape({-1, R}), pairs.reshape({-1, R}), L, census);
+        out.monotonicity->spearman = e.value, out.standard_error["monotonicity"] = e.se;
+        out.monotonicity->discordant_fraction = f.value, out.standard_error["discordant_fraction"] = f.se;
       }
     }
   }
@@ -317,8 +335,10 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     out.kl = mean_where(ref_log_ref - ref_log_map, defined);
     out.cross_entropy = mean_where(-ref_log_map, defined);
     if (sampled) {
-      out.standard_error["kl"] = mean_se((ref_log_ref - ref_log_map).reshape({-1, R}), undefined_2d.logical_not(), L);
-      out.standard_error["cross_entropy"] = mean_se((-ref_log_map).reshape({-1, R}), undefined_2d.logical_not(), L);
+      const Estimate e = mean_estimate((ref_log_ref - ref_log_map).reshape({-1, R}), undefined_2d.logical_not(), L, census);
+      const Estimate f = mean_estimate((-ref_log_map).reshape({-1, R}), undefined_2d.logical_not(), L, census);
+      out.kl = e.value, out.standard_error["kl"] = e.se;
+      out.cross_entropy = f.value, out.standard_error["cross_entropy"] = f.se;
     }
   }
 
@@ -396,7 +416,9 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     if (sampled) {
       // A ratio of squared norms summed over rows: its estimate's error, halved over the square root.
       const at::Tensor num = (y - y_ref).pow(2).sum(-1).reshape({-1, R}), den = y_ref.pow(2).sum(-1).reshape({-1, R});
-      out.standard_error["output_rel_error"] = cluster_se(num, den, L) / (2 * *out.output_rel_error);
+      const Estimate e = ratio_estimate(num, den, L, census);
+      out.output_rel_error = std::sqrt(e.value);
+      out.standard_error["output_rel_error"] = e.se / (2 * *out.output_rel_error);
     }
   }
 
@@ -407,9 +429,10 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     const at::Tensor sums = f64(in.raw_row_sums);
     check_finite(kMetricsWhere, "raw_row_sums", sums);
     out.nonpositive_row_fraction = (sums <= 0).to(at::kDouble).mean().item<double>();
-    if (sampled)
-      out.standard_error["nonpositive_row_fraction"] =
-          cluster_se((sums <= 0).to(at::kDouble).reshape({-1, R}), at::ones({sums.numel()}, at::kDouble).reshape({-1, R}), L);
+    if (sampled) {
+      const Estimate e = ratio_estimate((sums <= 0).to(at::kDouble).reshape({-1, R}), at::ones({sums.numel()}, at::kDouble).reshape({-1, R}), L, census);
+      out.nonpositive_row_fraction = e.value, out.standard_error["nonpositive_row_fraction"] = e.se;
+    }
   }
   return out;
 }

@@ -35,8 +35,9 @@ struct AnalysisOptions {
   int64_t mixer_tokens = kDefaultMixerTokens;
   static constexpr int64_t kDefaultMixerTokens = 256;
   // Query positions per window at which the row metrics are measured (head_metrics.h, "Sampled
-  // rows"): R positions drawn per head without replacement, sample_without_replacement(L, R,
-  // derive_seed(derive_seed(seed, layer, head), kRowSampleStream)), the same R in every window.
+  // rows"), R per head, the same in every window: the first R / 4 positions (the census), and
+  // R - R / 4 of the later ones drawn without replacement, census + sample_without_replacement(L -
+  // R / 4, R - R / 4, derive_seed(derive_seed(seed, layer, head), kRowSampleStream)).
   // 0 or >= L: every row (exact). The softmax map's entropies are always exact (all rows, from
   // logsumexp); its monotonicity and every linear-map row metric (entropy, monotonicity, KL,
   // cross-entropy, output error, non-positive rows) are estimates with standard errors when R < L.

@@ -23,13 +23,17 @@
 //     error) and reports their number as undefined_rows; with no defined row those means are NaN.
 //   - Sampled rows: with `positions` the map holds only those query rows (0-based positions i, the
 //     same in every sequence), [T, R, L]: row r has positions[r] + 1 keys. Every row mean is then
-//     an estimate of the mean over all T x L rows from the R sampled positions (each position a
-//     cluster of its T rows), and standard_error holds its standard error: the ratio estimator's,
-//     sqrt((1 - R/L) var(e_p) / R) / mean(x_p) over the positions p (e_p = y_p - m x_p, m the estimate,
-//     y_p and x_p the sums over the defined rows of position p), finite-population factor 1 - R/L.
-//     The output error's is that of its ratio of squared norms, halved over the square root.
-//     The kernel error's pairs are drawn from all causal pairs as before (it reads q and k, not
-//     the map). undefined_rows counts the sampled rows.
+//     an estimate of the mean over all T x L rows: the first `census` positions are 0..census-1,
+//     a census (weight 1: the early rows, whose few keys make them the most varied), the other
+//     n = R - census a uniform sample without replacement of the N = L - census later positions
+//     (weight N / n); each position is a cluster of its T rows. A mean over the rows where some
+//     condition holds is the ratio estimate m = Y / X of the weighted totals of the values (Y) and
+//     of the rows counted (X); standard_error holds sqrt(N^2 (1 - n/N) var(e_p) / n) / X over the
+//     sampled positions p, e_p = y_p - m x_p (y_p, x_p: position p's totals). The discordant
+//     fraction and the output error are ratios of totals the same way (the output error's
+//     standard error is that of its squared ratio, halved over the square root). The kernel
+//     error's pairs are drawn from all causal pairs as before (it reads q and k, not the map).
+//     undefined_rows counts the sampled rows.
 //   - Any other non-finite entry (NaN in part of a row, inf anywhere) in a map, and any NaN or inf
 //     in reference, q, k, v, scores, features or row sums, is an Error naming the argument.
 #pragma once
@@ -49,6 +53,7 @@ struct HeadMetricsInput {
                              // ([T, R, L] or [R, L] with `positions`)
   at::Tensor reference;      // softmax map, same shape; undefined when `map` IS the softmax map
   at::Tensor positions;      // optional int64 [R], strictly increasing in [0, L): the map's rows (see above)
+  int64_t census = 0;        // with positions: its first `census` are 0..census-1, measured in full (see above)
   at::Tensor q, k;           // [T, L, d] (or [L, d]): raw queries and keys
   at::Tensor v;              // [T, L, d_v], optional: for the relative output error
   Features phi_q, phi_k;     // features [T, L, M] (scaled or plain), optional: for the kernel error
