@@ -228,8 +228,9 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
 
   // Mixer distances: one row per head, one column per class.
   if (f.has_mixers) {
+    d_->mixers->set_title(tr("mixer distances (N = %1)").arg(f.mixer_state));
     const int64_t tokens = heads.front().mixers ? heads.front().mixers->tokens : 0;
-    d_->mixers->set_title(tr("mixer distances (N = %1, first %2 tokens)").arg(f.mixer_state).arg(tokens));
+    d_->mixers->setToolTip(tr("Distances of the map of the first %1 tokens of the first window").arg(tokens));
     d_->mixers->plot()->xAxis->setTickLabelRotation(45);
     d_->mixers->set_values(f.mixers.values, q_list(f.mixer_rows), q_list(f.mixer_classes), f.mixers.lo, f.mixers.hi, 2);
   } else {

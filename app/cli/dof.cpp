@@ -108,8 +108,9 @@ void print_text(const nlohmann::ordered_json& j) {
                 " in exact arithmetic each could count up to 1 (use --normalize trace)\n",
                 (long long)unresolved);
   if (j["unconverged_heads"].get<int>() > 0)
-    std::printf("* moves by more than %g%% between J/2 and J: not converged, sample more (--samples)\n",
-                100 * j["convergence_tolerance"].get<double>());
+    std::printf("* moves by more than %g%% between J/2 and J even at the J it ended with (doubled per head up to --max-samples %lld): "
+                "not converged, raise --max-samples\n",
+                100 * j["convergence_tolerance"].get<double>(), (long long)j["max_samples"].get<int64_t>());
 }
 
 }  // namespace
