@@ -104,6 +104,7 @@ DofSettings settings_for(DofNormalize mode, int64_t samples = 1 << 20) {
   DofSettings s;
   s.normalize = mode;
   s.samples = samples;
+  s.max_samples = samples;  // J as given: these tests check one J's spectra (J per head: test_dof_per_head_j)
   s.exact_limit = 1 << 20;
   return s;
 }

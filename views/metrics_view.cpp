@@ -8,6 +8,7 @@
 #include <functional>
 #include <qcustomplot.h>
 
+#include "attnscope/analysis/head_analysis_table.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/table.h"
 #include "attnscope/workbench/view_data.h"
@@ -228,12 +229,17 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   // Mixer distances: one row per head, one column per class.
   if (f.has_mixers) {
     d_->mixers->set_title(tr("mixer distances (N = %1)").arg(f.mixer_state));
+    const int64_t tokens = heads.front().mixers ? heads.front().mixers->tokens : 0;
+    d_->mixers->setToolTip(tr("Distances of the map of the first %1 tokens of the first window").arg(tokens));
     d_->mixers->plot()->xAxis->setTickLabelRotation(45);
     d_->mixers->set_values(f.mixers.values, q_list(f.mixer_rows), q_list(f.mixer_classes), f.mixers.lo, f.mixers.hi, 2);
   } else {
     d_->mixers->set_title(tr("mixer distances"));
     d_->mixers->show_note(tr("Not computed\n(attnscope metrics --mixer-state N)"));
   }
+  // Which metrics are estimates from sampled rows, and their standard errors (core's note): the
+  // tooltip of every panel that has none of its own.
+  setToolTip(QString::fromStdString(sampling_note(heads)));
   select(d_->layer, d_->head);
 }
 

@@ -85,7 +85,7 @@ void register_allocate(CLI::App& app) {
       std::cout << to_csv(t);
       return;
     }
-    std::vector<Table> tables = {allocation_table(model, {a}), dof_grid_table(da.head_dof, da.lambda, da.convergence)};
+    std::vector<Table> tables = {allocation_table(model, {a}, da.convergence), dof_grid_table(da.head_dof, da.lambda, da.convergence)};
     if (o.strategy == AllocStrategy::PerHead) tables.push_back(head_dims_table(a));
     for (const Table& t : tables) std::cout << (*format == "latex" ? to_latex(t) : to_markdown(t)) << "\n";
   });

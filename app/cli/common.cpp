@@ -131,6 +131,17 @@ void AnalysisArgs::add_to(CLI::App* cmd, bool mixers) {
   if (mixers)
     cmd->add_option("--mixer-state", opt.mixer_state, "state size N for structured-mixer distances (0 = skip)")
         ->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_scale_options(cmd, opt);
+}
+
+void add_scale_options(CLI::App* cmd, AnalysisOptions& opt) {
+  cmd->add_option("--sample-rows", opt.sample_rows,
+                  "query positions per window at which the row metrics are estimated, with standard errors (0 = every row, "
+                  "exact); the softmax entropies are always exact")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--mixer-tokens", opt.mixer_tokens,
+                  "structured-mixer distances of the map of the first P tokens of the first window (0 = the whole window)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
 }
 
 void add_window_option(CLI::App* cmd, AnalysisOptions& opt) {

@@ -104,6 +104,9 @@ struct AnalysisArgs {
 // --window W (AnalysisOptions::window: hybrid heads), for commands that register their analysis
 // options themselves (report).
 void add_window_option(CLI::App* cmd, AnalysisOptions& opt);
+// --sample-rows and --mixer-tokens (AnalysisOptions::sample_rows, mixer_tokens): how much of a long
+// capture the metrics read, for commands that register their analysis options themselves (report).
+void add_scale_options(CLI::App* cmd, AnalysisOptions& opt);
 // The rules between the analysis options, as usage errors: a map that needs M without --features,
 // --window without a feature map.
 void check_analysis_options(const AnalysisOptions& opt);

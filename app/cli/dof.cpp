@@ -17,6 +17,10 @@ void DofArgs::add_to(CLI::App* cmd) {
   add_lambda_option(cmd, lambda, "tolerance lambda: 2^-8, 0.0625 or 1e-3");
   cmd->add_option("-J,--samples", settings.samples, "vectors sampled from the queries and keys of each head")
       ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 20));
+  cmd->add_option("--max-samples", settings.max_samples,
+                  "cap on J per head: a head whose DoF moves by more than 10% between J/2 and J is computed again at 2J, "
+                  "4J, ... up to this (<= --samples: no doubling)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--normalize", normalize, "Gram normalizer n in Sigma = G / n")
       ->check(CLI::IsMember(dof_normalize_names()))->capture_default_str();
   cmd->add_option("--seed", settings.seed, "seed for sampling the vectors")->capture_default_str();
@@ -104,8 +108,9 @@ void print_text(const nlohmann::ordered_json& j) {
                 " in exact arithmetic each could count up to 1 (use --normalize trace)\n",
                 (long long)unresolved);
   if (j["unconverged_heads"].get<int>() > 0)
-    std::printf("* moves by more than %g%% between J/2 and J: not converged, sample more (--samples)\n",
-                100 * j["convergence_tolerance"].get<double>());
+    std::printf("* moves by more than %g%% between J/2 and J even at the J it ended with (doubled per head up to --max-samples %lld): "
+                "not converged, raise --max-samples\n",
+                100 * j["convergence_tolerance"].get<double>(), (long long)j["max_samples"].get<int64_t>());
 }
 
 }  // namespace

@@ -33,11 +33,13 @@ void register_metrics(CLI::App& app) {
       }
       j["heads"] = head_analysis_json(heads);
       std::cout << j.dump(2) << "\n";
+      return;
     } else if (*format == "csv") {
       std::cout << to_csv(head_analysis_table(heads));
     } else {
       std::cout << to_markdown(head_analysis_table(heads));
     }
+    if (const std::string note = sampling_note(heads); !note.empty()) std::cerr << "metrics: " << note << "\n";
   });
 }
 

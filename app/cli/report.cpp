@@ -64,6 +64,7 @@ void register_report(CLI::App& app) {
   cmd->add_option("--max-seqs", a->analysis.opt.max_seqs, "metrics on the first N windows (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--mixer-state", a->analysis.opt.mixer_state, "state size N of the structured mixers (0 = skip)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_scale_options(cmd, a->analysis.opt);
   cmd->add_option("-o,--out", a->out, "report directory (replaced only by a complete report)")->required();
   cmd->callback([a] { run_report(*a); });
 }

@@ -30,6 +30,7 @@ void add_texts(std::vector<std::string>& a, const std::vector<std::string>& text
 void add_dof_settings(std::vector<std::string>& a, const DofSettings& d) {
   const DofSettings defaults;
   a.insert(a.end(), {"--samples", str(d.samples), "--normalize", dof_normalize_name(d.normalize), "--seed", str(d.seed)});
+  if (d.max_samples != defaults.max_samples) a.insert(a.end(), {"--max-samples", str(d.max_samples)});
   if (d.exact_limit != defaults.exact_limit) a.insert(a.end(), {"--exact-limit", str(d.exact_limit)});
   if (d.top_k != defaults.top_k) a.insert(a.end(), {"--top-k", str(d.top_k)});
 }
@@ -80,7 +81,10 @@ std::string metrics_command(const std::string& capture_dir, const AnalysisOption
   add_feature_map(a, o);
   a.insert(a.end(), {"--seed", str(o.seed)});
   if (o.max_seqs > 0) a.insert(a.end(), {"--max-seqs", str(o.max_seqs)});
+  if (o.sample_rows != AnalysisOptions::kDefaultSampleRows) a.insert(a.end(), {"--sample-rows", str(o.sample_rows)});
   if (o.mixer_state > 0) a.insert(a.end(), {"--mixer-state", str(o.mixer_state)});
+  if (o.mixer_state > 0 && o.mixer_tokens != AnalysisOptions::kDefaultMixerTokens)
+    a.insert(a.end(), {"--mixer-tokens", str(o.mixer_tokens)});
   a.push_back("--csv");
   return attnscope_command(a);
 }

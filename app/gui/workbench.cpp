@@ -70,6 +70,10 @@ Workbench::Workbench(QObject* parent) : QObject(parent), runner_(std::make_uniqu
   metrics_timer_ = new QTimer(this);
   metrics_timer_->setInterval(300);
   connect(metrics_timer_, &QTimer::timeout, this, &Workbench::poll_metrics);
+  metrics_debounce_ = new QTimer(this);
+  metrics_debounce_->setSingleShot(true);
+  metrics_debounce_->setInterval(kMetricsDebounceMs);
+  connect(metrics_debounce_, &QTimer::timeout, this, &Workbench::start_metrics);
 }
 
 Workbench::~Workbench() {
@@ -385,6 +389,7 @@ int Workbench::capture() {
 
 void Workbench::use_capture(std::shared_ptr<const CaptureStore> store, bool keep_spectra_path) {
   capture_ = std::move(store);
+  softmax_cache_ = std::make_shared<SoftmaxSideCache>();
   session_.capture_dir = capture_->dir();
   if (!keep_spectra_path) session_.spectra.clear();
   clear_results();
@@ -491,20 +496,29 @@ std::optional<DofAllocation> Workbench::set_dof_settings(double lambda, int64_t 
 
 // ---- metrics and maps ----
 
+void Workbench::schedule_metrics() {
+  supersede(&metrics_job_);  // out of date now: stop it at its next head
+  analysis_.clear();
+  has_analysis_ = false;
+  metrics_debounce_->start();  // (re)starts the wait
+}
+
 void Workbench::start_metrics() {
+  metrics_debounce_->stop();
   if (!capture_) return;
   supersede(&metrics_job_);
   analysis_.clear();
   has_analysis_ = false;
   const AnalysisOptions opt = session_.analysis;
   auto store = capture_;
+  auto cache = softmax_cache_;
   const std::string title =
       "metrics" + (opt.feature_map.empty() ? std::string(" (softmax)")
                    : " (" + opt.feature_map + (opt.window > 0 ? ", hybrid window " + std::to_string(opt.window) : "") + ")");
   start(
       JobKind::Metrics, title, gui::metrics_command(session_.capture_dir, opt),
-      [this, store, opt](Job& job) -> Apply {
-        auto heads = std::make_shared<std::vector<HeadAnalysis>>(analyze_capture(*store, opt, job.progress()));
+      [this, store, opt, cache](Job& job) -> Apply {
+        auto heads = std::make_shared<std::vector<HeadAnalysis>>(analyze_capture(*store, opt, job.progress(), cache.get()));
         return [this, heads] {
           analysis_ = std::move(*heads);
           has_analysis_ = true;
@@ -591,7 +605,7 @@ void Workbench::set_feature_map(const QString& name, qint64 features, qint64 win
   session_.analysis.features = features;
   session_.analysis.window = window;
   if (!capture_) return;
-  start_metrics();
+  schedule_metrics();
   start_maps();
 }
 

@@ -218,6 +218,7 @@ class Workbench : public QObject {
 
   void start_spectra();
   void start_metrics();
+  void schedule_metrics();  // start_metrics after the debounce (see metrics_debounce_)
   void start_maps();
   void load_spectra_file(const std::string& path);
   void use_capture(std::shared_ptr<const CaptureStore> store, bool keep_spectra_path);
@@ -244,6 +245,13 @@ class Workbench : public QObject {
   std::shared_ptr<const DofSpectra> spectra_;
   std::vector<HeadAnalysis> analysis_;
   bool has_analysis_ = false;
+  // The capture's softmax-side head metrics, kept across feature-map, M and window changes (only
+  // the linear side is computed again); a new capture gets a new one.
+  std::shared_ptr<SoftmaxSideCache> softmax_cache_;
+  // Feature-map, M and window changes stop the metrics job at once and start it again once this
+  // timer has seen no change for kMetricsDebounceMs: one restart after a burst, not one per change.
+  QTimer* metrics_debounce_ = nullptr;
+  static constexpr int kMetricsDebounceMs = 400;
   std::vector<std::vector<Matrix>> thumbnails_;
   int thumbnails_seq_ = -1;
   std::shared_ptr<const HeadDetail> head_detail_;

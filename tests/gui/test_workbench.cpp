@@ -185,6 +185,28 @@ TEST_F(WorkbenchPipeline, ChangingTheFeatureMapRecomputesMetricsAndMaps) {
   EXPECT_NE(wb_->metrics_command().find("--feature-map elu"), std::string::npos);
 }
 
+// A burst of feature-map and M changes restarts the metrics job once (after the debounce), not once
+// per change, and its result is that of the last setting.
+TEST_F(WorkbenchPipeline, ABurstOfFeatureMapChangesRestartsMetricsOnce) {
+  open_and_wait();
+  auto metrics_jobs = [&] {
+    int n = 0;
+    for (const JobStatus& j : wb_->jobs()) n += j.kind == JobKind::Metrics;
+    return n;
+  };
+  const int before = metrics_jobs();
+  wb_->set_feature_map("elu", 0, 0);
+  wb_->set_feature_map("prf", 32, 0);
+  wb_->set_feature_map("prf", 16, 0);
+  EXPECT_FALSE(wb_->has_analysis());  // the old analysis is out of date at once
+  ASSERT_TRUE(wait_until([&] { return wb_->pipeline_finished(); }));
+  EXPECT_EQ(metrics_jobs(), before + 1);
+  const CaptureStore store(wb_->session().capture_dir);
+  const auto direct = analyze_capture(store, wb_->session().analysis);
+  ASSERT_EQ(direct.size(), wb_->analysis().size());
+  EXPECT_DOUBLE_EQ(*direct[1].linear->kl, *wb_->analysis()[1].linear->kl);
+}
+
 TEST_F(WorkbenchPipeline, CancellingACaptureLeavesNoDirectoryBehind) {
   open_and_wait();
   const int before = workspace_entries();

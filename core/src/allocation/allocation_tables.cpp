@@ -18,9 +18,26 @@ std::vector<bool> top3(const std::vector<double>& v) {
 
 }  // namespace
 
-Table allocation_table(const std::string& model, const std::vector<Allocation>& allocations) {
+Table allocation_table(const std::string& model, const std::vector<Allocation>& allocations,
+                       const std::vector<std::vector<DofConvergence>>& convergence) {
   Table t;
   t.caption = "Feature dimension of each layer (Algorithm 1; layers numbered from 0, the three largest in bold); Cost = the budget C, Mean = the mean dimension actually used.";
+  std::string layers;
+  int64_t most = 0;
+  for (size_t s = 0; s < convergence.size(); ++s) {
+    std::string heads;
+    for (size_t h = 0; h < convergence[s].size(); ++h) {
+      const DofConvergence& c = convergence[s][h];
+      if (!c.unconverged()) continue;
+      heads += (heads.empty() ? "" : ", ") + std::to_string(h);
+      most = std::max(most, c.samples);
+    }
+    if (!heads.empty()) layers += (layers.empty() ? "" : "; ") + std::to_string(s) + " (heads " + heads + ")";
+  }
+  if (!layers.empty())
+    t.caption += " Rests on unconverged DoF: layers " + layers + " have heads whose DoF still moves by more than " +
+                 fmt_number(100 * kDofConvergenceTolerance, 0) + "% between J/2 and J at the J they ended with (at most " +
+                 std::to_string(most) + "), so these dimensions depend on J.";
   t.header = {"Model", "Strategy", "Cost"};
   const size_t S = allocations.empty() ? 0 : allocations.front().dims.size();
   for (size_t s = 0; s < S; ++s) t.header.push_back(std::to_string(s));

@@ -38,6 +38,7 @@ void check_settings(const DofSettings& s) {
   if (!(s.lambda > 0) || !std::isfinite(s.lambda))
     fail(kWhere, "the lambda to certify at must be positive and finite, got " + std::to_string(s.lambda));
   if (!(s.tolerance > 0)) fail(kWhere, "tolerance must be positive, got " + std::to_string(s.tolerance));
+  if (s.max_samples < 0) fail(kWhere, "max_samples (the cap on J per head) must not be negative, got " + std::to_string(s.max_samples));
 }
 
 // A whole-string strtod: "1e-3" yes, "1e-3x", "", " " no.
@@ -334,6 +335,18 @@ std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, co
   const at::Tensor q = store.layer_tensor(layer, "q"), k = store.layer_tensor(layer, "k");  // [T, H, L, d]
   auto head_q = [&](int h) { return q.select(1, h).reshape({-1, d}); };
   auto head_k = [&](int h) { return k.select(1, h).reshape({-1, d}); };
+  // J per head (DofSettings::max_samples): double while unconverged, up to the cap or every vector.
+  const int64_t available = 2 * q.size(0) * q.size(2);  // T L queries and T L keys
+  auto converge = [&](int h, HeadSpectrum& sp) {
+    while (dof_convergence(sp, settings.lambda).unconverged() && sp.samples < settings.max_samples && sp.samples < available) {
+      DofSettings more = settings;
+      more.samples = std::min(2 * sp.samples, settings.max_samples);
+      if (progress)
+        progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H) + " unconverged: J = " + std::to_string(more.samples));
+      sp = head_spectrum(head_q(h), head_k(h), more, derive_seed(settings.seed, layer, h));
+    }
+  };
+  std::vector<HeadSpectrum> out;
   if (settings.batched || !device.is_cpu()) {
     if (progress) progress(0.0, "heads 1-" + std::to_string(H) + " batched on " + settings.device);
     std::vector<at::Tensor> x;
@@ -342,12 +355,14 @@ std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, co
       seeds.push_back(derive_seed(settings.seed, layer, h));
       x.push_back(sampled_vectors(head_q(h), head_k(h), settings.samples, seeds.back()));
     }
-    return batched_spectra(x, seeds, settings, device);
+    out = batched_spectra(x, seeds, settings, device);
+    for (int h = 0; h < H; ++h) converge(h, out[h]);  // per head on the CPU
+    return out;
   }
-  std::vector<HeadSpectrum> out;
   for (int h = 0; h < H; ++h) {
     if (progress) progress(double(h) / H, "head " + std::to_string(h + 1) + "/" + std::to_string(H));
     out.push_back(head_spectrum(head_q(h), head_k(h), settings, derive_seed(settings.seed, layer, h)));
+    converge(h, out.back());
   }
   return out;
 }

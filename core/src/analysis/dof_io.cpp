@@ -80,6 +80,7 @@ void save_spectra(const std::string& path, const DofSpectra& sp) {
   add("half_", half);
 
   const nlohmann::json settings = {{"samples", sp.settings.samples},
+                                   {"max_samples", sp.settings.max_samples},
                                    {"normalize", dof_normalize_name(sp.settings.normalize)},
                                    {"seed", sp.settings.seed},
                                    {"exact_limit", sp.settings.exact_limit},
@@ -126,6 +127,8 @@ DofSpectra load_spectra(const std::string& path) {
     sp.settings.top_k = j.at("top_k").get<int64_t>();
     // Written since the block Krylov fast path; older files get the defaults.
     sp.settings.block = j.value("block", sp.settings.block);
+    // Spectra from before J per head were computed at one J: no doubling.
+    sp.settings.max_samples = j.value("max_samples", sp.settings.samples);
     sp.settings.lambda = j.value("lambda", sp.settings.lambda);
     sp.settings.tolerance = j.value("tolerance", sp.settings.tolerance);
     sp.settings.device = j.value("device", sp.settings.device);

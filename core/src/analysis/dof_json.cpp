@@ -20,6 +20,7 @@ nlohmann::ordered_json dof_to_json(const DofSpectra& sp, double lambda) {
   nlohmann::ordered_json j;
   j["lambda"] = lambda;
   j["samples"] = sp.settings.samples;
+  j["max_samples"] = sp.settings.max_samples;  // the cap of J per head; each head's J used is its "samples"
   int64_t used = -1;
   for (const HeadSpectrum& hs : sp.heads) used = used == -1 || used == hs.samples ? hs.samples : -2;
   j["samples_used"] = used >= 0 ? nlohmann::ordered_json(used) : nullptr;

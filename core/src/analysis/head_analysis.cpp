@@ -6,6 +6,11 @@
 #include "attnscope/attention/feature_map.h"
 #include "attention/attention.h"
 #include "base/random.h"
+#include "base/tensor_checks.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
 
 namespace attnscope {
 
@@ -47,50 +52,178 @@ at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
   return max_seqs > 0 && max_seqs < t.size(0) ? t.narrow(0, 0, max_seqs) : t;
 }
 
+constexpr double kAnalysisInf = std::numeric_limits<double>::infinity();
+
+// [R, L] bool: key j visible to the query at position pos[r].
+at::Tensor visible_keys(const at::Tensor& pos, int64_t L) { return at::arange(L, at::kLong).unsqueeze(0) <= pos.unsqueeze(1); }
+
+// The rows at positions pos [R] of the maps of one head (q, k [T, L, d], features [T, L, M]), each
+// row exactly as attention.h's full maps (softmax_map, linear_map, hybrid_map) give it.
+at::Tensor row_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& pos) {
+  const at::Tensor s = at::matmul(q.index_select(-2, pos), k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  return s.masked_fill(visible_keys(pos, k.size(-2)).logical_not(), -kAnalysisInf);
+}
+
+struct LinearRows {
+  at::Tensor map;       // [T, R, L]; NaN on the keys of an undefined row (linear_map)
+  at::Tensor raw_sums;  // [T, R], a positive multiple of each row's raw sum (its sign is what counts)
+};
+
+LinearRows linear_rows(const Features& pq, const Features& pk, const at::Tensor& pos) {
+  const int64_t L = pk.values.size(-2);
+  const at::Tensor mask = visible_keys(pos, L);
+  const at::Tensor dot = at::matmul(pq.values.index_select(-2, pos), pk.values.transpose(-2, -1)).masked_fill(mask.logical_not(), 0);
+  if (!at::isfinite(dot).all().item<bool>())
+    fail("analyze_capture", "phi_q.phi_k overflows; pass scaled features (FeatureMap::scaled_query_features)");
+  // As linear_map: each row relative to its largest log magnitude, so nothing under- or overflows.
+  const at::Tensor a = pk.log_scale.transpose(-2, -1) + at::log(dot.abs());
+  const at::Tensor a_max = std::get<0>(a.max(-1, /*keepdim=*/true));
+  const at::Tensor t = at::sign(dot) * at::exp(a - at::where(at::isinf(a_max), at::zeros_like(a_max), a_max));
+  const at::Tensor w = t.clamp_min(0);
+  const at::Tensor sum = w.sum(-1, /*keepdim=*/true);
+  const at::Tensor undefined = sum <= 0;
+  LinearRows out;
+  out.raw_sums = t.sum(-1);
+  out.map = at::where(undefined.logical_and(mask), at::full({}, std::nan(""), w.options()),
+                      w / at::where(undefined, at::ones_like(sum), sum));
+  return out;
+}
+
+// hybrid_map's rows with balance 1/2 (gamma 0: the factor (1 - g) / g is 1).
+at::Tensor hybrid_rows(const Features& pq, const Features& pk, const at::Tensor& q, const at::Tensor& k,
+                       const at::Tensor& pos, int64_t window) {
+  const int64_t L = k.size(-2);
+  const at::Tensor scores = at::matmul(q.index_select(-2, pos), k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  const at::Tensor dot = at::matmul(pq.values.index_select(-2, pos), pk.values.transpose(-2, -1));
+  const at::Tensor log_lin = at::log(dot.clamp_min(0)) + pq.log_scale.index_select(-2, pos) + pk.log_scale.transpose(-2, -1);
+  const at::Tensor lag = pos.unsqueeze(-1) - at::arange(L, at::kLong).unsqueeze(0);  // i - j
+  return at::softmax(at::where(lag < window, scores, log_lin).masked_fill(lag < 0, -kAnalysisInf), -1);
+}
+
 }  // namespace
 
+std::string SoftmaxSideCache::key(const CaptureStore& store, const AnalysisOptions& opt) {
+  return store.dir() + "|" + std::to_string(opt.seed) + "|" + std::to_string(opt.max_seqs) + "|" +
+         std::to_string(opt.sample_rows) + "|" + std::to_string(opt.mixer_state) + "|" + std::to_string(opt.mixer_iterations) + "|" + std::to_string(opt.mixer_tokens);
+}
+
+std::optional<HeadAnalysis> SoftmaxSideCache::find(const std::string& key, int layer, int head) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (key != key_) return std::nullopt;
+  auto it = heads_.find({layer, head});
+  if (it == heads_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SoftmaxSideCache::store(const std::string& key, const HeadAnalysis& head) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (key != key_) heads_.clear(), key_ = key;
+  HeadAnalysis a = head;
+  a.linear.reset();
+  heads_[{head.layer, head.head}] = std::move(a);
+}
+
+size_t SoftmaxSideCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return heads_.size();
+}
+
+at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k) {
+  if (q.dim() == 2) return softmax_row_entropies(q.unsqueeze(0), k.unsqueeze(0)).squeeze(0);
+  const int64_t T = q.size(0), L = q.size(-2);
+  const at::Tensor mask = causal_mask(L);
+  at::Tensor out = at::empty({T, L}, at::kDouble);
+  for (int64_t t = 0; t < T; ++t) {
+    // Masked keys: score -inf for the logsumexp, 0 in the weighted sum (their weight is 0).
+    const at::Tensor s = at::matmul(q[t], k[t].transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+    const at::Tensor sm = s.masked_fill(mask.logical_not(), -kAnalysisInf);
+    const at::Tensor lse = at::logsumexp(sm, -1, /*keepdim=*/true);
+    const at::Tensor a = at::exp(sm - lse);
+    out[t].copy_(lse.squeeze(-1) - (a * s.masked_fill(mask.logical_not(), 0)).sum(-1));
+  }
+  return out;
+}
+
 std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const AnalysisOptions& opt,
-                                          const ProgressFn& progress) {
+                                          const ProgressFn& progress, SoftmaxSideCache* cache) {
   check_window(opt);
+  if (opt.mixer_tokens < 0) fail_value("mixer_tokens", std::to_string(opt.mixer_tokens) + " must be 0 (the whole window) or a number of tokens");
+  if (opt.sample_rows < 0) fail_value("sample_rows", std::to_string(opt.sample_rows) + " must be 0 (every row) or a number of query positions");
   at::InferenceMode guard;
   std::vector<HeadAnalysis> out;
   const int S = store.num_layers(), H = store.num_heads();
   const int64_t d = store.head_dim();
+  const std::string key = SoftmaxSideCache::key(store, opt);
   for (int s = 0; s < S; ++s) {
     // [T, H, L, d] -> per head [T, L, d], in float64 so large logits cannot overflow.
     const at::Tensor Q = select_seqs(store.layer_tensor(s, "q"), opt.max_seqs).to(at::kDouble);
     const at::Tensor K = select_seqs(store.layer_tensor(s, "k"), opt.max_seqs).to(at::kDouble);
     const at::Tensor V = select_seqs(store.layer_tensor(s, "v"), opt.max_seqs).to(at::kDouble);
+    const int64_t L = Q.size(-2);
+    const bool sampled = opt.sample_rows > 0 && opt.sample_rows < L;
     for (int h = 0; h < H; ++h) {
-      const at::Tensor q = Q.select(1, h), k = K.select(1, h), v = V.select(1, h);
+      const at::Tensor q = Q.select(1, h).contiguous(), k = K.select(1, h).contiguous(), v = V.select(1, h).contiguous();
+      const std::string where = "layer " + std::to_string(s) + " head " + std::to_string(h);
+      // The rows every row metric reads: R sampled positions, or all of them.
+      at::Tensor pos = at::arange(L, at::kLong);
+      int64_t census = 0;
+      if (sampled) {
+        // The first R / 4 positions in full, the rest a uniform sample of the later ones.
+        census = opt.sample_rows / 4;
+        std::vector<int64_t> p(census);
+        std::iota(p.begin(), p.end(), 0);
+        for (int64_t i : sample_without_replacement(L - census, opt.sample_rows - census,
+                                                    derive_seed(derive_seed(opt.seed, s, h), AnalysisOptions::kRowSampleStream)))
+          p.push_back(census + i);
+        pos = at::tensor(p, at::kLong);
+      }
+      const at::Tensor positions = sampled ? pos : at::Tensor();
+      // Softmax rows: needed for the softmax side and as the linear side's reference.
+      const at::Tensor A = at::softmax(row_scores(q, k, pos), -1);
       HeadAnalysis a;
       a.layer = s, a.head = h;
-      const at::Tensor A = softmax_map(q, k);
-      HeadMetricsInput in;
-      in.map = A, in.q = q, in.k = k, in.seed = opt.seed;
-      a.softmax = compute_head_metrics(in);
+      if (auto hit = cache ? cache->find(key, s, h) : std::nullopt) {
+        a = std::move(*hit);
+      } else {
+        HeadMetricsInput in;
+        in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = census;
+        a.softmax = compute_head_metrics(in);
+        if (sampled) {
+          // The entropies are cheap for every row: exact, whatever the sample.
+          const at::Tensor ent = softmax_row_entropies(q, k);
+          a.softmax.entropy = ent.mean().item<double>();
+          if (L >= 2)
+            a.softmax.normalized_entropy =
+                (ent.narrow(-1, 1, L - 1) / at::log(at::arange(2, L + 1, at::kDouble))).mean().item<double>();
+          a.softmax.standard_error.erase("entropy");
+          a.softmax.standard_error.erase("normalized_entropy");
+        }
+        if (opt.mixer_state > 0) {
+          MixerFitOptions mo;
+          mo.state_size = opt.mixer_state;
+          mo.iterations = opt.mixer_iterations;
+          const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
+          a.mixers = mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P), k.select(0, 0).narrow(0, 0, P)), mo);
+        }
+        if (cache) cache->store(key, a);
+      }
       if (!opt.feature_map.empty()) {
+        if (progress) progress(double(s * H + h + 0.5) / (S * H), where + " (" + opt.feature_map + ")");
         // Scaled features: phi itself under- or overflows at the norms real heads reach.
         auto phi = head_feature_map(opt, d, s, h, q, k);
         const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
-        const LinearMap lm = linear_map(pq, pk);
+        const Features fq(pq.values.to(at::kDouble), pq.log_scale.to(at::kDouble)), fk(pk.values.to(at::kDouble), pk.log_scale.to(at::kDouble));
+        const LinearRows lr = linear_rows(fq, fk, pos);
         HeadMetricsInput li;
-        li.map = measured_map(opt, pq, pk, q, k, lm);
-        li.reference = A, li.q = q, li.k = k, li.v = v;
+        li.map = opt.window > 0 ? hybrid_rows(fq, fk, q, k, pos, opt.window) : lr.map;
+        li.reference = A, li.q = q, li.k = k, li.v = v, li.positions = positions, li.census = census;
         li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
+        // The signs of the linear part's raw row sums (also with a window: linear_map's count).
+        li.raw_row_sums = lr.raw_sums;
         a.linear = compute_head_metrics(li);
-        // linear_map measured the raw row sums in the log domain; phi's own sums can overflow.
-        a.linear->nonpositive_row_fraction = lm.nonpositive_row_fraction;
-      }
-      if (opt.mixer_state > 0) {
-        MixerFitOptions mo;
-        mo.state_size = opt.mixer_state;
-        mo.iterations = opt.mixer_iterations;
-        a.mixers = mixer_distances(A.select(0, 0), mo);
       }
       out.push_back(std::move(a));
-      if (progress)
-        progress(double(s * H + h + 1) / (S * H), "layer " + std::to_string(s) + " head " + std::to_string(h));
+      if (progress) progress(double(s * H + h + 1) / (S * H), where);
     }
   }
   return out;

@@ -1,6 +1,8 @@
 #include "attnscope/analysis/head_analysis_table.h"
 
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace attnscope {
@@ -24,6 +26,12 @@ nlohmann::ordered_json metrics_json(const HeadMetrics& m) {
   if (m.output_rel_error) j["output_rel_error"] = number(*m.output_rel_error);
   if (m.nonpositive_row_fraction) j["nonpositive_row_fraction"] = number(*m.nonpositive_row_fraction);
   j["undefined_rows"] = m.undefined_rows;
+  if (m.sampled()) {
+    // Which metrics are estimates, from how many rows, and their standard errors.
+    nlohmann::ordered_json se;
+    for (const auto& [name, v] : m.standard_error) se[name] = number(v);
+    j["sampled_rows"] = {{"rows", m.rows}, {"of", m.rows_total}, {"standard_error", se}};
+  }
   return j;
 }
 
@@ -38,7 +46,7 @@ nlohmann::ordered_json head_analysis_json(const std::vector<HeadAnalysis>& heads
     j["softmax"] = metrics_json(a.softmax);
     if (a.linear) j["linear"] = metrics_json(*a.linear);
     if (a.mixers)
-      j["mixers"] = {{"state_size", a.mixers->state_size},   {"toeplitz", number(a.mixers->toeplitz)},
+      j["mixers"] = {{"state_size", a.mixers->state_size}, {"tokens", a.mixers->tokens}, {"toeplitz", number(a.mixers->toeplitz)},
                      {"causal_low_rank", number(a.mixers->causal_low_rank)}, {"retnet", number(a.mixers->retnet)},
                      {"ssd", number(a.mixers->ssd)},           {"ssd_d", number(a.mixers->ssd_d)},
                      {"semiseparable", number(a.mixers->semiseparable)}};
@@ -80,6 +88,38 @@ Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
     t.add_row(row);
   }
   return t;
+}
+
+std::string sampling_note(const std::vector<HeadAnalysis>& heads) {
+  // The rows of the first sampled head (every head samples the same number), and per metric the
+  // largest standard error over the heads.
+  int64_t rows = 0, total = 0;
+  std::map<std::string, double> worst[2];
+  for (const HeadAnalysis& a : heads) {
+    const HeadMetrics* sides[2] = {&a.softmax, a.linear ? &*a.linear : nullptr};
+    for (int i = 0; i < 2; ++i) {
+      if (!sides[i] || !sides[i]->sampled()) continue;
+      rows = sides[i]->rows, total = sides[i]->rows_total;
+      for (const auto& [name, se] : sides[i]->standard_error)
+        if (!worst[i].count(name) || se > worst[i][name] || std::isnan(se)) worst[i][name] = se;
+    }
+  }
+  if (rows == 0) return "";
+  std::string out = "Estimated from " + std::to_string(rows) + " of " + std::to_string(total) +
+                    " query rows per head (positions sampled per head, the same in every window; largest standard error over the heads):";
+  const char* side_name[2] = {" softmax", "; linear map"};
+  for (int i = 0; i < 2; ++i) {
+    if (worst[i].empty()) continue;
+    out += side_name[i];
+    const char* sep = " ";
+    for (const auto& [name, se] : worst[i]) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2g", se);
+      out += sep + name + " (SE " + buf + ")";
+      sep = ", ";
+    }
+  }
+  return out + ". Every other metric is exact.";
 }
 
 }  // namespace attnscope

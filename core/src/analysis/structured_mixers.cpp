@@ -312,6 +312,7 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
 
   MixerDistances out;
   out.state_size = o.state_size;
+  out.tokens = A.size(0);
 
   std::vector<double> diag_sums;
   out.toeplitz = rel((A - toeplitz_projection(A, diag_sums)).pow(2).sum().item<double>());

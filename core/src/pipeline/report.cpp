@@ -165,7 +165,7 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
     write_allocation_file(dir.file(std::string("allocation/") + alloc_strategy_name(a.allocation.strategy) + ".json"), a);
   }
   write_text_file(dir.file("allocation.json"), allocation_json(every, o.lambda, o.budget, o.multiple).dump(2) + "\n");
-  r.table1 = allocation_table(r.model_name, r.allocations);
+  r.table1 = allocation_table(r.model_name, r.allocations, every.front().convergence);
   const auto& convergence = every.front().convergence;
   r.table2 = dof_grid_table(hd, o.lambda, convergence);
   write_table(dir, "table1_allocation", r.table1);
@@ -209,8 +209,12 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
          " heads, head dim " + std::to_string(store.head_dim()) + ")\n";
   idx += "- capture: [capture/](capture/manifest.json), " + std::to_string(store.num_seqs()) + " windows x " +
          std::to_string(store.seq_len()) + " tokens, seed " + std::to_string(co.seed) + "\n";
-  idx += "- DoF: lambda = " + fmt_lambda(o.lambda) + ", J = " + std::to_string(ds.samples) +
-         " samples per head, normalize " + dof_normalize_name(ds.normalize) +
+  int64_t j_lo = ds.samples, j_hi = 0;
+  for (const HeadSpectrum& h : r.spectra.heads) j_lo = std::min(j_lo, h.samples), j_hi = std::max(j_hi, h.samples);
+  idx += "- DoF: lambda = " + fmt_lambda(o.lambda) + ", J = " + std::to_string(ds.samples) + " samples per head" +
+         (ds.max_samples > ds.samples ? ", doubled per head while unconverged up to " + std::to_string(ds.max_samples) : std::string()) +
+         " (J used: " + (j_lo == j_hi ? std::to_string(j_hi) : std::to_string(j_lo) + " to " + std::to_string(j_hi)) +
+         "), normalize " + dof_normalize_name(ds.normalize) +
          "; spectra in [spectra.safetensors](spectra.safetensors) (`attnscope dof --spectra` re-evaluates any lambda)\n";
   idx += "- budget C = " + std::to_string(o.budget) + (o.multiple > 1 ? ", multiples of " + std::to_string(o.multiple) : "") + "\n";
   if (!o.analysis.feature_map.empty())
@@ -232,8 +236,9 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   idx += unconverged.empty()
              ? "\nEvery head's DoF moves by at most " + fmt_number(100 * kDofConvergenceTolerance, 0) +
                    "% between J/2 and J samples: the estimates have converged.\n"
-             : "\n**These heads need a larger J** (more samples per head): their DoF moves by more than " +
-                   fmt_number(100 * kDofConvergenceTolerance, 0) + "% between J/2 and J samples, so the allocation above depends on J.\n\n" +
+             : "\n**These heads need a larger J** (more samples per head than the cap " + std::to_string(ds.max_samples) +
+                   " allowed): their DoF moves by more than " + fmt_number(100 * kDofConvergenceTolerance, 0) +
+                   "% between J/2 and J samples, so the allocation above (Table 1 says which layers) depends on J.\n\n" +
                    unconverged;
   idx += "\n## Head metrics\n\nEntropy, monotonicity, linear-map errors";
   idx += o.analysis.mixer_state > 0 ? " and structured-mixer distances" : "";

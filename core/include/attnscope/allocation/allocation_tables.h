@@ -12,7 +12,11 @@ namespace attnscope {
 
 // Model | Strategy | Cost | 0 .. S-1 | Mean : the layer dimensions M_s (for per-head: the layer maximum);
 // the three largest layers of each row bold, as the paper highlights them.
-Table allocation_table(const std::string& model, const std::vector<Allocation>& allocations);
+// With `convergence` ([S][H], head_convergence in dof.h) the caption says which layers' dimensions
+// rest on unconverged DoF (a head of the layer still flagged at the J it ended with) and the
+// largest J used: those dimensions depend on J.
+Table allocation_table(const std::string& model, const std::vector<Allocation>& allocations,
+                       const std::vector<std::vector<DofConvergence>>& convergence = {});
 
 // Layer | 0 .. H-1 : DoF of each head at lambda (layers and heads numbered from 0, as everywhere in attnscope);
 // each layer's maximum bold. With `convergence` ([S][H], head_convergence in dof.h) a last column

@@ -107,7 +107,14 @@ constexpr double kDefaultLambda = 1.0 / 256;
 double parse_lambda(const std::string& text);
 
 struct DofSettings {
-  int64_t samples = 1024;  // J requested per head
+  int64_t samples = 1024;  // J requested per head (the first J; see max_samples)
+  // J per head: a head whose DoF at `lambda` is unconverged at J (dof_convergence: it moves by more
+  // than kDofConvergenceTolerance between J/2 and J) is computed again at 2J, 4J, ... until it
+  // converges, J reaches this cap (the last step is min(2J, cap)) or every vector of the head is
+  // used. Each head's spectrum records the J it ended with (HeadSpectrum::samples); a head still
+  // unconverged at the cap stays flagged. <= samples: no doubling.
+  int64_t max_samples = kDefaultMaxSamples;
+  static constexpr int64_t kDefaultMaxSamples = 4096;
   DofNormalize normalize = DofNormalize::Trace;
   uint64_t seed = 0;
   int64_t exact_limit = 1024;  // J above this takes the certified fast path
@@ -188,7 +195,8 @@ struct DofSpectra {
 bool fast_path_fell_back(const DofSettings& settings, const HeadSpectrum& head);
 
 // Every head of layer s; head h samples with derive_seed(settings.seed, s, h). Per head on the CPU
-// (exact or certified fast path), or batched on settings.device (Batched above). Error for a bad
+// (exact or certified fast path), or batched on settings.device (Batched above); then every head
+// unconverged at settings.lambda doubles its J up to settings.max_samples (per head on the CPU). Error for a bad
 // layer, and for a device this build or machine cannot use (device.h).
 std::vector<HeadSpectrum> layer_spectra(const CaptureStore& store, int layer, const DofSettings& settings,
                                         const ProgressFn& progress = nullptr);

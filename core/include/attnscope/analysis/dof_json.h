@@ -8,7 +8,8 @@
 namespace attnscope {
 
 // The DoF of every head at lambda:
-//   lambda, samples (J requested), samples_used (J used by every head, or null when heads differ),
+//   lambda, samples (J requested), max_samples (the cap of J per head, DofSettings::max_samples),
+//   samples_used (J used by every head, or null when heads differ),
 //   normalize, seed, capture, model, tolerance (the fast path's), fallback_heads,
 //   convergence_tolerance, unconverged_heads,
 //   layers: [{layer, dof, lower, upper (the max over heads), heads: [{head, dof, lower, upper,

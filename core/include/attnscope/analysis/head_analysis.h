@@ -6,6 +6,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +28,22 @@ struct AnalysisOptions {
   int max_seqs = 0;         // use the first n windows of the capture (0 = all)
   int64_t mixer_state = 0;  // N for the structured-mixer distances (0 = skip them; first window)
   int64_t mixer_iterations = 25;
+  // The mixer distances are of the map of the first P = mixer_tokens tokens of the first window:
+  // its top-left P x P block, which (causal) is exactly the softmax map of that prefix. The fits
+  // grow ~L^3 (4.5 s per head at L = 512, 2-core VM): a long window's whole map would take about a
+  // minute per head. 0 or >= L: the whole window. MixerDistances::tokens records the P used.
+  int64_t mixer_tokens = kDefaultMixerTokens;
+  static constexpr int64_t kDefaultMixerTokens = 256;
+  // Query positions per window at which the row metrics are measured (head_metrics.h, "Sampled
+  // rows"), R per head, the same in every window: the first R / 4 positions (the census), and
+  // R - R / 4 of the later ones drawn without replacement, census + sample_without_replacement(L -
+  // R / 4, R - R / 4, derive_seed(derive_seed(seed, layer, head), kRowSampleStream)).
+  // 0 or >= L: every row (exact). The softmax map's entropies are always exact (all rows, from
+  // logsumexp); its monotonicity and every linear-map row metric (entropy, monotonicity, KL,
+  // cross-entropy, output error, non-positive rows) are estimates with standard errors when R < L.
+  int64_t sample_rows = kDefaultSampleRows;
+  static constexpr int64_t kDefaultSampleRows = 128;
+  static constexpr uint64_t kRowSampleStream = 0x726f7773;  // "rows"
 };
 
 struct HeadAnalysis {
@@ -35,9 +53,37 @@ struct HeadAnalysis {
   std::optional<MixerDistances> mixers;  // of the softmax map of the first window
 };
 
-// Layer by layer (one layer's q, k, v in memory). Throws Error for an unknown feature map.
+// The softmax side of each head (HeadAnalysis::softmax and mixers), which no feature-map option
+// changes: analysing the same capture again with another feature map, M or window through the same
+// cache computes only the linear side. Thread-safe (a job fills it while the GUI starts the next).
+// It holds one capture's heads under one set of the options the softmax side depends on (seed,
+// max_seqs, sample_rows, mixer_state, mixer_iterations); an analysis under others clears it first.
+class SoftmaxSideCache {
+ public:
+  // The capture and the options the softmax side depends on, as one string.
+  static std::string key(const CaptureStore& store, const AnalysisOptions& opt);
+  // The head's softmax side when stored under `key`.
+  std::optional<HeadAnalysis> find(const std::string& key, int layer, int head) const;
+  void store(const std::string& key, const HeadAnalysis& head);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::string key_;
+  std::map<std::pair<int, int>, HeadAnalysis> heads_;
+};
+
+// Layer by layer (one layer's q, k, v in memory), head by head. Throws Error for an unknown feature
+// map. `progress` is called after every head and before each head's linear side (each call is a
+// cancellation point: at most one head's softmax or linear side, ~T x L rows, runs between two).
+// With `cache`, heads found there skip their softmax side, and computed ones are stored.
 std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const AnalysisOptions& opt,
-                                          const ProgressFn& progress = nullptr);
+                                          const ProgressFn& progress = nullptr, SoftmaxSideCache* cache = nullptr);
+
+// Exact entropies of the causal softmax rows of one head, from logsumexp without materializing
+// more than one window's [L, L] scores: H_i = lse_i - sum_j A_ij s_ij. q, k [T, L, d] (or [L, d]),
+// float64 -> [T, L] (or [L]).
+at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k);
 
 // The maps of one head on one window (sequence) of the capture, materialized L x L for display.
 struct HeadMaps {

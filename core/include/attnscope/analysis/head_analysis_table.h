@@ -2,6 +2,7 @@
 // through table.h): the one rendering `metrics`, `report` and the GUI's exports share.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 #include <vector>
 
 #include "attnscope/analysis/head_analysis.h"
@@ -16,5 +17,10 @@ nlohmann::ordered_json head_analysis_json(const std::vector<HeadAnalysis>& heads
 // One row per head: layer, head, the softmax metrics, then the linear-map and mixer columns when
 // the first head has them.
 Table head_analysis_table(const std::vector<HeadAnalysis>& heads);
+
+// Which metrics are estimates from sampled rows (AnalysisOptions::sample_rows), from how many rows,
+// and the largest standard error of each over the heads, in one paragraph; "" when every metric is
+// exact. Whoever shows the table shows this with it.
+std::string sampling_note(const std::vector<HeadAnalysis>& heads);
 
 }  // namespace attnscope

@@ -21,13 +21,28 @@
 //     gives NaN for them, monotonicity skips them, and compute_head_metrics excludes them from all
 //     of its row means (entropy, normalized entropy, monotonicity, KL, cross-entropy, output
 //     error) and reports their number as undefined_rows; with no defined row those means are NaN.
+//   - Sampled rows: with `positions` the map holds only those query rows (0-based positions i, the
+//     same in every sequence), [T, R, L]: row r has positions[r] + 1 keys. Every row mean is then
+//     an estimate of the mean over all T x L rows: the first `census` positions are 0..census-1,
+//     a census (weight 1: the early rows, whose few keys make them the most varied), the other
+//     n = R - census a uniform sample without replacement of the N = L - census later positions
+//     (weight N / n); each position is a cluster of its T rows. A mean over the rows where some
+//     condition holds is the ratio estimate m = Y / X of the weighted totals of the values (Y) and
+//     of the rows counted (X); standard_error holds sqrt(N^2 (1 - n/N) var(e_p) / n) / X over the
+//     sampled positions p, e_p = y_p - m x_p (y_p, x_p: position p's totals). The discordant
+//     fraction and the output error are ratios of totals the same way (the output error's
+//     standard error is that of its squared ratio, halved over the square root). The kernel
+//     error's pairs are drawn from all causal pairs as before (it reads q and k, not the map).
+//     undefined_rows counts the sampled rows.
 //   - Any other non-finite entry (NaN in part of a row, inf anywhere) in a map, and any NaN or inf
 //     in reference, q, k, v, scores, features or row sums, is an Error naming the argument.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "attnscope/attention/features.h"
 
@@ -35,11 +50,14 @@ namespace attnscope {
 
 struct HeadMetricsInput {
   at::Tensor map;            // [T, L, L] or [L, L]: the causal row-stochastic map being measured
+                             // ([T, R, L] or [R, L] with `positions`)
   at::Tensor reference;      // softmax map, same shape; undefined when `map` IS the softmax map
+  at::Tensor positions;      // optional int64 [R], strictly increasing in [0, L): the map's rows (see above)
+  int64_t census = 0;        // with positions: its first `census` are 0..census-1, measured in full (see above)
   at::Tensor q, k;           // [T, L, d] (or [L, d]): raw queries and keys
   at::Tensor v;              // [T, L, d_v], optional: for the relative output error
   Features phi_q, phi_k;     // features [T, L, M] (scaled or plain), optional: for the kernel error
-  // [T, L] raw sums sum_{j<=i} phi(q_i).phi(k_j), optional. Only their signs are read, so any
+  // [T, L] ([T, R] with positions) raw sums sum_{j<=i} phi(q_i).phi(k_j), optional. Only their signs are read, so any
   // positive per-row multiple serves.
   at::Tensor raw_row_sums;
   uint64_t seed = 0;         // for sampling pairs
@@ -68,6 +86,13 @@ struct HeadMetrics {
   // ||map@v - ref@v||_F / ||ref@v||_F over the defined rows; needs reference, v
   std::optional<double> output_rel_error;
   std::optional<double> nonpositive_row_fraction;  // fraction of raw_row_sums <= 0; needs raw_row_sums
+  int64_t rows = 0;        // query rows measured, over all sequences (T x R with positions, else T x L)
+  int64_t rows_total = 0;  // query rows of the sequences (T x L): rows < rows_total means row means are estimates
+  // Metric name as in the JSON ("entropy", "monotonicity", "kl", ...) -> standard error of its
+  // estimate from the sampled rows. A metric without an entry is exact; empty when every row was
+  // measured.
+  std::map<std::string, double> standard_error;
+  bool sampled() const { return rows < rows_total; }
 };
 
 // Throws Error when shapes disagree, the map is not square or has negative entries, or for the

@@ -60,6 +60,7 @@ struct MixerFitOptions {
 
 struct MixerDistances {
   int64_t state_size = 0;
+  int64_t tokens = 0;  // L of the map fitted
   double toeplitz = 0, causal_low_rank = 0, retnet = 0, ssd = 0, ssd_d = 0, semiseparable = 0;
 };
 
