@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -69,6 +70,9 @@ struct Family {
   int L;                     // sequence length compared
   std::vector<Wrong> wrong;  // conventions the comparison must tell apart
 };
+
+// gtest prints a failing parameter with this instead of its raw bytes.
+void PrintTo(const Family& f, std::ostream* os) { *os << f.name << " (seed " << f.seed << ")"; }
 
 std::vector<Family> families() {
   std::vector<Family> f;
@@ -239,8 +243,11 @@ TEST_P(ModelFamilies, LogitsAndAttentionMatchReference) {
       for (int j = 0; j < f.L; ++j) {
         const bool visible = j <= i && i - j < W;
         const at::Tensor col = p.select(1, i).select(1, j);
-        if (!visible) EXPECT_TRUE(at::equal(col, at::zeros_like(col))) << "query " << i << " key " << j;
-        else EXPECT_TRUE((col > 0).all().item<bool>()) << "query " << i << " key " << j;
+        if (!visible) {
+          EXPECT_TRUE(at::equal(col, at::zeros_like(col))) << "query " << i << " key " << j;
+        } else {
+          EXPECT_TRUE((col > 0).all().item<bool>()) << "query " << i << " key " << j;
+        }
       }
   }
 }
@@ -373,12 +380,15 @@ namespace {
 
 // `attnscope convert` of `src` with prf (16 features), then attnscope_linear.py (PyTorch alone) and
 // `attnscope logits` on the same ids: max |difference| (and whether the run worked, in `output`).
+// `breaker` (Python, run on the loaded runner model `m`) switches one of the runner's family
+// conventions off; wrongdiff is the difference then (the comparison's power).
 struct RunnerCheck {
   bool ran = false;
-  double maxdiff = 0, scale = 0;
+  double maxdiff = 0, scale = 0, wrongdiff = 0;
   std::string output;
 };
-RunnerCheck runner_against_attnscope(const std::string& python, const std::string& src, const std::string& ids) {
+RunnerCheck runner_against_attnscope(const std::string& python, const std::string& src, const std::string& ids,
+                                     const std::string& breaker) {
   RunnerCheck r;
   const std::string out = src + "/../out";
   if (test::run_command(test::cli_path() + " convert --model '" + src + "' --feature-map prf --features 16 --seed 3 --out '" +
@@ -390,11 +400,15 @@ RunnerCheck runner_against_attnscope(const std::string& python, const std::strin
   std::ofstream(out + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
       "m = a.load('" + out + "'); ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
       "y = m(ref['ids'].view(1, -1))[0]\n"
-      "print('maxdiff', float((y - ref['logits']).abs().max()), 'scale', float(ref['logits'].abs().max()))\n";
+      "print('maxdiff', float((y - ref['logits']).abs().max()), 'scale', float(ref['logits'].abs().max()))\n"
+      "" + breaker + "\n"
+      "y = m(ref['ids'].view(1, -1))[0]\n"
+      "print('wrongdiff', float((y - ref['logits']).abs().max()))\n";
   if (test::run_command(python + " '" + out + "/check.py' 2>&1", &r.output) != 0) return r;
   r.ran = true;
   r.maxdiff = std::stod(r.output.substr(r.output.find("maxdiff") + 8));
   r.scale = std::stod(r.output.substr(r.output.find("scale") + 6));
+  r.wrongdiff = std::stod(r.output.substr(r.output.find("wrongdiff") + 10));
   return r;
 }
 
@@ -402,7 +416,8 @@ RunnerCheck runner_against_attnscope(const std::string& python, const std::strin
 
 // One converted model per family (vocabulary 4096: the bundled tokenizer's): the Python runner's
 // logits equal attnscope's. Mistral's window (4, shorter than the 20 ids) does not apply to
-// converted heads, in either program.
+// converted heads, in either program. With the family's convention switched off in the runner
+// (biases dropped, q/k norm skipped, rope scaling ignored) the logits are far apart.
 TEST(ModelFamiliesRunner, ConvertedModelsRunInPyTorch) {
   const std::string python = test::python_with_torch();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch (Debian: apt install python3-torch)";
@@ -416,11 +431,30 @@ TEST(ModelFamiliesRunner, ConvertedModelsRunInPyTorch) {
     fs::create_directories(src);
     test::write_hf_checkpoint(src, f.cfg, test::random_weights(f.cfg, f.seed));
     fs::copy_file(test::source_dir() + "/resources/models/brown-gpt2-mini/tokenizer.json", src + "/tokenizer.json");
-    const RunnerCheck r = runner_against_attnscope(python, src, "1,2,3,4,5,600,700,8,9,4000,11,12,13,14,15,16,17,18,19,20");
+    std::string breaker = "pass";
+    if (f.cfg.arch == RefArch::Qwen3)
+      breaker = "m.qk_norm = False";
+    else if (f.cfg.arch == RefArch::Qwen2 || f.cfg.attention_bias)
+      breaker = "for k in [k for k in m.w if k.endswith('_proj.bias')]: del m.w[k]";
+    else if (f.cfg.llama3_factor > 0)
+      breaker = "m.shape.rope_llama3 = None";
+    const RunnerCheck r = runner_against_attnscope(python, src, "1,2,3,4,5,600,700,8,9,4000,11,12,13,14,15,16,17,18,19,20", breaker);
     ASSERT_TRUE(r.ran) << f.name << ": " << r.output;
     std::cout << "[ " << f.name << " ] max |attnscope - attnscope_linear.py| logits = " << r.maxdiff << " (max |logit| "
-              << r.scale << ")\n";
+              << r.scale << "); with `" << breaker << "`: " << r.wrongdiff << "\n";
     EXPECT_LT(r.maxdiff, 1e-4 * std::max(1.0, r.scale)) << f.name;
+    if (breaker != "pass") {
+      EXPECT_GT(r.wrongdiff, 1e-2 * r.scale) << f.name << ": " << breaker;
+    }
+    if (f.cfg.arch == RefArch::Qwen2) {  // the runner refuses what attnscope refuses, in its words
+      const std::string out = src + "/../out";
+      auto cfg = nlohmann::json::parse(test::read_file(out + "/config.json"));
+      cfg["use_sliding_window"] = true;
+      std::ofstream(out + "/config.json", std::ios::trunc) << cfg.dump(2);
+      std::string o;
+      EXPECT_EQ(test::run_command(python + " '" + out + "/attnscope_linear.py' '" + out + "' --ids 1,2 --new-tokens 1 2>&1", &o), 1) << o;
+      EXPECT_NE(o.find("config.json: use_sliding_window = true is not supported"), std::string::npos) << o;
+    }
   }
 }
 
