@@ -34,7 +34,7 @@ i - j >= W, normalized by the row's sum, with g = sigmoid(gamma) from the head's
 layers.{s}.heads.{h}.gamma in feature_maps.safetensors (hybrid_attention). Their recurrent state
 is S, z over the keys older than the window plus a ring of the last W keys and values.
 
-Architectures: GPT-2, GPT-NeoX (Pythia), Llama (grouped-query attention included). Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
+Architectures: GPT-2, GPT-NeoX (Pythia), the Llama family: Llama (grouped-query attention, llama3 rope scaling), Mistral, Qwen2, Qwen3. Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
 flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
 """
@@ -385,7 +385,7 @@ def model_shape(config, file):
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     if not arch:
-        _fail(file, 'no "architectures" entry; attnscope supports ' + _ARCHS)
+        _fail(file, 'no "architectures" entry; attnscope reads ' + _ARCHS)
     c = types.SimpleNamespace(arch=arch, file=file, head_dim=0)
     if arch == "GPT2LMHeadModel":
         c.kind = LinearGPT2
@@ -419,7 +419,7 @@ def model_shape(config, file):
                   "attnscope runs these models with full causal attention only")
         c.rope_llama3 = _rope_scaling(config, file)
     else:
-        _fail(file, 'architecture "%s" is not supported; attnscope supports %s' % (arch, _ARCHS))
+        _fail(file, 'architecture "%s" is not supported; attnscope reads %s' % (arch, _ARCHS))
     c.vocab_size = _config_int(config, ("vocab_size",), file)
     if c.head_dim == 0:
         if c.d_model % c.n_head:

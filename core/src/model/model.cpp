@@ -90,6 +90,9 @@ at::Tensor apply_rope(const ModelConfig& c, const at::Tensor& x, const at::Tenso
 // 0 on and below the diagonal, -inf above: added to the scores (masked_fill with a broadcast bool
 // mask is an order of magnitude slower on CPU). With a sliding window W (Mistral) also -inf where
 // i - j >= W (HF: key j visible from query i iff j <= i and i - j < W), i.e. below diagonal -W.
+// Only softmax heads read the mask: a converted model's heads (linear_heads) replace softmax with
+// feature maps, so the model's sliding window does not apply to them (hybrid heads have their own
+// window, HeadFeatureMaps::window).
 at::Tensor causal_mask(const ModelConfig& c, int64_t L, const at::Device& dev) {
   const at::Tensor inf = at::full({L, L}, -std::numeric_limits<float>::infinity(), at::TensorOptions().device(dev));
   at::Tensor mask = inf.triu(1);
