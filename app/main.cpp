@@ -17,7 +17,7 @@ namespace {
 // it, so the message speaks both the user's terms and the command line's.
 std::string with_option(const attnscope::Error& e) {
   static const std::map<std::string, std::string> option = {
-      {"sequence length", "--seq-len"}, {"number of windows", "--num-seqs"}, {"capture dtype", "--dtype"},
+      {"sequence length", "--seq-len"}, {"number of windows", "--num-seqs"}, {"capture dtype", "--store-dtype"},
       {"budget", "--budget"},           {"lambda", "--lambda"},              {"multiple", "--multiple-of"},
       {"sample texts", "--text"},       {"model", "--model"},
       {"normalization", "--normalize"}, {"strategy", "--strategy"},

@@ -575,6 +575,7 @@ double max_diff(const std::map<std::string, at::Tensor>& a, const std::map<std::
 // `model` with every weight in float64 (shared config), for finite differences.
 Model float64_model(const Model& m) {
   ModelWeights w = m.weights();
+  w.compute = at::kDouble;
   auto to64 = [](at::Tensor& t) {
     if (t.defined()) t = t.to(at::kDouble);
   };

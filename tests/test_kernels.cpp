@@ -417,6 +417,69 @@ TEST(Kernels, RecurrentLseEqualsTheChunkedLse) {
   }
 }
 
+// The CPU kernel takes any M and D (the CUDA kernels' limits, kMaxFeatures and kMaxHeadDim, do not
+// apply): sizes past them, odd ones, one feature or value column, one position and lengths across
+// the chunk edges. Output and lse against the long-double pair loop, the gradients of
+// sum(y r1) + sum(lse r2) against autograd through the map, and the recurrent form (every token,
+// and final_state) against the chunked one, all in float64.
+TEST(Kernels, CpuTakesAnySize) {
+  struct Size {
+    int64_t L, M, D;
+  };
+  const std::vector<Size> sizes = {{1, 700, 300},  {65, K::kMaxFeatures + 1, K::kMaxHeadDim + 1}, {130, 1, 1},
+                                   {70, 3, 600},   {129, 1030, 7},                               {64, 257, 129},
+                                   {2, 2 * K::kMaxFeatures + 3, 2 * K::kMaxHeadDim + 5}};
+  uint64_t seed = 300;
+  for (const Size& z : sizes) {
+    const std::string where = "L " + std::to_string(z.L) + " M " + std::to_string(z.M) + " D " + std::to_string(z.D);
+    const Inputs in = make_inputs(2, z.L, z.M, z.D, 3.0, seed += 10);
+    auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
+    const at::Tensor q1 = leaf(in.q), k1 = leaf(in.k), l1 = leaf(in.ls), v1 = leaf(in.v);
+    const at::Tensor q2 = leaf(in.q), k2 = leaf(in.k), l2 = leaf(in.ls), v2 = leaf(in.v);
+    const K::AttentionWithLse a = K::causal_linear_attention_lse(q1, k1, l1, v1);
+    ASSERT_EQ(a.y.sizes(), in.v.sizes()) << where;
+    EXPECT_LT(max_rel(a.y, reference_output(in)), 1e-11) << where;
+    EXPECT_LT(lse_error(a.lse, reference_lse(in)), 1e-13) << where;
+    const at::Tensor r1 = randn({2, z.L, z.D}, seed + 5), r2 = randn({2, z.L, 1}, seed + 6);
+    ((a.y * r1).sum() + (a.lse * r2).sum()).backward();
+    const MapOutputs b = map_outputs(q2, k2, l2, v2);
+    ((b.y * r1).sum() + (b.lse * r2).sum()).backward();
+    EXPECT_LT(max_rel(q1.grad(), q2.grad()), 1e-10) << "q, " << where;
+    EXPECT_LT(max_rel(k1.grad(), k2.grad()), 1e-10) << "k, " << where;
+    EXPECT_LT(max_rel(l1.grad(), l2.grad()), 1e-10) << "log scale, " << where;
+    EXPECT_LT(max_rel(v1.grad(), v2.grad()), 1e-10) << "v, " << where;
+
+    const at::NoGradGuard no_grad;
+    K::RecurrentState st;
+    for (int64_t i = 0; i < z.L; ++i) {
+      at::Tensor lse;
+      const at::Tensor yi = K::recurrent_step(st, in.q.select(1, i), in.k.select(1, i), in.ls.select(1, i).squeeze(-1),
+                                              in.v.select(1, i), &lse);
+      ASSERT_LT(max_rel(yi, a.y.select(1, i)), 1e-11) << "token " << i << ", " << where;
+      ASSERT_LT(lse_error(lse, a.lse.select(1, i).squeeze(-1)), 1e-13) << "token " << i << ", " << where;
+    }
+    const K::RecurrentState fin = K::final_state(in.k, in.ls, in.v);
+    EXPECT_LT(max_rel(fin.S, st.S), 1e-12) << where;
+    EXPECT_LT(max_rel(fin.z, st.z), 1e-12) << where;
+  }
+}
+
+// Long sequences at the CUDA kernels' limits and past them: 1500 positions (23.4 chunks) with
+// M = 513, D = 257 in float64 against the output through the L x L map, and float32 against the
+// float64 kernel's output on the same (float32-rounded) values.
+TEST(Kernels, CpuLongSequenceAtLargeSizes) {
+  const Inputs in = make_inputs(1, 1500, K::kMaxFeatures + 1, K::kMaxHeadDim + 1, 3.0, 81);
+  const at::NoGradGuard no_grad;
+  const at::Tensor y = K::causal_linear_attention(in.q, in.k, in.ls, in.v);
+  EXPECT_LT(max_rel(y, map_output(in.q, in.k, in.ls, in.v)), 1e-11);
+  auto r32 = [](const at::Tensor& t) { return t.to(at::kFloat); };
+  const at::Tensor y32 = K::causal_linear_attention(r32(in.q), r32(in.k), r32(in.ls), r32(in.v));
+  const at::Tensor want = K::causal_linear_attention(r32(in.q).to(at::kDouble), r32(in.k).to(at::kDouble),
+                                                     r32(in.ls).to(at::kDouble), r32(in.v).to(at::kDouble));
+  EXPECT_EQ(y32.scalar_type(), at::kFloat);
+  EXPECT_LT(max_rel(y32, want), 2e-5);
+}
+
 TEST(Kernels, BadInputsNameTheArgument) {
   const Inputs in = make_inputs(1, 10, 4, 3, 1.0, 71);
   auto message = [](auto&& f) {

@@ -1,7 +1,8 @@
 // The CUDA kernels of causal linear attention (kernels/cuda/*.cu) against the CPU kernels, through
 // the public API (kernels/include/attnscope/kernels/linear_attention.h): output, autograd gradients
 // and the recurrent step, on random inputs, for lengths around the chunk size (1, 63, 64, 65) and
-// long ones (1000, 4096), feature and head dimensions from 16 to the limits (256, 128) and ones that
+// long ones (1000, 4096), feature and head dimensions from 16 to the limits (512, 256: kMaxFeatures,
+// kMaxHeadDim), just past the kernels' column tiles (M = 257, D = 129, D + 1 = 161) and ones that
 // are no multiple of 16, key log scales spread over hundreds (exp would overflow float32 past 88),
 // and rows with no weight (den = 0: NaN output, zero gradient). The reference is always the CPU
 // kernel in float64 on exactly the values the GPU was given (bfloat16 inputs rounded first).
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
@@ -120,10 +122,12 @@ std::string shape_name(int64_t L, int64_t M, int64_t D, double spread) {
          " spread=" + std::to_string(int(spread));
 }
 
-// Lengths around the chunk (64) and long ones; (M, D) pairs from 16 to the limits (256, 128),
-// including ones that are no multiple of 16 or 32.
+// Lengths around the chunk (64) and long ones; (M, D) pairs from 16 to the limits (512, 256),
+// including ones that are no multiple of 16 or 32, and (256, 128), the largest one column tile
+// of every kernel covers.
 const std::vector<int64_t> kLengths = {1, 63, 64, 65, 1000, 4096};
-const std::vector<std::pair<int64_t, int64_t>> kDims = {{16, 16}, {64, 64}, {256, 128}, {64, 128}, {256, 16}, {37, 50}};
+const std::vector<std::pair<int64_t, int64_t>> kDims = {{16, 16},  {64, 64},  {256, 128}, {64, 128},
+                                                        {256, 16}, {37, 50},  {512, 256}};
 
 void sweep(at::ScalarType dt) {
   uint64_t seed = 100;
@@ -167,6 +171,34 @@ void expect_lse_matches_cpu(const Inputs& in, const at::Tensor& h, bool with_y, 
   EXPECT_LE(rel_error(gpu.dk, cpu.dk), tol.grad) << where << ": dk";
   EXPECT_LE(rel_error(gpu.dls, cpu.dls), tol.grad) << where << ": dk_log_scale";
   EXPECT_LE(rel_error(gpu.dv, cpu.dv), tol.grad) << where << ": dv";
+}
+
+// Token by token for T tokens of N = 2 sequences (heads 0 and 1 of make_inputs): the CUDA
+// recurrent step's y and lse against the CPU's (float64, same values), then the final state.
+void expect_recurrent_matches_cpu(int64_t M, int64_t D, at::ScalarType dt, int64_t T, uint64_t seed) {
+  const at::NoGradGuard no_grad;
+  const int64_t N = 2;
+  const Inputs in = rounded(make_inputs(T, M, D, 300.0, seed), dt);
+  K::RecurrentState gpu_state, cpu_state;
+  double err_y = 0, err_lse = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    auto token = [&](const at::Tensor& x) { return x[0].select(1, t); };  // [N, ...]
+    const at::Tensor q = token(in.q), k = token(in.k), ls = token(in.ls).view({N}), v = token(in.v);
+    at::Tensor lg, lc;
+    const at::Tensor yg =
+        K::recurrent_step(gpu_state, q.to(at::kCUDA, dt), k.to(at::kCUDA, dt), ls.to(at::kCUDA, dt), v.to(at::kCUDA, dt), &lg);
+    const at::Tensor yc = K::recurrent_step(cpu_state, q, k, ls, v, &lc);
+    err_y = std::max(err_y, rel_error(yg.to(at::kCPU).to(at::kDouble), yc));
+    err_lse = std::max(err_lse, rel_error(lg.to(at::kCPU).to(at::kDouble), lc));
+  }
+  const std::string where = "recurrent M=" + std::to_string(M) + " D=" + std::to_string(D) + " " + c10::toString(dt);
+  const Tolerance tol = tolerance(dt);
+  EXPECT_LE(err_y, tol.y) << where << ": y";
+  EXPECT_LE(err_lse, tol.y) << where << ": lse";
+  auto host = [](const at::Tensor& t) { return t.to(at::kCPU).to(at::kDouble); };
+  EXPECT_LE(rel_error(host(gpu_state.S), cpu_state.S), tol.y) << where << ": S";
+  EXPECT_LE(rel_error(host(gpu_state.z), cpu_state.z), tol.y) << where << ": z";
+  EXPECT_LE(rel_error(host(gpu_state.c), cpu_state.c), tol.y) << where << ": c";
 }
 
 }  // namespace
@@ -335,6 +367,62 @@ TEST(KernelsCuda, RecurrentLseMatchesCpu) {
       }
       EXPECT_LE(err, tolerance(dt).y) << "M=" << M << " D=" << D << " " << c10::toString(dt) << ": lse";
     }
+}
+
+// The limits and the edges of the kernels' column tiles: M = 512 and 511 (two gradient tiles of
+// 256 columns, the second full or one short), 257 (one column into the second), 300; D = 256 and
+// 255 (two output tiles of 128; D + 1 = 257 and 256: two state tiles of 160), 129 (one column into
+// the second output tile), 160 (D + 1 = 161: one into the second state tile); and each limit with
+// the other dimension small. Output, gradients and lse (alone and with y) of the chunked form for
+// one position, one chunk and a bit and several chunks, and the recurrent step (y, lse, state).
+TEST(KernelsCuda, LimitSizesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<int64_t, int64_t>> dims = {
+      {K::kMaxFeatures, K::kMaxHeadDim}, {511, 255}, {257, 129}, {300, 160}, {300, 256}, {K::kMaxFeatures, 16}, {16, K::kMaxHeadDim}};
+  uint64_t seed = 1300;
+  for (at::ScalarType dt : {at::kFloat, at::kDouble, at::kBFloat16})
+    for (auto [M, D] : dims) {
+      for (int64_t L : {1, 65, 200}) {
+        const Inputs in = make_inputs(L, M, D, 2.0, seed);
+        expect_matches_cpu(in, dt, shape_name(L, M, D, 2.0));
+        const at::Tensor h = randn({1, 2, L, 1}, seed + 7);
+        for (bool with_y : {false, true}) expect_lse_matches_cpu(in, h, with_y, dt, shape_name(L, M, D, 2.0));
+        seed += 10;
+      }
+      expect_recurrent_matches_cpu(M, D, dt, 70, seed);
+      seed += 10;
+    }
+}
+
+// Past the limits the dispatch throws an Error naming M and D and the limits (the CPU kernels
+// take the same inputs); the recurrent step's launcher does the same.
+TEST(KernelsCuda, PastTheLimitsNameTheSizes) {
+  SKIP_WITHOUT_GPU();
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const attnscope::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string limits = "M <= " + std::to_string(K::kMaxFeatures);
+  const std::string head = "D <= " + std::to_string(K::kMaxHeadDim);
+  for (auto [M, D] : std::vector<std::pair<int64_t, int64_t>>{{K::kMaxFeatures + 1, 16}, {16, K::kMaxHeadDim + 1}}) {
+    const Inputs in = make_inputs(5, M, D, 2.0, 1500);
+    auto cuda = [](const at::Tensor& t) { return t.to(at::kCUDA, at::kFloat); };
+    const std::string got = message([&] { K::causal_linear_attention(cuda(in.q), cuda(in.k), cuda(in.ls), cuda(in.v)); });
+    EXPECT_NE(got.find(limits), std::string::npos) << got;
+    EXPECT_NE(got.find(head), std::string::npos) << got;
+    EXPECT_NE(got.find("M = " + std::to_string(M) + ", D = " + std::to_string(D)), std::string::npos) << got;
+    EXPECT_EQ(K::causal_linear_attention(in.q, in.k, in.ls, in.v).sizes(), in.v.sizes()) << "the CPU kernel takes any size";
+    K::RecurrentState st;
+    const std::string rec = message([&] {
+      K::recurrent_step(st, cuda(in.q[0][0]), cuda(in.k[0][0]), cuda(in.ls[0][0].view({5})), cuda(in.v[0][0]));
+    });
+    EXPECT_NE(rec.find(limits), std::string::npos) << rec;
+    EXPECT_NE(rec.find("M = " + std::to_string(M) + ", D = " + std::to_string(D)), std::string::npos) << rec;
+  }
 }
 
 }  // namespace test_kernels_cuda

@@ -19,13 +19,14 @@ void print_generate(const std::vector<ContextSpeed>& rows, const GenerateBenchOp
   Table t;
   t.caption = "Generation (" + std::to_string(o.tokens) + " tokens timed per context) and batch forward, GPT-2-small "
               "shape, " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
-  t.header = {"context", "softmax gen tok/s", "linear gen tok/s", "gen speedup", "softmax batch tok/s",
-              "linear batch tok/s", "softmax gen peak MB", "linear gen peak MB", "softmax batch peak MB",
-              "linear batch peak MB"};
+  t.header = {"context", "softmax gen tok/s (KV cache)", "linear gen tok/s", "gen speedup vs KV cache",
+              "softmax gen tok/s (no cache)", "softmax batch tok/s", "linear batch tok/s",
+              "softmax gen peak MB (KV cache)", "linear gen peak MB", "softmax batch peak MB", "linear batch peak MB"};
   for (const auto& r : rows)
     t.add_row({std::to_string(r.context), fmt_number(r.softmax_generate_tokens_per_s, 2),
                fmt_number(r.linear_generate_tokens_per_s, 2),
                fmt_number(r.linear_generate_tokens_per_s / r.softmax_generate_tokens_per_s, 2),
+               fmt_number(r.softmax_nocache_generate_tokens_per_s, 2),
                fmt_number(r.softmax_batch_tokens_per_s, 1), fmt_number(r.linear_batch_tokens_per_s, 1),
                megabytes(r.softmax_generate_peak_bytes), megabytes(r.linear_generate_peak_bytes),
                megabytes(r.softmax_batch_peak_bytes), megabytes(r.linear_batch_peak_bytes)});
@@ -41,6 +42,7 @@ nlohmann::json generate_json(const std::vector<ContextSpeed>& rows, const Genera
     out["rows"].push_back({{"context", r.context},
                            {"softmax_generate_tokens_per_s", r.softmax_generate_tokens_per_s},
                            {"linear_generate_tokens_per_s", r.linear_generate_tokens_per_s},
+                           {"softmax_nocache_generate_tokens_per_s", r.softmax_nocache_generate_tokens_per_s},
                            {"softmax_batch_tokens_per_s", r.softmax_batch_tokens_per_s},
                            {"linear_batch_tokens_per_s", r.linear_batch_tokens_per_s},
                            {"softmax_generate_peak_bytes", r.softmax_generate_peak_bytes},
@@ -123,6 +125,7 @@ void register_bench(CLI::App& app) {
   register_train_bench(bench);
   register_attention_bench(bench);
   register_dof_bench(bench);
+  register_scale_bench(bench);
 }
 
 }  // namespace attnscope::cli

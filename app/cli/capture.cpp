@@ -20,7 +20,7 @@ void register_capture(CLI::App& app) {
   cmd->add_option("-L,--seq-len", opt->seq_len, "tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   cmd->add_option("-T,--num-seqs", opt->num_seqs, "number of windows")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", opt->seed, "seed for drawing the windows")->capture_default_str();
-  cmd->add_option("--dtype", *dtype, "storage dtype")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  cmd->add_option("--store-dtype", *dtype, "the dtype q, k, v are stored in (the model computes in --dtype)")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   cmd->add_flag("--pre-rope", opt->pre_rope, "store q and k before the rotary embedding");
   cmd->add_option("--batch", opt->batch, "windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-o,--out", *out, "capture directory (replaced only when the capture succeeds)")->required();

@@ -73,9 +73,15 @@ void ModelArgs::add_to(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", tokenizer,
                   "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)");
+  note_quantity_flag("compute dtype", "--dtype");
+  cmd->add_option("--dtype", dtype,
+                  "the dtype each layer's projections and MLP compute in; weights stay as stored (memory-mapped, "
+                  "converted one layer at a time) and attention, norms and logits stay float32 (float64 with f64)")
+      ->check(CLI::IsMember(compute_dtype_names()))
+      ->capture_default_str();
 }
 
-LoadedModel ModelArgs::load() const { return load_model(model, tokenizer); }
+LoadedModel ModelArgs::load() const { return load_model(model, tokenizer, parse_compute_dtype(dtype)); }
 
 namespace {
 std::map<std::string, std::string>& quantity_flags() {

@@ -33,6 +33,7 @@ std::vector<std::string> default_texts();
 struct ModelArgs {
   std::string model;
   std::string tokenizer;
+  std::string dtype = "f32";  // the compute dtype (parse_compute_dtype); weights stay as stored
   void add_to(CLI::App* cmd);
   LoadedModel load() const;
 };
@@ -203,6 +204,7 @@ void register_convert(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_attention_bench(CLI::App* bench);  // bench_attention.cpp
 void register_dof_bench(CLI::App* bench);        // bench_dof.cpp
+void register_scale_bench(CLI::App* bench);      // bench_scale.cpp
 void register_compare(CLI::App& app);
 void register_finetune(CLI::App& app);
 void register_linearize(CLI::App& app);

@@ -30,6 +30,7 @@ void print_table(const ConvertedEvaluation& e) {
   for (const auto& l : e.layers) std::printf("%-6d %14.5f %18.5f\n", l.layer, l.attention_kl, l.output_rel_error);
   std::printf("\n%-9s %8s %16s %16s %8s %14s %14s\n", "mode", "seq_len", "softmax tok/s", "linear tok/s", "speedup",
               "softmax peak", "linear peak");
+  std::printf("(generate: softmax with a key-value cache, linear with its recurrent state)\n");
   for (const auto& s : e.speed)
     std::printf("%-9s %8d %16.1f %16.1f %8.2f %12.2f MB %12.2f MB\n", s.generate ? "generate" : "batch", s.seq_len,
                 s.softmax_tokens_per_s, s.linear_tokens_per_s, s.linear_tokens_per_s / s.softmax_tokens_per_s,

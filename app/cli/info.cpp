@@ -1,5 +1,6 @@
-// `attnscope info`: what a model is, after opening and validating every weight file and the
-// tokenizer (so a broken checkpoint fails here, not halfway through a job).
+// `attnscope info`: what a model is, from its config, the safetensors headers of every weight file and
+// the tokenizer, without reading a weight (milliseconds for a model of any size; a weight file whose
+// header is broken or a shard the index lists but the folder lacks fails here).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -27,14 +28,23 @@ void register_info(CLI::App& app) {
   args->add_to(cmd);
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->callback([args, json] {
-    LoadedModel m = args->load();
-    const ModelConfig& c = m.model->config();
+    const ModelInfo m = inspect_model(args->model, args->tokenizer);
+    const ModelConfig& c = m.config;
+    nlohmann::ordered_json stored = nlohmann::ordered_json::object();
+    std::string stored_text;
+    int64_t stored_total = 0;
+    for (const auto& [dtype, bytes] : m.stored_bytes) {
+      stored[dtype] = bytes;
+      stored_total += bytes;
+      stored_text += (stored_text.empty() ? "" : ", ") + dtype + " " + std::to_string(bytes / 1000000) + " MB";
+    }
     nlohmann::ordered_json j = {{"path", m.path}};
     j.update(model_shape_json(c));
     j.update(nlohmann::ordered_json{
         {"d_ff", c.d_ff},
         {"parameters", c.n_params()},
         {"dtype", c.torch_dtype},
+        {"stored_bytes", stored},
         {"norm", c.rms_norm ? "RMSNorm" : "LayerNorm"},
         {"positions", positions(c)},
         {"parallel_residual", c.parallel_residual},
@@ -45,7 +55,7 @@ void register_info(CLI::App& app) {
     });
     // A converted model (SPEC 7) runs linear attention: name the map and its feature dimensions.
     std::string attention = "softmax";
-    if (const HeadFeatureMaps* lin = m.model->feature_maps()) {
+    if (const HeadFeatureMaps* lin = m.feature_maps.get()) {
       nlohmann::ordered_json dims = nlohmann::ordered_json::array();
       attention = "linear (" + lin->maps[0][0]->name() + "), features per layer";
       for (const auto& layer : lin->maps) {
@@ -74,13 +84,14 @@ void register_info(CLI::App& app) {
               << "vocab         " << c.vocab_size << "\n"
               << "context       " << c.n_ctx << " tokens\n"
               << "parameters    " << c.n_params() << "\n"
-              << "dtype         " << c.torch_dtype << " (computed in float32)\n"
+              << "dtype         " << c.torch_dtype << " (stored: " << stored_text << "; " << stored_total / 1000000
+              << " MB in all; computed in --dtype, f32 by default)\n"
               << "norm          " << (c.rms_norm ? "RMSNorm" : "LayerNorm") << ", eps " << c.norm_eps << "\n"
               << "positions     " << positions(c) << "\n"
               << "residual      " << (c.parallel_residual ? "parallel" : "sequential") << "\n"
               << "attention     " << attention << "\n"
               << "tokenizer     " << m.tokenizer->kind() << ", " << m.tokenizer->vocab_size() << " tokens\n"
-              << "weight files  " << m.weight_files.size() << " (validated)\n";
+              << "weight files  " << m.weight_files.size() << " (headers checked)\n";
     for (const std::string& d : debris)
       std::cout << "note: " << d << " is what a killed writer left (swept by the next write in that folder)\n";
   });

@@ -49,7 +49,7 @@ std::string capture_command(const Session& s, const std::vector<std::string>& te
   add_texts(a, texts);
   a.insert(a.end(), {"--seq-len", str(s.capture.seq_len), "--num-seqs", str(s.capture.num_seqs), "--seed",
                      str(s.capture.seed)});
-  if (s.capture.dtype == DType::F16) a.insert(a.end(), {"--dtype", "f16"});
+  if (s.capture.dtype == DType::F16) a.insert(a.end(), {"--store-dtype", "f16"});
   if (s.capture.pre_rope) a.push_back("--pre-rope");
   a.insert(a.end(), {"--out", out_dir});
   return attnscope_command(a);

@@ -58,7 +58,9 @@ __global__ void __launch_bounds__(kThreads) suffix_scan_kernel(const A* c, A* st
 //   dq_i = sum_j Wq_ij k_j + exp(cP_t - c_i) P_t g'_i,
 //   dv_j = sum_i Wv_ij g'_i[:D] + exp(ls_j - r_t) (R_t^T k_j)[:D].
 // W (64 x 64) lives in shared memory, first Wq then Wv; the outputs are register tiles of
-// 64 x (32 CM) (dq, dk) and 64 x (32 CD) (dv).
+// 64 x (32 CM) (dq, dk) and 64 x (32 CD) (dv), one tile after the other over the M (or D)
+// columns: one tile where M <= 32 CM and D <= 32 CD, two at M = 512 or D = 256 (the same code
+// path at every size; dls sums its row over the dk tiles).
 template <typename T, typename A, int CM, int CD>
 __global__ void __launch_bounds__(kThreads)
     backward_chunk_kernel(const T* q, const T* k, const T* ls, const T* v, const A* c, const A* gp, const A* P,
@@ -97,48 +99,56 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  // dk = Wq^T Q + diag(exp(ls - r_t)) [V, 1] R_t^T;  dls = rowsum(K * dk)
+  // dk = Wq^T Q + diag(exp(ls - r_t)) [V, 1] R_t^T;  dls = rowsum(K * dk). Tiles of the columns
+  // m0..m0+NM-1 (block_gemm ends on a barrier, so the next tile may restage xs and ys).
+  constexpr int NM = 32 * CM, ND = 32 * CD;
   {
-    A g[8][CM];
-    zero(g);
-    block_gemm<CM, false, true>(
-        g, len, [&](int j, int i) { return W[i][j]; }, [&](int i, int m) { return m < M ? q_at(i, m) : A(0); }, xs, ys);
-    if (!last)
-      block_gemm<CM, true, false>(
-          g, D1, [&](int j, int d) { return j < len ? sr[j] * vprime(j, d) : A(0); },
-          [&](int d, int m) { return m < M ? Rt[int64_t(m) * D1 + d] : A(0); }, xs, ys);
+    A dls_own = 0;  // lane a < 8: rowsum(K * dk) of row warp + 8 a, summed over the tiles
+    for (int m0 = 0; m0 < M; m0 += NM) {
+      A g[8][CM];
+      zero(g);
+      block_gemm<CM, false, true>(
+          g, len, [&](int j, int i) { return W[i][j]; },
+          [&](int i, int m) { return m0 + m < M ? q_at(i, m0 + m) : A(0); }, xs, ys);
+      if (!last)
+        block_gemm<CM, true, false>(
+            g, D1, [&](int j, int d) { return j < len ? sr[j] * vprime(j, d) : A(0); },
+            [&](int d, int m) { return m0 + m < M ? Rt[int64_t(m0 + m) * D1 + d] : A(0); }, xs, ys);
 #pragma unroll
-    for (int a = 0; a < 8; ++a) {
-      const int j = warp + 8 * a;  // a row per warp: its lanes hold the row's columns
-      A part = 0;
+      for (int a = 0; a < 8; ++a) {
+        const int j = warp + 8 * a;  // a row per warp: its lanes hold the row's columns
+        A part = 0;
 #pragma unroll
-      for (int b = 0; b < CM; ++b) {
-        const int m = lane + 32 * b;
-        if (j < len && m < M) {
-          store(dk + (row0 + j) * M + m, g[a][b]);
-          part += k_at(j, m) * g[a][b];
+        for (int b = 0; b < CM; ++b) {
+          const int m = m0 + lane + 32 * b;
+          if (j < len && m < M) {
+            store(dk + (row0 + j) * M + m, g[a][b]);
+            part += k_at(j, m) * g[a][b];
+          }
         }
+        part = warp_sum(part);  // every lane of the warp: the tile's share of row j
+        if (lane == a) dls_own += part;
       }
-      part = warp_sum(part);
-      if (lane == 0 && j < len) store(dls + row0 + j, part);
     }
+    if (lane < 8 && warp + 8 * lane < len) store(dls + row0 + warp + 8 * lane, dls_own);
   }
 
-  // dq = Wq K + diag(exp(cP_t - c)) G' P_t^T
-  {
+  // dq = Wq K + diag(exp(cP_t - c)) G' P_t^T, tiles of the columns m0..m0+NM-1
+  for (int m0 = 0; m0 < M; m0 += NM) {
     A g[8][CM];
     zero(g);
     block_gemm<CM, true, true>(
-        g, len, [&](int i, int j) { return W[i][j]; }, [&](int j, int m) { return m < M ? k_at(j, m) : A(0); }, xs, ys);
+        g, len, [&](int i, int j) { return W[i][j]; },
+        [&](int j, int m) { return m0 + m < M ? k_at(j, m0 + m) : A(0); }, xs, ys);
     if (t > 0)  // P_0 = 0
       block_gemm<CM, true, false>(
           g, D1, [&](int i, int d) { return i < len ? sp[i] * gpn[int64_t(i) * D1 + d] : A(0); },
-          [&](int d, int m) { return m < M ? Pt[int64_t(m) * D1 + d] : A(0); }, xs, ys);
+          [&](int d, int m) { return m0 + m < M ? Pt[int64_t(m0 + m) * D1 + d] : A(0); }, xs, ys);
 #pragma unroll
     for (int a = 0; a < 8; ++a)
 #pragma unroll
       for (int b = 0; b < CM; ++b) {
-        const int i = warp + 8 * a, m = lane + 32 * b;
+        const int i = warp + 8 * a, m = m0 + lane + 32 * b;
         if (i < len && m < M) store(dq + (row0 + i) * M + m, g[a][b]);
       }
   }
@@ -155,29 +165,30 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  // dv = Wv^T G'[:, :D] + diag(exp(ls - r_t)) K R_t[:, :D]
-  {
+  // dv = Wv^T G'[:, :D] + diag(exp(ls - r_t)) K R_t[:, :D], tiles of the columns d0..d0+ND-1
+  for (int d0 = 0; d0 < D; d0 += ND) {
     A g[8][CD];
     zero(g);
     block_gemm<CD, false, true>(
         g, len, [&](int j, int i) { return W[i][j]; },
-        [&](int i, int d) { return d < D ? gpn[int64_t(i) * D1 + d] : A(0); }, xs, ys);
+        [&](int i, int d) { return d0 + d < D ? gpn[int64_t(i) * D1 + d0 + d] : A(0); }, xs, ys);
     if (!last)
       block_gemm<CD, true, true>(
           g, M, [&](int j, int m) { return j < len ? sr[j] * k_at(j, m) : A(0); },
-          [&](int m, int d) { return d < D ? Rt[int64_t(m) * D1 + d] : A(0); }, xs, ys);
+          [&](int m, int d) { return d0 + d < D ? Rt[int64_t(m) * D1 + d0 + d] : A(0); }, xs, ys);
 #pragma unroll
     for (int a = 0; a < 8; ++a)
 #pragma unroll
       for (int b = 0; b < CD; ++b) {
-        const int j = warp + 8 * a, d = lane + 32 * b;
+        const int j = warp + 8 * a, d = d0 + lane + 32 * b;
         if (j < len && d < D) store(dv + (row0 + j) * D + d, g[a][b]);
       }
   }
 }
 
-// Column groups of the gradient tiles: CM for M (2, 4 or 8: M <= 64, 128, 256) and CD for D (2
-// or 4: D <= 64, 128). float64 (the checks' precision, not a speed path) takes the largest only.
+// Column groups of the gradient tiles: CM for M (2, 4 or 8: M <= 64, 128, larger: tiles of 256,
+// two at M = 512) and CD for D (2 or 4: D <= 64, larger: tiles of 128, two at D = 256). float64
+// (the checks' precision, not a speed path) takes the largest only.
 template <typename A, typename F> void with_gradient_groups(int64_t M, int64_t D, F f) {
   if constexpr (sizeof(A) == 8) {
     f(Groups<8>{}, Groups<4>{});
@@ -203,9 +214,10 @@ void launch_backward(const T* q, const T* k, const T* ls, const T* v, const T* y
   grad_prime_kernel<T, A><<<unsigned((N * L + kWarps - 1) / kWarps), kThreads, 0, stream>>>(gy, glse, y, den, gp, N * L, int(D));
   launch_prefix_states<T, A>(k, ls, v, P, N, L, M, D, stream);
   // B_u = sum_{i in u} exp(c_first(u) - c_i) q_i g'_i^T, then its suffix R_t.
-  const dim3 grid_states(unsigned(N * chunks), unsigned((M + kC - 1) / kC));
   with_state_groups(D, [&](auto g) {
-    chunk_state_kernel<T, A, decltype(g)::value, true>
+    constexpr int CPT = decltype(g)::value;
+    const dim3 grid_states(unsigned(N * chunks), unsigned((M + kC - 1) / kC), column_tiles(D + 1, CPT));
+    chunk_state_kernel<T, A, CPT, true>
         <<<grid_states, kThreads, 0, stream>>>(q, nullptr, nullptr, c, gp, R, L, int(M), int(D), chunks);
   });
   suffix_scan_kernel<A><<<dim3(unsigned(N), unsigned((E + kThreads - 1) / kThreads)), kThreads, 0, stream>>>(

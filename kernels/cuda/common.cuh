@@ -133,10 +133,11 @@ template <typename F> std::string with_dtype(DType dtype, F f) {
 
 template <int G> using Groups = std::integral_constant<int, G>;
 
-// Launch-time limits (linear_attention.h: kMaxFeatures, kMaxHeadDim) and grid sizes.
+// Launch-time limits (launch.h: kMaxFeatures, kMaxHeadDim) and grid sizes.
 inline std::string check_sizes(int64_t N, int64_t L, int64_t M, int64_t D) {
-  if (M < 1 || M > 256 || D < 1 || D > 128)
-    return "the CUDA kernels take 1 <= M <= 256 and 1 <= D <= 128, got M = " + std::to_string(M) + ", D = " + std::to_string(D);
+  if (M < 1 || M > kMaxFeatures || D < 1 || D > kMaxHeadDim)
+    return "the CUDA kernels take 1 <= M <= " + std::to_string(kMaxFeatures) + " and 1 <= D <= " +
+           std::to_string(kMaxHeadDim) + ", got M = " + std::to_string(M) + ", D = " + std::to_string(D);
   if (N * num_chunks(L) > int64_t(0x7fffffff) || N > int64_t(0x7fffffff))
     return "too many chunks for one grid: N = " + std::to_string(N) + ", L = " + std::to_string(L);
   return "";

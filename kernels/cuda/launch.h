@@ -37,6 +37,13 @@ namespace attnscope::kernels::cuda {
 
 enum class DType { Float32, BFloat16, Float64 };
 
+// The sizes the launchers take (kMaxFeatures, kMaxHeadDim of linear_attention.h, which the dispatch
+// checks against these): 1 <= M <= 512, 1 <= D <= 256. The chunk kernels tile the state and
+// gradient columns (over M and D + 1), so no shared-memory array grows with M or D; the limits
+// bound only the recurrent step's per-block buffer and what has been reasoned through.
+constexpr int64_t kMaxFeatures = 512;
+constexpr int64_t kMaxHeadDim = 256;
+
 // Workspace: the chunk states, N * ceil(L / 64) * M * (D + 1) accumulators (float or double).
 int64_t forward_workspace_elements(int64_t N, int64_t L, int64_t M, int64_t D);
 // y [N, L, D] (T); den, c [N, L] (A).

@@ -5,15 +5,13 @@
 namespace attnscope::kernels::cuda {
 namespace {
 
-constexpr int kMaxD = 128;  // kMaxHeadDim of linear_attention.h
-
 // c' = max(c, ls);  S = exp(c - c') S + exp(ls - c') k v^T;  z = exp(c - c') z + exp(ls - c') k;
 // y = q^T S / (q . z), NaN where q . z == 0; lse = c' + log(q . z), -inf where q . z <= 0 (lse may
 // be nullptr: not wanted). One block per sequence n; S [M, D] row-major.
 template <typename T, typename A>
 __global__ void __launch_bounds__(kThreads) recurrent_step_kernel(A* S, A* z, A* c, const T* q, const T* k,
                                                                   const T* ls, const T* v, T* y, T* lse, int M, int D) {
-  __shared__ A num[kMaxD + 1];  // q^T S, then q . z at [D]
+  __shared__ A num[kMaxHeadDim + 1];  // q^T S, then q . z at [D] (check_sizes: D <= kMaxHeadDim)
   const int64_t n = blockIdx.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const A c_old = c[n], l = to_acc(ls[n]), cn = fmax(c_old, l);

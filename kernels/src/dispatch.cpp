@@ -54,6 +54,9 @@ void check_dtype_supported(const at::Tensor& q) {
 at::ScalarType accumulator(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
+static_assert(cuda::kMaxFeatures == kMaxFeatures && cuda::kMaxHeadDim == kMaxHeadDim,
+              "the CUDA launchers' limits (cuda/launch.h) are the API's (linear_attention.h)");
+
 cuda::DType cuda_dtype(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kBFloat16: return cuda::DType::BFloat16;
@@ -168,7 +171,7 @@ void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::
   if (L < 1) fail(kWhere, "L must be at least 1, got q " + shape(q));
   if (q.is_cuda() && (M > kMaxFeatures || D > kMaxHeadDim))
     fail(kWhere, "the CUDA kernels take M <= " + std::to_string(kMaxFeatures) + " features and D <= " +
-                     std::to_string(kMaxHeadDim) + ", got M = " + std::to_string(M) + ", D = " + std::to_string(D));
+                     std::to_string(kMaxHeadDim) + " value (head) dimensions, got M = " + std::to_string(M) + ", D = " + std::to_string(D));
 }
 
 }  // namespace

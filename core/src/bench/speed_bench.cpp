@@ -59,24 +59,29 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
     // Memory of the generation itself, once the prompt has been read (a converted model reads it in
     // one batch forward, whose memory the batch columns report): what is still held when the first
     // new token comes (the recurrent state) plus the peak of the steps after it.
-    auto generation = [&](const Model& m, double* tokens_per_s, int64_t* peak) {
+    auto generation = [&](const Model& m, double* tokens_per_s, int64_t* peak, bool kv_cache) {
       std::vector<clock_type::time_point> stamps;
       const PeakMemoryMeter counting(mem);  // live_tensor_bytes counts from the first meter on
       std::unique_ptr<PeakMemoryMeter> meter;
       const int64_t live_before = live_tensor_bytes(mem);
       int64_t held = 0;
-      m.generate_greedy(prompt, o.tokens, -1, [&](const std::vector<int64_t>&) {
-        stamps.push_back(clock_type::now());
-        if (!meter) {
-          held = std::max<int64_t>(0, live_tensor_bytes(mem) - live_before);
-          meter = std::make_unique<PeakMemoryMeter>(mem);
-        }
-      });
+      m.generate_greedy(
+          prompt, o.tokens, -1,
+          [&](const std::vector<int64_t>&) {
+            stamps.push_back(clock_type::now());
+            if (!meter) {
+              held = std::max<int64_t>(0, live_tensor_bytes(mem) - live_before);
+              meter = std::make_unique<PeakMemoryMeter>(mem);
+            }
+          },
+          kv_cache);
       *peak = held + meter->peak_bytes();
       *tokens_per_s = double(stamps.size() - 1) / std::chrono::duration<double>(stamps.back() - stamps.front()).count();
     };
-    generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes);
-    generation(converted, &r.linear_generate_tokens_per_s, &r.linear_generate_peak_bytes);
+    generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes, true);
+    int64_t nocache_peak = 0;
+    generation(original, &r.softmax_nocache_generate_tokens_per_s, &nocache_peak, false);
+    generation(converted, &r.linear_generate_tokens_per_s, &r.linear_generate_peak_bytes, true);
     if (o.batch) {
       at::NoGradGuard no_grad;
       std::vector<int64_t> ids(prompt);

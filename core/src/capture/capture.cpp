@@ -124,7 +124,7 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
       put("k", opt.pre_rope ? a.k_pre : a.k);
       put("v", a.v);
     };
-    m.model->forward(ids, &hook);
+    m.model->hidden_states(ids, &hook);
     report_progress(progress, double(t0 + nb) / T, "windows " + std::to_string(t0 + nb) + "/" + std::to_string(T));
   }
   for (auto& w : writers) w->finish();

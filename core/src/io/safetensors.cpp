@@ -282,26 +282,90 @@ const SafetensorsFile& WeightStore::file_for(const std::string& name) const {
   return ref;
 }
 
-at::Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& shape) const {
+namespace {
+
+// The flat index of the first NaN or Inf in a floating tensor (-1 when none) and how many there
+// are, read in the stored dtype: an exponent of all ones is Inf or NaN in F16, BF16, F32 and F64
+// alike. One pass over the bytes without a converted copy (a weight of a billion elements would
+// otherwise take gigabytes to check).
+template <class U>
+std::pair<int64_t, int64_t> non_finite(const at::Tensor& t, U exponent) {
+  const U* p = static_cast<const U*>(t.data_ptr());
+  const int64_t n = t.numel();
+  int64_t first = -1, count = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if ((p[i] & exponent) == exponent) {
+      if (first < 0) first = i;
+      ++count;
+    }
+  return {first, count};
+}
+
+void check_finite(const at::Tensor& stored, const std::string& where) {
+  at::Tensor t = stored.contiguous();
+  std::pair<int64_t, int64_t> bad{-1, 0};
+  switch (t.scalar_type()) {
+    case at::kHalf: bad = non_finite<uint16_t>(t, 0x7C00); break;
+    case at::kBFloat16: bad = non_finite<uint16_t>(t, 0x7F80); break;
+    case at::kFloat: bad = non_finite<uint32_t>(t, 0x7F800000u); break;
+    case at::kDouble: {
+      // Finite as float64 but beyond float32's range is Inf once computed in float32.
+      const at::Tensor f = t.to(at::kFloat);
+      bad = non_finite<uint32_t>(f, 0x7F800000u);
+      break;
+    }
+    default: return;  // integers cannot hold NaN or Inf
+  }
+  if (bad.second > 0)
+    fail(where, "has " + std::to_string(bad.second) + " non-finite values (NaN or Inf" +
+                    std::string(t.scalar_type() == at::kDouble ? " as float32" : "") + "), the first at flat index " +
+                    std::to_string(bad.first));
+}
+
+}  // namespace
+
+at::Tensor WeightStore::checked(const std::string& name, const std::vector<int64_t>& shape, std::string* where_out) const {
   const SafetensorsFile& file = file_for(name);
   const std::string where = file.path() + ": tensor '" + name + "'";
   if (!file.contains(name)) fail(where, "is listed in " + source_ + " but absent from the file");
   at::Tensor t = file.tensor(name);
   if (!shape.empty() && !t.sizes().equals(shape))
     fail(where, "expected shape " + shape_str(shape) + " but the file has " + shape_str(t.sizes()));
-  const bool floating = at::isFloatingType(t.scalar_type());
-  if (t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
-  // Checked after conversion: an F64 value beyond float32's range becomes Inf here too. Integer
-  // tensors cannot produce NaN/Inf as float32, so they skip the scan.
-  if (floating && t.numel() > 0 && !at::isfinite(t).all().item<bool>()) {
-    const at::Tensor bad = at::logical_not(at::isfinite(t)).reshape({-1});
-    const int64_t count = bad.sum().item<int64_t>();
-    const int64_t first = bad.nonzero()[0][0].item<int64_t>();
-    fail(where, "has " + std::to_string(count) +
-                    " non-finite values (NaN or Inf) as float32, the first at flat index " +
-                    std::to_string(first));
-  }
+  check_finite(t, where);
+  if (where_out) *where_out = where;
   return t;
+}
+
+at::Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& shape) const {
+  const at::Tensor t = checked(name, shape, nullptr);
+  return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+}
+
+at::Tensor WeightStore::as_stored(const std::string& name, const std::vector<int64_t>& shape) const {
+  return checked(name, shape, nullptr);
+}
+
+std::vector<TensorEntry> WeightStore::entries() const {
+  std::vector<TensorEntry> out;
+  out.reserve(weight_map_.size());
+  for (const auto& [name, shard] : weight_map_) {
+    const SafetensorsFile& file = file_for(name);
+    const TensorEntry* e = file.find(name);
+    if (!e)
+      fail(source_, "tensor '" + name + "' is listed in shard '" + shard + "' but " + file.path() + " does not contain it");
+    out.push_back(*e);
+  }
+  return out;
+}
+
+at::Tensor WeightStore::stored(const std::string& name, const std::vector<int64_t>& shape) const {
+  std::string where;
+  const at::Tensor t = checked(name, shape, &where);
+  switch (t.scalar_type()) {
+    case at::kFloat: case at::kHalf: case at::kBFloat16: return t;
+    case at::kDouble: return t.to(at::kFloat);  // no model computes in float64: store it as float32
+    default: fail(where, "holds " + std::string(t.dtype().name()) + " values; a weight must be F32, F16 or BF16 (or F64)");
+  }
 }
 
 std::vector<std::string> WeightStore::names() const {

@@ -13,9 +13,12 @@
 
 namespace attnscope {
 
-Model load_llama2c_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+namespace {
+
+// The header, checked against the file's length; `shared`: the classifier is the token embedding.
+ModelConfig read_header(const std::string& path, std::ifstream& in, int64_t* size_out) {
   if (!in) fail(path, "cannot open llama2.c checkpoint");
+  in.seekg(0, std::ios::end);
   const int64_t size = in.tellg();
   in.seekg(0);
   int32_t h[7];
@@ -35,9 +38,40 @@ Model load_llama2c_model(const std::string& path) {
     fail(path, "file has " + std::to_string(size) + " bytes but the header (dim " + std::to_string(D) +
                    ", layers " + std::to_string(nl) + ", vocab " + std::to_string(V) + ") implies " +
                    std::to_string(want) + ": truncated or not a llama2.c checkpoint");
+  ModelConfig c;
+  c.arch = Arch::Llama2C;
+  c.arch_name = "llama2.c";
+  c.n_layer = int(nl), c.n_head = int(H), c.n_kv_head = int(Hkv), c.d_model = int(D), c.head_dim = int(d);
+  c.d_ff = int(F), c.vocab_size = int(V), c.n_ctx = int(T);
+  c.norm_eps = 1e-5;
+  c.rms_norm = true;
+  c.activation = Activation::SiLU;
+  c.rotary_dim = int(d);
+  c.rope_theta = 10000.0;
+  c.rope_interleaved = true;
+  c.tied_embeddings = shared;
+  *size_out = size;
+  return c;
+}
 
-  at::Tensor all = at::empty({(size - int64_t(sizeof h)) / 4}, at::kFloat);
-  if (!in.read(reinterpret_cast<char*>(all.data_ptr<float>()), size - int64_t(sizeof h)))
+}  // namespace
+
+ModelConfig read_llama2c_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int64_t size = 0;
+  return read_header(path, in, &size);
+}
+
+Model load_llama2c_model(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int64_t size = 0;
+  const ModelConfig c = read_header(path, in, &size);
+  const int64_t D = c.d_model, F = c.d_ff, nl = c.n_layer, V = c.vocab_size, T = c.n_ctx, d = c.head_dim,
+                kv = int64_t(c.n_kv_head) * d, header = 7 * 4;
+  const bool shared = c.tied_embeddings;
+
+  at::Tensor all = at::empty({(size - header) / 4}, at::kFloat);
+  if (!in.read(reinterpret_cast<char*>(all.data_ptr<float>()), size - header))
     fail(path, "read error");
   if (!at::isfinite(all).all().item<bool>()) fail(path, "weights contain NaN or Inf");
 
@@ -66,18 +100,6 @@ Model load_llama2c_model(const std::string& path) {
     w.layers.push_back(std::move(lw));
   }
 
-  ModelConfig c;
-  c.arch = Arch::Llama2C;
-  c.arch_name = "llama2.c";
-  c.n_layer = int(nl), c.n_head = int(H), c.n_kv_head = int(Hkv), c.d_model = int(D), c.head_dim = int(d);
-  c.d_ff = int(F), c.vocab_size = int(V), c.n_ctx = int(T);
-  c.norm_eps = 1e-5;
-  c.rms_norm = true;
-  c.activation = Activation::SiLU;
-  c.rotary_dim = int(d);
-  c.rope_theta = 10000.0;
-  c.rope_interleaved = true;
-  c.tied_embeddings = shared;
   return Model(c, std::move(w));
 }
 

@@ -8,5 +8,7 @@ namespace attnscope {
 
 // Reads and validates the header and sizes against the file length; throws Error naming the file.
 Model load_llama2c_model(const std::string& bin_path);
+// The header alone (checked against the file's length), for `info`.
+ModelConfig read_llama2c_config(const std::string& bin_path);
 
 }  // namespace attnscope

@@ -21,10 +21,54 @@ namespace attnscope {
 
 namespace {
 
+// The dtype of what is numerically delicate (attention, norms, logits): float32, or float64 for a
+// model that computes in float64 (the tests' gradient checks).
+at::ScalarType wide(at::ScalarType compute) { return compute == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Computed in float32 whatever the compute dtype (as Hugging Face does), returned in x's dtype.
 at::Tensor norm(const ModelConfig& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (!c.rms_norm) return at::layer_norm(x, {c.d_model}, w, b, c.norm_eps);
+  const at::ScalarType f = wide(x.scalar_type());
+  const at::Tensor xf = x.to(f), wf = w.to(f);
+  if (!c.rms_norm) return at::layer_norm(xf, {c.d_model}, wf, b.defined() ? b.to(f) : b, c.norm_eps).to(x.scalar_type());
   // RMSNorm: x * rsqrt(mean(x^2) + eps) * w
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * w;
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * wf).to(x.scalar_type());
+}
+
+// One layer's weights in the compute dtype: the tensors already in it are shared, the others are
+// converted copies that live while the layer runs (the stored weights stay as they are).
+LayerWeights in_dtype(const LayerWeights& l, at::ScalarType dt) {
+  auto to = [dt](const at::Tensor& t) { return !t.defined() || t.scalar_type() == dt ? t : t.to(dt); };
+  LayerWeights m;
+  m.ln1_w = to(l.ln1_w), m.ln1_b = to(l.ln1_b);
+  m.wq = to(l.wq), m.wk = to(l.wk), m.wv = to(l.wv), m.wo = to(l.wo);
+  m.bq = to(l.bq), m.bk = to(l.bk), m.bv = to(l.bv), m.bo = to(l.bo);
+  m.q_norm = to(l.q_norm), m.k_norm = to(l.k_norm);
+  m.ln2_w = to(l.ln2_w), m.ln2_b = to(l.ln2_b);
+  m.w_up = to(l.w_up), m.b_up = to(l.b_up), m.w_gate = to(l.w_gate);
+  m.w_down = to(l.w_down), m.b_down = to(l.b_down);
+  return m;
+}
+
+// The token embeddings of ids (plus learned positions from `start`) in the compute dtype, [B, L, D].
+at::Tensor embed(const ModelConfig& c, const ModelWeights& w, const at::Tensor& ids, int64_t start) {
+  at::Tensor x = at::embedding(w.tok_emb, ids).to(w.compute);
+  if (c.rotary_dim == 0) x = x + w.pos_emb.narrow(0, start, ids.size(1)).to(w.compute);
+  return x;
+}
+
+// The language-model head over hidden states h [..., D]: float32 logits [..., V] (float64 for a
+// float64 model).
+at::Tensor lm_logits(const ModelWeights& w, const at::Tensor& h) {
+  const at::ScalarType dt = h.scalar_type();
+  if (w.lm_head.scalar_type() == dt) return at::matmul(h, w.lm_head.t()).to(wide(dt));
+  // Converted block by block: the whole head in the compute dtype would be the largest tensor of
+  // the run (Llama 3's 128256 x 2048 head is 1 GB in float32).
+  constexpr int64_t kRows = 16384;
+  const int64_t V = w.lm_head.size(0);
+  std::vector<at::Tensor> parts;
+  for (int64_t v0 = 0; v0 < V; v0 += kRows)
+    parts.push_back(at::matmul(h, w.lm_head.narrow(0, v0, std::min(kRows, V - v0)).to(dt).t()).to(wide(dt)));
+  return parts.size() == 1 ? parts[0] : at::cat(parts, -1);
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -100,9 +144,12 @@ at::Tensor causal_mask(const ModelConfig& c, int64_t L, const at::Device& dev) {
   return mask;
 }
 
-// RMSNorm over each head's last dim (Qwen3's q_norm / k_norm), t [B, heads, L, d].
+// RMSNorm over each head's last dim (Qwen3's q_norm / k_norm), t [B, heads, L, d]; in float32
+// whatever the compute dtype, as norm(), returned in t's dtype.
 at::Tensor head_rms_norm(const ModelConfig& c, const at::Tensor& t, const at::Tensor& w) {
-  return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * w;
+  const at::ScalarType f = wide(t.scalar_type());
+  const at::Tensor tf = t.to(f);
+  return (tf * at::rsqrt(tf.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * w.to(f)).to(t.scalar_type());
 }
 
 // q, k, v [B, H, L, d] of one layer's input x [B, L, D], key/value heads expanded to the H query
@@ -132,7 +179,7 @@ Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor&
   return {q, expand(k), expand(v), q_pre, expand(k_pre)};
 }
 
-using HeadMaps = std::vector<std::shared_ptr<FeatureMap>>;
+using MapsOfLayer = std::vector<std::shared_ptr<FeatureMap>>;
 
 // A query that sees no key with positive weight (ReLU-type maps: t2r, relu, cosformer, when every
 // visible phi(q).phi(k) is 0) has no attention distribution: its output is 0/0. The model reads
@@ -146,7 +193,7 @@ at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan
 // q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat (or the hybrid map).
 at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor& q, const at::Tensor& k,
                         const at::Tensor& v, at::Tensor* probs) {
-  const HeadMaps& maps = lin.maps[size_t(layer)];
+  const MapsOfLayer& maps = lin.maps[size_t(layer)];
   const bool hybrid = lin.window > 0;
   const int64_t H = q.size(1);
   std::vector<Features> fq(H), fk(H);
@@ -193,6 +240,10 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
                      const HeadFeatureMaps* lin) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
   auto [q, k, v, q_pre, k_pre] = project(c, w, x, cos, sin);
+  // Attention runs in float32 whatever the compute dtype: scores, softmax, the feature maps' log
+  // domain, and what a capture hook sees (no-ops for a float32 model).
+  const at::ScalarType f = wide(x.scalar_type());
+  q = q.to(f), k = k.to(f), v = v.to(f), q_pre = q_pre.to(f), k_pre = k_pre.to(f);
 
   at::Tensor probs, out;
   if (lin) {
@@ -215,7 +266,14 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
     if (hook->want_probs) a.probs = probs;
     hook->on_layer(a);
   }
-  return linear(out.transpose(1, 2).reshape({B, L, H * d}), w.wo, w.bo);
+  return linear(out.transpose(1, 2).reshape({B, L, H * d}).to(x.scalar_type()), w.wo, w.bo);
+}
+
+// The rest of a layer once its attention output a [B, L, D] is known: the residuals and the MLP.
+at::Tensor finish_layer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x, const at::Tensor& a) {
+  if (c.parallel_residual) return x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
+  const at::Tensor h = x + a;
+  return h + mlp(c, w, norm(c, h, w.ln2_w, w.ln2_b));
 }
 
 void check_ids(const ModelConfig& c, const at::Tensor& ids) {
@@ -233,20 +291,13 @@ void check_ids(const ModelConfig& c, const at::Tensor& ids) {
 at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const HeadFeatureMaps* linear,
                         const at::Tensor& ids, const CaptureHook* hook) {
   const int64_t L = ids.size(1);
-  at::Tensor x = at::embedding(weights.tok_emb, ids);  // [B, L, D]
-  if (c.rotary_dim == 0) x = x + weights.pos_emb.narrow(0, 0, L);
+  at::Tensor x = embed(c, weights, ids, 0);  // [B, L, D]
   at::Tensor cos, sin;
   if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, L, x.device());
   const at::Tensor mask = causal_mask(c, L, x.device());
   for (int s = 0; s < c.n_layer; ++s) {
-    const LayerWeights& w = weights.layers[s];
-    at::Tensor a = attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear);
-    if (c.parallel_residual) {
-      x = x + a + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
-    } else {
-      x = x + a;
-      x = x + mlp(c, w, norm(c, x, w.ln2_w, w.ln2_b));
-    }
+    const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
+    x = finish_layer(c, w, x, attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear));
   }
   return norm(c, x, weights.lnf_w, weights.lnf_b);
 }
@@ -256,8 +307,88 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
 at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const HeadFeatureMaps* linear,
                        const at::Tensor& ids, const CaptureHook* hook) {
   check_ids(c, ids);
-  return at::matmul(final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1), weights.lm_head.t());
+  return lm_logits(weights, final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1));
 }
+
+// One new token ids [B] at position pos through every layer -> logits [B, V]: how generation steps.
+// attend(layer, p) gives the heads' outputs [B, H, d] from this token's projections p (q, k, v
+// [B, H, 1, d] in the wide dtype, key/value heads expanded to the query heads) and whatever state
+// it keeps (a key-value cache, the recurrent sums).
+template <class Attend>
+at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
+  const int64_t B = ids.size(0);
+  at::Tensor x = embed(c, weights, ids.unsqueeze(1), pos);  // [B, 1, D]
+  at::Tensor cos, sin;
+  if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, 1, x.device(), pos);
+  const at::ScalarType f = wide(x.scalar_type());
+  for (int s = 0; s < c.n_layer; ++s) {
+    const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
+    Projected p = project(c, w, norm(c, x, w.ln1_w, w.ln1_b), cos, sin);
+    p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f);  // attention in float32
+    const at::Tensor y = attend(s, p);                  // [B, H, d]
+    x = finish_layer(c, w, x, linear(y.reshape({B, 1, -1}).to(x.scalar_type()), w.wo, w.bo));
+  }
+  return lm_logits(weights, norm(c, x, weights.lnf_w, weights.lnf_b)).squeeze(1);
+}
+
+// Softmax attention with a key-value cache, as every runtime generates: each layer keeps the keys
+// and values of the tokens read so far (its key/value heads only, not expanded for grouped-query
+// attention; in the wide dtype), and a new token attends over them: O(n d) per head per token.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), k_(c.n_layer), v_(c.n_layer), n_(c.n_layer, 0) {}
+
+  // Reads a prompt ids [B, L] in one batch forward, keeping every layer's keys and values; the
+  // logits of its last position [B, V]. The next step() is at position L.
+  at::Tensor prefill(const at::Tensor& ids) {
+    const int64_t g = c_.n_head / c_.n_kv_head;
+    CaptureHook hook;
+    hook.on_layer = [&](const AttentionActivations& a) {
+      const at::Tensor k = a.k.slice(1, 0, c_.n_head, g), v = a.v.slice(1, 0, c_.n_head, g);  // [B, Hkv, L, d]
+      const int64_t L = k.size(2);
+      for (auto [buf, t] : {std::pair<at::Tensor*, const at::Tensor*>{&k_[a.layer], &k}, {&v_[a.layer], &v}}) {
+        std::vector<int64_t> shape = t->sizes().vec();
+        shape[2] = L + 256;
+        *buf = at::empty(shape, t->options());
+        buf->narrow(2, 0, L).copy_(*t);
+      }
+      n_[a.layer] = L;
+    };
+    return last_logits(c_, w_, nullptr, ids, &hook);
+  }
+
+  at::Tensor step(const at::Tensor& ids, int64_t pos) {
+    return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
+      const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, g = H / Hkv, d = c_.head_dim;
+      append(k_[s], n_[s], p.k.slice(1, 0, H, g));
+      append(v_[s], n_[s], p.v.slice(1, 0, H, g));
+      const int64_t n = ++n_[s];
+      // A sliding window W (Mistral): the token at position n - 1 sees keys n - W .. n - 1 only.
+      const int64_t first = c_.sliding_window > 0 ? std::max<int64_t>(0, n - c_.sliding_window) : 0;
+      const at::Tensor q = p.q.reshape({B, Hkv, g, d});  // query head j*g+i reads key/value head j
+      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, first, n - first).transpose(-2, -1)) / std::sqrt(double(d));
+      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, first, n - first)).reshape({B, H, d});
+    });
+  }
+
+ private:
+  // Writes t [B, Hkv, 1, d] at position n of buf [B, Hkv, capacity, d], growing it by half when full.
+  static void append(at::Tensor& buf, int64_t n, const at::Tensor& t) {
+    if (buf.size(2) == n) {
+      std::vector<int64_t> shape = buf.sizes().vec();
+      shape[2] = n + std::max<int64_t>(n / 2, 256);
+      at::Tensor grown = at::empty(shape, buf.options());
+      grown.narrow(2, 0, n).copy_(buf.narrow(2, 0, n));
+      buf = grown;
+    }
+    buf.narrow(2, n, 1).copy_(t);
+  }
+
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  std::vector<at::Tensor> k_, v_;  // per layer [B, Hkv, capacity, d]
+  std::vector<int64_t> n_;         // per layer: tokens held
+};
 
 // The recurrent form of linear attention through the whole model. Per layer and head the running
 // sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
@@ -297,28 +428,13 @@ class Recurrent {
 
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
-    const int64_t B = ids.size(0), H = c_.n_head, d = c_.head_dim;
-    at::Tensor x = at::embedding(w_.tok_emb, ids).unsqueeze(1);  // [B, 1, D]
-    if (c_.rotary_dim == 0) x = x + w_.pos_emb.narrow(0, pos, 1);
-    at::Tensor cos, sin;
-    if (c_.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c_, 1, x.device(), pos);
-    for (int s = 0; s < c_.n_layer; ++s) {
-      const LayerWeights& w = w_.layers[s];
-      const Projected p = project(c_, w, norm(c_, x, w.ln1_w, w.ln1_b), cos, sin);
+    return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
       std::vector<at::Tensor> ys;
-      for (int64_t h = 0; h < H; ++h)
+      for (int64_t h = 0; h < c_.n_head; ++h)
         ys.push_back(lin_.window > 0 ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
                                      : head_step(state_[s][h], *lin_.maps[s][h], p, h));
-      at::Tensor a = linear(at::stack(ys, 1).reshape({B, 1, H * d}), w.wo, w.bo);
-      if (c_.parallel_residual) {
-        x = x + a + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
-      } else {
-        x = x + a;
-        x = x + mlp(c_, w, norm(c_, x, w.ln2_w, w.ln2_b));
-      }
-    }
-    x = norm(c_, x, w_.lnf_w, w_.lnf_b);
-    return at::matmul(x, w_.lm_head.t()).squeeze(1);
+      return at::stack(ys, 1);  // [B, H, d]
+    });
   }
 
  private:
@@ -372,6 +488,7 @@ class Recurrent {
 ModelWeights weights_on(const ModelWeights& w, const at::Device& device) {
   auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
   ModelWeights out;
+  out.compute = w.compute;
   out.tok_emb = to(w.tok_emb);
   out.pos_emb = to(w.pos_emb);
   for (const LayerWeights& l : w.layers) {
@@ -447,7 +564,12 @@ Model::Model(ModelConfig config, ModelWeights weights)
 
 at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const {
   check_ids(config_, ids);
-  return at::matmul(final_hidden(config_, weights_, linear_.get(), ids, hook), weights_.lm_head.t());
+  return lm_logits(weights_, final_hidden(config_, weights_, linear_.get(), ids, hook));
+}
+
+at::Tensor Model::hidden_states(const at::Tensor& ids, const CaptureHook* hook) const {
+  check_ids(config_, ids);
+  return final_hidden(config_, weights_, linear_.get(), ids, hook);
 }
 
 std::vector<std::vector<double>> Model::window_losses(const std::vector<int64_t>& ids, int seq_len,
@@ -487,42 +609,55 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const Prog
 
 std::vector<int64_t> Model::generate_greedy(
     std::vector<int64_t> prompt, int steps, int64_t stop_id,
-    const std::function<void(const std::vector<int64_t>&)>& on_token) const {
+    const std::function<void(const std::vector<int64_t>&)>& on_token, bool kv_cache) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
   at::NoGradGuard no_grad;
   const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
-  if (linear_) {  // recurrent form: constant work per new token
-    std::unique_ptr<Recurrent> r;
-    int64_t pos = 0;
-    at::Tensor logits;
-    // From scratch over the last n_ctx tokens: at the start, and when positions run out (the
-    // sliding window the softmax path uses below).
-    auto restart = [&] {
-      r = std::make_unique<Recurrent>(config_, weights_, *linear_);
-      const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-      logits = r->prefill(at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device));
-      pos = int64_t(n);
-    };
-    restart();
+  auto window = [&] {  // the last n_ctx tokens: the model's positions run out beyond them
+    const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
+    return at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
+  };
+  if (!linear_ && !kv_cache) {  // the whole window again for every token (benchmarks' "no cache" column)
     for (int i = 0; i < steps; ++i) {
-      const int64_t next = logits.select(0, 0).argmax().item<int64_t>();
+      const int64_t next = last_logits(config_, weights_, nullptr, window(), nullptr).squeeze(0).argmax().item<int64_t>();
       if (next == stop_id) break;
       prompt.push_back(next);
       if (on_token) on_token(prompt);
-      if (i + 1 == steps) break;
-      if (pos >= config_.n_ctx) restart();
-      else logits = r->step(at::tensor(std::vector<int64_t>{next}).to(device), pos++);
     }
     return prompt;
   }
+  // The prompt in one batch forward, then one step per token: linear attention's recurrent state
+  // (constant work per token) or softmax attention's key-value cache (work growing with the context).
+  std::unique_ptr<Recurrent> recurrent;
+  std::unique_ptr<KvCache> cache;
+  int64_t pos = 0;
+  at::Tensor logits;
+  // From scratch over the last n_ctx tokens: at the start, and when positions run out.
+  auto restart = [&] {
+    const at::Tensor ids = window();
+    if (linear_) {
+      recurrent = std::make_unique<Recurrent>(config_, weights_, *linear_);
+      logits = recurrent->prefill(ids);
+    } else {
+      cache = std::make_unique<KvCache>(config_, weights_);
+      logits = cache->prefill(ids);
+    }
+    pos = ids.size(1);
+  };
+  restart();
   for (int i = 0; i < steps; ++i) {
-    const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-    at::Tensor w = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
-    at::Tensor logits = last_logits(config_, weights_, nullptr, w, nullptr).squeeze(0);
-    const int64_t next = logits.argmax().item<int64_t>();
+    const int64_t next = logits.select(0, 0).argmax().item<int64_t>();
     if (next == stop_id) break;
     prompt.push_back(next);
     if (on_token) on_token(prompt);
+    if (i + 1 == steps) break;
+    if (pos >= config_.n_ctx) {
+      restart();
+      continue;
+    }
+    const at::Tensor id = at::tensor(std::vector<int64_t>{next}).to(device);
+    logits = linear_ ? recurrent->step(id, pos) : cache->step(id, pos);
+    ++pos;
   }
   return prompt;
 }

@@ -11,6 +11,7 @@
 #include "model/llama2c.h"
 #include "attnscope/model/model.h"
 #include "attnscope/io/safetensors.h"
+#include "attnscope/base/names.h"
 
 namespace fs = std::filesystem;
 
@@ -71,7 +72,14 @@ std::string find_llama2c_tokenizer(const fs::path& bin) {
   throw Error(bin.string() + ": no tokenizer given and no tokenizer.bin or tok*.bin beside it", "tokenizer");
 }
 
+constexpr Named<at::ScalarType> kComputeDtypes[] = {
+    {at::kFloat, "f32"}, {at::kBFloat16, "bf16"}, {at::kHalf, "f16"}, {at::kDouble, "f64"}};
+
 }  // namespace
+
+at::ScalarType parse_compute_dtype(const std::string& name) { return parse_name(kComputeDtypes, name, "compute dtype"); }
+const char* compute_dtype_name(at::ScalarType t) { return name_of(kComputeDtypes, t); }
+std::vector<std::string> compute_dtype_names() { return names_of(kComputeDtypes); }
 
 std::string resolve_model_path(const std::string& spec) {
   if (spec.empty()) fail_value("model", "is empty: give a model directory, ORG/NAME or a llama2.c .bin");
@@ -89,16 +97,29 @@ std::string resolve_model_path(const std::string& spec) {
   fail(spec, "no such file or directory");
 }
 
-LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
-  LoadedModel m;
+namespace {
+
+// What loading and inspecting a model share: where it is, its config, where its weights are and
+// which tokenizer goes with it. Reads config.json or the llama2.c header, nothing else.
+struct Located {
+  std::string path;
+  bool llama2c = false;
+  ModelConfig config;
+  bool converted = false;  // SPEC 7: feature maps here, weights here or where attnscope.source points
+  std::string weights;     // llama2.c: the .bin; else the directory WeightStore opens
+  std::string tokenizer_path;
+  bool llama2c_tokenizer = false;
+};
+
+Located locate(const std::string& spec, const std::string& tokenizer) {
+  Located m;
   m.path = resolve_model_path(spec);
   const fs::path p(m.path);
   if (fs::is_regular_file(p)) {  // llama2.c checkpoint
-    m.model = std::make_unique<Model>(load_llama2c_model(m.path));
-    const std::string tok = tokenizer.empty() ? find_llama2c_tokenizer(p) : tokenizer;
-    m.tokenizer = load_llama2c_tokenizer(tok, m.model->config().vocab_size);
-    m.tokenizer_path = fs::absolute(tok).string();
-    m.weight_files = {m.path};
+    m.llama2c = m.llama2c_tokenizer = true;
+    m.config = read_llama2c_config(m.path);
+    m.weights = m.path;
+    m.tokenizer_path = fs::absolute(tokenizer.empty() ? find_llama2c_tokenizer(p) : tokenizer).string();
     return m;
   }
   const fs::path cfg = p / "config.json";
@@ -108,26 +129,69 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer) {
       if (fs::exists(p / pk)) fail((p / pk).string(), kModelPickleRefusal);
   }
   if (!fs::exists(cfg)) fail(m.path, "not a model directory: no config.json");
-  ModelConfig c = load_hf_config(cfg.string());
-  // A converted model (SPEC 7): the original weights (here, or where attnscope.source points) with
-  // every attention layer run as linear attention by the stored feature maps.
-  const bool converted = is_converted_model(m.path);
-  WeightStore store(converted ? converted_weights_dir(m.path) : m.path);
-  store.validate_all();
-  m.model = std::make_unique<Model>(c, load_hf_weights(c, store));
-  if (converted) m.model->set_feature_maps(load_head_feature_maps(m.path, c));
+  m.config = load_hf_config(cfg.string());
+  m.converted = is_converted_model(m.path);
+  m.weights = m.converted ? converted_weights_dir(m.path) : m.path;
   m.tokenizer_path = fs::absolute(tokenizer.empty() ? m.path : tokenizer).string();
   // A llama2.c model converted to Hugging Face layout keeps its tokenizer.bin.
   if (tokenizer.empty() && !fs::exists(p / "tokenizer.json") && fs::exists(p / "tokenizer.bin")) {
     m.tokenizer_path = fs::absolute(p / "tokenizer.bin").string();
-    m.tokenizer = load_llama2c_tokenizer(m.tokenizer_path, c.vocab_size);
-  } else {
-    m.tokenizer = load_hf_tokenizer(m.tokenizer_path);
+    m.llama2c_tokenizer = true;
   }
-  if (m.tokenizer->vocab_size() > c.vocab_size)
-    fail(m.path, "tokenizer has " + std::to_string(m.tokenizer->vocab_size()) + " tokens but the model only " +
-                     std::to_string(c.vocab_size));
-  m.weight_files = store.files();
+  return m;
+}
+
+std::unique_ptr<Tokenizer> open_tokenizer(const Located& m) {
+  std::unique_ptr<Tokenizer> t = m.llama2c_tokenizer ? load_llama2c_tokenizer(m.tokenizer_path, m.config.vocab_size)
+                                                     : load_hf_tokenizer(m.tokenizer_path);
+  if (t->vocab_size() > m.config.vocab_size)
+    fail(m.path, "tokenizer has " + std::to_string(t->vocab_size()) + " tokens but the model only " +
+                     std::to_string(m.config.vocab_size));
+  return t;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& spec, const std::string& tokenizer, at::ScalarType compute) {
+  if (std::string(compute_dtype_name(compute)) == "?")
+    fail_value("compute dtype", std::string("must be one of ") + names_list(kComputeDtypes));
+  const Located where = locate(spec, tokenizer);
+  LoadedModel m;
+  m.path = where.path;
+  m.tokenizer_path = where.tokenizer_path;
+  if (where.llama2c) {
+    m.model = std::make_unique<Model>(load_llama2c_model(m.path));
+    m.model->mutable_weights().compute = compute;
+    m.weight_files = {m.path};
+  } else {
+    WeightStore store(where.weights);
+    store.validate_all();
+    ModelWeights weights = load_hf_weights(where.config, store);
+    weights.compute = compute;
+    m.model = std::make_unique<Model>(where.config, std::move(weights));
+    if (where.converted) m.model->set_feature_maps(load_head_feature_maps(m.path, where.config));
+    m.weight_files = store.files();
+  }
+  m.tokenizer = open_tokenizer(where);
+  return m;
+}
+
+ModelInfo inspect_model(const std::string& spec, const std::string& tokenizer) {
+  const Located where = locate(spec, tokenizer);
+  ModelInfo m;
+  m.path = where.path;
+  m.config = where.config;
+  m.tokenizer_path = where.tokenizer_path;
+  if (where.llama2c) {
+    m.weight_files = {m.path};
+    m.stored_bytes["F32"] = int64_t(fs::file_size(m.path));
+  } else {
+    WeightStore store(where.weights);
+    for (const TensorEntry& e : store.entries()) m.stored_bytes[dtype_name(e.dtype)] += int64_t(e.end - e.begin);
+    m.weight_files = store.files();
+    if (where.converted) m.feature_maps = load_head_feature_maps(m.path, where.config);
+  }
+  m.tokenizer = open_tokenizer(where);
   return m;
 }
 

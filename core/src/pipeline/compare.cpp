@@ -77,8 +77,8 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
   speed.caption = "Inference time per sequence of " + std::to_string(L) + " generated tokens and throughput (" + setting + ").";
   speed.header = {"", "Original"};
   for (const auto& r : rows) speed.header.push_back(display_name(r.strategy));
-  std::vector<std::string> sec{"Speed (sec/sequence)"}, gen{"Generation (tokens/s)"}, bat{"Batch forward (tokens/s)"},
-      peak{"Generation peak memory (MB)"};
+  std::vector<std::string> sec{"Speed (sec/sequence)"}, gen{"Generation (tokens/s; softmax with a KV cache)"},
+      bat{"Batch forward (tokens/s)"}, peak{"Generation peak memory (MB)"};
   const SpeedEntry& og = generation_entry(first);
   sec.push_back(fmt_number(double(L - 1) / og.softmax_tokens_per_s, 3));
   gen.push_back(fmt_number(og.softmax_tokens_per_s, 1));

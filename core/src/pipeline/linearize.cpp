@@ -396,7 +396,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   }
   md += "## Stage 1, layer by layer (teacher-forced, held-out windows)\n\n" + to_markdown(kt) + "\n";
   Table st;
-  st.header = {"mode", "tokens", "softmax tok/s", "linear tok/s", "softmax peak MB", "linear peak MB"};
+  st.header = {"mode", "tokens", "softmax tok/s (generate: KV cache)", "linear tok/s", "softmax peak MB", "linear peak MB"};
   for (const auto& s : speed.speed)
     st.add_row({s.generate ? "generate" : "batch", std::to_string(s.seq_len), fmt_number(s.softmax_tokens_per_s, 1),
                 fmt_number(s.linear_tokens_per_s, 1), fmt_number(double(s.softmax_peak_bytes) / 1e6, 2),

@@ -36,7 +36,8 @@ struct LayerCloseness {
 struct SpeedEntry {
   int seq_len = 0;
   bool generate = false;  // false: one batch forward of seq_len tokens; true: greedy generation of a
-                          // seq_len-token sequence from a 1-token prompt (linear: the recurrent form)
+                          // seq_len-token sequence from a 1-token prompt (linear: the recurrent form;
+                          // softmax: with a key-value cache, Model::generate_greedy)
   double softmax_tokens_per_s = 0;
   double linear_tokens_per_s = 0;
   // Extra bytes of tensors one run (a forward, or a whole generation) needs at its peak, above what

@@ -57,6 +57,16 @@ class WeightStore {
   // asked for); refuses NaN/Inf. Throws Error naming file+tensor. A float32 tensor stored aligned
   // comes back as a copy-on-write view of the mapping (see SafetensorsFile).
   at::Tensor get(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  // A weight in its stored dtype (F32, F16 or BF16; F64 comes back as float32): a copy-on-write view
+  // of the mapping, so a model's weights take no memory beyond the file's pages, which the kernel
+  // can drop and read again (a model larger than RAM streams from the file). Checked as get() is:
+  // shape, NaN/Inf (read in the stored dtype, without a converted copy); integer tensors are refused.
+  at::Tensor stored(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  // Any tensor exactly as stored (integers too), checked as get() is: for copying a checkpoint.
+  at::Tensor as_stored(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  // Every tensor's header entry (name, dtype, shape, bytes), by name: opens every shard and reads
+  // its header only, not its data.
+  std::vector<TensorEntry> entries() const;
   std::vector<std::string> names() const;  // sorted
   std::vector<std::string> files() const;  // full paths of the distinct files, sorted
   // Opens every file so a broken shard fails now, not mid-forward.
@@ -64,6 +74,7 @@ class WeightStore {
 
  private:
   const SafetensorsFile& file_for(const std::string& name) const;
+  at::Tensor checked(const std::string& name, const std::vector<int64_t>& shape, std::string* where) const;
   std::string source_;
   std::string dir_;
   std::map<std::string, std::string> weight_map_;  // tensor -> file name

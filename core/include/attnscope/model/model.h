@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,13 +28,24 @@ struct LayerWeights {
   at::Tensor w_down, b_down;        // [D, F]
 };
 
+// Weights stay in the dtype they are stored in (a loaded checkpoint's are views of its memory-mapped
+// files); the forward pass converts each layer to `compute` when it runs and drops the converted copy
+// after, so a model needs its file's pages plus one layer in the compute dtype. Attention itself
+// (scores, softmax, feature maps, what a capture hook sees), the norms and the logits are float32
+// whatever `compute` is (float64 for a float64 model).
 struct ModelWeights {
+  at::ScalarType compute = at::kFloat;  // float32, bfloat16 or float16 (--dtype); float64 for exact checks
   at::Tensor tok_emb;  // [V, D]
   at::Tensor pos_emb;  // [n_ctx, D], learned positions only
   std::vector<LayerWeights> layers;
   at::Tensor lnf_w, lnf_b;
   at::Tensor lm_head;  // [V, D]; == tok_emb when tied
 };
+
+// The dtypes a model computes in, by the names --dtype takes: f32, bf16, f16, f64 (one table).
+at::ScalarType parse_compute_dtype(const std::string& name);  // Error naming "compute dtype"
+const char* compute_dtype_name(at::ScalarType t);
+std::vector<std::string> compute_dtype_names();
 
 // A copy of the weights on `device` (tied weights stay one tensor); the model runs where they are.
 ModelWeights weights_on(const ModelWeights& weights, const at::Device& device);
@@ -77,6 +89,10 @@ class Model {
   // ids: int64 [B, L] with L <= n_ctx. Returns float32 logits [B, L, V]. Autograd is recorded only
   // when weights require grad; capture runs under inference mode by the caller's choice.
   at::Tensor forward(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
+  // The same pass without the language-model head: the final hidden states [B, L, D] in the compute
+  // dtype. For capture, which wants only what the hook sees (the head of a 128K vocabulary is the
+  // costliest matrix of a small model).
+  at::Tensor hidden_states(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
 
   // Mean next-token cross-entropy (nats) over a token sequence, in windows of `seq_len`.
   double mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress = nullptr) const;
@@ -86,10 +102,14 @@ class Model {
                                                  const ProgressFn& progress = nullptr) const;
 
   // Greedy decoding: appends up to `steps` tokens to `prompt`; stops early at `stop_id` (>= 0),
-  // which is not appended. `on_token` sees the sequence after each new token (for streaming).
+  // which is not appended. `on_token` sees the sequence after each new token (for streaming). The
+  // prompt is read in one batch forward, then each token is one step: a converted model steps its
+  // recurrent state; a softmax model keeps a key-value cache, as every runtime does (kv_cache =
+  // false re-runs the whole window for every token instead: only for the benchmarks' labelled
+  // "no cache" column). Past n_ctx tokens, both restart on the last n_ctx.
   std::vector<int64_t> generate_greedy(
       std::vector<int64_t> prompt, int steps, int64_t stop_id = -1,
-      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr) const;
+      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr, bool kv_cache = true) const;
 
  private:
   ModelConfig config_;
@@ -110,7 +130,22 @@ struct LoadedModel {
 // ~/.cache/huggingface: hub/models--ORG--NAME/snapshots/*/), or a llama2.c .bin checkpoint
 // (`tokenizer`: its tokenizer.bin; empty = a tok*.bin / tokenizer.bin beside it). Validates every
 // weight file and the tokenizer. Pickle checkpoints are refused. Throws Error.
-LoadedModel load_model(const std::string& spec, const std::string& tokenizer = "");
+// Weights stay as stored (see ModelWeights); `compute` is the dtype each layer runs in.
+LoadedModel load_model(const std::string& spec, const std::string& tokenizer = "", at::ScalarType compute = at::kFloat);
+
+// What a model is without reading a weight: config.json (or the llama2.c header), the safetensors
+// headers of every shard, the tokenizer, and a converted model's feature maps. For `info`: it takes
+// milliseconds and no memory for a model of any size. Throws Error as load_model does.
+struct ModelInfo {
+  std::string path;
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_path;
+  std::vector<std::string> weight_files;
+  std::map<std::string, int64_t> stored_bytes;    // safetensors dtype name ("BF16") -> bytes of tensors in it
+  std::shared_ptr<const HeadFeatureMaps> feature_maps;  // converted models; null for softmax ones
+};
+ModelInfo inspect_model(const std::string& spec, const std::string& tokenizer = "");
 
 // The model directory a spec names (the resolution step of load_model, exposed for `info`).
 std::string resolve_model_path(const std::string& spec);
@@ -118,11 +153,16 @@ std::string resolve_model_path(const std::string& spec);
 // Loads weights of an already-parsed config from a Hugging Face weight store (by architecture).
 ModelWeights load_hf_weights(const ModelConfig& c, const class WeightStore& store);
 
-// Every tensor of `store` (a Hugging Face checkpoint of c's architecture), float32, with the
+// Every tensor of `store` (a Hugging Face checkpoint of c's architecture) in its stored dtype, with the
 // attention projections (q, k, v, o weights and biases) taken from `weights` in the checkpoint's own
 // names and layout: how finetuned attention is written back. Throws Error naming the store.
 std::vector<std::pair<std::string, at::Tensor>> hf_weights_with_attention(const ModelConfig& c, const class WeightStore& store,
                                                                        const ModelWeights& weights);
+
+// The name and shape of every tensor a Hugging Face checkpoint of `c` holds, in the Hub's order
+// (GPT-2, and Llama without biases): what load_hf_weights reads. For writing shaped checkpoints
+// (bench scale). Throws Error for other architectures.
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(const ModelConfig& c);
 
 // Writes a model in Hugging Face layout (config.json + model.safetensors), GPT-2 naming (only for
 // Arch::GPT2). Used by `pretrain` and by tests that need a checkpoint. Atomic per file.

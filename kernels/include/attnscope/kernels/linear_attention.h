@@ -31,8 +31,10 @@
 namespace attnscope::kernels {
 
 constexpr int64_t kChunk = 64;      // queries per chunk
-constexpr int64_t kMaxFeatures = 256;  // M, the feature dimension (CUDA kernels' limit)
-constexpr int64_t kMaxHeadDim = 128;   // D, the value (head) dimension (CUDA kernels' limit)
+// The CUDA kernels' limits (the CPU kernels take any M and D): M, the feature dimension, and D,
+// the value (head) dimension. Past them the dispatch throws an Error naming both.
+constexpr int64_t kMaxFeatures = 512;  // M
+constexpr int64_t kMaxHeadDim = 256;   // D
 
 // q, k [..., L, M] feature values, k_log_scale [..., L, 1], v [..., L, D] (same leading dims,
 // same floating dtype: float32 or float64 on the CPU, float32, bfloat16 or float64 on CUDA; same
