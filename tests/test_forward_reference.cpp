@@ -254,6 +254,11 @@ TEST_P(ForwardReference, ConfigParsedAsWritten) {
       EXPECT_FALSE(m.attn_bias);
       EXPECT_FALSE(m.mlp_bias);
       break;
+    case RefArch::Mistral:  // not among these cases: test_model_families.cpp
+    case RefArch::Qwen2:
+    case RefArch::Qwen3:
+      ADD_FAILURE() << "no ForwardReference case for this architecture";
+      break;
   }
   // llama2.c has no eps field: run.c's rmsnorm hard-codes 1e-5.
   EXPECT_DOUBLE_EQ(m.norm_eps, cfg_.arch == RefArch::Llama2C ? 1e-5 : cfg_.norm_eps);
@@ -392,6 +397,9 @@ TEST_P(ForwardReference, WrongConventionsAreFarOutsideTolerance) {
       break;
     case RefArch::Llama:
     case RefArch::Llama2C:
+    case RefArch::Mistral:  // the newer Llama-family members: test_model_families.cpp
+    case RefArch::Qwen2:
+    case RefArch::Qwen3:
       add(cfg_.arch == RefArch::Llama ? "interleaved RoPE instead of rotate-half"
                                       : "rotate-half RoPE instead of interleaved pairs",
           [](RefOptions& o) { o.swap_rope_style = true; });

@@ -34,7 +34,7 @@ i - j >= W, normalized by the row's sum, with g = sigmoid(gamma) from the head's
 layers.{s}.heads.{h}.gamma in feature_maps.safetensors (hybrid_attention). Their recurrent state
 is S, z over the keys older than the window plus a ring of the last W keys and values.
 
-Architectures: GPT-2, GPT-NeoX (Pythia), Llama (grouped-query attention included). Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
+Architectures: GPT-2, GPT-NeoX (Pythia), the Llama family: Llama (grouped-query attention, llama3 rope scaling), Mistral, Qwen2, Qwen3. Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
 flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
 """
@@ -312,7 +312,8 @@ def _check_source(source, config_file):
 # ---- config.json: the model's sizes and the "attnscope" object ----------------------------------
 
 _INT_MAX = 2 ** 31 - 1
-_ARCHS = "GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM"
+_LLAMA_FAMILY = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+_ARCHS = ", ".join(("GPT2LMHeadModel", "GPTNeoXForCausalLM") + _LLAMA_FAMILY)
 
 
 def _config_int(config, keys, file, default=None):
@@ -353,6 +354,30 @@ def _config_gelu(config, key, default, file):
     _fail(file, 'activation "%s" is not supported (gelu or gelu_new for this architecture; silu only for Llama)' % name)
 
 
+def _rope_scaling(config, file):
+    """rope_scaling: None (absent, null or rope_type "default") or the llama3 parameters
+    (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings); others refused."""
+    rs = config.get("rope_scaling")
+    if rs is None:
+        return None
+    if not isinstance(rs, dict):
+        _fail(file, "rope_scaling must be an object or null, not %s" % json.dumps(rs))
+    kind = rs.get("rope_type", rs.get("type", ""))
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        _fail(file, 'rope_scaling of type "%s" is not supported (only "llama3"; found %s)' % (kind, json.dumps(rs)))
+    out = []
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        v = rs.get(key)
+        if not (_is_number(v) and math.isfinite(v) and v > 0):
+            _fail(file, 'rope_scaling (llama3) needs a number "%s" (found %s)' % (key, json.dumps(rs)))
+        out.append(float(v))
+    if not out[2] > out[1]:
+        _fail(file, "rope_scaling: high_freq_factor must be larger than low_freq_factor (HF divides by their difference)")
+    return tuple(out)
+
+
 def model_shape(config, file):
     """The sizes attnscope reads from a Hugging Face config.json (its architecture's field names)."""
     if not isinstance(config, dict):
@@ -360,7 +385,7 @@ def model_shape(config, file):
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     if not arch:
-        _fail(file, 'no "architectures" entry; attnscope supports ' + _ARCHS)
+        _fail(file, 'no "architectures" entry; attnscope reads ' + _ARCHS)
     c = types.SimpleNamespace(arch=arch, file=file, head_dim=0)
     if arch == "GPT2LMHeadModel":
         c.kind = LinearGPT2
@@ -378,7 +403,8 @@ def model_shape(config, file):
         c.n_ctx = _config_int(config, ("max_position_embeddings",), file)
         c.d_ff = _config_int(config, ("intermediate_size",), file, 4 * c.d_model)
         c.n_kv_head = c.n_head
-    elif arch == "LlamaForCausalLM":
+    elif arch in _LLAMA_FAMILY:
+        # Llama, Mistral, Qwen2, Qwen3: one layout (LinearLlama); their differences are read there.
         c.kind = LinearLlama
         c.d_model = _config_int(config, ("hidden_size",), file)
         c.n_layer = _config_int(config, ("num_hidden_layers",), file)
@@ -386,11 +412,14 @@ def model_shape(config, file):
         c.n_ctx = _config_int(config, ("max_position_embeddings",), file)
         c.d_ff = _config_int(config, ("intermediate_size",), file)
         c.n_kv_head = _config_int(config, ("num_key_value_heads",), file, c.n_head)
-        c.head_dim = _config_int(config, ("head_dim",), file, 0)
-        if config.get("rope_scaling") is not None:
-            _fail(file, "rope_scaling is not supported yet (found %s)" % json.dumps(config["rope_scaling"]))
+        # Qwen3Config's head_dim defaults to 128; the others derive it from hidden_size.
+        c.head_dim = _config_int(config, ("head_dim",), file, 128 if arch == "Qwen3ForCausalLM" else 0)
+        if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and _config_bool(config, "use_sliding_window", False):
+            _fail(file, "use_sliding_window = true is not supported (Qwen's per-layer window from max_window_layers); "
+                  "attnscope runs these models with full causal attention only")
+        c.rope_llama3 = _rope_scaling(config, file)
     else:
-        _fail(file, 'architecture "%s" is not supported; attnscope supports %s' % (arch, _ARCHS))
+        _fail(file, 'architecture "%s" is not supported; attnscope reads %s' % (arch, _ARCHS))
     c.vocab_size = _config_int(config, ("vocab_size",), file)
     if c.head_dim == 0:
         if c.d_model % c.n_head:
@@ -826,10 +855,18 @@ def _cache(n_layer, n_head):
     return [[{} for _ in range(n_head)] for _ in range(n_layer)]
 
 
-def _rope_tables(theta, rotary_dim, pos, L):
-    """cos, sin [1, L, 1, rotary_dim / 2] of positions pos .. pos + L - 1 (float64, then float32)."""
+def _rope_tables(theta, rotary_dim, pos, L, llama3=None):
+    """cos, sin [1, L, 1, rotary_dim / 2] of positions pos .. pos + L - 1 (float64, then float32).
+    llama3: (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) rescales
+    the inverse frequencies as transformers' _compute_llama3_parameters."""
     inv = 1.0 / torch.pow(torch.tensor(theta, dtype=torch.float64),
                           torch.arange(0, rotary_dim // 2, dtype=torch.float64) * 2 / rotary_dim)
+    if llama3 is not None:
+        factor, low, high, orig = llama3
+        wavelen = 2 * math.pi / inv
+        smooth = (orig / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelen > orig / low, inv / factor, torch.where(wavelen < orig / high, inv, blended))
     ang = torch.outer(torch.arange(pos, pos + L, dtype=torch.float64), inv)
     return (t.to(torch.float32)[None, :, None, :] for t in (torch.cos(ang), torch.sin(ang)))
 
@@ -897,7 +934,13 @@ class LinearGPT2(torch.nn.Module):
         return x @ self.lm_head.T
 
 
-# ---- Llama (HF layout: RMSNorm, rotate-half RoPE, SwiGLU, grouped-query attention) ---------------
+# ---- Llama family (HF layout: RMSNorm, rotate-half RoPE, SwiGLU, grouped-query attention) --------
+# Llama, Mistral, Qwen2 and Qwen3 differ only in: biases (Llama/Qwen3 attention_bias: q, k, v, o;
+# Qwen2: q, k, v always, o never), Qwen3's per-head q_norm/k_norm (RMSNorm over head_dim, before
+# RoPE), and Mistral's sliding_window. The window limits *softmax* attention to the last
+# sliding_window keys; a converted model has no softmax heads (each head is linear attention with
+# its feature map, or a hybrid head with attnscope.window), so Mistral's sliding_window does not
+# apply here, as in attnscope.
 
 class LinearLlama(torch.nn.Module):
     def __init__(self, shape, config, weights, maps):
@@ -909,7 +952,7 @@ class LinearLlama(torch.nn.Module):
         D, F, V = shape.d_model, shape.d_ff, shape.vocab_size
         q, kv = self.n_head * self.head_dim, self.n_kv * self.head_dim
         need = {"model.embed_tokens.weight": [V, D], "model.norm.weight": [D]}
-        optional = {}  # biases, read where the config has them and the checkpoint holds them
+        optional = {}  # MLP biases, read where the config has them and the checkpoint holds them
         for s in range(self.n_layer):
             pre = "model.layers.%d." % s
             for name, dims in (("input_layernorm.weight", [D]), ("self_attn.q_proj.weight", [q, D]),
@@ -918,15 +961,23 @@ class LinearLlama(torch.nn.Module):
                                ("mlp.gate_proj.weight", [F, D]), ("mlp.up_proj.weight", [F, D]),
                                ("mlp.down_proj.weight", [D, F])):
                 need[pre + name] = dims
-            if _config_bool(config, "attention_bias", False):
-                optional.update({pre + "self_attn.q_proj.bias": [q], pre + "self_attn.k_proj.bias": [kv],
-                                 pre + "self_attn.v_proj.bias": [kv], pre + "self_attn.o_proj.bias": [D]})
-            if _config_bool(config, "mlp_bias", False):
+            arch = shape.arch
+            flag = arch in ("LlamaForCausalLM", "Qwen3ForCausalLM") and _config_bool(config, "attention_bias", False)
+            if flag or arch == "Qwen2ForCausalLM":
+                need.update({pre + "self_attn.q_proj.bias": [q], pre + "self_attn.k_proj.bias": [kv],
+                             pre + "self_attn.v_proj.bias": [kv]})
+            if flag:
+                need[pre + "self_attn.o_proj.bias"] = [D]
+            if arch == "Qwen3ForCausalLM":
+                need.update({pre + "self_attn.q_norm.weight": [self.head_dim],
+                             pre + "self_attn.k_norm.weight": [self.head_dim]})
+            if arch == "LlamaForCausalLM" and _config_bool(config, "mlp_bias", False):
                 optional.update({pre + "mlp.up_proj.bias": [F], pre + "mlp.down_proj.bias": [D]})
         need.update({k: dims for k, dims in optional.items() if weights.has(k)})
         self.w = {k: weights.get(k, dims) for k, dims in need.items()}
         self.eps = _config_number(config, "rms_norm_eps", 1e-6, shape.file)
         self.theta = _config_number(config, "rope_theta", 10000.0, shape.file)
+        self.qk_norm = shape.arch == "Qwen3ForCausalLM"
         tied = _config_bool(config, "tie_word_embeddings", False)
         self.lm_head = (self.w["model.embed_tokens.weight"] if tied or not weights.has("lm_head.weight")
                         else weights.get("lm_head.weight", [V, D]))
@@ -945,13 +996,18 @@ class LinearLlama(torch.nn.Module):
         B, L = ids.shape
         H, Hkv, d = self.n_head, self.n_kv, self.head_dim
         w = self.w
-        cos, sin = _rope_tables(self.theta, d, pos, L)
+        cos, sin = _rope_tables(self.theta, d, pos, L, self.shape.rope_llama3)
         x = w["model.embed_tokens.weight"][ids]
         for s in range(self.n_layer):
             pre = "model.layers.%d." % s
             h = self._rms(x, w[pre + "input_layernorm.weight"])
-            q = _rotate_half(self._linear(h, pre + "self_attn.q_proj").view(B, L, H, d), cos, sin, d)
-            k = _rotate_half(self._linear(h, pre + "self_attn.k_proj").view(B, L, Hkv, d), cos, sin, d)
+            q = self._linear(h, pre + "self_attn.q_proj").view(B, L, H, d)
+            k = self._linear(h, pre + "self_attn.k_proj").view(B, L, Hkv, d)
+            if self.qk_norm:  # Qwen3: per head, before RoPE
+                q = self._rms(q, w[pre + "self_attn.q_norm.weight"])
+                k = self._rms(k, w[pre + "self_attn.k_norm.weight"])
+            q = _rotate_half(q, cos, sin, d)
+            k = _rotate_half(k, cos, sin, d)
             v = self._linear(h, pre + "self_attn.v_proj").view(B, L, Hkv, d)
             heads = []
             for j in range(H):

@@ -22,14 +22,17 @@ void check(const ModelConfig& c) {
     if (v < 1) std::abort();
   if (c.n_head % c.n_kv_head != 0) std::abort();
   if (c.rotary_dim < 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) std::abort();
-  if (c.arch == Arch::Llama && c.rotary_dim != c.head_dim) std::abort();
+  const bool llama = attnscope::is_llama_family(c.arch);
+  if (llama && c.rotary_dim != c.head_dim) std::abort();
   if ((c.arch == Arch::GPT2) != (c.rotary_dim == 0)) std::abort();  // 0: learned positions
-  // Without an explicit head_dim (only Llama has one) the heads split the hidden size exactly.
-  if (c.arch != Arch::Llama && int64_t(c.n_head) * c.head_dim != c.d_model) std::abort();
+  // Without an explicit head_dim (only the Llama family has one) the heads split the hidden size exactly.
+  if (!llama && int64_t(c.n_head) * c.head_dim != c.d_model) std::abort();
   if (!std::isfinite(c.norm_eps) || c.norm_eps < 0) std::abort();
   if (c.rotary_dim > 0 && !(std::isfinite(c.rope_theta) && c.rope_theta > 0)) std::abort();
-  // SiLU means SwiGLU (a gate projection), which only the Llama weights have.
-  if ((c.activation == Activation::SiLU) != (c.arch == Arch::Llama)) std::abort();
+  // SiLU means SwiGLU (a gate projection), which only the Llama family's weights have.
+  if ((c.activation == Activation::SiLU) != llama) std::abort();
+  if (c.sliding_window < 0 || (c.sliding_window > 0 && c.arch != Arch::Mistral)) std::abort();
+  if (c.qk_norm != (c.arch == Arch::Qwen3)) std::abort();
   if (c.n_params() <= 0) std::abort();  // and computing it must not overflow (UBSan)
 }
 

@@ -177,6 +177,18 @@ def config_seeds():
     llama_hd = dict(llama, head_dim=64, attention_bias=True, mlp_bias=True, num_key_value_heads=8)
     write(t, "valid_llama_head_dim.json", json.dumps(llama_hd))
     write(t, "invalid_rope_scaling.json", json.dumps(dict(llama, rope_scaling={"type": "linear", "factor": 2.0})))
+    llama3 = dict(llama, head_dim=64, tie_word_embeddings=True,
+                  rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                "original_max_position_embeddings": 8192, "rope_type": "llama3"})
+    write(t, "valid_llama3_rope_scaling.json", json.dumps(llama3))
+    mistral = dict(llama, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=512)
+    write(t, "valid_mistral_window.json", json.dumps(mistral))
+    qwen2 = dict(llama, architectures=["Qwen2ForCausalLM"], model_type="qwen2", rope_theta=1000000.0,
+                 use_sliding_window=False, sliding_window=32768, max_window_layers=4, tie_word_embeddings=True)
+    write(t, "valid_qwen2.json", json.dumps(qwen2))
+    write(t, "invalid_qwen2_sliding_window.json", json.dumps(dict(qwen2, use_sliding_window=True)))
+    qwen3 = dict(qwen2, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=128, attention_bias=False)
+    write(t, "valid_qwen3_head_dim.json", json.dumps(qwen3))
     write(t, "invalid_architecture.json", json.dumps(dict(gpt2, architectures=["BertModel"])))
     write(t, "invalid_heads.json", json.dumps(dict(gpt2, n_head=3)))
     write(t, "invalid_kv_heads.json", json.dumps(dict(llama, num_key_value_heads=3)))

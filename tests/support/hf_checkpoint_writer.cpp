@@ -87,6 +87,18 @@ RefWeights llama_weights(const RefConfig& c, Gen& g) {
     w[p + "self_attn.k_proj.weight"] = g.matrix({c.n_kv_head * d, D});
     w[p + "self_attn.v_proj.weight"] = g.matrix({c.n_kv_head * d, D});
     w[p + "self_attn.o_proj.weight"] = g.matrix({D, c.n_head * d});
+    // Biases: Qwen2 on q/k/v always (o_proj none); Llama and Qwen3 on all four with attention_bias.
+    const bool flag = (c.arch == RefArch::Llama || c.arch == RefArch::Qwen3) && c.attention_bias;
+    if (c.arch == RefArch::Qwen2 || flag) {
+      w[p + "self_attn.q_proj.bias"] = g.bias({c.n_head * d});
+      w[p + "self_attn.k_proj.bias"] = g.bias({c.n_kv_head * d});
+      w[p + "self_attn.v_proj.bias"] = g.bias({c.n_kv_head * d});
+    }
+    if (flag) w[p + "self_attn.o_proj.bias"] = g.bias({D});
+    if (c.arch == RefArch::Qwen3) {  // per-head RMSNorm weights, [head_dim]
+      w[p + "self_attn.q_norm.weight"] = g.norm_weight({d});
+      w[p + "self_attn.k_norm.weight"] = g.norm_weight({d});
+    }
     w[p + "post_attention_layernorm.weight"] = g.norm_weight({D});
     w[p + "mlp.gate_proj.weight"] = g.matrix({F, D});
     w[p + "mlp.up_proj.weight"] = g.matrix({F, D});
@@ -144,6 +156,9 @@ RefWeights random_weights(const RefConfig& c, uint32_t seed) {
     case RefArch::GPTNeoX:
       return neox_weights(c, g);
     case RefArch::Llama:
+    case RefArch::Mistral:
+    case RefArch::Qwen2:
+    case RefArch::Qwen3:
       return llama_weights(c, g);
     case RefArch::Llama2C:
       return llama2c_weights(c, g);
@@ -187,8 +202,15 @@ nlohmann::json hf_config_json(const RefConfig& c) {
       j["tie_word_embeddings"] = false;
       break;
     case RefArch::Llama:
-      j["architectures"] = {"LlamaForCausalLM"};
-      j["model_type"] = "llama";
+    case RefArch::Mistral:
+    case RefArch::Qwen2:
+    case RefArch::Qwen3: {
+      // The config classes' field names (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config).
+      const char* names[][2] = {{"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
+                                {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}};
+      const int i = c.arch == RefArch::Llama ? 0 : c.arch == RefArch::Mistral ? 1 : c.arch == RefArch::Qwen2 ? 2 : 3;
+      j["architectures"] = {names[i][0]};
+      j["model_type"] = names[i][1];
       j["hidden_size"] = c.d_model;
       j["num_hidden_layers"] = c.n_layer;
       j["num_attention_heads"] = c.n_head;
@@ -198,11 +220,38 @@ nlohmann::json hf_config_json(const RefConfig& c) {
       j["rms_norm_eps"] = c.norm_eps;
       j["rope_theta"] = c.rope_theta;
       j["rope_scaling"] = nullptr;
+      if (c.llama3_factor > 0)
+        j["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", c.llama3_factor},
+                             {"low_freq_factor", c.llama3_low},
+                             {"high_freq_factor", c.llama3_high},
+                             {"original_max_position_embeddings", c.llama3_original_context}};
       j["hidden_act"] = "silu";
-      j["attention_bias"] = false;
-      j["mlp_bias"] = false;
       j["tie_word_embeddings"] = c.tied;
+      if (c.head_dim_override > 0 || c.arch == RefArch::Qwen3) j["head_dim"] = c.head_dim();
+      switch (c.arch) {
+        case RefArch::Llama:
+          j["attention_bias"] = c.attention_bias;
+          j["mlp_bias"] = false;
+          break;
+        case RefArch::Mistral:
+          j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+          break;
+        case RefArch::Qwen2:
+          // As Qwen2.5 configs ship: a window size that is not used (use_sliding_window false); 4
+          // tokens, so a loader that applied it would be caught by the comparison.
+          j["use_sliding_window"] = false;
+          j["sliding_window"] = 4;
+          j["max_window_layers"] = c.n_layer;
+          break;
+        default:  // Qwen3
+          j["attention_bias"] = c.attention_bias;
+          j["use_sliding_window"] = false;
+          j["sliding_window"] = nullptr;
+          break;
+      }
       break;
+    }
     case RefArch::Llama2C:
       throw std::runtime_error("hf_config_json: llama2.c checkpoints have no config.json");
   }

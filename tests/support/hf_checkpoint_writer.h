@@ -1,5 +1,5 @@
 // Random test checkpoints written without attnscope's own writers: Hugging Face layout
-// (config.json + model.safetensors) for GPT-2 / GPT-NeoX / Llama, and llama2.c .bin files. The
+// (config.json + model.safetensors) for GPT-2 / GPT-NeoX / Llama / Mistral / Qwen2 / Qwen3, and llama2.c .bin files. The
 // safetensors writer here is deliberately minimal and separate from core's, so a reader test does
 // not trust the code it is testing.
 #pragma once
@@ -17,7 +17,7 @@ namespace attnscope::test {
 // (nonzero, so a dropped bias shows). Deterministic for a given (c, seed).
 RefWeights random_weights(const RefConfig& c, uint32_t seed);
 
-// The config.json a Hugging Face export of `c` carries (GPT-2, GPT-NeoX, Llama only).
+// The config.json a Hugging Face export of `c` carries (not llama2.c).
 nlohmann::json hf_config_json(const RefConfig& c);
 
 // safetensors: u64 little-endian header length N, N bytes of JSON {name: {"dtype": "F32",

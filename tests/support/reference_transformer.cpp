@@ -24,6 +24,9 @@ int RefConfig::rotary_dim() const {
       return static_cast<int>(head_dim() * rotary_pct);
     case RefArch::Llama:
     case RefArch::Llama2C:
+    case RefArch::Mistral:
+    case RefArch::Qwen2:
+    case RefArch::Qwen3:
       return head_dim();
   }
   return 0;
@@ -154,13 +157,12 @@ struct Heads {
 //   x_rot * cos + rotate_half(x_rot) * sin with rotate_half(x) = cat(-x2, x1),
 // so dims (j, j + rot/2) rotate together by angle pos * inv_freq[j]. Dims >= rot pass through
 // (NeoX partial rotary: query = cat(rope(query[..., :rotary_ndims]), query[..., rotary_ndims:])).
-void rope_rotate_half(Heads& x, int rot, double base) {
-  const int half = rot / 2;
+void rope_rotate_half(Heads& x, const std::vector<double>& inv_freq) {
+  const int half = static_cast<int>(inv_freq.size());
   for (int h = 0; h < x.n; ++h)
     for (int t = 0; t < x.L; ++t)
       for (int j = 0; j < half; ++j) {
-        const double inv_freq = 1.0 / std::pow(base, (2.0 * j) / rot);
-        const double angle = t * inv_freq, c = std::cos(angle), s = std::sin(angle);
+        const double angle = t * inv_freq[j], c = std::cos(angle), s = std::sin(angle);
         const double x1 = x.at(h, t, j), x2 = x.at(h, t, j + half);
         x.at(h, t, j) = x1 * c - x2 * s;
         x.at(h, t, j + half) = x2 * c + x1 * s;
@@ -170,24 +172,57 @@ void rope_rotate_half(Heads& x, int rot, double base) {
 // llama2.c run.c RoPE: consecutive pairs (2j, 2j+1) of every head rotate as a complex number by
 // angle pos * freq with freq = 1 / 10000^(2j / head_size) ("head_dim = i % head_size; freq =
 // 1.0f / powf(10000.0f, head_dim / (float)head_size)" with i even).
-void rope_interleaved(Heads& x, int rot, double base) {
+void rope_interleaved(Heads& x, const std::vector<double>& freq) {
   for (int h = 0; h < x.n; ++h)
     for (int t = 0; t < x.L; ++t)
-      for (int j = 0; j < rot / 2; ++j) {
-        const double freq = 1.0 / std::pow(base, (2.0 * j) / rot);
-        const double angle = t * freq, c = std::cos(angle), s = std::sin(angle);
+      for (int j = 0; j < static_cast<int>(freq.size()); ++j) {
+        const double angle = t * freq[j], c = std::cos(angle), s = std::sin(angle);
         const double v0 = x.at(h, t, 2 * j), v1 = x.at(h, t, 2 * j + 1);
         x.at(h, t, 2 * j) = v0 * c - v1 * s;
         x.at(h, t, 2 * j + 1) = v0 * s + v1 * c;
       }
 }
 
-void rope(Heads& x, int rot, double base, bool interleaved) {
-  if (rot <= 0) return;
+// 1 / base^(2j / rot) for j < rot / 2; with Llama 3's rope_scaling, each frequency rescaled as
+// modeling_rope_utils._compute_llama3_parameters does, written per frequency:
+//   wavelen = 2 pi / f; low_freq_wavelen = original / low_freq_factor; high_freq_wavelen = original / high_freq_factor
+//   wavelen > low_freq_wavelen: f / factor;  wavelen < high_freq_wavelen: f;
+//   otherwise (medium): (1 - s) f / factor + s f with s = (original / wavelen - low) / (high - low).
+std::vector<double> rope_frequencies(const RefConfig& c, int rot, bool scaled) {
+  std::vector<double> f(static_cast<size_t>(rot / 2));
+  const double pi = std::acos(-1.0);
+  for (int j = 0; j < rot / 2; ++j) {
+    const double base = 1.0 / std::pow(c.rope_theta, (2.0 * j) / rot);
+    f[j] = base;
+    if (!scaled || c.llama3_factor == 0) continue;
+    const double wavelen = 2 * pi / base, orig = c.llama3_original_context;
+    if (wavelen > orig / c.llama3_low) {
+      f[j] = base / c.llama3_factor;
+    } else if (wavelen >= orig / c.llama3_high) {
+      const double s = (orig / wavelen - c.llama3_low) / (c.llama3_high - c.llama3_low);
+      f[j] = (1 - s) * base / c.llama3_factor + s * base;
+    }
+  }
+  return f;
+}
+
+void rope(Heads& x, const std::vector<double>& freq, bool interleaved) {
+  if (freq.empty()) return;
   if (interleaved)
-    rope_interleaved(x, rot, base);
+    rope_interleaved(x, freq);
   else
-    rope_rotate_half(x, rot, base);
+    rope_rotate_half(x, freq);
+}
+
+// Qwen3RMSNorm of every head's d dims (q_norm / k_norm, weight [head_dim]).
+void head_rms_norm(Heads& x, const RefTensor& w, double eps) {
+  for (int h = 0; h < x.n; ++h)
+    for (int t = 0; t < x.L; ++t) {
+      double ss = 0;
+      for (int i = 0; i < x.d; ++i) ss += x.at(h, t, i) * x.at(h, t, i);
+      const double inv = 1.0 / std::sqrt(ss / x.d + eps);
+      for (int i = 0; i < x.d; ++i) x.at(h, t, i) *= inv * w.data[i];
+    }
 }
 
 // Splits a [L][n*d] projection into heads: head h owns features h*d .. h*d+d-1 (the `view(...,
@@ -225,23 +260,28 @@ Heads expand_kv(const Heads& kv, int n_head, bool tile) {
 // Causal scaled dot-product attention of every head: scores q.k / sqrt(d) for keys s <= t, softmax
 // over them (max-subtracted), output = sum_s p[t][s] v[s]. Positions s > t get probability 0 (the
 // upstream masks fill them with finfo.min before the softmax, which underflows to exactly 0).
-Heads attend(const Heads& q, const Heads& k, const Heads& v, std::vector<double>* probs) {
+// With a sliding window W > 0 (Mistral), key s is visible from query t only when t - s < W
+// (masking_utils.sliding_window_overlay: kv_idx > q_idx - sliding_window): the first visible key is
+// first = t - W + 1; `first_shift` moves it (a deliberately wrong window for the power tests).
+Heads attend(const Heads& q, const Heads& k, const Heads& v, std::vector<double>* probs, int window = 0,
+             int first_shift = 0) {
   const int H = q.n, L = q.L, d = q.d;
   Heads out(H, L, d);
   probs->assign(static_cast<size_t>(H) * L * L, 0.0);
   for (int h = 0; h < H; ++h)
     for (int t = 0; t < L; ++t) {
+      const int first = window > 0 ? std::max(0, t - window + 1 + first_shift) : 0;
       std::vector<double> p(t + 1);
       double mx = -INFINITY;
-      for (int s = 0; s <= t; ++s) {
+      for (int s = first; s <= t; ++s) {
         double dot = 0;
         for (int i = 0; i < d; ++i) dot += q.at(h, t, i) * k.at(h, s, i);
         p[s] = dot / std::sqrt(static_cast<double>(d));
         mx = std::max(mx, p[s]);
       }
       double sum = 0;
-      for (int s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
-      for (int s = 0; s <= t; ++s) {
+      for (int s = first; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+      for (int s = first; s <= t; ++s) {
         p[s] /= sum;
         (*probs)[(static_cast<size_t>(h) * L + t) * L + s] = p[s];
         for (int i = 0; i < d; ++i) out.at(h, t, i) += p[s] * v.at(h, s, i);
@@ -250,23 +290,40 @@ Heads attend(const Heads& q, const Heads& k, const Heads& v, std::vector<double>
   return out;
 }
 
-// The part every architecture shares once q, k, v are projected: RoPE, GQA expansion, attention,
-// and recording what a capture hook should see. Returns the merged per-head output [L][H*d].
+// The part every architecture shares once q, k, v are projected: the per-head q/k norm (Qwen3:
+// q_norm(q_proj(x).view(..., head_dim)) then apply_rotary_pos_emb), RoPE, GQA expansion, attention
+// (within the sliding window, if any), and recording what a capture hook should see. Returns the
+// merged per-head output [L][H*d].
+struct QkNorm {
+  const RefTensor* q = nullptr;
+  const RefTensor* k = nullptr;
+};
+
 Rows attention_core(const RefConfig& c, const RefOptions& opt, Heads q, Heads k, const Heads& v,
-                    bool interleaved_rope, RefLayerCapture* cap) {
+                    bool interleaved_rope, RefLayerCapture* cap, QkNorm qk_norm = {}) {
   const int H = c.n_head;
   const int rot = opt.full_rotary ? c.head_dim() : c.rotary_dim();
   const bool interleaved = interleaved_rope != opt.swap_rope_style;
+  const std::vector<double> freq = rope_frequencies(c, rot, !opt.no_rope_scaling);
+  if (qk_norm.q && !opt.qk_norm_after_rope) {
+    head_rms_norm(q, *qk_norm.q, c.norm_eps);
+    head_rms_norm(k, *qk_norm.k, c.norm_eps);
+  }
   cap->q_pre = q.a;
   cap->k_pre = expand_kv(k, H, opt.tile_kv_heads).a;
-  rope(q, rot, c.rope_theta, interleaved);
-  rope(k, rot, c.rope_theta, interleaved);
+  rope(q, freq, interleaved);
+  rope(k, freq, interleaved);
+  if (qk_norm.q && opt.qk_norm_after_rope) {  // wrong on purpose
+    head_rms_norm(q, *qk_norm.q, c.norm_eps);
+    head_rms_norm(k, *qk_norm.k, c.norm_eps);
+  }
   const Heads k_full = expand_kv(k, H, opt.tile_kv_heads);
   const Heads v_full = expand_kv(v, H, opt.tile_kv_heads);
   cap->q = q.a;
   cap->k = k_full.a;
   cap->v = v_full.a;
-  const Heads out = attend(q, k_full, v_full, &cap->probs);
+  const int window = c.arch == RefArch::Mistral && !opt.no_sliding_window ? c.sliding_window : 0;
+  const Heads out = attend(q, k_full, v_full, &cap->probs, window, opt.window_one_wider ? -1 : 0);
   cap->out = out.a;
   return merge_heads(out);
 }
@@ -413,22 +470,41 @@ RefResult neox_forward(const RefConfig& c, const RefWeights& w, const std::vecto
 // ---------------------------------------------------------------------------------------------
 // LlamaForCausalLM (modeling_llama.py). Layer: x += o_proj(attn(input_layernorm(x)));
 // x += down_proj(silu(gate_proj(h)) * up_proj(h)) with h = post_attention_layernorm(x).
-// q/k/v/o projections have no bias; k_proj/v_proj have num_key_value_heads * head_dim outputs,
-// expanded with repeat_kv (repeat_interleave). RoPE rotate-half over the full head_dim, base
-// rope_theta. Final model.norm; lm_head.weight, or embed_tokens when tie_word_embeddings.
+// q/k/v/o projections have bias = config.attention_bias; k_proj/v_proj have num_key_value_heads *
+// head_dim outputs (head_dim = config.head_dim or hidden_size / num_attention_heads), expanded
+// with repeat_kv (repeat_interleave). RoPE rotate-half over the full head_dim, base rope_theta
+// (rope_scaling llama3: rescaled frequencies). Final model.norm; lm_head.weight, or embed_tokens
+// when tie_word_embeddings.
+// The same block, per modeling file:
+//   MistralForCausalLM  q/k/v/o without bias; the causal mask limited to sliding_window keys.
+//   Qwen2ForCausalLM    q_proj/k_proj/v_proj with bias=True, o_proj bias=False.
+//   Qwen3ForCausalLM    q/k/v/o bias = attention_bias; q_norm, k_norm = Qwen3RMSNorm(head_dim,
+//                       eps=rms_norm_eps) on q_proj(x).view(hidden_shape) before RoPE.
 RefResult llama_forward(const RefConfig& c, const RefWeights& w, const std::vector<int64_t>& ids,
                         const RefOptions& opt, RefResult r) {
   const int64_t D = c.d_model, F = c.d_ff, H = c.n_head, Hkv = c.n_kv_head, d = c.head_dim();
+  const bool bias_flag = (c.arch == RefArch::Llama || c.arch == RefArch::Qwen3) && c.attention_bias;
+  const bool qkv_bias = (c.arch == RefArch::Qwen2 || bias_flag) && !opt.drop_attn_bias;
+  const bool o_bias = bias_flag && !opt.drop_attn_bias;
   const RefTensor& emb = get(w, "model.embed_tokens.weight", {c.vocab, D});
   Rows x = embed(emb, ids);
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto bias = [&](bool has, const std::string& name, int64_t n) { return has ? &get(w, name, {n}) : nullptr; };
     const Rows h1 = rms_norm(x, get(w, p + "input_layernorm.weight", {D}), c.norm_eps);
-    const Heads q = split_heads(linear(h1, get(w, p + "self_attn.q_proj.weight", {H * d, D}), nullptr), H, d);
-    const Heads k = split_heads(linear(h1, get(w, p + "self_attn.k_proj.weight", {Hkv * d, D}), nullptr), Hkv, d);
-    const Heads v = split_heads(linear(h1, get(w, p + "self_attn.v_proj.weight", {Hkv * d, D}), nullptr), Hkv, d);
-    const Rows a = attention_core(c, opt, q, k, v, false, &r.layers[l]);
-    add_into(x, linear(a, get(w, p + "self_attn.o_proj.weight", {D, H * d}), nullptr));
+    const Heads q = split_heads(linear(h1, get(w, p + "self_attn.q_proj.weight", {H * d, D}),
+                                       bias(qkv_bias, p + "self_attn.q_proj.bias", H * d)), H, d);
+    const Heads k = split_heads(linear(h1, get(w, p + "self_attn.k_proj.weight", {Hkv * d, D}),
+                                       bias(qkv_bias, p + "self_attn.k_proj.bias", Hkv * d)), Hkv, d);
+    const Heads v = split_heads(linear(h1, get(w, p + "self_attn.v_proj.weight", {Hkv * d, D}),
+                                       bias(qkv_bias, p + "self_attn.v_proj.bias", Hkv * d)), Hkv, d);
+    QkNorm qk;
+    if (c.arch == RefArch::Qwen3) {
+      qk.q = &get(w, p + "self_attn.q_norm.weight", {d});
+      qk.k = &get(w, p + "self_attn.k_norm.weight", {d});
+    }
+    const Rows a = attention_core(c, opt, q, k, v, false, &r.layers[l], qk);
+    add_into(x, linear(a, get(w, p + "self_attn.o_proj.weight", {D, H * d}), bias(o_bias, p + "self_attn.o_proj.bias", D)));
 
     const Rows h2 = rms_norm(x, get(w, p + "post_attention_layernorm.weight", {D}), c.norm_eps);
     Rows gate = map_each(linear(h2, get(w, p + "mlp.gate_proj.weight", {F, D}), nullptr), silu);
@@ -492,7 +568,7 @@ RefResult reference_forward(const RefConfig& c, const RefWeights& w, const std::
                             const RefOptions& opt) {
   if (ids.empty() || static_cast<int>(ids.size()) > c.n_ctx)
     throw std::runtime_error("reference: sequence length must be in [1, n_ctx]");
-  if (c.d_model % c.n_head != 0 || c.n_head % c.n_kv_head != 0)
+  if ((c.head_dim_override == 0 && c.d_model % c.n_head != 0) || c.n_head % c.n_kv_head != 0)
     throw std::runtime_error("reference: heads do not divide evenly");
   RefResult r;
   r.L = static_cast<int>(ids.size());
@@ -506,6 +582,9 @@ RefResult reference_forward(const RefConfig& c, const RefWeights& w, const std::
     case RefArch::GPTNeoX:
       return neox_forward(c, w, ids, opt, std::move(r));
     case RefArch::Llama:
+    case RefArch::Mistral:
+    case RefArch::Qwen2:
+    case RefArch::Qwen3:
       return llama_forward(c, w, ids, opt, std::move(r));
     case RefArch::Llama2C:
       return llama2c_forward(c, w, ids, opt, std::move(r));

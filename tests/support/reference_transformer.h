@@ -1,5 +1,5 @@
-// An independent float64 reference forward pass for the four checkpoint families attnscope reads:
-// GPT-2, GPT-NeoX (Pythia), Llama (Hugging Face layouts) and llama2.c. It is written in plain loops
+// An independent float64 reference forward pass for the checkpoint families attnscope reads:
+// GPT-2, GPT-NeoX (Pythia), Llama, Mistral, Qwen2, Qwen3 (Hugging Face layouts) and llama2.c. It is written in plain loops
 // over std::vector<double> straight from the raw named weights, as the Hugging Face transformers
 // modules and karpathy/llama2.c's run.c compute them, and shares no code with attnscope's core: a
 // convention error in core cannot be mirrored here by reuse.
@@ -7,7 +7,10 @@
 // Conventions confirmed against the upstream sources (see reference_transformer.cpp for each one at
 // the place it is used):
 //   transformers/models/gpt2/modeling_gpt2.py, transformers/models/gpt_neox/modeling_gpt_neox.py,
-//   transformers/models/llama/modeling_llama.py, transformers/activations.py, llama2.c/run.c.
+//   transformers/models/llama/modeling_llama.py, transformers/models/mistral/modeling_mistral.py,
+//   transformers/models/qwen2/modeling_qwen2.py, transformers/models/qwen3/modeling_qwen3.py,
+//   transformers/masking_utils.py (sliding_window_overlay), transformers/modeling_rope_utils.py
+//   (_compute_llama3_parameters), transformers/activations.py, llama2.c/run.c.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,7 +31,7 @@ struct RefTensor {
 // Checkpoint tensors by their on-disk name (Hugging Face names, or llama2.c field names).
 using RefWeights = std::map<std::string, RefTensor>;
 
-enum class RefArch { GPT2, GPTNeoX, Llama, Llama2C };
+enum class RefArch { GPT2, GPTNeoX, Llama, Llama2C, Mistral, Qwen2, Qwen3 };
 
 // The architecture of a small random test model, in the terms of its config.json / .bin header.
 struct RefConfig {
@@ -45,8 +48,14 @@ struct RefConfig {
   double rope_theta = 10000.0;      // NeoX rotary_emb_base, Llama rope_theta (llama2.c: always 1e4)
   bool parallel_residual = true;    // GPT-NeoX use_parallel_residual
   bool tied = false;                // Llama tie_word_embeddings; llama2.c positive vocab_size
+  int head_dim_override = 0;        // Llama family "head_dim" in config.json; 0: d_model / n_head
+  bool attention_bias = false;      // Llama / Qwen3 attention_bias (q, k, v and o biases)
+  int sliding_window = 0;           // Mistral sliding_window (0: null)
+  // Llama rope_scaling {"rope_type": "llama3", ...}; llama3_factor 0: rope_scaling null.
+  double llama3_factor = 0, llama3_low = 1, llama3_high = 4;
+  int llama3_original_context = 0;
 
-  int head_dim() const { return d_model / n_head; }
+  int head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
   // GPT-NeoX: rotary_ndims = int(head_size * rotary_pct); Llama/llama2.c: the whole head; GPT-2: 0.
   int rotary_dim() const;
 };
@@ -61,6 +70,11 @@ struct RefOptions {
   bool swap_residual = false;    // GPT-NeoX parallel <-> sequential residual
   bool full_rotary = false;      // GPT-NeoX: rotate the whole head, not the first rotary_ndims dims
   bool swap_classifier = false;  // untied models: logits from the token embedding, not the head
+  bool qk_norm_after_rope = false;  // Qwen3: q/k norm after RoPE instead of before
+  bool drop_attn_bias = false;      // Qwen2 (and attention_bias models): ignore the q/k/v/o biases
+  bool no_sliding_window = false;   // Mistral: full causal attention past the window
+  bool window_one_wider = false;    // Mistral: key j visible when i - j <= W (one key too many)
+  bool no_rope_scaling = false;     // Llama 3: plain inverse frequencies, rope_scaling ignored
 };
 
 // What one attention layer computed. All per-head tensors are [H][L][d], flattened with index
@@ -71,6 +85,7 @@ struct RefLayerCapture {
   std::vector<double> v;
   std::vector<double> out;    // per-head attention output, before the output projection
   std::vector<double> probs;  // [H][L][L]: causal softmax(q k^T / sqrt(d)), zero above the diagonal
+                              // and outside a sliding window
 };
 
 struct RefResult {

@@ -11,6 +11,7 @@
 #include "attnscope/base/text_file.h"
 #include "attnscope/model/model.h"
 #include "attnscope/io/safetensors.h"
+#include "base/shape_str.h"
 
 namespace attnscope {
 
@@ -95,27 +96,46 @@ ModelWeights load_neox(const ModelConfig& c, const WeightStore& st) {
   return w;
 }
 
+// The Llama family (Llama, Mistral, Qwen2, Qwen3): one layout; the config says which optional
+// tensors a member has (q/k/v and o biases, Qwen3's per-head q_norm/k_norm [head_dim]). A tensor
+// the config calls for must be there; shapes follow the config's head_dim, so a head_dim that
+// disagrees with the checkpoint is refused by st.get naming the tensor and both shapes.
 ModelWeights load_llama(const ModelConfig& c, const WeightStore& st) {
   const int64_t D = c.d_model, F = c.d_ff, q = int64_t(c.n_head) * c.head_dim,
-                kv = int64_t(c.n_kv_head) * c.head_dim;
+                kv = int64_t(c.n_kv_head) * c.head_dim, d = c.head_dim;
   ModelWeights w;
   w.tok_emb = st.stored("model.embed_tokens.weight", {c.vocab_size, D});
   auto opt = [&](const std::string& name, const Shape& shape) {
     return st.contains(name) ? st.stored(name, shape) : at::Tensor();
   };
+  // The attention tensors' shapes come from config.json's head counts and head_dim: a mismatch is
+  // named as such (a wrong head_dim is the usual cause), with the file, the tensor and both shapes.
+  auto attn = [&](const std::string& name, const Shape& shape) {
+    at::Tensor t = st.stored(name);
+    if (!t.sizes().equals(shape))
+      fail(st.source(), "tensor '" + name + "' has shape " + shape_str(t.sizes()) + ", but config.json's " +
+                            std::to_string(c.n_head) + " attention heads and " + std::to_string(c.n_kv_head) +
+                            " key/value heads of head_dim " + std::to_string(c.head_dim) + " need " +
+                            shape_str(shape) + " (does head_dim match the checkpoint?)");
+    return t;
+  };
   for (int s = 0; s < c.n_layer; ++s) {
     const std::string l = "model.layers." + std::to_string(s) + ".";
     LayerWeights lw;
     lw.ln1_w = st.stored(l + "input_layernorm.weight", {D});
-    lw.wq = st.stored(l + "self_attn.q_proj.weight", {q, D});
-    lw.wk = st.stored(l + "self_attn.k_proj.weight", {kv, D});
-    lw.wv = st.stored(l + "self_attn.v_proj.weight", {kv, D});
-    lw.wo = st.stored(l + "self_attn.o_proj.weight", {D, q});
+    lw.wq = attn(l + "self_attn.q_proj.weight", {q, D});
+    lw.wk = attn(l + "self_attn.k_proj.weight", {kv, D});
+    lw.wv = attn(l + "self_attn.v_proj.weight", {kv, D});
+    lw.wo = attn(l + "self_attn.o_proj.weight", {D, q});
     if (c.attn_bias) {
-      lw.bq = opt(l + "self_attn.q_proj.bias", {q});
-      lw.bk = opt(l + "self_attn.k_proj.bias", {kv});
-      lw.bv = opt(l + "self_attn.v_proj.bias", {kv});
-      lw.bo = opt(l + "self_attn.o_proj.bias", {D});
+      lw.bq = attn(l + "self_attn.q_proj.bias", {q});
+      lw.bk = attn(l + "self_attn.k_proj.bias", {kv});
+      lw.bv = attn(l + "self_attn.v_proj.bias", {kv});
+      if (c.attn_out_bias) lw.bo = st.stored(l + "self_attn.o_proj.bias", {D});
+    }
+    if (c.qk_norm) {
+      lw.q_norm = attn(l + "self_attn.q_norm.weight", {d});
+      lw.k_norm = attn(l + "self_attn.k_norm.weight", {d});
     }
     lw.ln2_w = st.stored(l + "post_attention_layernorm.weight", {D});
     lw.w_gate = st.stored(l + "mlp.gate_proj.weight", {F, D});
@@ -139,7 +159,10 @@ ModelWeights load_hf_weights(const ModelConfig& c, const WeightStore& store) {
   switch (c.arch) {
     case Arch::GPT2: return load_gpt2(c, store);
     case Arch::GPTNeoX: return load_neox(c, store);
-    case Arch::Llama: return load_llama(c, store);
+    case Arch::Llama:
+    case Arch::Mistral:
+    case Arch::Qwen2:
+    case Arch::Qwen3: return load_llama(c, store);
     case Arch::Llama2C: break;
   }
   fail("weights", "llama2.c checkpoints are loaded with load_llama2c_model");
@@ -214,7 +237,10 @@ NamedTensors hf_weights_with_attention(const ModelConfig& c, const WeightStore& 
         replaced[l + "attention.dense.weight"] = cpu(lw.wo);
         break;
       }
-      case Arch::Llama: {
+      case Arch::Llama:
+      case Arch::Mistral:
+      case Arch::Qwen2:
+      case Arch::Qwen3: {  // q_norm / k_norm (Qwen3) are not attention projections: kept as stored
         const std::string l = "model.layers." + std::to_string(s) + ".self_attn.";
         replaced[l + "q_proj.weight"] = cpu(lw.wq);
         replaced[l + "k_proj.weight"] = cpu(lw.wk);

@@ -42,6 +42,7 @@ LayerWeights in_dtype(const LayerWeights& l, at::ScalarType dt) {
   m.ln1_w = to(l.ln1_w), m.ln1_b = to(l.ln1_b);
   m.wq = to(l.wq), m.wk = to(l.wk), m.wv = to(l.wv), m.wo = to(l.wo);
   m.bq = to(l.bq), m.bk = to(l.bk), m.bv = to(l.bv), m.bo = to(l.bo);
+  m.q_norm = to(l.q_norm), m.k_norm = to(l.k_norm);
   m.ln2_w = to(l.ln2_w), m.ln2_b = to(l.ln2_b);
   m.w_up = to(l.w_up), m.b_up = to(l.b_up), m.w_gate = to(l.w_gate);
   m.w_down = to(l.w_down), m.b_down = to(l.b_down);
@@ -85,17 +86,31 @@ at::Tensor mlp(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x)
   return linear(act, w.w_down, w.b_down);
 }
 
-// cos/sin of position * theta^(-2i/rotary_dim), [L, rotary_dim/2], computed in float64 for
+// The RoPE inverse frequencies theta^(-2i/rotary_dim), i < rotary_dim/2, in `opts`' dtype; with
+// rope_scaling llama3, rescaled as HF's _compute_llama3_parameters: wavelengths 2 pi / f longer
+// than original_context / low_freq_factor are slowed by `factor`, those shorter than
+// original_context / high_freq_factor kept, and the band between blended by
+// s = (original_context / wavelength - low) / (high - low): (1 - s) f / factor + s f.
+at::Tensor rope_inv_freq(const ModelConfig& c, const at::TensorOptions& opts) {
+  at::Tensor i = at::arange(c.rotary_dim / 2, opts);
+  at::Tensor inv_freq = 1.0 / at::pow(at::scalar_tensor(c.rope_theta, opts), (i * 2) / double(c.rotary_dim));
+  if (c.rope_llama3_factor == 0) return inv_freq;
+  const double factor = c.rope_llama3_factor, low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
+  const double orig = c.rope_original_context;
+  const at::Tensor wavelen = 2 * M_PI / inv_freq;
+  const at::Tensor smooth = (orig / wavelen - low) / (high - low);
+  const at::Tensor blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq;
+  return at::where(wavelen > orig / low, inv_freq / factor, at::where(wavelen < orig / high, inv_freq, blended));
+}
+
+// cos/sin of position * inv_freq, [L, rotary_dim/2], computed in float64 for
 // accuracy at long positions. llama2.c computes its angles in float32 (run.c); matching that keeps
 // greedy decoding bit-for-bit with the reference implementation.
 std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& c, int64_t L, const at::Device& dev,
                                               int64_t start = 0) {
-  const int64_t half = c.rotary_dim / 2;
   const bool f32 = c.arch == Arch::Llama2C;
   auto opts = at::TensorOptions().dtype(f32 ? at::kFloat : at::kDouble);
-  at::Tensor i = at::arange(half, opts);
-  at::Tensor inv_freq = 1.0 / at::pow(at::scalar_tensor(c.rope_theta, opts), (i * 2) / double(c.rotary_dim));
-  at::Tensor ang = at::outer(at::arange(start, start + L, opts), inv_freq);
+  at::Tensor ang = at::outer(at::arange(start, start + L, opts), rope_inv_freq(c, opts));
   return {at::cos(ang).to(at::kFloat).to(dev), at::sin(ang).to(at::kFloat).to(dev)};
 }
 
@@ -117,13 +132,28 @@ at::Tensor apply_rope(const ModelConfig& c, const at::Tensor& x, const at::Tenso
 }
 
 // 0 on and below the diagonal, -inf above: added to the scores (masked_fill with a broadcast bool
-// mask is an order of magnitude slower on CPU).
-at::Tensor causal_mask(int64_t L, const at::Device& dev) {
-  return at::full({L, L}, -std::numeric_limits<float>::infinity(), at::TensorOptions().device(dev)).triu(1);
+// mask is an order of magnitude slower on CPU). With a sliding window W (Mistral) also -inf where
+// i - j >= W (HF: key j visible from query i iff j <= i and i - j < W), i.e. below diagonal -W.
+// Only softmax heads read the mask: a converted model's heads (linear_heads) replace softmax with
+// feature maps, so the model's sliding window does not apply to them (hybrid heads have their own
+// window, HeadFeatureMaps::window).
+at::Tensor causal_mask(const ModelConfig& c, int64_t L, const at::Device& dev) {
+  const at::Tensor inf = at::full({L, L}, -std::numeric_limits<float>::infinity(), at::TensorOptions().device(dev));
+  at::Tensor mask = inf.triu(1);
+  if (c.sliding_window > 0 && L > c.sliding_window) mask = mask + inf.tril(-c.sliding_window);
+  return mask;
+}
+
+// RMSNorm over each head's last dim (Qwen3's q_norm / k_norm), t [B, heads, L, d]; in float32
+// whatever the compute dtype, as norm(), returned in t's dtype.
+at::Tensor head_rms_norm(const ModelConfig& c, const at::Tensor& t, const at::Tensor& w) {
+  const at::ScalarType f = wide(t.scalar_type());
+  const at::Tensor tf = t.to(f);
+  return (tf * at::rsqrt(tf.pow(2).mean(-1, /*keepdim=*/true) + c.norm_eps) * w.to(f)).to(t.scalar_type());
 }
 
 // q, k, v [B, H, L, d] of one layer's input x [B, L, D], key/value heads expanded to the H query
-// heads; q/k after RoPE, q_pre/k_pre before it.
+// heads; q/k after RoPE, q_pre/k_pre before it (after the q/k norm, where the model has one).
 struct Projected {
   at::Tensor q, k, v, q_pre, k_pre;
 };
@@ -134,6 +164,10 @@ Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor&
   at::Tensor q = linear(x, w.wq, w.bq).view({B, L, H, d}).transpose(1, 2);    // [B, H, L, d]
   at::Tensor k = linear(x, w.wk, w.bk).view({B, L, Hkv, d}).transpose(1, 2);  // [B, Hkv, L, d]
   at::Tensor v = linear(x, w.wv, w.bv).view({B, L, Hkv, d}).transpose(1, 2);
+  if (c.qk_norm) {  // Qwen3: per head, before RoPE
+    q = head_rms_norm(c, q, w.q_norm);
+    k = head_rms_norm(c, k, w.k_norm);
+  }
   const at::Tensor q_pre = q, k_pre = k;
   if (c.rotary_dim > 0) {
     q = apply_rope(c, q, cos, sin);
@@ -260,7 +294,7 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
   at::Tensor x = embed(c, weights, ids, 0);  // [B, L, D]
   at::Tensor cos, sin;
   if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, L, x.device());
-  const at::Tensor mask = causal_mask(L, x.device());
+  const at::Tensor mask = causal_mask(c, L, x.device());
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
     x = finish_layer(c, w, x, attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear));
@@ -329,9 +363,11 @@ class KvCache {
       append(k_[s], n_[s], p.k.slice(1, 0, H, g));
       append(v_[s], n_[s], p.v.slice(1, 0, H, g));
       const int64_t n = ++n_[s];
+      // A sliding window W (Mistral): the token at position n - 1 sees keys n - W .. n - 1 only.
+      const int64_t first = c_.sliding_window > 0 ? std::max<int64_t>(0, n - c_.sliding_window) : 0;
       const at::Tensor q = p.q.reshape({B, Hkv, g, d});  // query head j*g+i reads key/value head j
-      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, 0, n).transpose(-2, -1)) / std::sqrt(double(d));
-      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, 0, n)).reshape({B, H, d});
+      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, first, n - first).transpose(-2, -1)) / std::sqrt(double(d));
+      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, first, n - first)).reshape({B, H, d});
     });
   }
 
@@ -461,6 +497,7 @@ ModelWeights weights_on(const ModelWeights& w, const at::Device& device) {
              {&m.ln1_w, &l.ln1_w}, {&m.ln1_b, &l.ln1_b}, {&m.wq, &l.wq},       {&m.wk, &l.wk},
              {&m.wv, &l.wv},       {&m.wo, &l.wo},       {&m.bq, &l.bq},       {&m.bk, &l.bk},
              {&m.bv, &l.bv},       {&m.bo, &l.bo},       {&m.ln2_w, &l.ln2_w}, {&m.ln2_b, &l.ln2_b},
+             {&m.q_norm, &l.q_norm}, {&m.k_norm, &l.k_norm},
              {&m.w_up, &l.w_up},   {&m.b_up, &l.b_up},   {&m.w_gate, &l.w_gate}, {&m.w_down, &l.w_down},
              {&m.b_down, &l.b_down}})
       *dst = to(*src);

@@ -7,10 +7,25 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/names.h"
 
 namespace attnscope {
 
 namespace {
+
+// Every architecture with the name config.json's "architectures" gives it; llama2.c checkpoints have
+// no config.json (their label is for messages and `info`).
+constexpr Named<Arch> kArchs[] = {{Arch::GPT2, "GPT2LMHeadModel"},     {Arch::GPTNeoX, "GPTNeoXForCausalLM"},
+                                  {Arch::Llama, "LlamaForCausalLM"},   {Arch::Mistral, "MistralForCausalLM"},
+                                  {Arch::Qwen2, "Qwen2ForCausalLM"},   {Arch::Qwen3, "Qwen3ForCausalLM"},
+                                  {Arch::Llama2C, "llama2.c"}};
+
+// "GPT2LMHeadModel, ..., Qwen3ForCausalLM (and llama2.c .bin checkpoints)": what a config.json may name.
+std::string supported_archs() {
+  std::string out;
+  for (const std::string& n : hf_arch_names()) out += (out.empty() ? "" : ", ") + n;
+  return out + " (and llama2.c .bin checkpoints)";
+}
 
 // Sizes are ints; a value that does not fit is refused rather than wrapped.
 constexpr int64_t kMaxSize = INT_MAX;
@@ -79,7 +94,7 @@ Activation parse_activation(const std::string& name, bool gated, const std::stri
   if (name == "gelu") return Activation::GeluErf;
   if (gated && (name == "silu" || name == "swish")) return Activation::SiLU;
   fail(file, "activation \"" + name + "\" is not supported (" +
-                 (gated ? "silu for Llama" : "gelu or gelu_new for this architecture; silu only for Llama") +
+                 (gated ? "silu for the Llama family" : "gelu or gelu_new for this architecture; silu only for the Llama family") +
                  ")");
 }
 
@@ -104,7 +119,8 @@ T parameter_count(const ModelConfig& c) {
   const T q = T(c.n_head) * c.head_dim, kv = T(c.n_kv_head) * c.head_dim;
   const T norm = c.rms_norm ? D : 2 * D;
   T per_layer = D * q + 2 * D * kv + q * D + 2 * norm;
-  if (c.attn_bias) per_layer += q + 2 * kv + D;
+  if (c.attn_bias) per_layer += q + 2 * kv + (c.attn_out_bias ? D : 0);
+  if (c.qk_norm) per_layer += 2 * T(c.head_dim);
   per_layer += (c.activation == Activation::SiLU ? 3 : 2) * D * F;
   if (c.mlp_bias) per_layer += F + D;
   T total = V * D + T(c.n_layer) * per_layer + norm;
@@ -113,7 +129,110 @@ T parameter_count(const ModelConfig& c) {
   return total;
 }
 
+// The architecture config.json's "architectures" names; Error naming `file` when attnscope reads
+// no such architecture.
+Arch hf_arch(const std::string& name, const std::string& file) {
+  for (const Named<Arch>& n : kArchs)
+    if (n.value != Arch::Llama2C && name == n.name) return n.value;
+  fail(file, "architecture \"" + name + "\" is not supported; attnscope reads " + supported_archs());
+}
+
+// rope_scaling: null, {"rope_type": "default"} (none) or {"rope_type": "llama3", "factor",
+// "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}; others are refused.
+void parse_rope_scaling(const nlohmann::json& j, const std::string& file, ModelConfig& c) {
+  const auto rs = j.find("rope_scaling");
+  if (rs == j.end() || rs->is_null()) return;
+  if (!rs->is_object()) fail(file, "rope_scaling must be an object or null, not " + rs->dump());
+  std::string type = get_string_or(*rs, "rope_type", get_string_or(*rs, "type", "", file), file);
+  if (type == "default") return;
+  if (type != "llama3")
+    fail(file, "rope_scaling of type \"" + type + "\" is not supported (only \"llama3\"; found " + rs->dump() + ")");
+  auto number = [&](const char* key) {
+    const auto it = rs->find(key);
+    if (it == rs->end() || !it->is_number())
+      fail(file, std::string("rope_scaling (llama3) needs a number \"") + key + "\" (found " + rs->dump() + ")");
+    const double v = it->get<double>();
+    if (!(std::isfinite(v) && v > 0)) fail(file, std::string("rope_scaling.") + key + " must be a finite number > 0");
+    return v;
+  };
+  c.rope_llama3_factor = number("factor");
+  c.rope_low_freq_factor = number("low_freq_factor");
+  c.rope_high_freq_factor = number("high_freq_factor");
+  const double orig = number("original_max_position_embeddings");
+  if (orig > kMaxSize || orig != std::floor(orig))
+    fail(file, "rope_scaling.original_max_position_embeddings must be a positive integer");
+  c.rope_original_context = int(orig);
+  if (!(c.rope_high_freq_factor > c.rope_low_freq_factor))
+    fail(file, "rope_scaling: high_freq_factor must be larger than low_freq_factor (HF divides by their difference)");
+}
+
+// A Qwen2/Qwen3 config with use_sliding_window true: HF then windows only the layers from
+// max_window_layers on, which attnscope does not implement.
+void refuse_qwen_sliding_window(const nlohmann::json& j, const std::string& file) {
+  if (get_bool_or(j, "use_sliding_window", false))
+    fail(file, "use_sliding_window = true is not supported (Qwen's per-layer window from max_window_layers); "
+               "attnscope runs these models with full causal attention only");
+}
+
+// LlamaForCausalLM and its relatives (modeling_llama / _mistral / _qwen2 / _qwen3): RMSNorm,
+// SwiGLU, rotate-half RoPE over the whole head, grouped-query attention, head_dim from the config
+// where given. Member differences (HF config classes and modeling files):
+//   Llama    attention_bias (q/k/v/o), mlp_bias, rope_scaling llama3
+//   Mistral  no biases; sliding_window (null: none)
+//   Qwen2    q/k/v biases always, o_proj none; use_sliding_window refused
+//   Qwen3    attention_bias (q/k/v/o); q_norm/k_norm per head before RoPE; head_dim default 128
+//            (Qwen3Config's default, used when config.json omits it); use_sliding_window refused
+void parse_llama_family(const nlohmann::json& j, Arch a, const std::string& file, ModelConfig& c) {
+  c.arch = a;
+  c.d_model = get_int(j, {"hidden_size"}, file);
+  c.n_layer = get_int(j, {"num_hidden_layers"}, file);
+  c.n_head = get_int(j, {"num_attention_heads"}, file);
+  c.n_kv_head = get_int_or(j, "num_key_value_heads", c.n_head, file);
+  c.n_ctx = get_int(j, {"max_position_embeddings"}, file);
+  c.vocab_size = get_int(j, {"vocab_size"}, file);
+  c.d_ff = get_int(j, {"intermediate_size"}, file);
+  c.norm_eps = get_double_or(j, "rms_norm_eps", 1e-6, file);
+  c.rms_norm = true;
+  c.activation = parse_activation(get_string_or(j, "hidden_act", "silu", file), true, file);
+  if (c.activation != Activation::SiLU) fail(file, std::string(arch_label(a)) + " models must use hidden_act silu");
+  c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", false);
+  c.head_dim = get_int_or(j, "head_dim", a == Arch::Qwen3 ? 128 : 0, file);
+  c.rope_theta = get_double_or(j, "rope_theta", 10000.0, file);
+  parse_rope_scaling(j, file, c);
+  switch (a) {
+    case Arch::Llama:
+      c.attn_bias = get_bool_or(j, "attention_bias", false);
+      c.mlp_bias = get_bool_or(j, "mlp_bias", false);
+      break;
+    case Arch::Mistral:
+      c.sliding_window = get_int_or(j, "sliding_window", 0, file);
+      break;
+    case Arch::Qwen2:
+      refuse_qwen_sliding_window(j, file);
+      c.attn_bias = true;
+      c.attn_out_bias = false;
+      break;
+    case Arch::Qwen3:
+      refuse_qwen_sliding_window(j, file);
+      c.attn_bias = get_bool_or(j, "attention_bias", false);
+      c.qk_norm = true;
+      break;
+    default: fail(file, "not a Llama-family architecture");
+  }
+  if (c.head_dim == 0 && c.d_model % c.n_head == 0) c.head_dim = c.d_model / c.n_head;
+  c.rotary_dim = c.head_dim;  // RoPE on the whole head: checked to be even below
+}
+
 }  // namespace
+
+bool is_llama_family(Arch a) { return a == Arch::Llama || a == Arch::Mistral || a == Arch::Qwen2 || a == Arch::Qwen3; }
+
+std::vector<std::string> hf_arch_names() {
+  std::vector<std::string> out;
+  for (const Named<Arch>& n : kArchs)
+    if (n.value != Arch::Llama2C) out.push_back(n.name);
+  return out;
+}
 
 int64_t ModelConfig::n_params() const { return parameter_count<int64_t>(*this); }
 
@@ -123,14 +242,14 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& file) {
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     arch = (*a)[0].get<std::string>();
   if (arch.empty())
-    fail(file, "no \"architectures\" entry; attnscope supports GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM");
+    fail(file, "no \"architectures\" entry; attnscope reads " + supported_archs());
 
   ModelConfig c;
   c.arch_name = arch;
+  c.arch = hf_arch(arch, file);
   if (auto t = j.find("torch_dtype"); t != j.end() && t->is_string()) c.torch_dtype = t->get<std::string>();
 
-  if (arch == "GPT2LMHeadModel") {
-    c.arch = Arch::GPT2;
+  if (c.arch == Arch::GPT2) {
     c.d_model = get_int(j, {"n_embd", "hidden_size"}, file);
     c.n_layer = get_int(j, {"n_layer", "num_hidden_layers"}, file);
     c.n_head = get_int(j, {"n_head", "num_attention_heads"}, file);
@@ -146,8 +265,7 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& file) {
       fail(file, "scale_attn_by_inverse_layer_idx = true is not supported");
     if (!get_bool_or(j, "scale_attn_weights", true))
       fail(file, "scale_attn_weights = false is not supported (attention must be scaled by 1/sqrt(d))");
-  } else if (arch == "GPTNeoXForCausalLM") {
-    c.arch = Arch::GPTNeoX;
+  } else if (c.arch == Arch::GPTNeoX) {
     c.d_model = get_int(j, {"hidden_size"}, file);
     c.n_layer = get_int(j, {"num_hidden_layers"}, file);
     c.n_head = get_int(j, {"num_attention_heads"}, file);
@@ -167,33 +285,8 @@ ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& file) {
     if (!(pct > 0 && pct <= 1)) fail(file, "rotary_pct must be in (0, 1]");
     c.rotary_dim = static_cast<int>(c.head_dim * pct);  // HF truncates: int(head_size * rotary_pct)
     c.rope_theta = get_double_or(j, "rotary_emb_base", get_double_or(j, "rope_theta", 10000.0, file), file);
-  } else if (arch == "LlamaForCausalLM") {
-    c.arch = Arch::Llama;
-    c.d_model = get_int(j, {"hidden_size"}, file);
-    c.n_layer = get_int(j, {"num_hidden_layers"}, file);
-    c.n_head = get_int(j, {"num_attention_heads"}, file);
-    c.n_kv_head = get_int_or(j, "num_key_value_heads", c.n_head, file);
-    c.n_ctx = get_int(j, {"max_position_embeddings"}, file);
-    c.vocab_size = get_int(j, {"vocab_size"}, file);
-    c.d_ff = get_int(j, {"intermediate_size"}, file);
-    c.norm_eps = get_double_or(j, "rms_norm_eps", 1e-6, file);
-    c.rms_norm = true;
-    c.activation = parse_activation(get_string_or(j, "hidden_act", "silu", file), true, file);
-    if (c.activation != Activation::SiLU) fail(file, "Llama models must use hidden_act silu");
-    c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", false);
-    c.attn_bias = get_bool_or(j, "attention_bias", false);
-    c.mlp_bias = get_bool_or(j, "mlp_bias", false);
-    c.head_dim = get_int_or(j, "head_dim", 0, file);
-    c.rope_theta = get_double_or(j, "rope_theta", 10000.0, file);
-    if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null())
-      fail(file, "rope_scaling is not supported yet (found " + rs->dump() + ")");
   } else {
-    fail(file, "architecture \"" + arch +
-                   "\" is not supported; attnscope supports GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM");
-  }
-  if (c.arch == Arch::Llama) {
-    if (c.head_dim == 0 && c.d_model % c.n_head == 0) c.head_dim = c.d_model / c.n_head;
-    c.rotary_dim = c.head_dim;  // RoPE on the whole head: checked to be even below
+    parse_llama_family(j, c.arch, file, c);
   }
   check_heads(c, file);
   if (c.arch != Arch::GPT2 && c.rotary_dim == 0)
@@ -242,15 +335,7 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
   };
 }
 
-const char* arch_label(Arch a) {
-  switch (a) {
-    case Arch::GPT2: return "GPT2LMHeadModel";
-    case Arch::GPTNeoX: return "GPTNeoXForCausalLM";
-    case Arch::Llama: return "LlamaForCausalLM";
-    case Arch::Llama2C: return "llama2.c";
-  }
-  return "?";
-}
+const char* arch_label(Arch a) { return name_of(kArchs, a); }
 
 nlohmann::ordered_json model_shape_json(const ModelConfig& c) {
   return {{"architecture", c.arch_name}, {"layers", c.n_layer},   {"heads", c.n_head},

@@ -1,5 +1,5 @@
-// A pretrained causal transformer in LibTorch: GPT-2, GPT-NeoX (Pythia), Llama and llama2.c models
-// share one forward pass; loaders differ only in how they name and lay out the weights.
+// A pretrained causal transformer in LibTorch: GPT-2, GPT-NeoX (Pythia), the Llama family (Llama,
+// Mistral, Qwen2, Qwen3) and llama2.c models share one forward pass; loaders differ only in how they name and lay out the weights.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -21,6 +21,7 @@ struct LayerWeights {
   at::Tensor ln1_w, ln1_b;          // pre-attention norm
   at::Tensor wq, wk, wv, wo;        // [H*d, D], [Hkv*d, D], [Hkv*d, D], [D, H*d]
   at::Tensor bq, bk, bv, bo;
+  at::Tensor q_norm, k_norm;        // [d] per-head RMSNorm weights of q and k (Qwen3), before RoPE
   at::Tensor ln2_w, ln2_b;          // pre-MLP norm
   at::Tensor w_up, b_up;            // [F, D]
   at::Tensor w_gate;                // [F, D], SwiGLU only
@@ -50,13 +51,13 @@ std::vector<std::string> compute_dtype_names();
 ModelWeights weights_on(const ModelWeights& weights, const at::Device& device);
 
 // What one attention layer saw, handed to a capture hook. Shapes [B, H, L, d] with key/value heads
-// already expanded to the H query heads (GQA). q/k are after RoPE; q_pre/k_pre before it (equal to
+// already expanded to the H query heads (GQA). q/k are after RoPE; q_pre/k_pre before it (after a q/k norm; equal to
 // q/k for learned positions). probs [B, H, L, L] only when asked for (it is L^2 per head).
 struct AttentionActivations {
   int layer = 0;
   at::Tensor q, k, q_pre, k_pre, v;
   at::Tensor out;    // per-head attention output, [B, H, L, d], before the output projection
-  at::Tensor probs;  // causal softmax(q k^T / sqrt(d)), undefined unless want_probs
+  at::Tensor probs;  // causal softmax(q k^T / sqrt(d)) (within the sliding window, if any), undefined unless want_probs
 };
 
 struct CaptureHook {
