@@ -274,6 +274,7 @@ std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_
     // 0, trace normalization), so the dims are the ones that command prints.
     DofSettings settings;
     settings.samples = o.dof_samples;
+    settings.lambda = o.lambda;  // as allocate: the fast path certifies, and J doubles, at this lambda
     AllocOptions a;
     a.strategy = *o.strategy;
     a.budget = o.budget;
