@@ -292,3 +292,31 @@ TEST(StoredDtype, InfoNamesAShardTheIndexListsButTheFolderLacks) {
 
 }  // namespace test_stored_dtype
 }  // namespace attnscope::test
+
+namespace attnscope::test {
+namespace test_stored_dtype {
+
+// bench scale writes checkpoints from hf_tensor_shapes: the names and shapes must be exactly those of
+// a Hugging Face checkpoint, here the test support's own writer's (written from the HF modules).
+TEST(StoredDtype, TensorListOfACheckpointIsTheHubsLayout) {
+  for (RefArch arch : {RefArch::GPT2, RefArch::Llama}) {
+    for (bool tied : {true, false}) {
+      if (arch == RefArch::GPT2 && !tied) continue;  // GPT-2 ties its head
+      SCOPED_TRACE(std::string(arch == RefArch::GPT2 ? "gpt2" : "llama") + (tied ? " tied" : " untied"));
+      RefConfig c = small(arch, 3);
+      c.tied = tied;
+      const RefWeights w = random_weights(c, 3);
+      const std::string dir = temp_dir("tensor_list");
+      write_config(dir, c);
+      const ModelConfig mc = load_hf_config(dir + "/config.json");
+      std::map<std::string, std::vector<int64_t>> listed;
+      for (const auto& [name, shape] : hf_tensor_shapes(mc)) listed[name] = shape;
+      std::map<std::string, std::vector<int64_t>> written;
+      for (const auto& [name, t] : w) written[name.rfind("transformer.", 0) == 0 ? name.substr(12) : name] = t.shape;
+      EXPECT_EQ(listed, written);
+    }
+  }
+}
+
+}  // namespace test_stored_dtype
+}  // namespace attnscope::test

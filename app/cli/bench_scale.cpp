@@ -105,17 +105,23 @@ void register_scale_bench(CLI::App* bench) {
   cmd->callback([o] {
     fs::create_directories(o->dir);
     const std::string dir = fs::absolute(o->dir).string();
-    const std::string text = default_texts().front();
     const std::string tokenizer = default_model() + "/tokenizer.json";
-    // The eval text: the first eval_chars characters of the sample text (eval on an 8B model on a
-    // CPU costs minutes per thousand tokens).
-    const std::string eval_text = dir + "/eval_text.txt";
+    // The capture text: the sample texts one after another, repeated until there are ~5 characters
+    // per token of the largest capture (they hold ~5K tokens together; a cost benchmark may repeat
+    // them). The eval text: its first eval_chars characters (eval on an 8B model on a CPU costs
+    // minutes per thousand tokens).
+    const std::string text = dir + "/bench_text.txt", eval_text = dir + "/eval_text.txt";
     {
-      std::ifstream in(text);
-      std::string s(size_t(o->eval_chars), '\0');
-      in.read(s.data(), o->eval_chars);
-      s.resize(size_t(in.gcount()));
-      std::ofstream(eval_text) << s;
+      std::string all;
+      for (const std::string& f : default_texts()) {
+        std::ifstream in(f);
+        all += std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()) + "\n";
+      }
+      const size_t want = size_t(5) * size_t(o->seq_len ? o->seq_len : 1024) * size_t(o->num_seqs ? o->num_seqs : 8);
+      std::string body = all;
+      while (body.size() < want) body += all;
+      std::ofstream(text) << body;
+      std::ofstream(eval_text) << body.substr(0, size_t(o->eval_chars));
     }
     nlohmann::json out = {{"benchmark", "scale"}, {"rows", nlohmann::json::array()}};
     Table t;
