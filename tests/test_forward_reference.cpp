@@ -131,21 +131,6 @@ at::Tensor ids_tensor(const std::vector<std::vector<int64_t>>& rows) {
   return at::from_blob(flat.data(), {B, L}, at::kLong).clone();
 }
 
-std::vector<double> to_doubles(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kCPU).to(at::kDouble).contiguous();
-  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-}
-
-// max |got - ref| / max |ref|; infinite when the sizes differ so the check fails loudly.
-double rel_diff(const std::vector<double>& got, const std::vector<double>& ref) {
-  if (got.size() != ref.size() || ref.empty()) return INFINITY;
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    diff = std::max(diff, std::abs(got[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 AttentionActivations detached_copy(const AttentionActivations& a) {
   AttentionActivations c;

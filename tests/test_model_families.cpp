@@ -140,20 +140,6 @@ std::vector<int64_t> random_ids(int L, int vocab, uint32_t seed) {
   return ids;
 }
 
-std::vector<double> to_doubles(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kCPU).to(at::kDouble).contiguous();
-  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-}
-
-double rel_diff(const std::vector<double>& got, const std::vector<double>& ref) {
-  if (got.size() != ref.size() || ref.empty()) return INFINITY;
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    diff = std::max(diff, std::abs(got[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 // The checkpoint of `f` in a fresh directory, loaded as a user's model would be (config.json, then
 // the weight store).

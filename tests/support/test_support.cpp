@@ -1,5 +1,9 @@
 #include "test_support.h"
 
+#include <ATen/ATen.h>
+
+#include <cmath>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -82,6 +86,21 @@ std::vector<TextDocument> sample_documents() {
   for (const auto& e : fs::directory_iterator(source_dir() + "/resources/texts")) paths.push_back(e.path().string());
   std::sort(paths.begin(), paths.end());
   return read_text_documents(paths);
+}
+
+std::vector<double> to_doubles(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(at::kCPU).to(at::kDouble).contiguous();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+double rel_diff(const std::vector<double>& got, const std::vector<double>& ref) {
+  if (got.size() != ref.size() || ref.empty()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff = std::max(diff, std::abs(got[i] - ref[i]));
+    scale = std::max(scale, std::abs(ref[i]));
+  }
+  return diff / std::max(scale, 1e-30);
 }
 
 }  // namespace attnscope::test

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "attnscope/base/error.h"
 #include "attnscope/io/text_source.h"
 
@@ -18,6 +20,11 @@ std::string shared_model_file(const std::string& relative);
 
 // The bundled sample texts (resources/texts/*.txt), in file-name order: what the capture tests read.
 std::vector<TextDocument> sample_documents();
+
+// A tensor's values as float64, row-major (any device, any floating dtype).
+std::vector<double> to_doubles(const at::Tensor& t);
+// max |got - ref| / max |ref|; infinite when the sizes differ so the check fails loudly.
+double rel_diff(const std::vector<double>& got, const std::vector<double>& ref);
 
 // The whole file as bytes ("" when it cannot be read).
 std::string read_file(const std::string& path);
