@@ -37,6 +37,8 @@ using namespace attnscope;
 using test::RefArch;
 using test::RefConfig;
 using test::RefOptions;
+using test::rel_diff;
+using test::to_doubles;
 
 namespace {
 
