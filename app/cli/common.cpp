@@ -66,13 +66,14 @@ std::vector<std::string> default_texts() {
   return files;
 }
 
-void ModelArgs::add_to(CLI::App* cmd) {
+void ModelArgs::add_to(CLI::App* cmd, bool with_dtype) {
   model = default_model();
   cmd->add_option("-m,--model", model,
                   "Hugging Face model directory, cached model name (ORG/NAME), or llama2.c .bin")
       ->capture_default_str();
   cmd->add_option("--tokenizer", tokenizer,
                   "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)");
+  if (!with_dtype) return;
   note_quantity_flag("compute dtype", "--dtype");
   cmd->add_option("--dtype", dtype,
                   "the dtype each layer's projections and MLP compute in; weights stay as stored (memory-mapped, "

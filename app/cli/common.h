@@ -34,7 +34,8 @@ struct ModelArgs {
   std::string model;
   std::string tokenizer;
   std::string dtype = "f32";  // the compute dtype (parse_compute_dtype); weights stay as stored
-  void add_to(CLI::App* cmd);
+  // with_dtype: also --dtype (the window computes in float32 and does not take it).
+  void add_to(CLI::App* cmd, bool with_dtype = true);
   LoadedModel load() const;
 };
 

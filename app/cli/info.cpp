@@ -25,7 +25,7 @@ void register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a model: architecture, layers, heads, sizes, tokenizer");
   auto args = std::make_shared<ModelArgs>();
   auto json = std::make_shared<bool>(false);
-  args->add_to(cmd);
+  args->add_to(cmd, /*with_dtype=*/false);  // headers only: nothing computes
   cmd->add_flag("--json", *json, "machine-readable output");
   cmd->callback([args, json] {
     const ModelInfo m = inspect_model(args->model, args->tokenizer);

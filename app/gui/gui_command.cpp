@@ -172,7 +172,7 @@ void run_gui(GuiArgs& a) {
 void register_gui(CLI::App& app) {
   auto* cmd = app.add_subcommand("gui", "Open the attnscope workbench window (or save a screenshot of it)");
   auto a = std::make_shared<GuiArgs>();
-  a->model.add_to(cmd);
+  a->model.add_to(cmd, /*with_dtype=*/false);
   cmd->add_option("-t,--text", a->texts, "sample text files (default: resources/texts/*.txt)");
   cmd->add_option("--session", a->session, "open a saved session (.attnscope) instead")->excludes("--text");
   cmd->add_option("-L,--seq-len", a->seq_len, "tokens per window of the first capture (default: the last used)")
