@@ -96,7 +96,7 @@ void ValueHeatmap::update_hint() {
   QString text = footnote_text_;
   if (!values_.empty() && !texts_.empty() && font_px_ < kMinTextPx) {
     if (!text.isEmpty()) text += '\n';
-    text += tr("values: hover a cell, or zoom in (wheel; double-click: all)");
+    text += tr("values: hover, or wheel to zoom");
   }
   QCustomPlot* p = plot();
   if (!footnote_) {
