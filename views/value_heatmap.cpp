@@ -357,8 +357,13 @@ bool ValueHeatmap::fit_texts() {
   while (!custom && px < kMinTextPx && digits > 1 && size_for(digits - 1) > px) px = size_for(--digits);
   // Marked cells: a dashed 2-pixel outline reads on cells of 18 pixels and more; on smaller ones
   // the dashes turn into noise, so a thin solid one.
-  const bool small_cells = std::min(cw, ch) < 18;
-  for (QCPItemRect* m : marks_) m->setPen(QPen(series_color(3), small_cells ? 1 : 2, small_cells ? Qt::SolidLine : Qt::DashLine));
+  // Below 4 pixels an outline covers its cell and the marks of many rows merge into stripes (the
+  // mixer panel of 512 heads): hidden until the user zooms in.
+  const bool small_cells = std::min(cw, ch) < 18, tiny_cells = std::min(cw, ch) < 4;
+  for (QCPItemRect* m : marks_) {
+    m->setPen(QPen(series_color(3), small_cells ? 1 : 2, small_cells ? Qt::SolidLine : Qt::DashLine));
+    m->setVisible(!tiny_cells);
+  }
   if (px == font_px_ && digits == shown_decimals_) return false;
   font_px_ = px;
   shown_decimals_ = digits;
