@@ -134,10 +134,14 @@ void register_scale_bench(CLI::App* bench) {
       const int L = o->seq_len ? o->seq_len : llama ? 256 : 1024, T = o->num_seqs ? o->num_seqs : llama ? 2 : 8;
       ShapedCheckpoint ck;
       if (o->reuse && fs::exists(model + "/config.json")) {
+        // What is there, from its headers (as `info` reads them), not assumed from the shape.
+        const ModelInfo info = inspect_model(model);
         ck.dir = model;
-        for (const auto& e : fs::directory_iterator(model))
-          if (e.path().extension() == ".safetensors") ck.weight_bytes += int64_t(e.file_size()), ++ck.shards;
-        ck.dtype = llama ? "BF16" : "F32";
+        ck.shards = int(info.weight_files.size());
+        for (const auto& [dtype, bytes] : info.stored_bytes) {
+          ck.weight_bytes += bytes;
+          ck.dtype += (ck.dtype.empty() ? "" : "+") + dtype;
+        }
       } else {
         const auto t0 = std::chrono::steady_clock::now();
         ck = write_shaped_checkpoint(shape, model, tokenizer, 0, terminal_progress("write " + name));
