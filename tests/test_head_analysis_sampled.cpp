@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <string>
@@ -307,6 +308,34 @@ TEST(HeadAnalysisSampled, ChecksForCancellationAtLeastTwicePerHead) {
                  Cancelled);
     EXPECT_EQ(seen, stop_at);
   }
+}
+
+// The heads of a layer run in parallel: every metric is the same whatever the thread count, and
+// progress still rises to 1 in half-head steps.
+TEST(HeadAnalysisSampled, ParallelHeadsGiveTheOneThreadResult) {
+  const CaptureStore st(tiny_capture());
+  AnalysisOptions o;
+  o.feature_map = "hedgehog", o.features = 8, o.sample_rows = 16, o.mixer_state = 2, o.mixer_tokens = 12;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = analyze_capture(st, o);
+  at::set_num_threads(4);
+  std::vector<double> fractions;
+  const auto four = analyze_capture(st, o, [&](double f, const std::string&) { fractions.push_back(f); });
+  at::set_num_threads(threads);
+  ASSERT_EQ(one.size(), four.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(four[i].layer, one[i].layer);
+    EXPECT_EQ(four[i].head, one[i].head);
+    EXPECT_EQ(four[i].softmax.entropy, one[i].softmax.entropy);
+    EXPECT_EQ(four[i].softmax.monotonicity->spearman, one[i].softmax.monotonicity->spearman);
+    EXPECT_EQ(four[i].mixers->causal_low_rank, one[i].mixers->causal_low_rank);
+    EXPECT_EQ(four[i].mixers->ssd, one[i].mixers->ssd);
+    EXPECT_EQ(*four[i].linear->kl, *one[i].linear->kl);
+    EXPECT_EQ(*four[i].linear->output_rel_error, *one[i].linear->output_rel_error);
+  }
+  ASSERT_EQ(fractions.size(), 2 * one.size());
+  for (size_t i = 0; i < fractions.size(); ++i) EXPECT_DOUBLE_EQ(fractions[i], double(i + 1) / double(fractions.size()));
 }
 
 // The softmax side is reused from the cache under the same key (a marker planted there comes

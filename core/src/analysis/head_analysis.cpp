@@ -8,7 +8,12 @@
 #include "base/random.h"
 #include "base/tensor_checks.h"
 
+#include <ATen/Parallel.h>
+
+#include <atomic>
 #include <cmath>
+#include <functional>
+#include <mutex>
 #include <limits>
 #include <numeric>
 
@@ -144,87 +149,142 @@ at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k) {
   return out;
 }
 
+namespace {
+
+// The rows one head's metrics read: R sampled positions (the census first), or all L of them.
+struct SampledRows {
+  at::Tensor pos;  // [R] long
+  int64_t census = 0;
+  bool sampled = false;
+};
+SampledRows sampled_rows(const AnalysisOptions& opt, int64_t L, int s, int h) {
+  SampledRows r;
+  r.sampled = opt.sample_rows > 0 && opt.sample_rows < L;
+  if (!r.sampled) {
+    r.pos = at::arange(L, at::kLong);
+    return r;
+  }
+  // The first R / 4 positions in full, the rest a uniform sample of the later ones.
+  r.census = opt.sample_rows / 4;
+  std::vector<int64_t> p(r.census);
+  std::iota(p.begin(), p.end(), 0);
+  for (int64_t i : sample_without_replacement(L - r.census, opt.sample_rows - r.census,
+                                              derive_seed(derive_seed(opt.seed, s, h), AnalysisOptions::kRowSampleStream)))
+    p.push_back(r.census + i);
+  r.pos = at::tensor(p, at::kLong);
+  return r;
+}
+
+// One head of layer s: q, k, v [T, L, d] float64. `step` is called before the linear side and at
+// the end (the cancellation points).
+HeadAnalysis analyze_head(const AnalysisOptions& opt, int s, int h, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v, const std::string& key, SoftmaxSideCache* cache,
+                          const std::function<void(double, const std::string&)>& step) {
+  const int64_t L = q.size(-2), d = q.size(-1);
+  const std::string where = "layer " + std::to_string(s) + " head " + std::to_string(h);
+  const SampledRows rows = sampled_rows(opt, L, s, h);
+  const at::Tensor& pos = rows.pos;
+  const at::Tensor positions = rows.sampled ? pos : at::Tensor();
+  // Softmax rows: needed for the softmax side and as the linear side's reference.
+  const at::Tensor A = at::softmax(row_scores(q, k, pos), -1);
+  HeadAnalysis a;
+  a.layer = s, a.head = h;
+  if (auto hit = cache ? cache->find(key, s, h) : std::nullopt) {
+    a = std::move(*hit);
+  } else {
+    HeadMetricsInput in;
+    in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = rows.census;
+    a.softmax = compute_head_metrics(in);
+    if (rows.sampled) {
+      // The entropies are cheap for every row: exact, whatever the sample.
+      const at::Tensor ent = softmax_row_entropies(q, k);
+      a.softmax.entropy = ent.mean().item<double>();
+      if (L >= 2)
+        a.softmax.normalized_entropy =
+            (ent.narrow(-1, 1, L - 1) / at::log(at::arange(2, L + 1, at::kDouble))).mean().item<double>();
+      a.softmax.standard_error.erase("entropy");
+      a.softmax.standard_error.erase("normalized_entropy");
+    }
+    if (opt.mixer_state > 0) {
+      MixerFitOptions mo;
+      mo.state_size = opt.mixer_state;
+      mo.iterations = opt.mixer_iterations;
+      const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
+      a.mixers = mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P), k.select(0, 0).narrow(0, 0, P)), mo);
+    }
+    if (cache) cache->store(key, a);
+  }
+  if (!opt.feature_map.empty()) {
+    step(0.5, where + " (" + opt.feature_map + ")");
+    // Scaled features: phi itself under- or overflows at the norms real heads reach.
+    auto phi = head_feature_map(opt, d, s, h, q, k);
+    const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
+    const Features fq(pq.values.to(at::kDouble), pq.log_scale.to(at::kDouble)), fk(pk.values.to(at::kDouble), pk.log_scale.to(at::kDouble));
+    const LinearRows lr = linear_rows(fq, fk, pos);
+    HeadMetricsInput li;
+    li.map = opt.window > 0 ? hybrid_rows(fq, fk, q, k, pos, opt.window) : lr.map;
+    li.reference = A, li.q = q, li.k = k, li.v = v, li.positions = positions, li.census = rows.census;
+    li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
+    // The signs of the linear part's raw row sums (also with a window: linear_map's count).
+    li.raw_row_sums = lr.raw_sums;
+    a.linear = compute_head_metrics(li);
+  }
+  step(opt.feature_map.empty() ? 1.0 : 0.5, where);
+  return a;
+}
+
+}  // namespace
+
 std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const AnalysisOptions& opt,
                                           const ProgressFn& progress, SoftmaxSideCache* cache) {
   check_window(opt);
   if (opt.mixer_tokens < 0) fail_value("mixer_tokens", std::to_string(opt.mixer_tokens) + " must be 0 (the whole window) or a number of tokens");
   if (opt.sample_rows < 0) fail_value("sample_rows", std::to_string(opt.sample_rows) + " must be 0 (every row) or a number of query positions");
   at::InferenceMode guard;
-  std::vector<HeadAnalysis> out;
   const int S = store.num_layers(), H = store.num_heads();
-  const int64_t d = store.head_dim();
+  std::vector<HeadAnalysis> out(size_t(S) * size_t(H));
   const std::string key = SoftmaxSideCache::key(store, opt);
+  // Progress in heads done (a head's softmax and linear sides count a half each), reported in
+  // order from whichever thread finishes a step; each report is a cancellation point.
+  // Once a report has thrown (Cancelled), the other threads stop at their next step without one.
+  std::mutex progress_mutex;
+  double done = 0;
+  bool stopped = false;
+  const auto step = [&](double heads, const std::string& where) {
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    if (stopped) throw Cancelled();
+    done += heads;
+    try {
+      if (progress) progress(done / (double(S) * H), where);
+    } catch (...) {
+      stopped = true;
+      throw;
+    }
+  };
   for (int s = 0; s < S; ++s) {
     // [T, H, L, d] -> per head [T, L, d], in float64 so large logits cannot overflow.
     const at::Tensor Q = select_seqs(store.layer_tensor(s, "q"), opt.max_seqs).to(at::kDouble);
     const at::Tensor K = select_seqs(store.layer_tensor(s, "k"), opt.max_seqs).to(at::kDouble);
     const at::Tensor V = select_seqs(store.layer_tensor(s, "v"), opt.max_seqs).to(at::kDouble);
-    const int64_t L = Q.size(-2);
-    const bool sampled = opt.sample_rows > 0 && opt.sample_rows < L;
-    for (int h = 0; h < H; ++h) {
-      const at::Tensor q = Q.select(1, h).contiguous(), k = K.select(1, h).contiguous(), v = V.select(1, h).contiguous();
-      const std::string where = "layer " + std::to_string(s) + " head " + std::to_string(h);
-      // The rows every row metric reads: R sampled positions, or all of them.
-      at::Tensor pos = at::arange(L, at::kLong);
-      int64_t census = 0;
-      if (sampled) {
-        // The first R / 4 positions in full, the rest a uniform sample of the later ones.
-        census = opt.sample_rows / 4;
-        std::vector<int64_t> p(census);
-        std::iota(p.begin(), p.end(), 0);
-        for (int64_t i : sample_without_replacement(L - census, opt.sample_rows - census,
-                                                    derive_seed(derive_seed(opt.seed, s, h), AnalysisOptions::kRowSampleStream)))
-          p.push_back(census + i);
-        pos = at::tensor(p, at::kLong);
-      }
-      const at::Tensor positions = sampled ? pos : at::Tensor();
-      // Softmax rows: needed for the softmax side and as the linear side's reference.
-      const at::Tensor A = at::softmax(row_scores(q, k, pos), -1);
-      HeadAnalysis a;
-      a.layer = s, a.head = h;
-      if (auto hit = cache ? cache->find(key, s, h) : std::nullopt) {
-        a = std::move(*hit);
-      } else {
-        HeadMetricsInput in;
-        in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = census;
-        a.softmax = compute_head_metrics(in);
-        if (sampled) {
-          // The entropies are cheap for every row: exact, whatever the sample.
-          const at::Tensor ent = softmax_row_entropies(q, k);
-          a.softmax.entropy = ent.mean().item<double>();
-          if (L >= 2)
-            a.softmax.normalized_entropy =
-                (ent.narrow(-1, 1, L - 1) / at::log(at::arange(2, L + 1, at::kDouble))).mean().item<double>();
-          a.softmax.standard_error.erase("entropy");
-          a.softmax.standard_error.erase("normalized_entropy");
+    // The heads of a layer run in parallel, one per thread, each taking the next head as it
+    // finishes (their times differ); the operations inside a head then run on its thread alone.
+    // Every head's result depends only on (seed, layer, head), not on the thread count.
+    // A head that throws (an error, or Cancelled from progress) stops the others at their next head.
+    std::atomic<int> next{0};
+    std::atomic<bool> failed{false};
+    const int64_t workers = std::min<int64_t>(H, std::max(1, at::get_num_threads()));
+    at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+      at::InferenceMode worker_guard;  // thread-local: each worker sets its own
+      for (int h = next++; h < H && !failed; h = next++) {
+        try {
+          const at::Tensor q = Q.select(1, h).contiguous(), k = K.select(1, h).contiguous(), v = V.select(1, h).contiguous();
+          out[size_t(s) * H + h] = analyze_head(opt, s, h, q, k, v, key, cache, step);
+        } catch (...) {
+          failed = true;
+          throw;
         }
-        if (opt.mixer_state > 0) {
-          MixerFitOptions mo;
-          mo.state_size = opt.mixer_state;
-          mo.iterations = opt.mixer_iterations;
-          const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
-          a.mixers = mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P), k.select(0, 0).narrow(0, 0, P)), mo);
-        }
-        if (cache) cache->store(key, a);
       }
-      if (!opt.feature_map.empty()) {
-        if (progress) progress(double(s * H + h + 0.5) / (S * H), where + " (" + opt.feature_map + ")");
-        // Scaled features: phi itself under- or overflows at the norms real heads reach.
-        auto phi = head_feature_map(opt, d, s, h, q, k);
-        const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
-        const Features fq(pq.values.to(at::kDouble), pq.log_scale.to(at::kDouble)), fk(pk.values.to(at::kDouble), pk.log_scale.to(at::kDouble));
-        const LinearRows lr = linear_rows(fq, fk, pos);
-        HeadMetricsInput li;
-        li.map = opt.window > 0 ? hybrid_rows(fq, fk, q, k, pos, opt.window) : lr.map;
-        li.reference = A, li.q = q, li.k = k, li.v = v, li.positions = positions, li.census = census;
-        li.phi_q = pq, li.phi_k = pk, li.seed = opt.seed;
-        // The signs of the linear part's raw row sums (also with a window: linear_map's count).
-        li.raw_row_sums = lr.raw_sums;
-        a.linear = compute_head_metrics(li);
-      }
-      out.push_back(std::move(a));
-      if (progress) progress(double(s * H + h + 1) / (S * H), where);
-    }
+    });
   }
   return out;
 }

@@ -73,7 +73,8 @@ class SoftmaxSideCache {
   std::map<std::pair<int, int>, HeadAnalysis> heads_;
 };
 
-// Layer by layer (one layer's q, k, v in memory), head by head. Throws Error for an unknown feature
+// Layer by layer (one layer's q, k, v in memory); the heads of a layer in parallel, one per thread
+// (at::get_num_threads()), each result independent of the thread count. Throws Error for an unknown feature
 // map. `progress` is called after every head and before each head's linear side (each call is a
 // cancellation point: at most one head's softmax or linear side, ~T x L rows, runs between two).
 // With `cache`, heads found there skip their softmax side, and computed ones are stored.
