@@ -73,16 +73,17 @@ void ModelArgs::add_to(CLI::App* cmd, bool with_dtype) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", tokenizer,
                   "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)");
-  if (!with_dtype) return;
-  note_quantity_flag("compute dtype", "--dtype");
-  cmd->add_option("--dtype", dtype,
-                  "the dtype each layer's projections and MLP compute in; weights stay as stored (memory-mapped, "
-                  "converted one layer at a time) and attention, norms and logits stay float32 (float64 with f64)")
-      ->check(CLI::IsMember(compute_dtype_names()))
-      ->capture_default_str();
+  if (with_dtype) add_compute_dtype_option(cmd, compute);
 }
 
-LoadedModel ModelArgs::load() const { return load_model(model, tokenizer, parse_compute_dtype(dtype)); }
+LoadedModel ModelArgs::load() const { return load_model(model, tokenizer, compute_dtype_of(compute, Device::Cpu)); }
+
+void add_compute_dtype_option(CLI::App* cmd, std::optional<at::ScalarType>& compute) {
+  note_quantity_flag(kComputeDtypeQuantity, kComputeDtypeFlag);
+  cmd->add_option_function<std::string>(kComputeDtypeFlag, [&compute](const std::string& v) { compute = parse_compute_dtype(v); },
+                                        kComputeDtypeHelp)
+      ->check(CLI::IsMember(compute_dtype_names()));
+}
 
 namespace {
 std::map<std::string, std::string>& quantity_flags() {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "attnscope/base/figure.h"
 #include "attnscope/base/job.h"
 #include "attnscope/analysis/head_analysis.h"
+#include "attnscope/model/compute_dtype.h"
 #include "attnscope/model/model.h"
 #include "attnscope/base/progress.h"
 
@@ -33,11 +35,14 @@ std::vector<std::string> default_texts();
 struct ModelArgs {
   std::string model;
   std::string tokenizer;
-  std::string dtype = "f32";  // the compute dtype (parse_compute_dtype); weights stay as stored
+  std::optional<at::ScalarType> compute;  // --dtype; unset: the CPU's default (compute_dtype.h)
   // with_dtype: also --dtype (the window computes in float32 and does not take it).
   void add_to(CLI::App* cmd, bool with_dtype = true);
   LoadedModel load() const;
 };
+
+// --dtype (compute_dtype.h's one definition) for a command without a core option table.
+void add_compute_dtype_option(CLI::App* cmd, std::optional<at::ScalarType>& compute);
 
 // Remembers that `flag` sets `quantity`, for option_for_quantity (main.cpp adds the flag to an
 // Error about that quantity).

@@ -17,6 +17,7 @@ void register_compare(CLI::App& app) {
   auto o = std::make_shared<CompareOptions>();
   auto out = std::make_shared<std::string>();
   cmd->add_option("-m,--model", o->model, "model directory, HF cache name or llama2.c .bin (default: the bundled model)");
+  add_compute_dtype_option(cmd, o->compute);
   cmd->add_option("-t,--text", o->texts, ".txt or .jsonl files; the tail (--heldout-share) is held out")->required();
   cmd->add_option("-C,--budget", o->budget, "cost C: the mean feature dimension per layer")->required();
   add_lambda_option(cmd, o->lambda, "DoF tolerance lambda (2^-8, 0.0625, 1e-3)");

@@ -16,8 +16,8 @@ namespace attnscope::cli {
 namespace {
 
 void print_table(const ConvertedEvaluation& e) {
-  std::printf("tokens %lld, windows of %d (closeness on %d of them)\n\n", (long long)e.tokens, e.seq_len,
-              e.closeness_windows);
+  std::printf("tokens %lld, windows of %d (closeness on %d of them), computing in %s\n\n", (long long)e.tokens, e.seq_len,
+              e.closeness_windows, e.compute_dtype.c_str());
   std::printf("%-10s %12s %12s\n", "model", "loss", "perplexity");
   std::printf("%-10s %12.4f %12.3f\n", "original", e.original_loss, std::exp(e.original_loss));
   std::printf("%-10s %12.4f %12.3f\n\n", "converted", e.converted_loss, std::exp(e.converted_loss));

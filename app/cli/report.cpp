@@ -28,6 +28,7 @@ void run_report(ReportArgs& a) {
   ReportOptions o = a.report;
   o.model = a.model.model;
   o.tokenizer = a.model.tokenizer;
+  o.compute = a.model.compute;
   if (o.texts.empty()) o.texts = default_texts();
   o.lambda = a.dof.lambda;
   o.dof = a.dof.settings;

@@ -90,6 +90,7 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
   };
 
   ConvertedEvaluation r;
+  r.compute_dtype = compute_dtype_name(converted.weights().compute);
   r.seq_len = L;
   r.tokens = int64_t(ids.size());
   r.trained_length = linear->trained_length;

@@ -25,6 +25,7 @@ nlohmann::json converted_eval_to_json(const ConvertedEvaluation& e) {
                          {"attention_kl", num(p.attention_kl)}});
   return {{"tokens", e.tokens},
           {"seq_len", e.seq_len},
+          {"compute_dtype", e.compute_dtype},
           {"trained_length", e.trained_length},
           {"beyond_trained_length", e.beyond_trained_length()},
           {"positions", positions},

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "attnscope/model/compute_dtype.h"
 #include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
 #include "attnscope/capture/capture.h"
@@ -82,7 +83,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   if (!o.capture.empty()) cap = std::make_unique<CaptureStore>(o.capture);
   const std::string model_spec = !o.model.empty() ? o.model : cap ? cap->model_path() : "";
   if (model_spec.empty()) fail_value("model", "is missing: direct training needs the model, or a capture of it");
-  LoadedModel lm = load_model(model_spec);
+  LoadedModel lm = load_model(model_spec, "", compute_dtype_of(o.compute, o.device));
   Model& model = *lm.model;
   const ModelConfig& c = model.config();
   if (cap && (cap->num_layers() != c.n_layer || cap->num_heads() != c.n_head || cap->head_dim() != c.head_dim))

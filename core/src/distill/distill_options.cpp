@@ -2,6 +2,8 @@
 // command line, job.json, the checks and the feature dimensions.
 #include "attnscope/distill/distill_options.h"
 
+#include "attnscope/model/compute_dtype.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -59,6 +61,7 @@ const std::vector<Row> kTable = {
      [](O& o, const std::string& v) { o.val_share = parse_number(v, "validation share"); }},
     {"-m,--model", "model", "direct: the model (default: the capture's)",
      [](const O& o) { return o.model; }, [](O& o, const std::string& v) { o.model = v; }},
+    compute_dtype_option<O>(),
     {"-t,--text", "text", "direct: the training text (.txt or .jsonl)",
      [](const O& o) { return o.text; }, [](O& o, const std::string& v) { o.text = v; }},
     {"-L,--seq-len", "sequence length", "direct: tokens per window (default: the capture's, else 128)",
@@ -311,6 +314,8 @@ std::string distill_job_json(const DistillJob& job) {
   if (o.loss == DistillLoss::Direct) {
     j["text"] = o.text;
     j["seq_len"] = o.seq_len;
+    // Only when given: unset, a resumed run computes in its device's default (compute_dtype.h).
+    if (o.compute) j["dtype"] = compute_dtype_name(*o.compute);
   }
   j["optimizer"] = {{"name", "adamw"}, {"lr", o.lr}, {"lr_alpha", o.lr_alpha}, {"betas", {kBeta1, kBeta2}},
                     {"eps", kEps}, {"weight_decay", o.weight_decay}};
@@ -388,6 +393,7 @@ DistillJob read_distill_job(const std::string& run_dir) {
     if (has(j, "loss")) o.loss = parse_distill_loss(r.text(j, "loss", "loss"));
     if (has(j, "text")) o.text = r.text(j, "text", "text");
     if (has(j, "seq_len")) o.seq_len = r.integer(j, "seq_len", "seq_len");
+    if (has(j, "dtype")) o.compute = parse_compute_dtype(r.text(j, "dtype", "dtype"));
     if (has(j, "optimizer")) {
       const auto& opt = j["optimizer"];
       if (has(opt, "lr")) o.lr = r.number(opt, "lr", "optimizer.lr");

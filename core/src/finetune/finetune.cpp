@@ -5,6 +5,8 @@
 // uninterrupted one would have.
 #include "attnscope/finetune/finetune.h"
 
+#include "attnscope/model/compute_dtype.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
@@ -43,6 +45,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 const std::vector<OptionSpec<O>> kTable = {
     {"-m,--model", "model", "the converted model to finetune (attnscope convert's output)",
      [](const O& o) { return o.model; }, [](O& o, const std::string& v) { o.model = v; }},
+    compute_dtype_option<O>(),
     {"-t,--text", "text", "training text (.txt or .jsonl), repeatable; a share of its windows is held out",
      [](const O& o) {
        std::string s;
@@ -344,7 +347,7 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
   if (!is_converted_model(o.model))
     fail(o.model, "is not a converted model (no \"attnscope\" object in its config.json): finetune takes "
                   "attnscope convert's output");
-  LoadedModel lm = load_model(o.model);
+  LoadedModel lm = load_model(o.model, "", compute_dtype_of(o.compute, Device::Cpu));
   Model& model = *lm.model;
   const ModelConfig& c = model.config();
   const HeadFeatureMaps* maps = model.feature_maps();

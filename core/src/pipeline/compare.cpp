@@ -2,6 +2,8 @@
 // Tables 3-5 and 7 in Markdown, LaTeX, CSV and JSON (compare.h).
 #include "attnscope/pipeline/compare.h"
 
+#include "attnscope/model/compute_dtype.h"
+
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -54,7 +56,8 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
   const auto& rows = cmp.strategies;
   const ConvertedEvaluation& first = rows.front().eval;
   const std::string setting = "budget C = " + std::to_string(o.budget) + ", lambda = " + fmt_lambda(cmp.lambda) +
-                              ", " + o.feature_map + ", " + distill_loss_name(o.loss) + " loss, " + std::to_string(o.steps) + " steps";
+                              ", " + o.feature_map + ", " + distill_loss_name(o.loss) + " loss, " + std::to_string(o.steps) + " steps, computing in " +
+                              compute_dtype_name(compute_dtype_of(o.compute, Device::Cpu));
 
   Table quality;  // Table 3's shape, with held-out language-model quality in place of downstream tasks
   quality.caption = "Held-out next-token loss, perplexity and attention KL of the converted models (" + setting + ").";
@@ -179,7 +182,7 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
   const auto [train_text, heldout_text] = split_text(docs, o.heldout_share);
   if (heldout_text.find_first_not_of(" \t\r\n") == std::string::npos)
     fail("compare", "the text is too short to hold out a share of it");
-  LoadedModel m = load_model(o.model);
+  LoadedModel m = load_model(o.model, "", compute_dtype_of(o.compute, Device::Cpu));
   const ModelConfig& c = m.model->config();
   const int L = o.seq_len > 0 ? o.seq_len : std::min(c.n_ctx, 256);
   if (L < 2 || L > c.n_ctx)
@@ -231,7 +234,7 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
     convert_model(m, conv, model_dir);
 
     // Evaluated as `attnscope eval --model DIR/models/S --text DIR/texts/heldout.txt` does.
-    LoadedModel converted = load_model(model_dir);
+    LoadedModel converted = load_model(model_dir, "", compute_dtype_of(o.compute, Device::Cpu));
     ConvertedEvalOptions eo;
     eo.seq_len = L;
     eo.closeness_windows = o.closeness_windows;

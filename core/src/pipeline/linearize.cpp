@@ -3,6 +3,8 @@
 // done and resumed when it was cut short.
 #include "attnscope/pipeline/linearize.h"
 
+#include "attnscope/model/compute_dtype.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -38,6 +40,7 @@ std::string linearize_int(int64_t v) { return std::to_string(v); }
 const std::vector<OptionSpec<LO>> kLinearizeTable = {
     {"-m,--model", "model", "the model to convert (Hugging Face directory, cached name, or llama2.c .bin)",
      [](const LO& o) { return o.model; }, [](LO& o, const std::string& v) { o.model = v; }},
+    compute_dtype_option<LO>(),
     {"-t,--text", "text", "text files (.txt, .jsonl), repeatable: the tail (--heldout-share) is held out for evaluation",
      [](const LO& o) {
        std::string s;
@@ -128,6 +131,7 @@ DistillOptions stage1_options(const LO& o, const std::string& out, int64_t head_
 FinetuneOptions stage2_options(const LO& o, const std::string& out, int64_t L) {
   FinetuneOptions f;
   f.model = (fs::path(out) / "converted").string();
+  f.compute = o.compute;
   f.texts = {(fs::path(out) / "texts" / "train.txt").string()};
   f.rank = o.rank;
   f.steps = o.finetune_steps;
@@ -216,7 +220,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   const auto t0 = std::chrono::steady_clock::now();
   // Everything that can be checked before the first file.
   check_linearize_options(o);
-  LoadedModel m = load_model(o.model);
+  LoadedModel m = load_model(o.model, "", compute_dtype_of(o.compute, Device::Cpu));
   const ModelConfig& c = m.model->config();
   const int64_t L = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(c.n_ctx, 4096);
   if (L < 8 || L > c.n_ctx)
@@ -295,7 +299,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
 
   // 5. Held-out evaluation: the original, the same maps untrained, stage 1, the final model.
   report_progress(progress, 0.85, "evaluation");
-  LoadedModel stage1 = load_model(conv), fin = load_model(final_model);
+  const at::ScalarType compute = compute_dtype_of(o.compute, Device::Cpu);
+  LoadedModel stage1 = load_model(conv, "", compute), fin = load_model(final_model, "", compute);
   const HeadFeatureMaps& trained = *stage1.model->feature_maps();
   std::vector<std::vector<int64_t>> dims;
   for (const auto& layer : trained.maps) {

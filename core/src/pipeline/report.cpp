@@ -2,6 +2,8 @@
 // and figures -> index.md, each stage handing its result to the next.
 #include "attnscope/pipeline/report.h"
 
+#include "attnscope/model/compute_dtype.h"
+
 #include "attnscope/allocation/allocation_file.h"
 
 #include <ATen/ATen.h>
@@ -142,7 +144,7 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
 
   // 1. Capture.
   const auto docs = read_text_documents(o.texts);
-  LoadedModel m = load_model(o.model, o.tokenizer);
+  LoadedModel m = load_model(o.model, o.tokenizer, compute_dtype_of(o.compute, Device::Cpu));
   const ModelConfig& cfg = m.model->config();
   CaptureOptions co = o.capture;
   co.seq_len = std::min(co.seq_len, cfg.n_ctx);

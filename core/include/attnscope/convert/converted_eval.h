@@ -60,6 +60,7 @@ int position_bucket(int p);
 
 struct ConvertedEvaluation {
   int seq_len = 0;
+  std::string compute_dtype;  // the models' (--dtype): compute_dtype_name
   // The window length the maps were trained on (the converted model's "trained_length"; 0 unknown)
   // and whether this evaluation goes beyond it, where trained maps are known to break.
   int64_t trained_length = 0;

@@ -2,6 +2,8 @@
 // registration, which option sets which quantity), the job.json that records them, and their
 // checks. The CLI, the workbench and job.json all go through here.
 #pragma once
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,6 +46,7 @@ struct DistillOptions {
   std::string text;         // direct: the training text (windows of seq_len tokens)
   int64_t seq_len = 0;      // direct: tokens per window; 0 = the capture's, else min(128, n_ctx)
   std::string model;        // direct: the model; "" = the capture's model
+  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
   // The maps.
   std::string feature_map = "learned-prf";  // one of trainable_feature_maps()
   std::string init;                         // "" = the map's default

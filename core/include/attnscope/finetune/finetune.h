@@ -7,6 +7,9 @@
 // RUN/model is written: an ordinary converted model (SPEC 7, with "finetune": {"rank", "steps"})
 // that attnscope and attnscope_linear.py load.
 #pragma once
+#include <c10/core/ScalarType.h>
+
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@ struct ModelWeights;
 
 struct FinetuneOptions {
   std::string model;               // a converted model directory (attnscope convert's, or a run's model/)
+  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
   std::vector<std::string> texts;  // the training text; a seeded share of its windows is held out
   int64_t rank = 8;                // r of the adapters
   int64_t steps = 200;

@@ -14,6 +14,9 @@
 //   DIR/compare.json                   every number above
 // DIR appears whole or not at all (OutputDir).
 #pragma once
+#include <c10/core/ScalarType.h>
+
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +29,7 @@ namespace attnscope {
 
 struct CompareOptions {
   std::string model;                    // a model load_model accepts
+  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
   std::vector<std::string> texts;       // text files (read_text_documents)
   int64_t budget = 0;                   // C: the mean feature dimension per layer
   double lambda = kDefaultLambda;       // DoF tolerance

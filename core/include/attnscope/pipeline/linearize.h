@@ -15,6 +15,8 @@
 //
 // The final model is OUT/stage2/model (OUT/converted when the finetune is skipped, --finetune-steps 0).
 #pragma once
+#include <c10/core/ScalarType.h>
+
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -30,6 +32,7 @@ namespace attnscope {
 
 struct LinearizeOptions {
   std::string model;
+  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
   std::vector<std::string> texts;
   double heldout_share = 0.15;
   int64_t seq_len = 0;       // capture and evaluation length; 0: the context length, at most 4096

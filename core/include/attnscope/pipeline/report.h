@@ -17,6 +17,9 @@
 // Written through OutputDir: a failed or cancelled report leaves no half-written directory, and an
 // existing DIR is replaced only by a complete one.
 #pragma once
+#include <c10/core/ScalarType.h>
+
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +37,7 @@ namespace attnscope {
 struct ReportOptions {
   std::string model;                // anything load_model accepts
   std::string tokenizer;            // "" = the model's own
+  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
   std::vector<std::string> texts;   // sample text files (text_source.h); at least one
   CaptureOptions capture;           // its sequence length is capped at the model's context length
   DofSettings dof;

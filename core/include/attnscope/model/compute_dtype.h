@@ -1,0 +1,40 @@
+// --dtype, one definition for every command that runs a model: the row of a job's option table
+// (compute_dtype_option), and the same flag, words and check where the CLI adds it by hand
+// (app/cli/common: ModelArgs and add_compute_dtype_option). The names are model.h's one table.
+#pragma once
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string>
+
+#include "attnscope/base/command_line.h"
+#include "attnscope/base/device.h"
+#include "attnscope/model/model.h"
+
+namespace attnscope {
+
+constexpr char kComputeDtypeFlag[] = "--dtype";
+constexpr char kComputeDtypeQuantity[] = "compute dtype";
+constexpr char kComputeDtypeHelp[] =
+    "f32 | bf16 | f16 | f64: the dtype each layer's projections and MLP compute in (default f32 on the CPU, bf16 on "
+    "CUDA); weights stay as stored (memory-mapped, converted one layer at a time); attention, norms and logits stay "
+    "float32 (float64 with f64)";
+
+// SPEC 3: f32 on the CPU, bf16 on CUDA.
+inline at::ScalarType default_compute_dtype(Device device) { return device == Device::Cuda ? at::kBFloat16 : at::kFloat; }
+
+// The compute dtype of a job on `device`: the one given, else the device's default.
+inline at::ScalarType compute_dtype_of(const std::optional<at::ScalarType>& given, Device device) {
+  return given ? *given : default_compute_dtype(device);
+}
+
+// The row of an option table whose options hold `std::optional<at::ScalarType> compute` (unset: the
+// device's default, and left out of the command line).
+template <class O>
+OptionSpec<O> compute_dtype_option() {
+  return {kComputeDtypeFlag, kComputeDtypeQuantity, kComputeDtypeHelp,
+          [](const O& o) { return o.compute ? std::string(compute_dtype_name(*o.compute)) : std::string(); },
+          [](O& o, const std::string& v) { o.compute = parse_compute_dtype(v); }};
+}
+
+}  // namespace attnscope
