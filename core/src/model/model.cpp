@@ -662,13 +662,13 @@ std::vector<int64_t> Model::generate_greedy(
   std::unique_ptr<KvCache> cache;
   int64_t pos = 0;
   at::Tensor logits;
-  // From scratch over the last n_ctx tokens: at the start, and when positions run out.
-  auto note_cache = [&] {
+  auto note_cache = [&] {  // the trace's record of the cache's size, before a cache is dropped
     if (trace && cache) {
       trace->kv_cache_tokens = std::max(trace->kv_cache_tokens, cache->most_held());
       trace->kv_cache_slots = std::max(trace->kv_cache_slots, cache->most_slots());
     }
   };
+  // From scratch over the last n_ctx tokens: at the start, and when positions run out.
   auto restart = [&] {
     note_cache();
     const at::Tensor ids = window();
