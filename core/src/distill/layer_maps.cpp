@@ -326,7 +326,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const auto lopt = q.options().dtype(at::kLong);
   const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
   const at::Tensor seen = m.softmax_window > 0 && m.softmax_window < L ? causal.logical_and(lag < m.softmax_window) : causal;
-  const at::Tensor log_a = at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1);
+  // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
+  const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
   if (is_fourier(m.map)) {
     const auto [vq, lsq] = fourier_features(m, q);
     const auto [vk, lsk] = fourier_features(m, k);
@@ -344,7 +345,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor run_max = std::get<0>(at::cummax(lsk, -1)).detach();  // [B, H, L]
     const at::Tensor rel = (lsk.unsqueeze(-2) - run_max.unsqueeze(-1)).masked_fill(causal.logical_not(), ninf);
     const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, log_a, seen, loss, v);
+    return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
   if (m.map == "t2r") {
     const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
@@ -358,7 +359,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
       return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
     }
     const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, log_a, seen, loss, v);
+    return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
   const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
   if (loss == DistillLoss::L2) {
@@ -380,6 +381,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor gamma = param(m, kGammaParam).to(q.scalar_type()).view({1, -1, 1, 1});
     log_khat = at::where(lag < m.window, scores + at::log_sigmoid(gamma), log_khat + at::log_sigmoid(-gamma));
   }
+  const at::Tensor log_a = target_log_a();
   const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
   const at::Tensor a = log_a.exp();
   if (loss == DistillLoss::Output)  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
