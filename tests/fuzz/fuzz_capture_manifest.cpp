@@ -21,5 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (v < 1) std::abort();
   if (m.seq_len < 2) std::abort();  // captures need at least two tokens per window
   if (m.n_head % m.n_kv_head != 0) std::abort();
+  if (m.sliding_window < 0) std::abort();  // 0 = none; a window is a number of keys
   return 0;
 }

@@ -59,14 +59,19 @@ at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
 
 constexpr double kAnalysisInf = std::numeric_limits<double>::infinity();
 
-// [R, L] bool: key j visible to the query at position pos[r].
-at::Tensor visible_keys(const at::Tensor& pos, int64_t L) { return at::arange(L, at::kLong).unsqueeze(0) <= pos.unsqueeze(1); }
+// [R, L] bool: key j visible to the query at position pos[r]: j <= pos[r], and with a sliding
+// window W > 0 (the captured model's) also pos[r] - j < W.
+at::Tensor visible_keys(const at::Tensor& pos, int64_t L, int64_t window = 0) {
+  const at::Tensor j = at::arange(L, at::kLong).unsqueeze(0), i = pos.unsqueeze(1);
+  return window > 0 ? (j <= i).logical_and(i - j < window) : j <= i;
+}
 
 // The rows at positions pos [R] of the maps of one head (q, k [T, L, d], features [T, L, M]), each
-// row exactly as attention.h's full maps (softmax_map, linear_map, hybrid_map) give it.
-at::Tensor row_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& pos) {
+// row exactly as attention.h's full maps (softmax_map, linear_map, hybrid_map) give it. The
+// softmax scores with the model's window (`window`, softmax_map's), -inf on keys it hides.
+at::Tensor row_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& pos, int64_t window) {
   const at::Tensor s = at::matmul(q.index_select(-2, pos), k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  return s.masked_fill(visible_keys(pos, k.size(-2)).logical_not(), -kAnalysisInf);
+  return s.masked_fill(visible_keys(pos, k.size(-2), window).logical_not(), -kAnalysisInf);
 }
 
 struct LinearRows {
@@ -133,10 +138,10 @@ size_t SoftmaxSideCache::size() const {
   return heads_.size();
 }
 
-at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k) {
-  if (q.dim() == 2) return softmax_row_entropies(q.unsqueeze(0), k.unsqueeze(0)).squeeze(0);
+at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k, int64_t window) {
+  if (q.dim() == 2) return softmax_row_entropies(q.unsqueeze(0), k.unsqueeze(0), window).squeeze(0);
   const int64_t T = q.size(0), L = q.size(-2);
-  const at::Tensor mask = causal_mask(L);
+  const at::Tensor mask = causal_mask(L, at::kCPU, window);
   at::Tensor out = at::empty({T, L}, at::kDouble);
   for (int64_t t = 0; t < T; ++t) {
     // Masked keys: score -inf for the logsumexp, 0 in the weighted sum (their weight is 0).
@@ -175,9 +180,9 @@ SampledRows sampled_rows(const AnalysisOptions& opt, int64_t L, int s, int h) {
   return r;
 }
 
-// One head of layer s: q, k, v [T, L, d] float64. `step` is called before the linear side and at
+// One head of layer s: q, k, v [T, L, d] float64; W the captured model's softmax window (0: none). `step` is called before the linear side and at
 // the end (the cancellation points).
-HeadAnalysis analyze_head(const AnalysisOptions& opt, int s, int h, const at::Tensor& q, const at::Tensor& k,
+HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v, const std::string& key, SoftmaxSideCache* cache,
                           const std::function<void(double, const std::string&)>& step) {
   const int64_t L = q.size(-2), d = q.size(-1);
@@ -186,7 +191,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int s, int h, const at::Te
   const at::Tensor& pos = rows.pos;
   const at::Tensor positions = rows.sampled ? pos : at::Tensor();
   // Softmax rows: needed for the softmax side and as the linear side's reference.
-  const at::Tensor A = at::softmax(row_scores(q, k, pos), -1);
+  const at::Tensor A = at::softmax(row_scores(q, k, pos, W), -1);
   HeadAnalysis a;
   a.layer = s, a.head = h;
   if (auto hit = cache ? cache->find(key, s, h) : std::nullopt) {
@@ -194,14 +199,16 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int s, int h, const at::Te
   } else {
     HeadMetricsInput in;
     in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = rows.census;
+    in.window = W;
     a.softmax = compute_head_metrics(in);
     if (rows.sampled) {
       // The entropies are cheap for every row: exact, whatever the sample.
-      const at::Tensor ent = softmax_row_entropies(q, k);
+      const at::Tensor ent = softmax_row_entropies(q, k, W);
       a.softmax.entropy = ent.mean().item<double>();
-      if (L >= 2)
-        a.softmax.normalized_entropy =
-            (ent.narrow(-1, 1, L - 1) / at::log(at::arange(2, L + 1, at::kDouble))).mean().item<double>();
+      at::Tensor keys = at::arange(2, L + 1, at::kDouble);  // of rows 1 .. L - 1
+      if (W > 0) keys = keys.clamp_max(double(W));
+      if (L >= 2 && W != 1)
+        a.softmax.normalized_entropy = (ent.narrow(-1, 1, L - 1) / at::log(keys)).mean().item<double>();
       a.softmax.standard_error.erase("entropy");
       a.softmax.standard_error.erase("normalized_entropy");
     }
@@ -210,7 +217,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int s, int h, const at::Te
       mo.state_size = opt.mixer_state;
       mo.iterations = opt.mixer_iterations;
       const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
-      a.mixers = mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P), k.select(0, 0).narrow(0, 0, P)), mo);
+      a.mixers = mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P), k.select(0, 0).narrow(0, 0, P), W), mo);
     }
     if (cache) cache->store(key, a);
   }
@@ -244,6 +251,10 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
   const int S = store.num_layers(), H = store.num_heads();
   std::vector<HeadAnalysis> out(size_t(S) * size_t(H));
   const std::string key = SoftmaxSideCache::key(store, opt);
+  // The captured model's softmax window (Mistral): the softmax side is of the map it ran. The
+  // linear side's map is not windowed (a converted head reads every key; a hybrid has its own
+  // window, opt.window), but it is measured against this windowed softmax.
+  const int64_t W = store.sliding_window();
   // Progress in heads done (a head's softmax and linear sides count a half each), reported in
   // order from whichever thread finishes a step; each report is a cancellation point.
   // Once a report has thrown (Cancelled), the other threads stop at their next step without one.
@@ -278,7 +289,7 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
       for (int h = next++; h < H && !failed; h = next++) {
         try {
           const at::Tensor q = Q.select(1, h).contiguous(), k = K.select(1, h).contiguous(), v = V.select(1, h).contiguous();
-          out[size_t(s) * H + h] = analyze_head(opt, s, h, q, k, v, key, cache, step);
+          out[size_t(s) * H + h] = analyze_head(opt, W, s, h, q, k, v, key, cache, step);
         } catch (...) {
           failed = true;
           throw;
@@ -299,7 +310,7 @@ HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, cons
   const at::Tensor Q = store.layer_tensor(layer, "q"), K = store.layer_tensor(layer, "k");
   const at::Tensor q = Q[seq][head].to(at::kDouble), k = K[seq][head].to(at::kDouble);
   HeadMaps m;
-  m.softmax = softmax_map(q, k);
+  m.softmax = softmax_map(q, k, store.sliding_window());
   if (!opt.feature_map.empty()) {
     auto phi = head_feature_map(opt, store.head_dim(), layer, head, Q.select(1, head), K.select(1, head));
     const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);

@@ -190,7 +190,8 @@ std::vector<std::vector<Matrix>> head_thumbnails(const CaptureStore& store, int 
   for (int s = 0; s < S; ++s) {
     const at::Tensor Q = store.layer_tensor(s, "q")[seq], K = store.layer_tensor(s, "k")[seq];
     for (int h = 0; h < H; ++h) {
-      const at::Tensor a = softmax_map(Q[h].to(at::kDouble), K[h].to(at::kDouble)).contiguous();
+      // The map the model ran: within its sliding window, if it has one.
+      const at::Tensor a = softmax_map(Q[h].to(at::kDouble), K[h].to(at::kDouble), store.sliding_window()).contiguous();
       const double* A = a.data_ptr<double>();
       auto raw = [A, L](int i, int j) { return A[size_t(i) * L + j]; };
       std::vector<double> div;

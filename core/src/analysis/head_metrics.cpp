@@ -177,9 +177,9 @@ RowMonotonicity row_monotonicity(const double* s, const double* w, int64_t n, st
 }
 
 // Per-row monotonicity of a [..., R, L] (float64) in scores s (same shape), rows at positions pos;
-// undefined rows stay unused.
+// undefined rows stay unused. With window W > 0, row i reads keys i - W + 1 .. i only.
 std::vector<RowMonotonicity> monotonicity_rows(const at::Tensor& a, const at::Tensor& s, const at::Tensor& pos,
-                                               const at::Tensor& undefined_flat) {
+                                               const at::Tensor& undefined_flat, int64_t window = 0) {
   const int64_t L = a.size(-1), R = pos.size(0);
   const at::Tensor ac = a.contiguous(), sc = s.contiguous(), posc = pos.contiguous(), und = undefined_flat.contiguous();
   const int64_t rows = ac.numel() / L;  // all rows of all sequences
@@ -191,8 +191,10 @@ std::vector<RowMonotonicity> monotonicity_rows(const at::Tensor& a, const at::Te
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> order;
     std::vector<double> rs, rw, buf, tmp;
-    for (int64_t r = begin; r < end; ++r)
-      if (!skip[r]) per_row[r] = row_monotonicity(S + r * L, A + r * L, P[r % R] + 1, order, rs, rw, buf, tmp);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t first = window > 0 ? std::max<int64_t>(0, P[r % R] + 1 - window) : 0;
+      if (!skip[r]) per_row[r] = row_monotonicity(S + r * L + first, A + r * L + first, P[r % R] + 1 - first, order, rs, rw, buf, tmp);
+    }
   });
   return per_row;
 }
@@ -264,6 +266,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
   if (census < 0 || census > R || (sampled && census > 0 && census > R - 2) ||
       (census > 0 && !pos.narrow(0, 0, census).equal(at::arange(census, at::kLong))))
     fail(kMetricsWhere, "census must be in 0..R-2 with positions starting 0, 1, .., census - 1, got " + std::to_string(census));
+  if (in.window < 0) fail(kMetricsWhere, "window must be 0 (none) or a number of keys, got " + std::to_string(in.window));
   const at::Tensor a = f64(in.map);
   const at::Tensor undefined_2d = undefined_rows(kMetricsWhere, "map", a, pos).reshape({-1, R});  // [rows / R, R]
   const at::Tensor undefined = undefined_2d.reshape({-1});                                       // [rows]
@@ -282,8 +285,10 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     out.entropy = e.value, out.standard_error["entropy"] = e.se;
   }
   if (L >= 2) {
-    const at::Tensor multi = (pos >= 1).unsqueeze(0).logical_and(undefined_2d.logical_not());  // [rows / R, R]
-    const at::Tensor hn = h / at::log((pos + 1).to(at::kDouble)).unsqueeze(0);                // inf/NaN at pos 0: not kept
+    // Keys of each row: i + 1, or min(i + 1, W) within a window.
+    const at::Tensor keys = in.window > 0 ? (pos + 1).clamp_max(in.window) : pos + 1;
+    const at::Tensor multi = (keys >= 2).unsqueeze(0).logical_and(undefined_2d.logical_not());  // [rows / R, R]
+    const at::Tensor hn = h / at::log(keys.to(at::kDouble)).unsqueeze(0);                     // inf/NaN at 1 key: not kept
     out.normalized_entropy = mean_where(hn.reshape({-1}), multi.reshape({-1}));
     if (sampled) {
       const Estimate e = mean_estimate(hn, multi, L, census);
@@ -303,7 +308,7 @@ HeadMetrics compute_head_metrics(const HeadMetricsInput& in) {
     check_finite(kMetricsWhere, "k", k);
     if (L >= 3) {
       const at::Tensor qr = subset ? q.index_select(-2, pos) : q;
-      const auto per_row = monotonicity_rows(a, at::matmul(qr, k.transpose(-2, -1)), pos, undefined);
+      const auto per_row = monotonicity_rows(a, at::matmul(qr, k.transpose(-2, -1)), pos, undefined, in.window);
       out.monotonicity = reduce_monotonicity(per_row);
       if (sampled) {
         const int64_t n = int64_t(per_row.size());

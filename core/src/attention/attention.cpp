@@ -48,20 +48,21 @@ void check_same_rows(const char* where, const char* a_name, const at::Tensor& a,
 
 }  // namespace
 
-at::Tensor softmax_map(const at::Tensor& q, const at::Tensor& k) {
+at::Tensor softmax_map(const at::Tensor& q, const at::Tensor& k, int64_t window) {
+  if (window < 0) fail("softmax_map", "the sliding window must be 0 (none) or a number of keys, got " + std::to_string(window));
   check_sequence("softmax_map", "q", q);
   check_sequence("softmax_map", "k", k);
   if (q.sizes() != k.sizes()) fail("softmax_map", "q " + shape_str(q.sizes()) + " and k " + shape_str(k.sizes()) + " must have the same shape");
   const at::Tensor kk = k.to(q.scalar_type());
   const at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  const at::Tensor masked = scores.masked_fill(causal_mask(q.size(-2), q.device()).logical_not(), -kInf);
+  const at::Tensor masked = scores.masked_fill(causal_mask(q.size(-2), q.device(), window).logical_not(), -kInf);
   return at::softmax(masked, -1);
 }
 
-at::Tensor softmax_attention_output(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor softmax_attention_output(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
   check_sequence("softmax_attention_output", "v", v);
   check_same_rows("softmax_attention_output", "q", q, "v", v);
-  const at::Tensor a = softmax_map(q, k);
+  const at::Tensor a = softmax_map(q, k, window);
   return at::matmul(a, v.to(a.scalar_type()));
 }
 

@@ -19,11 +19,13 @@
 
 namespace attnscope {
 
-// Causal row-softmax(q k^T / sqrt(d)); q, k [..., L, d] -> [..., L, L].
-at::Tensor softmax_map(const at::Tensor& q, const at::Tensor& k);
+// Causal row-softmax(q k^T / sqrt(d)); q, k [..., L, d] -> [..., L, L]. With window W > 0 (a
+// Mistral model's sliding_window) query i sees key j only when i - j < W: the model's own map.
+// A negative window is an Error.
+at::Tensor softmax_map(const at::Tensor& q, const at::Tensor& k, int64_t window = 0);
 
-// softmax_map(q, k) @ v; v [..., L, d_v].
-at::Tensor softmax_attention_output(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// softmax_map(q, k, window) @ v; v [..., L, d_v].
+at::Tensor softmax_attention_output(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0);
 
 struct LinearMap {
   at::Tensor map;  // [..., L, L], zero above the diagonal; rows sum to 1 except undefined rows (NaN)

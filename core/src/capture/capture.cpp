@@ -140,6 +140,8 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   // The same names as everywhere a person reads them (info --json, tables, the GUI).
   j["model"] = {{"path", fs::absolute(m.path).string()}};
   j["model"].update(model_shape_json(c));
+  // Analysis and distillation rebuild the softmax maps from q and k: they need the window too.
+  j["model"]["sliding_window"] = c.sliding_window;
   std::vector<std::string> sources;
   for (const auto& dd : docs) sources.push_back(dd.source);
   j["texts"] = sources;
@@ -176,6 +178,7 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
   seq_len_ = m.seq_len;
   num_seqs_ = m.num_seqs;
   vocab_size_ = m.vocab_size;
+  sliding_window_ = m.sliding_window;
   tokenizer_kind_ = m.tokenizer_kind;
   tokenizer_path_ = m.tokenizer_path;
   model_path_ = m.model_path;

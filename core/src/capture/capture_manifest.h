@@ -15,6 +15,10 @@ struct CaptureManifest {
   int n_kv_head = 0;   // "model"."kv_heads" (version 1: "model"."n_kv_head")
   int head_dim = 0;    // "model"."head_dim"
   int vocab_size = 0;  // "model"."vocab_size"
+  // "model"."sliding_window": the model's softmax window (ModelConfig::sliding_window), which every
+  // softmax map computed from the capture applies; 0 = none (also when absent: captures made
+  // before it was recorded, of models without a window).
+  int sliding_window = 0;
   int seq_len = 0;     // "seq_len" (L)
   int num_seqs = 0;    // "num_seqs" (T)
   std::string tokenizer_kind;  // "tokenization"."tokenizer"

@@ -158,6 +158,8 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
       }
       HeadMetricsInput in;
       in.map = at::stack(maps, 0);
+      // The original's own probabilities: within its sliding window (Mistral) when it has one. The
+      // converted heads' maps read every key (hybrids: their own window), as the converted model runs.
       in.reference = a.probs.select(0, 0);
       {  // KL of every row (float64), by position: undefined rows (NaN in Ahat) left out.
         const at::Tensor A = in.reference.to(at::kDouble), Ah = in.map.to(at::kDouble);  // [H, L, L]

@@ -139,6 +139,9 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   check_capture(cap, o.capture, values);
   Windows win = windows_of(o, cap);
   if (win.val_capture) check_capture(*win.val_capture, o.val_capture, values);
+  if (win.val_capture && win.val_capture->sliding_window() != cap.sliding_window())
+    fail(o.val_capture, "the validation capture's sliding window (" + std::to_string(win.val_capture->sliding_window()) +
+                            ") is not the training capture's (" + std::to_string(cap.sliding_window()) + "): not the same model");
   const at::Device device = torch_device(o.device);
 
   RunDir run(run_dir, !resume, /*writes=*/dist.rank() == 0);
@@ -179,7 +182,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
         if (values) st.val_v = v.index_select(0, idx).contiguous().to(device);
       }
     }
-    init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), st);
+    init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.sliding_window(), st);
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;
   }

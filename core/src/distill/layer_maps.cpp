@@ -109,7 +109,8 @@ std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at:
 // no gradient, when no row is defined). In a defined row an entry Ahat_ij = 0 would make the loss
 // infinite; its log is floored at log(1e-30) (no gradient through that entry, as through the ReLU
 // that zeroed it), the same floor as log_kernel's.
-at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& causal,
+// `seen`: the keys the teacher's softmax row reads (causal, within its sliding window).
+at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& seen,
                          DistillLoss loss, const at::Tensor& v) {
   const at::Tensor z = khat.sum(-1, true);  // [B, H, L, 1]
   const at::Tensor defined = z.squeeze(-1) > 0;
@@ -124,7 +125,7 @@ at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const 
   at::Tensor per_entry;
   if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
   else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;
-  const at::Tensor rows = per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).masked_fill(defined.logical_not(), 0.0);
+  const at::Tensor rows = per_entry.masked_fill(seen.logical_not(), 0.0).sum(-1).masked_fill(defined.logical_not(), 0.0);
   return rows.sum() / defined.sum().clamp_min(1).to(rows.scalar_type());
 }
 
@@ -316,6 +317,17 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
+  // The target A: the softmax the model ran, within its sliding window (m.softmax_window, Mistral)
+  // when it has one; Ahat reads every key j <= i (a converted head has no window; a hybrid's own,
+  // m.window, is part of Ahat). A is 0 on the keys it does not see: their terms are 0 (0 log 0).
+  // The l2 loss fits kernel values exp(q_i.k_j / sqrt d) on sampled pairs, not A's weights: those
+  // are what the linear head reads for every key, so it ignores the window (its row scale c is
+  // over every key j <= i).
+  const auto lopt = q.options().dtype(at::kLong);
+  const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
+  const at::Tensor seen = m.softmax_window > 0 && m.softmax_window < L ? causal.logical_and(lag < m.softmax_window) : causal;
+  // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
+  const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
   if (is_fourier(m.map)) {
     const auto [vq, lsq] = fourier_features(m, q);
     const auto [vk, lsk] = fourier_features(m, k);
@@ -333,7 +345,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor run_max = std::get<0>(at::cummax(lsk, -1)).detach();  // [B, H, L]
     const at::Tensor rel = (lsk.unsqueeze(-2) - run_max.unsqueeze(-1)).masked_fill(causal.logical_not(), ninf);
     const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss, v);
+    return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
   if (m.map == "t2r") {
     const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
@@ -347,7 +359,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
       return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
     }
     const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, at::log_softmax(masked, -1), causal, loss, v);
+    return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
   const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
   if (loss == DistillLoss::L2) {
@@ -367,11 +379,9 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     // Hybrid heads (SPEC 5): softmax's own weights on the last W keys, the map's before them, with
     // the head's balance g = sigmoid(gamma) (log g and log(1 - g) in the log domain).
     const at::Tensor gamma = param(m, kGammaParam).to(q.scalar_type()).view({1, -1, 1, 1});
-    const auto lopt = q.options().dtype(at::kLong);
-    const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);
     log_khat = at::where(lag < m.window, scores + at::log_sigmoid(gamma), log_khat + at::log_sigmoid(-gamma));
   }
-  const at::Tensor log_a = at::log_softmax(masked, -1);
+  const at::Tensor log_a = target_log_a();
   const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
   const at::Tensor a = log_a.exp();
   if (loss == DistillLoss::Output)  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
@@ -379,8 +389,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   at::Tensor per_entry;
   if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
   else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;
-  // Masked entries are 0 * (-inf - -inf) = NaN: zero them explicitly.
-  return per_entry.masked_fill(causal.logical_not(), 0.0).sum(-1).mean();
+  // Entries A does not see are 0 * (-inf - ...) = NaN: zero them explicitly.
+  return per_entry.masked_fill(seen.logical_not(), 0.0).sum(-1).mean();
 }
 
 double layer_kl(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k) {

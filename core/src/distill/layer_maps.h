@@ -2,7 +2,8 @@
 // benchmark, and the tests): one layer's maps stacked over heads, the groups of heads that share a
 // feature dimension, and the layerwise losses in the log domain.
 //
-// Layerwise losses, per query row i over keys j <= i (A = softmax attention, Ahat = the linear map):
+// Layerwise losses, per query row i over keys j <= i (A = softmax attention as the model ran it,
+// within its sliding window if any (LayerMaps::softmax_window); Ahat = the linear map):
 //   kl       mean row KL(A || Ahat)
 //   softmax  mean row cross-entropy -sum_j A_ij log Ahat_ij
 //   l2       mean squared error of kernel values on sampled pairs (i, j), both scaled by the
@@ -43,6 +44,10 @@ struct LayerMaps {
   std::string activation = "exp";
   int64_t heads = 0, d = 0, features = 0;
   int64_t window = 0;  // hybrid heads (SPEC 5) when > 0: params then hold kGammaParam [H]
+  // The teacher's sliding window (the source model's ModelConfig::sliding_window, 0 = none): the
+  // softmax targets A of the layerwise losses see key j from query i only when i - j < it. Not
+  // a parameter of the maps (not saved); set by init_layer_state from the capture or the model.
+  int64_t softmax_window = 0;
   std::vector<std::pair<std::string, at::Tensor>> params;  // e.g. "z" [H, M, d], "alpha" [H, M]
   // Head h's map as a core FeatureMap (copies of the parameters).
   std::unique_ptr<FeatureMap> head_map(int64_t head) const;

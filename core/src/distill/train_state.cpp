@@ -58,10 +58,13 @@ GroupState group_state(HeadGroup group) {
 }
 
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      LayerState& st) {
+                      int64_t softmax_window, LayerState& st) {
   st.heads = int64_t(head_dims.size());
   st.groups.clear();
-  for (HeadGroup& hg : init_layer_groups(o, layer, head_dims, d)) st.groups.push_back(group_state(std::move(hg)));
+  for (HeadGroup& hg : init_layer_groups(o, layer, head_dims, d)) {
+    hg.maps.softmax_window = softmax_window;
+    st.groups.push_back(group_state(std::move(hg)));
+  }
 }
 
 void to_device(LayerState& st, const at::Device& device) {

@@ -61,9 +61,10 @@ void adamw_step(const Optimizer& opt, GroupState& g, int64_t step);
 
 // A group with zero AdamW moments (its tensors are the group's own, not copies).
 GroupState group_state(HeadGroup group);
-// Layer s's groups (init_layer_groups) with zero AdamW moments.
+// Layer s's groups (init_layer_groups) with zero AdamW moments; `softmax_window` is the source
+// model's sliding window (LayerMaps::softmax_window: the layerwise losses' targets apply it).
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      LayerState& st);
+                      int64_t softmax_window, LayerState& st);
 // Moves a layer's maps, AdamW moments and head indices to `device`.
 void to_device(LayerState& st, const at::Device& device);
 // A float32 CPU copy of maps: what callers and files get, whatever the device.

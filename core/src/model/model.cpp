@@ -334,60 +334,84 @@ at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const a
 // Softmax attention with a key-value cache, as every runtime generates: each layer keeps the keys
 // and values of the tokens read so far (its key/value heads only, not expanded for grouped-query
 // attention; in the wide dtype), and a new token attends over them: O(n d) per head per token.
+// With a sliding window W (Mistral) a token sees only the last W keys, so the cache keeps only
+// those: a ring of W slots, position p in slot p % W, overwritten once p + W is read. Softmax
+// does not depend on the order of its keys, so a full ring is read as it lies; the result equals
+// attending over positions n - W .. n - 1 in order up to float rounding (the sums' order).
 class KvCache {
  public:
   KvCache(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), k_(c.n_layer), v_(c.n_layer), n_(c.n_layer, 0) {}
 
-  // Reads a prompt ids [B, L] in one batch forward, keeping every layer's keys and values; the
-  // logits of its last position [B, V]. The next step() is at position L.
+  // Reads a prompt ids [B, L] in one batch forward, keeping every layer's keys and values (the
+  // last W with a window); the logits of its last position [B, V]. The next step() is at position L.
   at::Tensor prefill(const at::Tensor& ids) {
-    const int64_t g = c_.n_head / c_.n_kv_head;
+    const int64_t g = c_.n_head / c_.n_kv_head, W = c_.sliding_window;
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
       const at::Tensor k = a.k.slice(1, 0, c_.n_head, g), v = a.v.slice(1, 0, c_.n_head, g);  // [B, Hkv, L, d]
       const int64_t L = k.size(2);
+      const int64_t keep = W > 0 ? std::min(L, W) : L;
+      // The kept positions L - keep .. L - 1 in their slots (p % W in a ring; p otherwise).
+      const at::Tensor slots = at::arange(L - keep, L, at::kLong).remainder(W > 0 ? W : L + 1).to(k.device());
       for (auto [buf, t] : {std::pair<at::Tensor*, const at::Tensor*>{&k_[a.layer], &k}, {&v_[a.layer], &v}}) {
         std::vector<int64_t> shape = t->sizes().vec();
-        shape[2] = L + 256;
+        shape[2] = W > 0 ? W : L + 256;
         *buf = at::empty(shape, t->options());
-        buf->narrow(2, 0, L).copy_(*t);
+        buf->index_copy_(2, slots, t->narrow(2, L - keep, keep));
       }
       n_[a.layer] = L;
+      note_held(a.layer);
     };
     return last_logits(c_, w_, nullptr, ids, &hook);
   }
 
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
-      const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, g = H / Hkv, d = c_.head_dim;
-      append(k_[s], n_[s], p.k.slice(1, 0, H, g));
-      append(v_[s], n_[s], p.v.slice(1, 0, H, g));
-      const int64_t n = ++n_[s];
-      // A sliding window W (Mistral): the token at position n - 1 sees keys n - W .. n - 1 only.
-      const int64_t first = c_.sliding_window > 0 ? std::max<int64_t>(0, n - c_.sliding_window) : 0;
+      const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, g = H / Hkv, d = c_.head_dim, W = c_.sliding_window;
+      // This token (position n) goes to slot n % W of a ring; the oldest key it overwrites is the
+      // one at n - W, just out of its window.
+      const int64_t slot = W > 0 ? n_[s] % W : n_[s];
+      if (W <= 0) grow(s);
+      k_[s].narrow(2, slot, 1).copy_(p.k.slice(1, 0, H, g));
+      v_[s].narrow(2, slot, 1).copy_(p.v.slice(1, 0, H, g));
+      ++n_[s];
+      const int64_t held = note_held(s);  // the keys this token sees: all of them, or the last W
       const at::Tensor q = p.q.reshape({B, Hkv, g, d});  // query head j*g+i reads key/value head j
-      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, first, n - first).transpose(-2, -1)) / std::sqrt(double(d));
-      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, first, n - first)).reshape({B, H, d});
+      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, 0, held).transpose(-2, -1)) / std::sqrt(double(d));
+      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, 0, held)).reshape({B, H, d});
     });
   }
 
+  int64_t most_held() const { return most_held_; }    // keys any layer held at once, at most
+  int64_t most_slots() const { return most_slots_; }  // slots any layer had allocated, at most
+
  private:
-  // Writes t [B, Hkv, 1, d] at position n of buf [B, Hkv, capacity, d], growing it by half when full.
-  static void append(at::Tensor& buf, int64_t n, const at::Tensor& t) {
-    if (buf.size(2) == n) {
-      std::vector<int64_t> shape = buf.sizes().vec();
+  // Without a window: makes room for one more token in layer s, growing its buffers by half when full.
+  void grow(int s) {
+    const int64_t n = n_[s];
+    for (at::Tensor* buf : {&k_[s], &v_[s]}) {
+      if (buf->size(2) > n) continue;
+      std::vector<int64_t> shape = buf->sizes().vec();
       shape[2] = n + std::max<int64_t>(n / 2, 256);
-      at::Tensor grown = at::empty(shape, buf.options());
-      grown.narrow(2, 0, n).copy_(buf.narrow(2, 0, n));
-      buf = grown;
+      at::Tensor grown = at::empty(shape, buf->options());
+      grown.narrow(2, 0, n).copy_(buf->narrow(2, 0, n));
+      *buf = grown;
     }
-    buf.narrow(2, n, 1).copy_(t);
+  }
+
+  // The keys layer s holds now (min(n, W) with a window: slots 0 .. held - 1), recorded.
+  int64_t note_held(int s) {
+    const int64_t held = c_.sliding_window > 0 ? std::min<int64_t>(n_[s], c_.sliding_window) : n_[s];
+    most_held_ = std::max(most_held_, held);
+    most_slots_ = std::max(most_slots_, k_[s].size(2));
+    return held;
   }
 
   const ModelConfig& c_;
   const ModelWeights& w_;
-  std::vector<at::Tensor> k_, v_;  // per layer [B, Hkv, capacity, d]
-  std::vector<int64_t> n_;         // per layer: tokens held
+  std::vector<at::Tensor> k_, v_;  // per layer [B, Hkv, slots, d]
+  std::vector<int64_t> n_;         // per layer: tokens read
+  int64_t most_held_ = 0, most_slots_ = 0;
 };
 
 // The recurrent form of linear attention through the whole model. Per layer and head the running
@@ -609,8 +633,14 @@ double Model::mean_loss(const std::vector<int64_t>& ids, int seq_len, const Prog
 
 std::vector<int64_t> Model::generate_greedy(
     std::vector<int64_t> prompt, int steps, int64_t stop_id,
-    const std::function<void(const std::vector<int64_t>&)>& on_token, bool kv_cache) const {
+    const std::function<void(const std::vector<int64_t>&)>& on_token, bool kv_cache, GenerationTrace* trace) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
+  if (trace) trace->logits.clear(), trace->kv_cache_tokens = trace->kv_cache_slots = 0;
+  // The logits a token is chosen from, [V], kept when the trace asks.
+  auto chosen = [&](const at::Tensor& row) {
+    if (trace && trace->keep_logits) trace->logits.push_back(row.to(at::kCPU, at::kFloat).clone());
+    return row.argmax().item<int64_t>();
+  };
   at::NoGradGuard no_grad;
   const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
   auto window = [&] {  // the last n_ctx tokens: the model's positions run out beyond them
@@ -619,7 +649,7 @@ std::vector<int64_t> Model::generate_greedy(
   };
   if (!linear_ && !kv_cache) {  // the whole window again for every token (benchmarks' "no cache" column)
     for (int i = 0; i < steps; ++i) {
-      const int64_t next = last_logits(config_, weights_, nullptr, window(), nullptr).squeeze(0).argmax().item<int64_t>();
+      const int64_t next = chosen(last_logits(config_, weights_, nullptr, window(), nullptr).squeeze(0));
       if (next == stop_id) break;
       prompt.push_back(next);
       if (on_token) on_token(prompt);
@@ -632,8 +662,15 @@ std::vector<int64_t> Model::generate_greedy(
   std::unique_ptr<KvCache> cache;
   int64_t pos = 0;
   at::Tensor logits;
+  auto note_cache = [&] {  // the trace's record of the cache's size, before a cache is dropped
+    if (trace && cache) {
+      trace->kv_cache_tokens = std::max(trace->kv_cache_tokens, cache->most_held());
+      trace->kv_cache_slots = std::max(trace->kv_cache_slots, cache->most_slots());
+    }
+  };
   // From scratch over the last n_ctx tokens: at the start, and when positions run out.
   auto restart = [&] {
+    note_cache();
     const at::Tensor ids = window();
     if (linear_) {
       recurrent = std::make_unique<Recurrent>(config_, weights_, *linear_);
@@ -646,7 +683,7 @@ std::vector<int64_t> Model::generate_greedy(
   };
   restart();
   for (int i = 0; i < steps; ++i) {
-    const int64_t next = logits.select(0, 0).argmax().item<int64_t>();
+    const int64_t next = chosen(logits.select(0, 0));
     if (next == stop_id) break;
     prompt.push_back(next);
     if (on_token) on_token(prompt);
@@ -659,6 +696,7 @@ std::vector<int64_t> Model::generate_greedy(
     logits = linear_ ? recurrent->step(id, pos) : cache->step(id, pos);
     ++pos;
   }
+  note_cache();
   return prompt;
 }
 

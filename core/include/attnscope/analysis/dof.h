@@ -8,6 +8,10 @@
 // over the eigenvalues mu of Sigma. The eigenvalues are kept, so DoF at a new lambda is O(J): that
 // is what makes the lambda slider instant.
 //
+// The kernel of pooled vectors, not a causal map: a model's sliding window (Mistral), which only
+// decides which pairs a query reads, does not enter (deliberately: DoF measures the kernel that a
+// feature map must reproduce, for every pair).
+//
 // Log-domain scaling: exp(x_i.x_j / sqrt d) overflows a double once |x|^2 / sqrt d passes ~709, which
 // real models reach (stories260K layer 0: 729.5). Every entry is therefore computed as
 // exp(x_i.x_j / sqrt d - c) with c = max_i |x_i|^2 / sqrt d (so every entry is <= 1), and

@@ -1,6 +1,7 @@
 // Everything a researcher reads off the heads of a capture, in one pass over its layers: the
 // softmax map's entropy, monotonicity and distance to structured mixers, and, for a chosen feature
-// map, how well its linear map imitates softmax. The CLI's `metrics`, `maps` and `report` and the
+// map, how well its linear map imitates softmax. The softmax map is the one the model ran: with
+// the captured model's sliding window (CaptureStore::sliding_window, Mistral) where it has one. The CLI's `metrics`, `maps` and `report` and the
 // GUI all call this; none of them computes a metric itself.
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -83,12 +84,12 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
 
 // Exact entropies of the causal softmax rows of one head, from logsumexp without materializing
 // more than one window's [L, L] scores: H_i = lse_i - sum_j A_ij s_ij. q, k [T, L, d] (or [L, d]),
-// float64 -> [T, L] (or [L]).
-at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k);
+// float64 -> [T, L] (or [L]). `window` > 0: the model's sliding window (row i over keys i - j < W).
+at::Tensor softmax_row_entropies(const at::Tensor& q, const at::Tensor& k, int64_t window = 0);
 
 // The maps of one head on one window (sequence) of the capture, materialized L x L for display.
 struct HeadMaps {
-  at::Tensor softmax;  // float64 [L, L]
+  at::Tensor softmax;  // float64 [L, L], within the captured model's sliding window (CaptureStore::sliding_window)
   at::Tensor linear;   // float64 [L, L], undefined without a feature map; the hybrid map with a window
   double nonpositive_row_fraction = 0;  // of the linear map (attention/attention.h)
   std::vector<int64_t> ids;  // the window's tokens

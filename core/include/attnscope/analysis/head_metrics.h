@@ -55,6 +55,11 @@ struct HeadMetricsInput {
   at::Tensor positions;      // optional int64 [R], strictly increasing in [0, L): the map's rows (see above)
   int64_t census = 0;        // with positions: its first `census` are 0..census-1, measured in full (see above)
   at::Tensor q, k;           // [T, L, d] (or [L, d]): raw queries and keys
+  // The keys each row of `map` can see: j <= i and, with window W > 0 (a softmax map of a model
+  // with a sliding window, ModelConfig::sliding_window), i - j < W. Normalized entropy divides by
+  // the log of that count, min(i + 1, W), and monotonicity reads only those keys (a windowed map's
+  // zero weights on keys it cannot see say nothing about its order). 0: every j <= i.
+  int64_t window = 0;
   at::Tensor v;              // [T, L, d_v], optional: for the relative output error
   Features phi_q, phi_k;     // features [T, L, M] (scaled or plain), optional: for the kernel error
   // [T, L] ([T, R] with positions) raw sums sum_{j<=i} phi(q_i).phi(k_j), optional. Only their signs are read, so any

@@ -1,6 +1,6 @@
 // The capture store (SPEC section 4): per-layer q, k, v of T windows x L tokens of sample text.
 //
-//   DIR/manifest.json         model, texts, tokenization, T, L, seed, dtype, heads, kv heads, d
+//   DIR/manifest.json         model (its sliding window too), texts, tokenization, T, L, seed, dtype, heads, kv heads, d
 //   DIR/ids.safetensors       "ids" int64 [T, L]
 //   DIR/layer_{s}.safetensors "q", "k", "v" [T, H, L, d] (kv heads expanded to the H query heads)
 #pragma once
@@ -57,6 +57,10 @@ class CaptureStore {
   int num_seqs() const { return num_seqs_; }
   const std::string& manifest_json() const { return manifest_text_; }
   const std::string& model_path() const { return model_path_; }  // as recorded at capture time
+  // The model's sliding window (ModelConfig::sliding_window; 0 = none): query i of the captured
+  // softmax attention saw key j only when i - j < it. Every softmax map rebuilt from the store's
+  // q and k (analysis, maps, distillation targets) applies it.
+  int sliding_window() const { return sliding_window_; }
 
   at::Tensor ids() const;  // int64 [T, L]
   // The tokenizer the capture was made with (for token labels); throws Error when it has moved.
@@ -67,7 +71,7 @@ class CaptureStore {
 
  private:
   std::string dir_, manifest_text_, model_path_, tokenizer_kind_, tokenizer_path_;
-  int vocab_size_ = 0;
+  int vocab_size_ = 0, sliding_window_ = 0;
   int n_layer_ = 0, n_head_ = 0, n_kv_head_ = 0, head_dim_ = 0, seq_len_ = 0, num_seqs_ = 0;
 };
 

@@ -67,6 +67,15 @@ struct CaptureHook {
 
 struct HeadFeatureMaps;  // head_feature_maps.h: the feature map of every head
 
+// What Model::generate_greedy did, when asked (tests, benchmarks).
+struct GenerationTrace {
+  bool keep_logits = false;        // in: keep the logits every token was chosen from
+  std::vector<at::Tensor> logits;  // out: float32 [V] on the CPU per token chosen (the stop token's too)
+  // out, softmax models with the key-value cache: the most keys any layer's cache held at once
+  // (at most sliding_window with a window), and the most slots any layer had allocated.
+  int64_t kv_cache_tokens = 0, kv_cache_slots = 0;
+};
+
 class Model {
  public:
   Model(ModelConfig config, ModelWeights weights);
@@ -106,10 +115,14 @@ class Model {
   // prompt is read in one batch forward, then each token is one step: a converted model steps its
   // recurrent state; a softmax model keeps a key-value cache, as every runtime does (kv_cache =
   // false re-runs the whole window for every token instead: only for the benchmarks' labelled
-  // "no cache" column). Past n_ctx tokens, both restart on the last n_ctx.
+  // "no cache" column). Past n_ctx tokens, both restart on the last n_ctx. With a sliding window
+  // (Mistral) the cache keeps only the last sliding_window keys and values of each layer (a ring),
+  // so its memory is bounded by the window however long the generation. `trace` (optional)
+  // receives the logits and the cache's size.
   std::vector<int64_t> generate_greedy(
       std::vector<int64_t> prompt, int steps, int64_t stop_id = -1,
-      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr, bool kv_cache = true) const;
+      const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr, bool kv_cache = true,
+      GenerationTrace* trace = nullptr) const;
 
  private:
   ModelConfig config_;
