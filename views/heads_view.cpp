@@ -70,6 +70,9 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   grid_ = new HeadGrid(grid_scroll_);
   grid_scroll_->setWidget(grid_);
   lv->addWidget(grid_scroll_, 1);
+  // The tint's legend under the scroll area, not in it: whole and in view however the grid scrolls.
+  legend_ = new TintLegend(grid_, left);
+  lv->addWidget(legend_);
 
   // Right: the three maps in step, the choosers, the per-row plot.
   auto* right = new QWidget(split);

@@ -63,6 +63,7 @@ class HeadsView : public QWidget {
 
   HeadGrid* grid() const { return grid_; }
   QScrollArea* grid_scroll() const { return grid_scroll_; }  // the grid scrolls in it (32 x 32 heads)
+  TintLegend* tint_legend() const { return legend_; }      // under the scroll area
   HeatmapPanel* panel(MapKind kind) const;
   PlotPanel* kl_panel() const { return kl_; }
   QComboBox* scale_box() const { return scale_box_; }
@@ -100,6 +101,7 @@ class HeadsView : public QWidget {
 
   HeadGrid* grid_;
   QScrollArea* grid_scroll_;
+  TintLegend* legend_;
   bool widen_pending_ = false;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;
