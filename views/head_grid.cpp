@@ -137,6 +137,16 @@ HeadGrid::Geometry HeadGrid::geometry() const {
   return g;
 }
 
+int HeadGrid::needed_height(int width) const {
+  const int S = layers(), H = heads();
+  if (S == 0 || H == 0) return 0;
+  const QFontMetrics fm(font());
+  const int left = fm.horizontalAdvance(QStringLiteral("L00")) + 8, top = fm.height() + 4, label_h = fm.height() + 1;
+  const int w = (width - left - 4 - (H - 1) * kGap) / H;  // as geometry()
+  const int tile = tile_pref_ > 0 ? tile_pref_ : std::clamp(w, kMinTile, kMaxTile);
+  return top + 4 + S * (tile + label_h + kGap);
+}
+
 QRect HeadGrid::tile_rect(int layer, int head) const {
   if (layer < 0 || head < 0 || layer >= layers() || head >= heads()) return {};
   const Geometry g = geometry();

@@ -36,6 +36,9 @@ class HeadGrid : public QWidget {
   void set_tile_size(int pixels);
   int tile_size() const { return tile_pref_; }
   int drawn_tile() const;  // the tiles' size as drawn now
+  // The height the grid needs at this width (its tiles as wide as the width allows, or the zoomed
+  // size): its pane is no taller, so that the legend under it sits under the tiles. 0 while empty.
+  int needed_height(int width) const;
   // The heads whose column is labelled now (every head, or every 2nd, 4th ... where they would overlap).
   std::vector<int> labelled_heads() const;
   bool short_labels() const;  // the column labels are bare head numbers ("H" does not fit)

@@ -78,6 +78,7 @@ class HeadsView : public QWidget {
  protected:
   void resizeEvent(QResizeEvent* event) override;
   void showEvent(QShowEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;  // the grid's pane resized
 
  signals:
   void headSelected(int layer, int head);
@@ -97,6 +98,7 @@ class HeadsView : public QWidget {
   void apply_metric();
   void show_in_grid(int layer, int head);  // scrolls the grid's pane so the head's tile is in view
   void widen_grid_pane();                  // after set_shape, once the view has a width
+  void fit_grid_height();                  // the grid's pane no taller than its tiles need
   void apply_colour_range();  // softmax and linear on one range for the current head and scale
 
   HeadGrid* grid_;

@@ -321,6 +321,19 @@ TEST_F(ScaleTest, TintLegendShowsBothEndsOfAGridWiderThanItsPane) {
   QApplication::processEvents();
   EXPECT_EQ(legend->low_text(), "4.231");
   EXPECT_EQ(legend->high_text(), "4.234");
+  // A 4 x 4 grid fits its pane: the legend follows its last row of tiles, not the pane's bottom.
+  v.set_shape(4, 4, 1);
+  v.set_metrics({{GridMetric::SoftmaxEntropy, std::vector<std::vector<double>>(4, std::vector<double>{1, 2, 3, 4})}});
+  QApplication::processEvents();
+  QApplication::processEvents();
+  const QRect last = v.grid()->tile_rect(3, 3);
+  ASSERT_FALSE(last.isEmpty());
+  const int tiles_end = v.grid()->mapTo(&v, last.bottomLeft()).y(), legend_top = legend->mapTo(&v, QPoint(0, 0)).y();
+  EXPECT_GT(legend_top, tiles_end);
+  EXPECT_LT(legend_top - tiles_end, 2 * legend->fontMetrics().height() + 12);
+  EXPECT_EQ(v.grid_scroll()->verticalScrollBar()->maximum(), 0);
+  EXPECT_EQ(legend->low_text(), "1.00");
+  EXPECT_EQ(legend->high_text(), "4.00");
   // No metric: no numbers.
   v.set_metrics({});
   QApplication::processEvents();
