@@ -73,6 +73,7 @@ void HeadGrid::set_metric(const QString& name, std::vector<std::vector<double>> 
   rebuild_images();
   updateGeometry();
   update();
+  emit metricChanged();
 }
 
 void HeadGrid::select(int layer, int head) {
@@ -130,12 +131,20 @@ HeadGrid::Geometry HeadGrid::geometry() const {
   g.top = fm.height() + 4;
   g.label_h = fm.height() + 1;
   const int S = std::max(1, layers()), H = std::max(1, heads());
-  const int legend_h = 2 * fm.height() + kLegendBar + 12;
   const int w = (width() - g.left - 4 - (H - 1) * g.gap) / H;
-  const int h = (height() - g.top - legend_h - S * (g.label_h + g.gap)) / S;
+  const int h = (height() - g.top - 4 - S * (g.label_h + g.gap)) / S;
   g.tile = tile_pref_ > 0 ? tile_pref_ : std::clamp(std::min(w, h), kMinTile, kMaxTile);
-  g.legend_top = g.top + S * (g.tile + g.label_h + g.gap) + 4;
   return g;
+}
+
+int HeadGrid::needed_height(int width) const {
+  const int S = layers(), H = heads();
+  if (S == 0 || H == 0) return 0;
+  const QFontMetrics fm(font());
+  const int left = fm.horizontalAdvance(QStringLiteral("L00")) + 8, top = fm.height() + 4, label_h = fm.height() + 1;
+  const int w = (width - left - 4 - (H - 1) * kGap) / H;  // as geometry()
+  const int tile = tile_pref_ > 0 ? tile_pref_ : std::clamp(w, kMinTile, kMaxTile);
+  return top + 4 + S * (tile + label_h + kGap);
 }
 
 QRect HeadGrid::tile_rect(int layer, int head) const {
@@ -149,7 +158,7 @@ QSize HeadGrid::sizeHint() const {
   const int S = std::max(1, layers()), H = std::max(1, heads());
   const int tile = tile_pref_ > 0 ? tile_pref_ : std::clamp(400 / std::max(S, H), 28, 72);
   return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (tile + kGap),
-          fm.height() + 8 + S * (tile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
+          fm.height() + 8 + S * (tile + fm.height() + 1 + kGap)};
 }
 
 // At least the minimum tile (or the zoomed one) a side: a scroll area around the grid scrolls
@@ -159,7 +168,7 @@ QSize HeadGrid::minimumSizeHint() const {
   const int S = std::max(1, layers()), H = std::max(1, heads());
   const int tile = tile_pref_ > 0 ? tile_pref_ : kMinTile;
   return {fm.horizontalAdvance(QStringLiteral("L00")) + 12 + H * (tile + kGap),
-          fm.height() + 8 + S * (tile + fm.height() + 1 + kGap) + 2 * fm.height() + kLegendBar + 16};
+          fm.height() + 8 + S * (tile + fm.height() + 1 + kGap)};
 }
 
 void HeadGrid::set_tile_size(int pixels) {
@@ -192,10 +201,24 @@ std::vector<int> HeadGrid::labelled_heads() const {
   return out;
 }
 
+namespace {
+// The decimals of the values under the tiles: fewer as the values grow.
+int tile_decimals(double lo, double hi) {
+  const double mag = std::max(std::abs(std::isnan(lo) ? 0 : lo), std::abs(std::isnan(hi) ? 0 : hi));
+  return mag >= 100 ? 0 : mag >= 10 ? 1 : 2;
+}
+}  // namespace
+
 QString HeadGrid::value_text(double v) const {
   if (!std::isfinite(v)) return QStringLiteral("–");
-  const double mag = std::max(std::abs(std::isnan(lo_) ? 0 : lo_), std::abs(std::isnan(hi_) ? 0 : hi_));
-  const int decimals = mag >= 100 ? 0 : mag >= 10 ? 1 : 2;
+  return QString::number(v, 'f', tile_decimals(lo_, hi_));
+}
+
+QString HeadGrid::legend_text(double v) const {
+  if (!std::isfinite(v)) return QStringLiteral("–");
+  int decimals = tile_decimals(lo_, hi_);
+  if (std::isfinite(lo_) && std::isfinite(hi_) && hi_ > lo_)
+    while (decimals < 6 && QString::number(lo_, 'f', decimals) == QString::number(hi_, 'f', decimals)) ++decimals;
   return QString::number(v, 'f', decimals);
 }
 
@@ -271,28 +294,6 @@ void HeadGrid::paintEvent(QPaintEvent* event) {
     p.setPen(QPen(pal.color(QPalette::Highlight), 3));
     p.setBrush(Qt::NoBrush);
     p.drawRect(sel.adjusted(-2, -2, 1, 1));
-  }
-  // Legend: the metric's name and its colour bar from the minimum to the maximum over all heads.
-  if (!metric_.isEmpty()) {
-    const int x0 = g.left, w = std::max(60, std::min(width() - g.left - 8, H * (g.tile + g.gap) - g.gap));
-    int y = g.legend_top;
-    p.setPen(fg);
-    p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
-               fm.elidedText(tr("tint: %1").arg(metric_), Qt::ElideRight, w));
-    y += fm.height() + 2;
-    QLinearGradient lg(x0, 0, x0 + w, 0);
-    for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, gradient_colour(i / 8.0));
-    p.fillRect(QRect(x0, y, w, kLegendBar), lg);
-    p.setPen(QPen(frame, 1));
-    p.drawRect(QRect(x0, y, w - 1, kLegendBar - 1));
-    y += kLegendBar + 1;
-    p.setPen(fg);
-    if (!std::isnan(lo_)) {
-      p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignLeft | Qt::AlignTop, value_text(lo_));
-      p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignRight | Qt::AlignTop, value_text(hi_));
-    } else {
-      p.drawText(QRect(x0, y, w, fm.height()), Qt::AlignLeft | Qt::AlignTop, tr("no values"));
-    }
   }
   if (hasFocus()) {
     QColor f = pal.color(QPalette::Highlight);
@@ -379,6 +380,91 @@ void HeadGrid::changeEvent(QEvent* event) {
     rebuild_images();
     update();
   }
+  QWidget::changeEvent(event);
+}
+
+// --- TintLegend ---
+
+TintLegend::TintLegend(const HeadGrid* grid, QWidget* parent) : QWidget(parent), grid_(grid) {
+  setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Fixed);
+  connect(grid, &HeadGrid::metricChanged, this, [this] { update(); });
+}
+
+QString TintLegend::low_text() const {
+  return grid_->metric().isEmpty() || std::isnan(grid_->metric_low()) ? QString() : grid_->legend_text(grid_->metric_low());
+}
+
+QString TintLegend::high_text() const {
+  return grid_->metric().isEmpty() || std::isnan(grid_->metric_high()) ? QString() : grid_->legend_text(grid_->metric_high());
+}
+
+// The bar starts where the grid's tiles do (after its row labels) and spans the widget, up to
+// kMaxBar, and never less than its two numbers side by side.
+QRect TintLegend::bar_rect() const {
+  if (grid_->metric().isEmpty()) return {};
+  const QFontMetrics fm(font());
+  const int x0 = fm.horizontalAdvance(QStringLiteral("L00")) + 8;
+  const int ends = fm.horizontalAdvance(low_text()) + fm.horizontalAdvance(high_text()) + 16;
+  const int w = std::max({60, ends, std::min(width() - x0 - 8, kMaxBar)});
+  return QRect(x0, fm.height() + 2, w, kLegendBar);
+}
+
+QRect TintLegend::low_rect() const {
+  const QRect bar = bar_rect();
+  const QString t = low_text();
+  if (bar.isEmpty() || t.isEmpty()) return {};
+  const QFontMetrics fm(font());
+  return QRect(bar.left(), bar.bottom() + 2, fm.horizontalAdvance(t), fm.height());
+}
+
+QRect TintLegend::high_rect() const {
+  const QRect bar = bar_rect();
+  const QString t = high_text();
+  if (bar.isEmpty() || t.isEmpty()) return {};
+  const QFontMetrics fm(font());
+  const int w = fm.horizontalAdvance(t);
+  return QRect(bar.right() + 1 - w, bar.bottom() + 2, w, fm.height());
+}
+
+QSize TintLegend::sizeHint() const {
+  const QFontMetrics fm(font());
+  return {fm.horizontalAdvance(QStringLiteral("L00")) + 16 + kMaxBar, 2 * fm.height() + kLegendBar + 6};
+}
+
+QSize TintLegend::minimumSizeHint() const {
+  const QFontMetrics fm(font());
+  return {fm.horizontalAdvance(QStringLiteral("L00")) + 16 + 60, 2 * fm.height() + kLegendBar + 6};
+}
+
+void TintLegend::paintEvent(QPaintEvent*) {
+  const QRect bar = bar_rect();
+  if (bar.isEmpty()) return;
+  QPainter p(this);
+  const QFontMetrics fm(font());
+  const QColor fg = palette().color(QPalette::WindowText);
+  QColor frame = fg;
+  frame.setAlpha(70);
+  p.setPen(fg);
+  p.drawText(QRect(bar.left(), 0, bar.width(), fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
+             fm.elidedText(tr("tint: %1").arg(grid_->metric()), Qt::ElideRight, bar.width()));
+  QLinearGradient lg(bar.left(), 0, bar.right() + 1, 0);
+  for (int i = 0; i <= 8; ++i) lg.setColorAt(i / 8.0, grid_->gradient_colour(i / 8.0));
+  p.fillRect(bar, lg);
+  p.setPen(QPen(frame, 1));
+  p.drawRect(bar.adjusted(0, 0, -1, -1));
+  p.setPen(fg);
+  if (low_text().isEmpty()) {
+    p.drawText(QRect(bar.left(), bar.bottom() + 2, bar.width(), fm.height()), Qt::AlignLeft | Qt::AlignTop, tr("no values"));
+    return;
+  }
+  p.drawText(low_rect(), Qt::AlignLeft | Qt::AlignTop, low_text());
+  p.drawText(high_rect(), Qt::AlignRight | Qt::AlignTop, high_text());
+}
+
+void TintLegend::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange || event->type() == QEvent::ApplicationPaletteChange ||
+      event->type() == QEvent::FontChange)
+    update();
   QWidget::changeEvent(event);
 }
 

@@ -1,9 +1,11 @@
 // The layer x head overview: one small thumbnail of each head's softmax map (head_thumbnails),
 // tinted by the value of a chosen metric (entropy, monotonicity, KL, DoF, ...) with the value
-// printed under it and a colour legend; click a thumbnail to select that head. Large grids (32 x 32)
-// sit in a scroll area (heads_view.h): the tiles keep a readable minimum, Ctrl+wheel or Ctrl+plus
-// and Ctrl+minus zoom them (Ctrl+0: fit), and the column labels thin out to every 2nd, 4th ... head
-// where they would overlap.
+// printed under it; click a thumbnail to select that head. Large grids (32 x 32) sit in a scroll
+// area (heads_view.h): the tiles keep a readable minimum, Ctrl+wheel or Ctrl+plus and Ctrl+minus
+// zoom them (Ctrl+0: fit), and the column labels thin out to every 2nd, 4th ... head where they
+// would overlap. The tint's legend (TintLegend, below) is a widget of its own, outside that scroll
+// area: the grid of 32 heads is wider than its pane, and a legend as wide as the grid had its high
+// end's number out of view.
 #pragma once
 #include <QImage>
 #include <QString>
@@ -34,6 +36,9 @@ class HeadGrid : public QWidget {
   void set_tile_size(int pixels);
   int tile_size() const { return tile_pref_; }
   int drawn_tile() const;  // the tiles' size as drawn now
+  // The height the grid needs at this width (its tiles as wide as the width allows, or the zoomed
+  // size): its pane is no taller, so that the legend under it sits under the tiles. 0 while empty.
+  int needed_height(int width) const;
   // The heads whose column is labelled now (every head, or every 2nd, 4th ... where they would overlap).
   std::vector<int> labelled_heads() const;
   bool short_labels() const;  // the column labels are bare head numbers ("H" does not fit)
@@ -49,10 +54,17 @@ class HeadGrid : public QWidget {
   QColor tint(int layer, int head) const;
   // The colour at t in [0, 1] of the legend (the sequential gradient, clipped for the palette).
   QColor gradient_colour(double t) const;
+  // The metric's finite range over all heads (NaN without values): the legend's two ends.
+  double metric_low() const { return lo_; }
+  double metric_high() const { return hi_; }
+  // The legend's number for v: the decimals of the values under the tiles, more where the two ends
+  // would otherwise print the same.
+  QString legend_text(double v) const;
 
  signals:
   void headSelected(int layer, int head);  // the user clicked a thumbnail (or moved with the arrows)
   void tileSizeChanged(int pixels);        // the user zoomed (the scroll area keeps the selection in view)
+  void metricChanged();                    // set_metric (the legend follows)
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -64,7 +76,7 @@ class HeadGrid : public QWidget {
 
  private:
   struct Geometry {
-    int left = 0, top = 0, tile = 0, gap = 0, label_h = 0, legend_top = 0;
+    int left = 0, top = 0, tile = 0, gap = 0, label_h = 0;
   };
   Geometry geometry() const;
   void rebuild_images();
@@ -79,6 +91,33 @@ class HeadGrid : public QWidget {
   double lo_ = 0, hi_ = 0;  // the metric's finite range over all heads
   int layer_ = 0, head_ = 0;
   int tile_pref_ = 0;  // set_tile_size
+};
+
+// The legend of a HeadGrid's tint: "tint: <metric>", the colour bar, and under its two ends the
+// metric's minimum and maximum over all heads. As wide as its own widget (the grid's pane, up to a
+// bar a reader takes in at a glance), so both numbers are in view whatever the grid's width and
+// scrolling.
+class TintLegend : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TintLegend(const HeadGrid* grid, QWidget* parent = nullptr);
+  // The numbers printed at the bar's low and high end ("" while the grid has no values).
+  QString low_text() const;
+  QString high_text() const;
+  // Where the bar and those numbers are drawn (widget coordinates; empty while nothing is drawn).
+  QRect bar_rect() const;
+  QRect low_rect() const;
+  QRect high_rect() const;
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+  static constexpr int kMaxBar = 480;  // pixels
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void changeEvent(QEvent* event) override;
+
+ private:
+  const HeadGrid* grid_;
 };
 
 }  // namespace attnscope::views

@@ -7,6 +7,7 @@
 #include <QSignalBlocker>
 #include <QSpinBox>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTimer>
 #include <QToolButton>
@@ -70,6 +71,13 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   grid_ = new HeadGrid(grid_scroll_);
   grid_scroll_->setWidget(grid_);
   lv->addWidget(grid_scroll_, 1);
+  // The tint's legend under the scroll area, not in it: whole and in view however the grid scrolls.
+  // The scroll area is no taller than the grid (fit_grid_height): the legend follows the tiles and
+  // the pane's spare height goes under it.
+  legend_ = new TintLegend(grid_, left);
+  lv->addWidget(legend_);
+  lv->addStretch(0);
+  grid_scroll_->installEventFilter(this);
 
   // Right: the three maps in step, the choosers, the per-row plot.
   auto* right = new QWidget(split);
@@ -179,6 +187,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   });
   // After a zoom the layout resizes the grid first: then the selection is brought back into view.
   connect(grid_, &HeadGrid::tileSizeChanged, this, [this] {
+    fit_grid_height();
     QTimer::singleShot(0, this, [this] { show_in_grid(grid_->selected_layer(), grid_->selected_head()); });
   });
   connect(metric_box_, &QComboBox::currentIndexChanged, this, [this] {
@@ -203,6 +212,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
 
 void HeadsView::set_shape(int layers, int heads, int windows) {
   grid_->set_shape(layers, heads);
+  fit_grid_height();
   widen_pending_ = true;
   widen_grid_pane();
   const QSignalBlocker block(seq_box_);
@@ -292,6 +302,22 @@ void HeadsView::widen_grid_pane() {
   widen_pending_ = false;
   const int want = std::min(grid_->sizeHint().width() + 30, total * 2 / 5);
   if (sizes.value(0) < want) split->setSizes({want, total - want});
+}
+
+void HeadsView::fit_grid_height() {
+  const int width = std::max(grid_scroll_->width(), grid_->minimumSizeHint().width());
+  int h = grid_->needed_height(width);
+  if (h <= 0) {  // no heads yet: the pane's whole height for the grid's message
+    grid_scroll_->setMaximumHeight(QWIDGETSIZE_MAX);
+    return;
+  }
+  if (grid_->minimumSizeHint().width() > grid_scroll_->width()) h += grid_scroll_->horizontalScrollBar()->sizeHint().height();
+  if (grid_scroll_->maximumHeight() != h) grid_scroll_->setMaximumHeight(h);
+}
+
+bool HeadsView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == grid_scroll_ && event->type() == QEvent::Resize) fit_grid_height();
+  return QWidget::eventFilter(watched, event);
 }
 
 void HeadsView::resizeEvent(QResizeEvent* event) {

@@ -63,6 +63,7 @@ class HeadsView : public QWidget {
 
   HeadGrid* grid() const { return grid_; }
   QScrollArea* grid_scroll() const { return grid_scroll_; }  // the grid scrolls in it (32 x 32 heads)
+  TintLegend* tint_legend() const { return legend_; }      // under the scroll area
   HeatmapPanel* panel(MapKind kind) const;
   PlotPanel* kl_panel() const { return kl_; }
   QComboBox* scale_box() const { return scale_box_; }
@@ -77,6 +78,7 @@ class HeadsView : public QWidget {
  protected:
   void resizeEvent(QResizeEvent* event) override;
   void showEvent(QShowEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;  // the grid's pane resized
 
  signals:
   void headSelected(int layer, int head);
@@ -96,10 +98,12 @@ class HeadsView : public QWidget {
   void apply_metric();
   void show_in_grid(int layer, int head);  // scrolls the grid's pane so the head's tile is in view
   void widen_grid_pane();                  // after set_shape, once the view has a width
+  void fit_grid_height();                  // the grid's pane no taller than its tiles need
   void apply_colour_range();  // softmax and linear on one range for the current head and scale
 
   HeadGrid* grid_;
   QScrollArea* grid_scroll_;
+  TintLegend* legend_;
   bool widen_pending_ = false;
   HeatmapPanel *softmax_, *linear_, *diff_;
   PlotPanel* kl_;

@@ -183,6 +183,7 @@ void ValueHeatmap::set_values(std::vector<std::vector<double>> v, QStringList ro
         t->position->setCoords(c, r);
         t->setPositionAlignment(Qt::AlignCenter);
         t->setClipToAxisRect(true);
+        t->setVisible(false);  // fit_texts shows them where they fit
         texts_.push_back(t);
       }
   }
@@ -201,7 +202,7 @@ void ValueHeatmap::set_values(std::vector<std::vector<double>> v, QStringList ro
   custom_ = std::move(extras.texts);
   bold_ = std::move(extras.bold);
   apply_extras({{}, {}, std::move(extras.marked)});
-  font_px_ = 0;
+  font_px_ = kUnfitted;
   shown_decimals_ = decimals;
   label_axes();
   fit_texts();
@@ -228,14 +229,14 @@ void ValueHeatmap::apply_extras(Extras extras) {
 
 void ValueHeatmap::set_cell_texts(std::vector<std::vector<QString>> texts) {
   custom_ = std::move(texts);
-  font_px_ = 0;  // sized again for the new texts
+  font_px_ = kUnfitted;  // sized again for the new texts
   fit_texts();
   plot()->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void ValueHeatmap::set_bold(std::vector<std::vector<bool>> bold) {
   bold_ = std::move(bold);
-  font_px_ = 0;
+  font_px_ = kUnfitted;
   fit_texts();
   plot()->replot(QCustomPlot::rpQueuedReplot);
 }

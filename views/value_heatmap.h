@@ -111,7 +111,13 @@ class ValueHeatmap : public PlotPanel {
   QStringList row_names_, col_names_;
   double lo_ = 0, hi_ = 1;
   int decimals_ = 2;
-  int font_px_ = 0;         // the cell texts' size now
+  // The cell texts' size now; kUnfitted: not yet sized to the cells (set_values, set_cell_texts,
+  // set_bold), so that fit_texts sizes, fills and shows or hides every text whatever size it finds.
+  // Cells under a pixel (512 heads of the mixer panel) give size 0; with 0 as the mark of "unfitted"
+  // fit_texts took that for "unchanged" and left the new texts visible at the default font: black
+  // and white vertical stripes of overlapping numbers over the map.
+  static constexpr int kUnfitted = -1;
+  int font_px_ = 0;
   int shown_decimals_ = 0;  // decimals printed now
   std::function<QString(int, int)> tooltip_;
   int fills_ = 0;

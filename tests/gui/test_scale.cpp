@@ -2,7 +2,9 @@
 // window-sized metrics view, a 32 x 32 one's do not (cells too small) but zoom: zoomed in the
 // numbers appear, the tick labels follow the cells in view and do not overlap, a selection out of
 // view pans the map to it; the heads grid at 32 x 32 scrolls in its pane, brings a selected head
-// into view, thins its column labels so they do not overlap and zooms with Ctrl+plus; and a slider
+// into view, thins its column labels so they do not overlap and zooms with Ctrl+plus; the mixer
+// panel of 512 heads shows its cells' colours and no texts over them; the heads grid's tint legend
+// shows both ends' numbers although the grid is wider than its pane; and a slider
 // move at 32 x 32 heads redraws only what it changed (counted, not timed: a budget step redraws the
 // allocation bars and not the 1024 DoF cells, a lambda step the DoF cells once).
 #include <gtest/gtest.h>
@@ -211,6 +213,132 @@ TEST_F(ScaleTest, HeadGridScrollsToTheSelectedHeadAndThinsItsLabels) {
   v.set_shape(12, 12, 1);
   QApplication::processEvents();
   EXPECT_EQ(g->labelled_heads().size(), 12u);
+}
+
+// The mixer panel of a 16 x 32-head model: 512 rows of 6 classes, rows under a pixel tall. Every
+// pixel of a cell is that cell's colour, in a map constant down each column and in one constant
+// along each row: no cell texts over the map. The texts of a new grid were made visible and, sized
+// to 0 pixels, never hidden: overlapping numbers at the default font, black and white vertical
+// stripes over the columns.
+TEST_F(ScaleTest, MixerPanelOf512HeadsDrawsOnlyTheCellColours) {
+  ValueHeatmap h("mixer distances", "||A - P||_F / ||A||_F");
+  h.resize(340, 420);  // a quarter of the metrics view's lower row
+  h.show();
+  constexpr int R = 512, C = 6;
+  QStringList rows, cols;
+  for (int r = 0; r < R; ++r) rows << QString("L%1 H%2").arg(r / 32).arg(r % 32);
+  for (int c = 0; c < C; ++c) cols << QString("class %1").arg(c);
+  for (const bool by_column : {true, false}) {
+    SCOPED_TRACE(by_column ? "constant down each column" : "constant along each row");
+    std::vector<std::vector<double>> values(R, std::vector<double>(C));
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) values[size_t(r)][size_t(c)] = by_column ? 0.1 + 0.16 * c : double(r) / (R - 1);
+    h.set_values(values, rows, cols, 0, 1, 2);
+    QApplication::processEvents();
+    QApplication::processEvents();
+    EXPECT_FALSE(h.texts_shown()) << h.text_pixels() << " px";
+    QCustomPlot* p = h.plot();
+    ASSERT_LT(p->axisRect()->height(), R);  // the case: rows under a pixel
+    const QImage shot = p->grab().toImage();
+    QCPColorGradient g = h.colour_map()->gradient();  // color() is not const
+    const int y0 = p->axisRect()->top() + 2, y1 = p->axisRect()->bottom() - 2;
+    int wrong = 0, checked = 0;
+    QString first_wrong;
+    for (int c = 0; c < C; ++c) {
+      // The cell's inside: 2 pixels off its edges (the axes' lines, the image's rounding).
+      const int x0 = int(std::ceil(p->xAxis->coordToPixel(c - 0.5))) + 2;
+      const int x1 = int(std::floor(p->xAxis->coordToPixel(c + 0.5))) - 2;
+      ASSERT_GT(x1 - x0, 10);
+      for (int y = y0; y <= y1; ++y) {
+        // By column: the class's colour. By row: the colour of the row's first pixel in this column.
+        const QColor want = by_column ? QColor::fromRgb(g.color(values[0][size_t(c)], QCPRange(0, 1))) : shot.pixelColor(x0, y);
+        for (int x = x0; x <= x1; ++x, ++checked) {
+          const QColor got = shot.pixelColor(x, y);
+          const int diff = std::max({std::abs(got.red() - want.red()), std::abs(got.green() - want.green()),
+                                     std::abs(got.blue() - want.blue())});
+          if (diff > 4 && wrong++ == 0) first_wrong = QString("(%1, %2): %3, want %4").arg(x).arg(y).arg(got.name(), want.name());
+        }
+      }
+    }
+    EXPECT_GT(checked, 10000);
+    EXPECT_EQ(wrong, 0) << wrong << " of " << checked << " pixels not their cell's colour, first "
+                        << first_wrong.toStdString();
+    // Constant along each row: the rows' colours still run from one end of the gradient to the other.
+    if (!by_column) {
+      const int x = int(p->xAxis->coordToPixel(0));
+      EXPECT_NE(shot.pixelColor(x, y0), shot.pixelColor(x, y1));
+    }
+  }
+}
+
+// The heads grid of 16 x 32 heads is wider than its pane (it scrolls sideways): its tint legend,
+// under the scroll area, shows both ends' numbers, in view and apart, and prints as many decimals
+// as make two close ends differ. The legend was drawn as wide as the grid, its high end out of view.
+TEST_F(ScaleTest, TintLegendShowsBothEndsOfAGridWiderThanItsPane) {
+  views::HeadsView v;
+  v.resize(1412, 760);
+  v.show();
+  v.set_shape(16, 32, 1);
+  auto metric = [](double lo, double step) {
+    std::vector<std::vector<double>> values(16, std::vector<double>(32));
+    for (int l = 0; l < 16; ++l)
+      for (int h = 0; h < 32; ++h) values[size_t(l)][size_t(h)] = lo + step * (l * 32 + ((h * 7) % 32));
+    return values;
+  };
+  v.set_metrics({{GridMetric::SoftmaxEntropy, metric(4.2, 0.001)}});  // 4.200 .. 4.711
+  QApplication::processEvents();
+  QApplication::processEvents();
+  ASSERT_GT(v.grid_scroll()->horizontalScrollBar()->maximum(), 0) << "the case: the grid scrolls sideways";
+  const views::TintLegend* legend = v.tint_legend();
+  ASSERT_TRUE(legend->isVisible());
+  EXPECT_EQ(legend->low_text(), "4.20");
+  EXPECT_EQ(legend->high_text(), "4.71");
+  const QImage shot = v.grab().toImage();
+  const QColor ink = legend->palette().color(QPalette::WindowText);
+  auto ink_pixels = [&](const QRect& r) {  // pixels of the text's colour inside r (as drawn in the view)
+    const QRect in_view(legend->mapTo(&v, r.topLeft()), r.size());
+    int n = 0;
+    for (int y = in_view.top(); y <= in_view.bottom(); ++y)
+      for (int x = in_view.left(); x <= in_view.right(); ++x) {
+        const QColor c = shot.pixelColor(x, y);
+        n += std::abs(c.red() - ink.red()) + std::abs(c.green() - ink.green()) + std::abs(c.blue() - ink.blue()) < 120;
+      }
+    return n;
+  };
+  const QRect visible = legend->visibleRegion().boundingRect();
+  for (const QRect& r : {legend->bar_rect(), legend->low_rect(), legend->high_rect()}) {
+    ASSERT_FALSE(r.isEmpty());
+    EXPECT_TRUE(visible.contains(r)) << r.x() << "," << r.y() << " " << r.width() << "x" << r.height() << " not in view";
+  }
+  EXPECT_FALSE(legend->low_rect().intersects(legend->high_rect()));
+  EXPECT_GT(legend->high_rect().left(), legend->bar_rect().center().x());  // under the bar's high end
+  EXPECT_GE(legend->bar_rect().width(), 200);                             // a bar, not a swatch
+  EXPECT_GT(ink_pixels(legend->low_rect()), 10);
+  EXPECT_GT(ink_pixels(legend->high_rect()), 10);
+
+  // Close ends: more decimals, until they differ.
+  v.set_metrics({{GridMetric::SoftmaxEntropy, metric(4.231, 0.003 / 511)}});  // 4.231 .. 4.234
+  QApplication::processEvents();
+  EXPECT_EQ(legend->low_text(), "4.231");
+  EXPECT_EQ(legend->high_text(), "4.234");
+  // A 4 x 4 grid fits its pane: the legend follows its last row of tiles, not the pane's bottom.
+  v.set_shape(4, 4, 1);
+  v.set_metrics({{GridMetric::SoftmaxEntropy, std::vector<std::vector<double>>(4, std::vector<double>{1, 2, 3, 4})}});
+  QApplication::processEvents();
+  QApplication::processEvents();
+  const QRect last = v.grid()->tile_rect(3, 3);
+  ASSERT_FALSE(last.isEmpty());
+  const int tiles_end = v.grid()->mapTo(&v, last.bottomLeft()).y(), legend_top = legend->mapTo(&v, QPoint(0, 0)).y();
+  EXPECT_GT(legend_top, tiles_end);
+  EXPECT_LT(legend_top - tiles_end, 2 * legend->fontMetrics().height() + 12);
+  EXPECT_EQ(v.grid_scroll()->verticalScrollBar()->maximum(), 0);
+  EXPECT_EQ(legend->low_text(), "1.00");
+  EXPECT_EQ(legend->high_text(), "4.00");
+  // No metric: no numbers.
+  v.set_metrics({});
+  QApplication::processEvents();
+  EXPECT_TRUE(legend->low_text().isEmpty());
+  EXPECT_TRUE(legend->high_rect().isEmpty());
 }
 
 // Geometric spectra, a different decay per head.
