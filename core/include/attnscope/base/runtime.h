@@ -10,6 +10,9 @@ namespace attnscope {
 // These are glibc's settings, for programs built without jemalloc; where jemalloc is the allocator
 // (the executables link it when it is installed), its settings are compiled into each program
 // (core/src/base/malloc_conf.cpp, cmake/Jemalloc.cmake) and read before main().
+//
+// Also: LibTorch's CPU ops and attnscope's own parallel loops use every core of the machine
+// (std::thread::hardware_concurrency), unless OMP_NUM_THREADS gives the number.
 void configure_runtime();
 
 }  // namespace attnscope
