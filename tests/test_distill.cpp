@@ -1330,6 +1330,7 @@ TEST(DistillOptionTable, EveryRowRoundTripsAndFlagsAreDistinct) {
   o.seed = 12345678901234ull;
   o.checkpoint_every = 13;
   o.device = Device::Cuda;
+  o.compute = at::kHalf;
   std::set<std::string> flags;
   for (const auto& row : distill_option_table()) {
     EXPECT_TRUE(flags.insert(long_flag(row.flags)).second) << row.flags;

@@ -139,9 +139,9 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   j["version"] = kFormatVersion;
   // The same names as everywhere a person reads them (info --json, tables, the GUI).
   j["model"] = {{"path", fs::absolute(m.path).string()}};
+  // With the sliding window, where there is one: analysis and distillation rebuild the softmax
+  // maps from q and k and need it too.
   j["model"].update(model_shape_json(c));
-  // Analysis and distillation rebuild the softmax maps from q and k: they need the window too.
-  j["model"]["sliding_window"] = c.sliding_window;
   std::vector<std::string> sources;
   for (const auto& dd : docs) sources.push_back(dd.source);
   j["texts"] = sources;

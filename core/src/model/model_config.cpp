@@ -338,9 +338,12 @@ nlohmann::json to_hf_config(const ModelConfig& c) {
 const char* arch_label(Arch a) { return name_of(kArchs, a); }
 
 nlohmann::ordered_json model_shape_json(const ModelConfig& c) {
-  return {{"architecture", c.arch_name}, {"layers", c.n_layer},   {"heads", c.n_head},
-          {"kv_heads", c.n_kv_head},     {"head_dim", c.head_dim}, {"d_model", c.d_model},
-          {"vocab_size", c.vocab_size},  {"context_length", c.n_ctx}};
+  nlohmann::ordered_json j = {{"architecture", c.arch_name}, {"layers", c.n_layer},   {"heads", c.n_head},
+                              {"kv_heads", c.n_kv_head},     {"head_dim", c.head_dim}, {"d_model", c.d_model},
+                              {"vocab_size", c.vocab_size},  {"context_length", c.n_ctx}};
+  // Only where there is one (Mistral): a capture's readers take a missing one as 0.
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  return j;
 }
 
 }  // namespace attnscope

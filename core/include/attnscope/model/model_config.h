@@ -67,7 +67,8 @@ ModelConfig parse_hf_config_text(std::string_view text, const std::string& file)
 ModelConfig load_hf_config(const std::string& config_json_path);
 nlohmann::json to_hf_config(const ModelConfig& c);  // for writing models attnscope creates
 // The model's shape in the user's terms, as `info --json` and the capture manifest write it:
-// architecture, layers, heads, kv_heads, head_dim, d_model, vocab_size, context_length.
+// architecture, layers, heads, kv_heads, head_dim, d_model, vocab_size, context_length, and
+// sliding_window where the model has one.
 nlohmann::ordered_json model_shape_json(const ModelConfig& c);
 
 // The name of an architecture as config.json's "architectures" spells it ("llama2.c" for Llama2C).
