@@ -59,21 +59,6 @@ void check_dtype_row(const std::vector<OptionSpec<O>>& table, const char* job) {
   }
 }
 
-// An untrained hedgehog conversion of the tiny GPT-2, M = 8 per head.
-std::string converted_tiny(const std::string& tag) {
-  const std::string out = test::temp_dir(tag) + "/conv";
-  LoadedModel m = load_model(test::tiny_gpt2_dir());
-  const ModelConfig& c = m.model->config();
-  ConvertOptions o;
-  o.map.name = "hedgehog";
-  o.map.seed = 3;
-  o.dims.assign(size_t(c.n_layer), std::vector<int64_t>(size_t(c.n_head), 8));
-  o.budget = 8;
-  o.python_module = python_module();
-  convert_model(m, o, out);
-  return out;
-}
-
 // a and b differ (the dtype was used), by less than `rel` of a (bf16 rounding, not a broken model).
 void expect_rounding_apart(double a, double b, double rel, const char* what) {
   EXPECT_TRUE(std::isfinite(a) && std::isfinite(b)) << what;
@@ -121,7 +106,7 @@ TEST(ComputeDtypeJobs, DirectDistillationComputesInTheGivenDtype) {
 
 // Finetune loads the converted model and the original itself: both losses move with bf16.
 TEST(ComputeDtypeJobs, FinetuneComputesInTheGivenDtype) {
-  const std::string conv = converted_tiny("dtype_finetune");
+  const std::string conv = test::hedgehog_conversion(test::tiny_gpt2_dir(), "dtype_finetune");
   FinetuneOptions o;
   o.model = conv;
   o.texts = {sample_text()};
@@ -141,7 +126,7 @@ TEST(ComputeDtypeJobs, FinetuneComputesInTheGivenDtype) {
 
 // The evaluation says what it computed in, and its losses are the model's in that dtype.
 TEST(ComputeDtypeJobs, EvaluationRecordsTheModelsDtype) {
-  const std::string conv = converted_tiny("dtype_eval");
+  const std::string conv = test::hedgehog_conversion(test::tiny_gpt2_dir(), "dtype_eval");
   LoadedModel m32 = load_model(conv), m16 = load_model(conv, "", at::kBFloat16);
   const std::vector<int64_t> ids = encode_documents(*m32.tokenizer, read_text_documents({sample_text()}));
   ConvertedEvalOptions eo;

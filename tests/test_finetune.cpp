@@ -17,6 +17,7 @@
 #include "attnscope/model/model.h"
 #include "hf_checkpoint_writer.h"
 #include "test_support.h"
+#include "tiny_models.h"
 
 namespace fs = std::filesystem;
 using namespace attnscope;
@@ -25,21 +26,6 @@ namespace {
 
 std::string text() { return test::source_dir() + "/resources/texts/brown_news_ca44.txt"; }
 std::string python_module() { return test::source_dir() + "/resources/python/attnscope_linear.py"; }
-
-// An untrained hedgehog conversion of `model` (dir or .bin), M = 8 per head.
-std::string converted(const std::string& model, const std::string& tag) {
-  const std::string out = test::temp_dir(tag) + "/conv";
-  LoadedModel m = load_model(model);
-  const ModelConfig& c = m.model->config();
-  ConvertOptions o;
-  o.map.name = "hedgehog";
-  o.map.seed = 3;
-  o.dims.assign(size_t(c.n_layer), std::vector<int64_t>(size_t(c.n_head), 8));
-  o.budget = 8;
-  o.python_module = python_module();
-  convert_model(m, o, out);
-  return out;
-}
 
 FinetuneOptions options(const std::string& model, int64_t steps) {
   FinetuneOptions o;
@@ -106,7 +92,7 @@ TEST(Finetune, AttentionWeightsRoundTripInEveryLayout) {
 TEST(Finetune, LowersHeldOutLossAndWritesTheMergedModel) {
   const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
   if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
-  const std::string conv = converted(bin, "ft_stories");
+  const std::string conv = test::hedgehog_conversion(bin, "ft_stories");
   const std::string run = test::temp_dir("ft_stories_run") + "/run";
   FinetuneOptions o = options(conv, 12);
   const FinetuneResult r = finetune(o, run);
@@ -185,7 +171,7 @@ TEST(Finetune, SoftmaxBaselineAdaptsOnlyTheProjectionsByLowRank) {
 }
 
 TEST(Finetune, ResumeEqualsAnUninterruptedRun) {
-  const std::string conv = converted(test::source_dir() + "/resources/models/brown-gpt2-mini", "ft_resume");
+  const std::string conv = test::hedgehog_conversion(test::source_dir() + "/resources/models/brown-gpt2-mini", "ft_resume");
   const std::string root = test::temp_dir("ft_resume_runs");
   finetune(options(conv, 7), root + "/whole");
   const ProgressFn stop = [](double, const std::string& what) {
@@ -204,7 +190,7 @@ TEST(Finetune, ResumeEqualsAnUninterruptedRun) {
 
 // Bad input is refused before any work, naming the file or option, and leaves no run directory.
 TEST(Finetune, BadInputIsRefusedAndLeavesNothing) {
-  const std::string conv = converted(test::source_dir() + "/resources/models/brown-gpt2-mini", "ft_bad");
+  const std::string conv = test::hedgehog_conversion(test::source_dir() + "/resources/models/brown-gpt2-mini", "ft_bad");
   const std::string root = test::temp_dir("ft_bad_runs");
   const std::string cli = test::cli_path() + " finetune --text " + text();
   const std::string tiny = root + "/tiny.txt";

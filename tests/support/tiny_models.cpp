@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_model.h"
 #include "attnscope/model/model.h"
 #include "attnscope/tokenize/tokenizer.h"
 #include "hf_checkpoint_writer.h"
@@ -75,6 +76,20 @@ std::string bundled_capture() {
     return d;
   }();
   return dir;
+}
+
+std::string hedgehog_conversion(const std::string& model, const std::string& tag) {
+  const std::string out = temp_dir(tag) + "/conv";
+  LoadedModel m = load_model(model);
+  const ModelConfig& c = m.model->config();
+  ConvertOptions o;
+  o.map.name = "hedgehog";
+  o.map.seed = 3;
+  o.dims.assign(size_t(c.n_layer), std::vector<int64_t>(size_t(c.n_head), 8));
+  o.budget = 8;
+  o.python_module = source_dir() + "/resources/python/attnscope_linear.py";
+  convert_model(m, o, out);
+  return out;
 }
 
 }  // namespace attnscope::test

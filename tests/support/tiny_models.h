@@ -18,4 +18,9 @@ std::string tiny_llama_dir(const std::string& tag, uint32_t seed);
 // 64 tokens, seed 3, written once per process; returns its dir.
 std::string bundled_capture();
 
+// An untrained hedgehog conversion (attnscope convert's output, with attnscope_linear.py) of
+// `model` (a directory or llama2.c .bin), M = 8 in every head, map seed 3, in a fresh folder named
+// after `tag`; returns its dir.
+std::string hedgehog_conversion(const std::string& model, const std::string& tag);
+
 }  // namespace attnscope::test
