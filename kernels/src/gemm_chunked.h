@@ -15,6 +15,13 @@
 // groups of kScanGroup chunks one masked [G, G] weight matrix times the states (a GEMM), the group
 // totals scanned the same way, recursively, and combined; every exponent is <= 0, as in launch.h.
 // Time O(T_c G M D) for the scan, against O(L (C + D) M) for the rest.
+//
+// The backward pass is explicit (launch.h's equations), not LibTorch autograd through these
+// operations: autograd would keep every chunk's C x C weights, the scan's intermediate states (a few
+// [N, T_c, M, D + 1] tensors per level) and each cast operand until the backward pass, and replay a
+// dozen small operations per step; the explicit pass recomputes one set of states from q, k, ls, v
+// and the saved y, den and c (as the CPU and CUDA kernels do), so forward + backward holds the
+// inputs and O(L) saved rows, not the forward's temporaries.
 #pragma once
 #include <ATen/core/Tensor.h>
 
