@@ -1,5 +1,7 @@
 // The dispatch of include/attnscope/kernels/linear_attention.h: checks, flattening of the leading
-// dimensions to N, autograd, and the choice of CPU (src/cpu_chunked.cpp) or CUDA (cuda/*.cu) kernel.
+// dimensions to N, autograd, and the choice of kernel: CPU (src/cpu_chunked.cpp), CUDA FMA kernels
+// (cuda/*.cu) for float32 and float64, the GEMM-based form (src/gemm_chunked.cpp: tensor cores) for
+// bfloat16 and float16 on CUDA.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -10,6 +12,7 @@
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "src/cpu_chunked.h"
+#include "src/gemm_chunked.h"
 
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
 #include "cuda/launch.h"
@@ -39,13 +42,20 @@ void check_dtype_device(const char* what, const at::Tensor& t, const at::Tensor&
     fail(kWhere, std::string(what) + " is on " + t.device().str() + ", q on " + ref.device().str());
 }
 
-void check_dtype_supported(const at::Tensor& q) {
+// What runs an attention call: the CPU kernel or the CUDA kernels by the device, or the GEMM-based
+// form (bfloat16/float16 on CUDA, or asked for: causal_linear_attention_lse_gemm).
+enum class Path { Kernel, Gemm };
+
+// attention: the chunked attention (it takes float16 on CUDA, through the GEMM-based form;
+// the recurrent step does not). The GEMM-based form takes the four floating dtypes on any device.
+void check_dtype_supported(const at::Tensor& q, bool attention, Path path = Path::Kernel) {
   const auto dt = q.scalar_type();
-  const bool ok = q.is_cuda() ? (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kDouble)
-                              : (dt == at::kFloat || dt == at::kDouble);
+  const bool half = attention && (q.is_cuda() || path == Path::Gemm);
+  const bool low = q.is_cuda() || path == Path::Gemm;
+  const bool ok = dt == at::kFloat || dt == at::kDouble || (low && dt == at::kBFloat16) || (half && dt == at::kHalf);
   if (!ok)
     fail(kWhere, std::string("dtype ") + c10::toString(dt) + " is not supported on " + q.device().str() +
-                     (q.is_cuda() ? " (float32, bfloat16, float64)" : " (float32, float64)"));
+                     (half ? " (float32, bfloat16, float16, float64)" : low ? " (float32, bfloat16, float64)" : " (float32, float64)"));
   if (q.is_cuda() && !have_cuda_kernels())
     fail(kWhere, "tensors are on " + q.device().str() + " but this build has no CUDA kernels (nvcc was not found)");
 }
@@ -109,7 +119,13 @@ cpu::Backward cuda_backward(const at::Tensor& q, const at::Tensor& k, const at::
 }
 #endif
 
-cpu::Forward run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
+// bfloat16 and float16 on CUDA: the GEMM-based form (tensor cores); the FMA kernels keep float32/float64.
+bool use_gemm(const at::Tensor& q, Path path) {
+  return path == Path::Gemm || (q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf));
+}
+
+cpu::Forward run_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v, Path path) {
+  if (use_gemm(q, path)) return gemm::forward(q, k, ls, v);
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
   if (q.is_cuda()) return cuda_forward(q, k, ls, v);
 #endif
@@ -117,7 +133,8 @@ cpu::Forward run_forward(const at::Tensor& q, const at::Tensor& k, const at::Ten
 }
 
 cpu::Backward run_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v,
-                           const cpu::Forward& s, const at::Tensor& gy, const at::Tensor& glse) {
+                           const cpu::Forward& s, const at::Tensor& gy, const at::Tensor& glse, Path path) {
+  if (use_gemm(q, path)) return gemm::backward(q, k, ls, v, s, gy, glse);
 #ifdef ATTNSCOPE_HAVE_CUDA_KERNELS
   if (q.is_cuda()) return cuda_backward(q, k, ls, v, s, gy, glse);
 #endif
@@ -134,32 +151,36 @@ at::Tensor lse_of_forward(const cpu::Forward& f, at::ScalarType dtype) {
 
 // q, k [N, L, M], ls [N, L], v [N, L, D], contiguous -> {y [N, L, D], lse [N, L]}. Either output's
 // gradient may be undefined (not used): y's is then taken as 0, lse's as none (the y-only path).
+// gemm: run the GEMM-based form whatever the device and dtype (Path::Gemm).
 struct ChunkedLinearAttention : torch::autograd::Function<ChunkedLinearAttention> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
-                                                const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
-    const cpu::Forward f = run_forward(q, k, ls, v);
+                                                const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v, bool gemm) {
+    const Path path = gemm ? Path::Gemm : Path::Kernel;
+    const cpu::Forward f = run_forward(q, k, ls, v, path);
     ctx->save_for_backward({q, k, ls, v, f.y, f.den, f.c});
+    ctx->saved_data["gemm"] = gemm;
     ctx->set_materialize_grads(false);  // an unused lse costs no zero tensor in the backward pass
     return {f.y, lse_of_forward(f, q.scalar_type())};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    if (!grads[0].defined() && !grads[1].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    if (!grads[0].defined() && !grads[1].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const Path path = ctx->saved_data["gemm"].toBool() ? Path::Gemm : Path::Kernel;
     const at::Tensor gy = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(s[4]);
     const at::Tensor glse = grads[1].defined() ? grads[1].contiguous() : at::Tensor();
-    const cpu::Backward b = run_backward(s[0], s[1], s[2], s[3], {s[4], s[5], s[6]}, gy, glse);
-    return {b.dq, b.dk, b.dls, b.dv};
+    const cpu::Backward b = run_backward(s[0], s[1], s[2], s[3], {s[4], s[5], s[6]}, gy, glse, path);
+    return {b.dq, b.dk, b.dls, b.dv, at::Tensor()};
   }
 };
 
 void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
-                            const at::Tensor& v) {
+                            const at::Tensor& v, Path path = Path::Kernel) {
   if (!q.defined() || q.dim() < 2) fail(kWhere, "q must be [..., L, M], got " + (q.defined() ? shape(q) : "nothing"));
   check_dtype_device("k", k, q);
   check_dtype_device("k_log_scale", k_log_scale, q);
   check_dtype_device("v", v, q);
-  check_dtype_supported(q);
+  check_dtype_supported(q, /*attention=*/true, path);
   const int64_t L = q.size(-2), M = q.size(-1), D = v.dim() >= 2 ? v.size(-1) : -1;
   auto lead_of = [](const at::Tensor& t) { return t.sizes().slice(0, t.dim() - 2); };
   if (k.sizes() != q.sizes()) fail(kWhere, "k " + shape(k) + " must have q's shape " + shape(q));
@@ -174,6 +195,25 @@ void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::
                      std::to_string(kMaxHeadDim) + " value (head) dimensions, got M = " + std::to_string(M) + ", D = " + std::to_string(D));
 }
 
+AttentionWithLse attention_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                               const at::Tensor& v, Path path) {
+  check_attention_inputs(q, k, k_log_scale, v, path);
+  const int64_t L = q.size(-2), M = q.size(-1), D = v.size(-1);
+  std::vector<int64_t> out_shape(v.sizes().begin(), v.sizes().end());
+  std::vector<int64_t> lse_shape = out_shape;
+  lse_shape.back() = 1;
+  const int64_t N = q.numel() / (L * M);
+  // No features: every den is 0 (lse = -inf; y as before: zeros).
+  if (N == 0 || M == 0)
+    return {at::zeros(out_shape, v.options()), at::full(lse_shape, -std::numeric_limits<double>::infinity(), v.options())};
+  // No value columns: y is empty, lse still depends on q, k and the scales (read with one zero column).
+  const at::Tensor vr = D == 0 ? at::zeros({N, L, 1}, v.options()) : v.reshape({N, L, D}).contiguous();
+  const auto out = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
+                                                 k_log_scale.reshape({N, L}).contiguous(), vr, path == Path::Gemm);
+  const at::Tensor y = D == 0 ? at::zeros(out_shape, v.options()) : out[0].view(out_shape);
+  return {y, out[1].view(lse_shape)};
+}
+
 }  // namespace
 
 bool have_cuda_kernels() {
@@ -186,21 +226,12 @@ bool have_cuda_kernels() {
 
 AttentionWithLse causal_linear_attention_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
                                              const at::Tensor& v) {
-  check_attention_inputs(q, k, k_log_scale, v);
-  const int64_t L = q.size(-2), M = q.size(-1), D = v.size(-1);
-  std::vector<int64_t> out_shape(v.sizes().begin(), v.sizes().end());
-  std::vector<int64_t> lse_shape = out_shape;
-  lse_shape.back() = 1;
-  const int64_t N = q.numel() / (L * M);
-  // No features: every den is 0 (lse = -inf; y as before: zeros).
-  if (N == 0 || M == 0)
-    return {at::zeros(out_shape, v.options()), at::full(lse_shape, -std::numeric_limits<double>::infinity(), v.options())};
-  // No value columns: y is empty, lse still depends on q, k and the scales (read with one zero column).
-  const at::Tensor vr = D == 0 ? at::zeros({N, L, 1}, v.options()) : v.reshape({N, L, D}).contiguous();
-  const auto out = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
-                                                 k_log_scale.reshape({N, L}).contiguous(), vr);
-  const at::Tensor y = D == 0 ? at::zeros(out_shape, v.options()) : out[0].view(out_shape);
-  return {y, out[1].view(lse_shape)};
+  return attention_lse(q, k, k_log_scale, v, Path::Kernel);
+}
+
+AttentionWithLse causal_linear_attention_lse_gemm(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                                                  const at::Tensor& v) {
+  return attention_lse(q, k, k_log_scale, v, Path::Gemm);
 }
 
 at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
@@ -212,7 +243,8 @@ at::Tensor causal_linear_attention(const at::Tensor& q, const at::Tensor& k, con
   if (N == 0 || M == 0 || D == 0) return at::zeros(out_shape, v.options());
   // The same function as causal_linear_attention_lse; lse unused (no gradient flows from it).
   const auto out = ChunkedLinearAttention::apply(q.reshape({N, L, M}).contiguous(), k.reshape({N, L, M}).contiguous(),
-                                                 k_log_scale.reshape({N, L}).contiguous(), v.reshape({N, L, D}).contiguous());
+                                                 k_log_scale.reshape({N, L}).contiguous(), v.reshape({N, L, D}).contiguous(),
+                                                 /*gemm=*/false);
   return out[0].view(out_shape);
 }
 
@@ -222,7 +254,7 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
   check_dtype_device("k", k, q);
   check_dtype_device("k_log_scale", k_log_scale, q);
   check_dtype_device("v", v, q);
-  check_dtype_supported(q);
+  check_dtype_supported(q, /*attention=*/false);
   const int64_t N = q.size(0), M = q.size(1);
   if (k.sizes() != q.sizes()) fail(kWhere, "recurrent k " + shape(k) + " must have q's shape " + shape(q));
   if (k_log_scale.dim() != 1 || k_log_scale.size(0) != N) fail(kWhere, "recurrent k_log_scale " + shape(k_log_scale) + " must be [N]");

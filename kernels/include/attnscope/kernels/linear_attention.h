@@ -37,7 +37,8 @@ constexpr int64_t kMaxFeatures = 512;  // M
 constexpr int64_t kMaxHeadDim = 256;   // D
 
 // q, k [..., L, M] feature values, k_log_scale [..., L, 1], v [..., L, D] (same leading dims,
-// same floating dtype: float32 or float64 on the CPU, float32, bfloat16 or float64 on CUDA; same
+// same floating dtype: float32 or float64 on the CPU, float32, bfloat16, float16 or float64 on CUDA
+// (bfloat16 and float16 through the GEMM-based form, causal_linear_attention_lse_gemm); same
 // device) -> y [..., L, D] in that dtype. Differentiable in q, k, k_log_scale and v (autograd).
 // Throws attnscope::Error naming the argument for bad shapes, dtypes or devices. Inputs are not
 // checked for NaN here (core checks its inputs once, not per head).
@@ -53,6 +54,15 @@ struct AttentionWithLse {
   at::Tensor lse;  // [..., L, 1]
 };
 AttentionWithLse causal_linear_attention_lse(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v);
+
+// The chunked form as batched GEMMs over [N T_c, C, X] chunk tensors and a log-domain scan over
+// chunks, every step a LibTorch operation (src/gemm_chunked.h): what causal_linear_attention(_lse)
+// runs for bfloat16 and float16 on CUDA (cuBLAS, tensor cores; products accumulated and summed in
+// float32). Here on any device in float32, float64, bfloat16 or float16, so that tests and benchmarks
+// reach it on the CPU: same checks (but the dtypes), outputs, conventions and autograd as
+// causal_linear_attention_lse.
+AttentionWithLse causal_linear_attention_lse_gemm(const at::Tensor& q, const at::Tensor& k, const at::Tensor& k_log_scale,
+                                                  const at::Tensor& v);
 
 // The recurrent form: the sums over the keys seen so far, relative to c = their largest log scale.
 // Empty (undefined tensors) before the first token.
