@@ -167,10 +167,8 @@ TEST(KernelsGemm, ForwardAtSmallAndLargestSizes) {
 // -inf (the first chunk's first keys: rows without weight; a whole chunk: a -inf chunk state),
 // rising ramps (the running max moves at every key and chunk), and zero queries (rows without
 // weight): NaN rows where the reference has them, zero gradient from them, the rest as the reference.
-// The CPU kernel is compared without the keys of scale -inf at the start and in a whole chunk: it
-// gives NaN there (y after a chunk of -inf keys: its chunk state's exp(ls - m_t) is
-// exp(-inf - -inf); gradients of rows whose running max is -inf); the GEMM form masks both, and
-// the reference agrees with it.
+// The CPU kernel too: it gave NaN there before (y after a chunk of -inf keys: its chunk state's
+// exp(ls - m_t) was exp(-inf - -inf); so were the gradients of rows whose running max is -inf).
 TEST(KernelsGemm, ExtremeScalesAndRowsWithoutWeight) {
   const int64_t N = 2, L = 1100, M = 4, D = 3;
   Inputs in = make_inputs(N, L, M, D, 2000.0, 41);
@@ -183,9 +181,12 @@ TEST(KernelsGemm, ExtremeScalesAndRowsWithoutWeight) {
   in.q[1][700].zero_();
   const Reference ref = reference(in);
   ASSERT_EQ(ref.none.sum().item<int64_t>(), 7) << "the rows meant to have no weight";
-  check_forward(in, "extremes", /*against_cpu=*/false);
+  check_forward(in, "extremes");
   const Grads g = grads_of(in, Path::Gemm, 7), want = grads_of(in, Path::Reference, 7);
   expect_grads_near(g, want, 1e-9, "extremes vs reference");
+  const Grads cpu = grads_of(in, Path::Kernel, 7);
+  expect_grads_near(cpu, want, 1e-9, "extremes, CPU kernel vs reference");
+  EXPECT_EQ(cpu.dk[0].narrow(0, 128, 64).abs().max().item<double>(), 0.0) << "CPU kernel: keys of scale -inf";
   EXPECT_EQ(g.dq[0][70].abs().max().item<double>(), 0.0) << "a row without weight passes no gradient";
   EXPECT_EQ(g.dq[1][700].abs().max().item<double>(), 0.0);
   EXPECT_EQ(g.dk[0].narrow(0, 128, 64).abs().max().item<double>(), 0.0) << "keys of scale -inf have no gradient";
@@ -197,6 +198,33 @@ TEST(KernelsGemm, ExtremeScalesAndRowsWithoutWeight) {
   ls[0][150][0] = -5000.0;
   check_forward(in, "extremes, finite keys in chunk 0 and 2");
   expect_grads_near(grads_of(in, Path::Gemm, 7), grads_of(in, Path::Kernel, 7), 1e-9, "extremes vs CPU kernel");
+}
+
+// The recurrent step (generation) at the same extremes: token by token it gives the reference's
+// rows, NaN where a row has no weight, and its state stays finite through leading keys of scale
+// -inf (before: keep = exp(-inf - -inf) made the state NaN for good).
+TEST(KernelsGemm, RecurrentStepThroughKeysOfScaleMinusInf) {
+  const int64_t L = 200, M = 4, D = 3;
+  Inputs in = make_inputs(1, L, M, D, 50.0, 43);
+  auto ls = in.ls.accessor<double, 3>();
+  for (int64_t j = 0; j < 3; ++j) ls[0][j][0] = -INFINITY;
+  for (int64_t j = 64; j < 128; ++j) ls[0][j][0] = -INFINITY;
+  const Reference ref = reference(in);
+  K::RecurrentState st;
+  for (int64_t i = 0; i < L; ++i) {
+    at::Tensor lse;
+    const at::Tensor y = K::recurrent_step(st, in.q.select(1, i), in.k.select(1, i), in.ls.select(1, i).squeeze(-1),
+                                           in.v.select(1, i), &lse);
+    if (ref.none[0][i][0].item<bool>()) {
+      EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "row " << i << " has no weight";
+      EXPECT_EQ(lse.item<double>(), -INFINITY) << i;
+      continue;
+    }
+    EXPECT_LT(((y[0] - ref.y[0][i]).abs().max() / ref.y[0][i].abs().max().clamp_min(1e-300)).item<double>(), 1e-10) << "row " << i;
+    EXPECT_NEAR(lse.item<double>(), ref.lse[0][i][0].item<double>(), 1e-10 * std::max(1.0, std::abs(ref.lse[0][i][0].item<double>()))) << i;
+  }
+  EXPECT_EQ(ref.none.sum().item<int64_t>(), 3);
+  EXPECT_TRUE(at::isfinite(st.S).all().item<bool>());
 }
 
 // Past 16 x 16 chunks (L > 16384) the scan over chunks recurses twice: against the CPU kernel (the

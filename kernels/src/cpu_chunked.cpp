@@ -63,6 +63,17 @@ Chunks chunk_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   return x;
 }
 
+// exp(a - b) for a <= b, and 0 where a = -inf, also when b is -inf too (a key of scale -inf, a
+// chunk of them, a running max still -inf): never exp(-inf - -inf) = NaN.
+template <typename T>
+T exp_below(T a, T b) {
+  return a == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(a - b);
+}
+at::Tensor exp_below(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor e = at::exp(a - b);
+  return e.masked_fill_(at::isneginf(a), 0);
+}
+
 // The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal. ls, c [B, C]
 // -> [B, C, C]. Every exponent is <= 0 (c_i is the max over j <= i). The exponents are written
 // in one pass (-inf above the diagonal), then exponentiated in place by LibTorch's vectorized exp.
@@ -74,7 +85,7 @@ void intra_exponents(const T* ls, const T* c, T* e, int64_t blocks) {
       for (int64_t i = 0; i < C; ++i) {
         T* row = e + (b * C + i) * C;
         const T ci = c[b * C + i];
-        for (int64_t j = 0; j <= i; ++j) row[j] = l[j] - ci;
+        for (int64_t j = 0; j <= i; ++j) row[j] = l[j] == -std::numeric_limits<T>::infinity() ? l[j] : l[j] - ci;
         for (int64_t j = i + 1; j < C; ++j) row[j] = -std::numeric_limits<T>::infinity();
       }
     }
@@ -102,7 +113,7 @@ void exclusive_prefix(T* a, const T* m, T* cp, int64_t N, int64_t nT, int64_t X)
       for (int64_t t = 0; t < nT; ++t) {
         T* at_t = a + (n * nT + t) * X;
         const T mt = m[n * nT + t], cn = std::max(c, mt);
-        const T keep = std::exp(c - cn), add = std::exp(mt - cn);  // exp(-inf) = 0 before the first chunk
+        const T keep = exp_below(c, cn), add = exp_below(mt, cn);  // keep = 0 before the first chunk
         for (int64_t x = 0; x < X; ++x) {
           const T own = at_t[x];
           at_t[x] = run[x];
@@ -127,7 +138,7 @@ void exclusive_suffix(T* b, const T* r, int64_t N, int64_t nT, int64_t X) {
       for (int64_t t = nT - 1; t >= 0; --t) {
         T* at_t = b + (n * nT + t) * X;
         // R_{t-1} = exp(r_{t-1} - r_t) R_t + B_t; for the last chunk exp(r_{t-1} - inf) = 0.
-        const T keep = t > 0 ? std::exp(r[n * nT + t - 1] - r[n * nT + t]) : T(0);
+        const T keep = t > 0 ? exp_below(r[n * nT + t - 1], r[n * nT + t]) : T(0);
         for (int64_t x = 0; x < X; ++x) {
           const T own = at_t[x];
           at_t[x] = run[x];
@@ -144,7 +155,7 @@ struct Prefix {
 };
 Prefix prefix_states(const Chunks& x) {
   const at::Tensor m = std::get<0>(x.ls.max(-1)).contiguous();  // [B]
-  const at::Tensor scale = at::exp(x.ls - m.unsqueeze(-1)).unsqueeze(-1);  // exp(ls_j - m_t) <= 1
+  const at::Tensor scale = exp_below(x.ls, m.unsqueeze(-1)).unsqueeze(-1);  // exp(ls_j - m_t) <= 1
   const int64_t B = x.N * x.T;
   Prefix p{at::empty({B, x.k.size(2), x.v1.size(2)}, x.k.options()), at::empty_like(m)};
   for_blocks(B, [&](int64_t b, int64_t len) {
@@ -159,7 +170,9 @@ Prefix prefix_states(const Chunks& x) {
 }
 
 // exp(cP_t - c_i) <= 1 [B, C, 1]: how query i of chunk t reads the state before its chunk.
-at::Tensor carried_scale(const Prefix& p, const at::Tensor& c) { return at::exp(p.cP.unsqueeze(-1) - c).unsqueeze(-1); }
+at::Tensor carried_scale(const Prefix& p, const at::Tensor& c) {
+  return exp_below(p.cP.unsqueeze(-1).expand_as(c), c).unsqueeze(-1);
+}
 
 }  // namespace
 
@@ -219,7 +232,7 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
   // Keys and values read the suffix over later chunks, R_t relative to r_t = c at the first query
   // after chunk t: the chunk sums B_u first, then the scan.
   const at::Tensor cfirst = c.select(-1, 0);  // [B]
-  at::Tensor R = at::bmm((x.q * at::exp(cfirst.unsqueeze(-1) - c).unsqueeze(-1)).transpose(1, 2), g).contiguous();
+  at::Tensor R = at::bmm((x.q * exp_below(cfirst.unsqueeze(-1).expand_as(c), c).unsqueeze(-1)).transpose(1, 2), g).contiguous();
   const at::Tensor r = at::cat({cfirst.view({N, T}).narrow(1, 1, T - 1), at::full({N, 1}, inf, c.options())}, 1).contiguous();
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "exclusive_suffix", [&] {
     exclusive_suffix<scalar_t>(R.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), N, T, M * D1);
@@ -228,7 +241,7 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
   // Then each block of chunks: its C x C blocks W = (Q K^T) E and Pm = (G' [V, 1]^T) E (dL/dw_ij
   // E_ij) live only while the block writes its rows of dq, dk and dv.
   const at::Tensor carried = carried_scale(p, c);
-  const at::Tensor key_scale = at::exp(x.ls - r.view({B, 1})).unsqueeze(-1);  // exp(ls_j - r_t) <= 1
+  const at::Tensor key_scale = exp_below(x.ls, r.view({B, 1})).unsqueeze(-1);  // exp(ls_j - r_t) <= 1
   at::Tensor dq = at::empty({B, C, M}, q.options()), dk = at::empty({B, C, M}, q.options());
   at::Tensor dv = at::empty({B, C, D}, q.options());
   for_blocks(B, [&](int64_t b, int64_t len) {
@@ -269,7 +282,7 @@ at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Ten
       std::vector<scalar_t> num(D);
       for (int64_t n = n0; n < n1; ++n) {
         const scalar_t cn = std::max(c[n], lp[n]);
-        const scalar_t keep = std::exp(c[n] - cn), add = std::exp(lp[n] - cn);
+        const scalar_t keep = exp_below(c[n], cn), add = exp_below(lp[n], cn);
         c[n] = cn;
         scalar_t* Sn = S + n * M * D;
         const scalar_t *qn = qp + n * M, *kn = kp + n * M, *vn = vp + n * D;
