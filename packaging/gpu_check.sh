@@ -22,6 +22,7 @@ out=$(cd "$out" && pwd)
 b=${BUILD_DIR:-$root/build-gpu}
 deps=${DEPS:-$root/.gpudeps}
 stages=${STAGES:-1,2,3,4}
+[ "${KERNELS_ONLY:-0}" = 1 ] && stages=${STAGES:-1}  # the former switch: the kernels alone
 start=$(date +%s)
 deadline=$((start + ${TOTAL_SECONDS:-480}))
 cli=$b/app/attnscope

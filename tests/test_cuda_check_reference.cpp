@@ -104,8 +104,9 @@ TEST(CudaCheckReference, RowsWithoutWeightAreNaNAndTakeNoGradient) {
       EXPECT_EQ(b.dls[size_t(i)], 0.0) << i;
       for (int64_t m = 0; m < 4; ++m) EXPECT_EQ(b.dk[size_t(i * 4 + m)], 0.0) << i;
     }
-    if (i < 70)
+    if (i < 70) {
       for (int64_t m = 0; m < 4; ++m) EXPECT_EQ(b.dq[size_t(i * 4 + m)], 0.0) << i;
+    }
   }
 }
 
