@@ -15,8 +15,10 @@
 // failed, 2 without a CUDA device or on a CUDA error that ends the run.
 //
 // Inputs are rounded to the dtype first and the reference computed from the rounded values, so it
-// sees exactly what the kernels see. Errors are max |got - want| / max |want| over a tensor's
-// finite entries (lse: over max(1, max |want|)); NaN and +-inf must sit exactly where the
+// sees exactly what the kernels see. Errors are max |got - want| over a tensor's finite entries,
+// divided by the larger of max |want| and the reference's largest sum of the terms' absolute
+// values (reference.h: what bounds a sum's rounding error, and not ~0 where the terms cancel;
+// lse: by max(1, max |want|)); NaN and +-inf must sit exactly where the
 // reference has them. Tolerances (kTolerance): float64 1e-10, float32 1e-4 (float accumulators,
 // chunk sums of 64 and prefixes over up to 64 chunks), bfloat16 3e-2 (8-bit significands: outputs
 // rounded to 2^-9, and the backward pass reads the saved y and gy in bfloat16).
@@ -127,8 +129,9 @@ struct Compared {
   std::string failures;
 };
 
-// got against want: NaN/inf exactly where want has them, then the normalized error (scale
-// max(floor, max |want|) over the finite entries) within tol.
+// got against want: NaN/inf exactly where want has them, then the normalized error within tol:
+// max |got - want| / max(scale, max |want| over the finite entries) (scale: the reference's bound
+// on the terms' sizes, reference.h).
 void compare(Compared& r, const char* name, const std::vector<double>& got, const std::vector<double>& want, double tol,
              double floor = 1e-300) {
   char buf[256];
@@ -200,10 +203,10 @@ Compared run_case(const Case& cs, uint64_t seed) {
     }
     check(cudaDeviceSynchronize(), "recurrent_step");
     const C::StateReference s = C::reference_state(p);
-    compare(r, "y", decode(t, y.read()), by_position(f.y, N, L, D), tol);
+    compare(r, "y", decode(t, y.read()), by_position(f.y, N, L, D), tol, f.y_scale);
     compare(r, "lse", decode(t, lse.read()), by_position(f.lse, N, L, 1), tol, 1.0);
-    compare(r, "S", decode(t, S.read(), true), s.S, tol);
-    compare(r, "z", decode(t, z.read(), true), s.z, tol);
+    compare(r, "S", decode(t, S.read(), true), s.S, tol, s.S_scale);
+    compare(r, "z", decode(t, z.read(), true), s.z, tol, s.z_scale);
     compare(r, "c", decode(t, c.read(), true), s.c, 0.0, 1.0);
     return r;
   }
@@ -216,8 +219,8 @@ Compared run_case(const Case& cs, uint64_t seed) {
                             got_c = decode(t, c.read(), true);
   std::vector<double> got_lse(got_den.size());
   for (size_t i = 0; i < got_den.size(); ++i) got_lse[i] = got_den[i] > 0 ? got_c[i] + std::log(got_den[i]) : -INFINITY;
-  compare(r, "y", got_y, f.y, tol);
-  compare(r, "den", got_den, f.den, tol);
+  compare(r, "y", got_y, f.y, tol, f.y_scale);
+  compare(r, "den", got_den, f.den, tol, f.den_scale);
   compare(r, "c", got_c, f.c, 0.0, 1.0);
   compare(r, "lse", got_lse, f.lse, tol, 1.0);
 
@@ -234,10 +237,10 @@ Compared run_case(const Case& cs, uint64_t seed) {
                      bw.p, N, L, M, D, nullptr),
         "backward");
   check(cudaDeviceSynchronize(), "backward");
-  compare(r, "dq", decode(t, dq.read()), b.dq, tol);
-  compare(r, "dk", decode(t, dk.read()), b.dk, tol);
-  compare(r, "dls", decode(t, dls.read()), b.dls, tol);
-  compare(r, "dv", decode(t, dv.read()), b.dv, tol);
+  compare(r, "dq", decode(t, dq.read()), b.dq, tol, b.dq_scale);
+  compare(r, "dk", decode(t, dk.read()), b.dk, tol, b.dk_scale);
+  compare(r, "dls", decode(t, dls.read()), b.dls, tol, b.dls_scale);
+  compare(r, "dv", decode(t, dv.read()), b.dv, tol, b.dv_scale);
   return r;
 }
 

@@ -14,7 +14,7 @@ namespace attnscope::kernels::check {
 enum class Inputs {
   Random,       // q, k = exp(N(0, 0.5^2)) (positive features, as PRF maps give), ls ~ N(0, 1), v ~ N(0, 1)
   Huge,         // ls ~ N(0, 1000^2): exp(ls) alone overflows any dtype
-  MinusInf,     // the first 70 key log scales and every 5th one -inf: rows 0..69 have c = -inf, den = 0
+  MinusInf,     // the first 70 key log scales and every 5th one -inf: rows 0..70 have c = -inf, den = 0
   Ramp,         // ls_j = 3 j: every key outweighs the ones before it (the prefix rescales at each chunk)
   NoWeight,     // every 7th query all zero: den = 0, y NaN, no gradient from those rows
   NegativeDen,  // q < 0 < k: den < 0 everywhere, y defined, lse = -inf, the lse gradient ignored

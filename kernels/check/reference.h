@@ -30,21 +30,27 @@ struct Problem {
   std::vector<double> q, k, ls, v;
 };
 
+// Beside each result, the scale its rounding errors are measured against: the largest sum of the
+// terms' absolute values over the tensor's entries (what bounds a floating-point sum's error, and
+// not ~0 where the terms cancel: dq is exactly 0 at M = 1, where y does not depend on q).
 struct ForwardReference {
   std::vector<double> y;    // [N, L, D]
   std::vector<double> den;  // [N, L], relative to c
   std::vector<double> c;    // [N, L]
   std::vector<double> lse;  // [N, L]
+  double y_scale = 0, den_scale = 0;
 };
 
 struct BackwardReference {
   std::vector<double> dq, dk, dls, dv;
+  double dq_scale = 0, dk_scale = 0, dls_scale = 0, dv_scale = 0;
 };
 
 struct StateReference {
   std::vector<double> S;  // [N, M, D]
   std::vector<double> z;  // [N, M]
   std::vector<double> c;  // [N]
+  double S_scale = 0, z_scale = 0;
 };
 
 namespace detail {
@@ -77,6 +83,17 @@ inline double dot(const double* a, const double* b, int64_t n) {
   for (int64_t m = 0; m < n; ++m) s += a[m] * b[m];
   return s;
 }
+inline double abs_dot(const double* a, const double* b, int64_t n) {
+  double s = 0;
+  for (int64_t m = 0; m < n; ++m) s += std::fabs(a[m] * b[m]);
+  return s;
+}
+inline double max_of(const std::vector<double>& x) {
+  double m = 0;
+  for (double e : x)
+    if (std::isfinite(e)) m = std::max(m, e);
+  return m;
+}
 
 }  // namespace detail
 
@@ -97,24 +114,30 @@ inline ForwardReference reference_forward(const Problem& p, int threads = detail
   r.y.assign(size_t(N * L * D), 0.0);
   r.den.assign(size_t(N * L), 0.0);
   r.lse.assign(size_t(N * L), 0.0);
+  std::vector<double> y_mag(size_t(N * L), 0.0), den_mag(size_t(N * L), 0.0);
   detail::parallel_rows(N * L, threads, [&](int64_t row) {
     const int64_t n = row / L, i = row % L;
     const double ci = r.c[row];
     const double* qi = &p.q[row * M];
     double* num = &r.y[row * D];
-    double den = 0;
+    std::vector<double> mag(size_t(D), 0.0);
+    double den = 0, dmag = 0;
     for (int64_t j = 0; j <= i; ++j) {
       const double e = detail::weight_exp(p.ls[n * L + j], ci);
       if (e == 0) continue;
       const double w = detail::dot(qi, &p.k[(n * L + j) * M], M) * e;
       den += w;
+      dmag += detail::abs_dot(qi, &p.k[(n * L + j) * M], M) * e;
       const double* vj = &p.v[(n * L + j) * D];
-      for (int64_t d = 0; d < D; ++d) num[d] += w * vj[d];
+      for (int64_t d = 0; d < D; ++d) num[d] += w * vj[d], mag[size_t(d)] += std::fabs(w * vj[d]);
     }
     for (int64_t d = 0; d < D; ++d) num[d] = den == 0 ? NAN : num[d] / den;
+    if (den != 0) y_mag[size_t(row)] = *std::max_element(mag.begin(), mag.end()) / std::fabs(den);
+    den_mag[size_t(row)] = dmag;
     r.den[row] = den;
     r.lse[row] = den > 0 ? ci + std::log(den) : -INFINITY;
   });
+  r.y_scale = detail::max_of(y_mag), r.den_scale = detail::max_of(den_mag);
   return r;
 }
 
@@ -140,6 +163,11 @@ inline BackwardReference reference_backward(const Problem& p, const ForwardRefer
   auto gv = [&](int64_t rowi, int64_t rowj) {
     return detail::dot(&gp[rowi * D1], &p.v[rowj * D], D) + gp[rowi * D1 + D];
   };
+  auto gv_abs = [&](int64_t rowi, int64_t rowj) {
+    return detail::abs_dot(&gp[rowi * D1], &p.v[rowj * D], D) + std::fabs(gp[rowi * D1 + D]);
+  };
+  std::vector<double> dq_mag(size_t(N * L), 0.0), dk_mag(size_t(N * L), 0.0), dls_mag(size_t(N * L), 0.0),
+      dv_mag(size_t(N * L), 0.0);
   BackwardReference b;
   b.dq.assign(size_t(N * L * M), 0.0);
   b.dk.assign(size_t(N * L * M), 0.0);
@@ -150,33 +178,43 @@ inline BackwardReference reference_backward(const Problem& p, const ForwardRefer
     const int64_t n = rowi / L, i = rowi % L;
     const double ci = f.c[rowi];
     double* dq = &b.dq[rowi * M];
+    std::vector<double> mag(size_t(M), 0.0);
     for (int64_t j = 0; j <= i; ++j) {
       const int64_t rowj = n * L + j;
       const double e = detail::weight_exp(p.ls[rowj], ci);
       if (e == 0) continue;
-      const double a = gv(rowi, rowj) * e;
+      const double a = gv(rowi, rowj) * e, a_abs = gv_abs(rowi, rowj) * e;
       const double* kj = &p.k[rowj * M];
-      for (int64_t m = 0; m < M; ++m) dq[m] += a * kj[m];
+      for (int64_t m = 0; m < M; ++m) dq[m] += a * kj[m], mag[size_t(m)] += a_abs * std::fabs(kj[m]);
     }
+    dq_mag[size_t(rowi)] = *std::max_element(mag.begin(), mag.end());
   });
   // Keys: dk_j, dv_j, dls_j, a row at a time.
   detail::parallel_rows(N * L, threads, [&](int64_t rowj) {
     const int64_t n = rowj / L, j = rowj % L;
     const double lsj = p.ls[rowj];
     double *dk = &b.dk[rowj * M], *dv = &b.dv[rowj * D];
-    double dls = 0;
+    std::vector<double> kmag(size_t(M), 0.0), vmag(size_t(D), 0.0);
+    double dls = 0, lmag = 0;
     for (int64_t i = j; i < L; ++i) {
       const int64_t rowi = n * L + i;
       const double e = detail::weight_exp(lsj, f.c[rowi]);
       if (e == 0) continue;
       const double* qi = &p.q[rowi * M];
       const double g = gv(rowi, rowj), gve = g * e, w = detail::dot(qi, &p.k[rowj * M], M) * e;
-      for (int64_t m = 0; m < M; ++m) dk[m] += gve * qi[m];
-      for (int64_t d = 0; d < D; ++d) dv[d] += w * gp[rowi * D1 + d];
+      const double gve_abs = gv_abs(rowi, rowj) * e, w_abs = detail::abs_dot(qi, &p.k[rowj * M], M) * e;
+      for (int64_t m = 0; m < M; ++m) dk[m] += gve * qi[m], kmag[size_t(m)] += gve_abs * std::fabs(qi[m]);
+      for (int64_t d = 0; d < D; ++d) dv[d] += w * gp[rowi * D1 + d], vmag[size_t(d)] += w_abs * std::fabs(gp[rowi * D1 + d]);
       dls += g * w;
+      lmag += gve_abs * w_abs / e;
     }
     b.dls[rowj] = dls;
+    dk_mag[size_t(rowj)] = *std::max_element(kmag.begin(), kmag.end());
+    dv_mag[size_t(rowj)] = *std::max_element(vmag.begin(), vmag.end());
+    dls_mag[size_t(rowj)] = lmag;
   });
+  b.dq_scale = detail::max_of(dq_mag), b.dk_scale = detail::max_of(dk_mag), b.dls_scale = detail::max_of(dls_mag),
+  b.dv_scale = detail::max_of(dv_mag);
   return b;
 }
 
@@ -187,6 +225,7 @@ inline StateReference reference_state(const Problem& p) {
   s.S.assign(size_t(N * M * D), 0.0);
   s.z.assign(size_t(N * M), 0.0);
   s.c.assign(size_t(N), -INFINITY);
+  std::vector<double> S_mag(size_t(N * M * D), 0.0), z_mag(size_t(N * M), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < L; ++j) s.c[n] = std::max(s.c[n], p.ls[n * L + j]);
     for (int64_t j = 0; j < L; ++j) {
@@ -195,10 +234,15 @@ inline StateReference reference_state(const Problem& p) {
       for (int64_t m = 0; m < M; ++m) {
         const double ek = e * p.k[(n * L + j) * M + m];
         s.z[n * M + m] += ek;
-        for (int64_t d = 0; d < D; ++d) s.S[(n * M + m) * D + d] += ek * p.v[(n * L + j) * D + d];
+        z_mag[size_t(n * M + m)] += std::fabs(ek);
+        for (int64_t d = 0; d < D; ++d) {
+          s.S[(n * M + m) * D + d] += ek * p.v[(n * L + j) * D + d];
+          S_mag[size_t((n * M + m) * D + d)] += std::fabs(ek * p.v[(n * L + j) * D + d]);
+        }
       }
     }
   }
+  s.S_scale = detail::max_of(S_mag), s.z_scale = detail::max_of(z_mag);
   return s;
 }
 
