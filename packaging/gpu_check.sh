@@ -91,7 +91,7 @@ stage1() {
     arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
     echo "gpu_check: building the kernel checker with $nvcc for sm_$arch"
     checker=$out/attnscope_cuda_check
-    if ! tbox 240 "$nvcc" -O3 -lineinfo -std=c++17 -arch="sm_$arch" --threads 4 -I "$root/kernels" \
+    if ! tbox 240 "$nvcc" -O3 -lineinfo -std=c++17 -arch="sm_$arch" -Xcompiler -pthread -I "$root/kernels" \
       "$root"/kernels/cuda/*.cu "$root/kernels/check/cuda_kernel_check.cpp" -o "$checker" > "$out/checker_build.log" 2>&1; then
       summary 1 "the kernel checker did not build with nvcc (checker_build.log)"; return
     fi
