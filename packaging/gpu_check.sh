@@ -150,9 +150,11 @@ stage2() {
 
 # ---- stage 3: the CUDA tests, then the whole suite ----
 gtest_line() {  # the counts of a gtest log, or how it ended
-  local p f
+  local p f k
   p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$1" | grep -oE '[0-9]+$'); f=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$1" | grep -oE '[0-9]+')
-  echo "${p:-0} passed, ${f:-0} failed, $(grep -c '^\[  SKIPPED \]' "$1") skipped"
+  k=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$1" | grep -oE '[0-9]+')
+  grep -q '^\[==========\] .* ran' "$1" || echo -n "did not finish: "
+  echo "${p:-0} passed, ${f:-0} failed, ${k:-0} skipped"
 }
 stage3() {
   if [ ! -x "$tests_bin" ]; then summary 3 "no test binary ($tests_bin): stage 2 did not build it"; return; fi
