@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -148,7 +149,7 @@ TEST(FileTree, RemoveTreeRemovesTheTreeAndNoLinkTarget) {
 TEST(FileTree, MissingPathIsNothingToDo) {
   const std::string root = test::temp_dir("filetree");
   write_bytes(root + "/a_file", 3);
-  for (const std::string missing : {root + "/missing", root + "/missing/below", root + "/a_file/below", std::string()}) {
+  for (const std::string& missing : {root + "/missing", root + "/missing/below", root + "/a_file/below", std::string()}) {
     std::error_code ec = std::make_error_code(std::errc::io_error);
     std::string failed = "untouched";
     EXPECT_TRUE(remove_tree(missing, ec, &failed)) << missing;
@@ -174,7 +175,7 @@ TEST(FileTree, APathThatIsAFileOrALink) {
   fs::create_directory_symlink(root + "/target", root + "/link2");
 
   // walk_files wants a folder and does not follow a link, not even the one it is given.
-  for (const std::string p : {root + "/file", root + "/link"}) {
+  for (const std::string& p : {root + "/file", root + "/link"}) {
     std::error_code ec;
     std::string failed;
     EXPECT_TRUE(walk(p, ec, &failed).empty()) << p;
@@ -298,7 +299,7 @@ TEST(FileTree, AReadOnlySubfolderFailsForItsOwnerAndNotForRoot) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::close(fds[0]);
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(77);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(77);
     const std::string why = user_case(root);
     if (!why.empty() && ::write(fds[1], why.data(), why.size()) < 0) ::_exit(2);
     ::_exit(why.empty() ? 0 : 1);
