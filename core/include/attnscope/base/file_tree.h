@@ -34,9 +34,12 @@ namespace attnscope {
 // std::filesystem's remove-all, without following links:
 //  - a missing path is nothing to do (success); so is an entry that vanishes while we remove it;
 //  - a file or a symbolic link (to anything, dangling included) is unlinked, never its target;
-//  - permissions are not changed: where the OS refuses (a folder we cannot read or write into as
-//    a non-root user, a read-only or busy file system, out of file descriptors) it stops at that
-//    entry, leaves the rest, and reports it.
+//  - permissions are not changed: where the OS refuses (a read-only subfolder, even our own, whose
+//    entries a non-root user may not unlink: EACCES naming the entry inside it; a read-only or busy
+//    file system; out of file descriptors) it stops at that entry, leaves the rest, and reports
+//    it. Root (DAC override) removes read-only folders as any other.
+//  - it holds one descriptor per level of depth (the folder being emptied and its parents), as
+//    libstdc++'s own walk does.
 // The error_code form returns false on the first failure, sets `ec` to its errno and, when
 // `failed` is given, the path (`path` + "/" + the entry's names) it failed on; it never throws.
 bool remove_tree(const std::string& path, std::error_code& ec, std::string* failed = nullptr) noexcept;
