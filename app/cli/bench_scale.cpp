@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "attnscope/bench/scale_bench.h"
+#include "attnscope/base/file_tree.h"
 #include "attnscope/base/table.h"
 #include "attnscope/io/text_source.h"
 #include "common.h"
@@ -158,7 +159,7 @@ void register_scale_bench(CLI::App* bench) {
         if (step == "spectra") args = {"dof", "--capture", cap, "--out", dir + "/" + name + ".spectra.safetensors"};
         if (step == "metrics") args = {"metrics", "--capture", cap, "--json"};
         if (step == "distill") {
-          fs::remove_all(run);
+          remove_tree(run);
           args = {"distill", "--capture", cap, "--features", "64", "--steps", "1", "--out", run};
         }
         if (step == "eval") args = {"eval", "--model", model, "--text", eval_text, "--seq-len", std::to_string(L)};

@@ -11,6 +11,7 @@
 
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/base/error.h"
+#include "attnscope/base/file_tree.h"
 #include "attnscope/pipeline/report.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/distill/distill_options.h"
@@ -378,7 +379,7 @@ int Workbench::capture() {
           // A failed, cancelled or superseded capture leaves nothing behind in the workspace.
           if (!(st == JobState::Succeeded && wanted)) {
             std::error_code ec;
-            fs::remove_all(to_std(ws), ec);
+            remove_tree(to_std(ws), ec);
           }
         });
   } catch (const std::exception& e) {
@@ -724,10 +725,10 @@ bool Workbench::save_session(const QString& path_q) {
           auto copy_folder = [](const std::string& from, const std::string& target) {
             const std::string partial = target + ".partial";
             std::error_code ec;
-            fs::remove_all(partial, ec);
+            remove_tree(partial, ec);
             fs::create_directories(fs::path(target).parent_path());
             fs::copy(from, partial, fs::copy_options::recursive);
-            fs::remove_all(target);
+            remove_tree(target);
             fs::rename(partial, target);
           };
           auto copy_file = [](const std::string& from, const std::string& target) {

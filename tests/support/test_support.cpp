@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "attnscope/base/file_tree.h"
 #include "attnscope/base/runtime.h"
 
 namespace fs = std::filesystem;
@@ -30,7 +31,7 @@ struct TempDirs {
   std::vector<fs::path> dirs;
   ~TempDirs() {
     std::error_code ec;
-    for (const auto& d : dirs) fs::remove_all(d, ec);
+    for (const auto& d : dirs) remove_tree(d.string(), ec);
   }
 };
 TempDirs& temp_dirs() {

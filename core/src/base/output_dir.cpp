@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/file_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +47,7 @@ void recover_dead_writers(const fs::path& folder) {
       std::error_code ignored;
       const fs::path final_dir = folder / stem;
       if (tag == ".old-" && !fs::exists(final_dir)) fs::rename(p, final_dir, ignored);
-      else fs::remove_all(p, ignored);
+      else remove_tree(p.string(), ignored);
     }
   }
 }
@@ -94,7 +95,7 @@ OutputDir::OutputDir(const std::string& final_dir) {
   final_ = out.string();
   tmp_ = final_ + ".partial-" + std::to_string(::getpid());
   std::error_code ec;
-  fs::remove_all(tmp_, ec);  // left over by a process with our pid that was killed
+  remove_tree(tmp_, ec);  // left over by a process with our pid that was killed
   recover_dead_writers(out.parent_path());
   if (!fs::create_directory(tmp_, ec) || ec) fail(final_dir, "cannot create " + tmp_ + ": " + ec.message());
 }
@@ -102,7 +103,7 @@ OutputDir::OutputDir(const std::string& final_dir) {
 OutputDir::~OutputDir() {
   if (committed_) return;
   std::error_code ec;
-  fs::remove_all(tmp_, ec);
+  remove_tree(tmp_, ec);
 }
 
 std::string OutputDir::file(const std::string& relative) const { return (fs::path(tmp_) / relative).string(); }
@@ -114,17 +115,17 @@ void OutputDir::commit() {
   } else if (exchange_paths(tmp_, final_)) {
     // One atomic step: DIR is the new output, the sibling holds the old one (swept if we die now).
     std::error_code ignored;
-    fs::remove_all(tmp_, ignored);
+    remove_tree(tmp_, ignored);
   } else {
     // Two renames; killed between them, the next writer in this folder puts DIR.old-PID back.
     const std::string old = final_ + ".old-" + std::to_string(::getpid());
-    fs::remove_all(old, ec);
+    remove_tree(old, ec);
     fs::rename(final_, old, ec);
     if (!ec) {
       fs::rename(tmp_, final_, ec);
       std::error_code ignored;
       if (ec) fs::rename(old, final_, ignored);  // put the earlier version back
-      else fs::remove_all(old, ignored);
+      else remove_tree(old, ignored);
     }
   }
   if (ec) fail(final_, "cannot move the finished output into place: " + ec.message());

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/file_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -35,12 +36,10 @@ WorkspaceFolder describe(const fs::path& dir) {
   f.path = dir.string();
   std::error_code ec;
   f.modified_s = seconds_since_epoch(fs::last_write_time(dir, ec));
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code e2;
-    if (it->is_symlink(e2)) continue;  // a link's target is not the workspace's to count
-    if (it->is_regular_file(e2)) f.bytes += it->file_size(e2);
-  }
+  // Regular files only: a link's target is not the workspace's to count; an unreadable subfolder
+  // is skipped (its failure is not the listing's).
+  std::error_code walk_ec;
+  walk_files(dir.string(), [&f](const TreeFile& file) { f.bytes += file.bytes; }, walk_ec);
   f.capture = fs::is_directory(dir / "capture", ec);
   f.spectra = fs::is_regular_file(dir / "spectra.safetensors", ec);
   for (auto it = fs::directory_iterator(dir / "runs", ec); !ec && it != fs::directory_iterator(); it.increment(ec))
@@ -79,9 +78,7 @@ uint64_t total_bytes(const std::vector<WorkspaceFolder>& folders) {
 void remove_workspace_folder(const std::string& root, const std::string& folder) {
   if (fs::path(normal(folder)).parent_path() != fs::path(normal(root)))
     fail(folder, "is not a folder of the workspace " + root);
-  std::error_code ec;
-  fs::remove_all(folder, ec);
-  if (ec) fail(folder, "cannot be removed: " + ec.message());
+  remove_tree(folder);  // Error naming the entry it failed on
 }
 
 std::vector<WorkspaceFolder> clean_workspace(const std::string& root, const std::vector<std::string>& keep,
