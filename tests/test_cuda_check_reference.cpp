@@ -102,10 +102,8 @@ TEST(CudaCheckReference, EqualsTheCpuKernelAtTheExtremes) {
 // Keys of log scale -inf before the first finite one (rows with c_i = -inf; here the whole first
 // chunk): launch.h has exp(-inf) = 0, never -inf - -inf, so those rows are undefined (y NaN, lse
 // -inf, no gradient) and the rows after them as usual; the CUDA kernels guard it (exp_diff), the
-// checker holds them to it. The CPU kernel (kernels/src/cpu_chunked.cpp: exp(ls - m_t) with
-// m_t = -inf, exp(c - cn) in the prefix and the recurrent step) forms -inf - -inf = NaN, which
-// reaches every later row: disabled until it is fixed there.
-TEST(CudaCheckReference, DISABLED_CpuKernelTakesLeadingMinusInfKeys) {
+// checker holds them to it, and the CPU kernel does so since its exp_below.
+TEST(CudaCheckReference, CpuKernelTakesLeadingMinusInfKeys) {
   compare(2, 150, 6, 5, C::Inputs::MinusInf, 20);
 }
 
