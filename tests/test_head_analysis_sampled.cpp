@@ -29,11 +29,6 @@ using namespace attnscope;
 
 namespace {
 
-at::Tensor randn_t(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
-}
-
 // Causal softmax of one row's scores over keys 0..i, in plain loops.
 std::vector<double> softmax_row(const at::Tensor& q, const at::Tensor& k, int64_t t, int64_t i) {
   const int64_t d = q.size(-1);
@@ -77,7 +72,7 @@ const std::string& tiny_capture() {
 // every row as the subset they equal the square map's, and nothing is called an estimate.
 TEST(HeadMetricsSampled, SubsetRowsMatchLoopsOverThoseRows) {
   const int64_t T = 2, L = 30, d = 6;
-  const at::Tensor q = randn_t({T, L, d}, 1), k = randn_t({T, L, d}, 2), v = randn_t({T, L, 3}, 3);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 1), k = test::seeded_randn({T, L, d}, 2), v = test::seeded_randn({T, L, 3}, 3);
   const at::Tensor A = softmax_map(q, k);
   auto phi = make_feature_map([&] {
     FeatureMapSpec s;
@@ -164,7 +159,7 @@ TEST(HeadMetricsSampled, SubsetRowsMatchLoopsOverThoseRows) {
 // estimate within 4 SE and most within 2.
 TEST(HeadMetricsSampled, EstimatesAreWithinTheirStandardErrors) {
   const int64_t T = 3, L = 400, d = 8, R = 48;
-  const at::Tensor q = randn_t({T, L, d}, 11, 1.5), k = randn_t({T, L, d}, 12, 1.5), v = randn_t({T, L, 4}, 13);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 11, 1.5), k = test::seeded_randn({T, L, d}, 12, 1.5), v = test::seeded_randn({T, L, 4}, 13);
   const at::Tensor A = softmax_map(q, k);
   auto phi = make_feature_map([&] {
     FeatureMapSpec s;
@@ -209,7 +204,7 @@ TEST(HeadMetricsSampled, EstimatesAreWithinTheirStandardErrors) {
 TEST(HeadMetricsSampled, ExactSoftmaxEntropiesMatchLoopsAtExtremes) {
   for (const auto& [L, scale] : std::vector<std::pair<int64_t, double>>{{1, 1.0}, {37, 1.0}, {37, 60.0}, {2500, 0.7}}) {
     const int64_t T = 2, d = 5;
-    const at::Tensor q = randn_t({T, L, d}, 21, scale), k = randn_t({T, L, d}, 22, scale);
+    const at::Tensor q = test::seeded_randn({T, L, d}, 21, scale), k = test::seeded_randn({T, L, d}, 22, scale);
     const at::Tensor h = softmax_row_entropies(q, k);
     ASSERT_EQ(h.sizes(), at::IntArrayRef({T, L}));
     ASSERT_TRUE(at::isfinite(h).all().item<bool>());

@@ -24,11 +24,6 @@ using namespace attnscope;
 
 namespace {
 
-at::Tensor randn_t(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
-}
-
 FeatureMapSpec spec(const char* name, int64_t d, int64_t features = 0, uint64_t seed = 0) {
   FeatureMapSpec s;
   s.name = name;
@@ -142,7 +137,7 @@ TEST(HeadMetrics, UniformMapEntropyIsLogOfKeys) {
 
 TEST(HeadMetrics, SoftmaxEntropyMatchesLoop) {
   const int64_t T = 3, L = 33, d = 8;
-  const at::Tensor q = randn_t({T, L, d}, 1, 1.5), k = randn_t({T, L, d}, 2, 1.5);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 1, 1.5), k = test::seeded_randn({T, L, d}, 2, 1.5);
   HeadMetricsInput in;
   in.map = softmax_map(q, k);
   const HeadMetrics m = compute_head_metrics(in);
@@ -164,7 +159,7 @@ TEST(HeadMetrics, SoftmaxEntropyMatchesLoop) {
 
 TEST(HeadMetrics, SoftmaxIsExactlyMonotone) {
   const int64_t T = 3, L = 70, d = 16;
-  const at::Tensor q = randn_t({T, L, d}, 3), k = randn_t({T, L, d}, 4);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 3), k = test::seeded_randn({T, L, d}, 4);
   HeadMetricsInput in;
   in.map = softmax_map(q, k);
   in.q = q;
@@ -182,7 +177,7 @@ TEST(HeadMetrics, SoftmaxIsExactlyMonotone) {
 
 TEST(HeadMetrics, ReversedMapIsMinusOne) {
   const int64_t T = 2, L = 50, d = 8;
-  const at::Tensor q = randn_t({T, L, d}, 5), k = randn_t({T, L, d}, 6);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 5), k = test::seeded_randn({T, L, d}, 6);
   // softmax of the negated scores puts the most weight on the lowest score.
   const Monotonicity m = monotonicity(softmax_map(q, -k), scores_of(q, k));
   EXPECT_EQ(m.spearman, -1.0);
@@ -191,7 +186,7 @@ TEST(HeadMetrics, ReversedMapIsMinusOne) {
 
 TEST(HeadMetrics, LinearMapMonotonicityMatchesLoop) {
   const int64_t T = 2, L = 45, d = 8;
-  const at::Tensor q = randn_t({T, L, d}, 7), k = randn_t({T, L, d}, 8);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 7), k = test::seeded_randn({T, L, d}, 8);
   const at::Tensor map = elu_map(q, k);
   const at::Tensor scores = scores_of(q, k);
   const Monotonicity m = monotonicity(map, scores);
@@ -205,7 +200,7 @@ TEST(HeadMetrics, LinearMapMonotonicityMatchesLoop) {
 
 TEST(HeadMetrics, MonotonicityTiesFollowTheConventions) {
   const int64_t T = 2, L = 40, d = 4;
-  const at::Tensor q = randn_t({T, L, d}, 9), k = randn_t({T, L, d}, 10);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 9), k = test::seeded_randn({T, L, d}, 10);
   // Scores rounded to a coarse grid tie often; ReLU features give exact-zero weights (ties) and
   // rows whose raw sum is 0 are undefined (NaN), which monotonicity skips.
   at::Tensor scores = at::round(scores_of(q, k));
@@ -222,7 +217,7 @@ TEST(HeadMetrics, MonotonicityTiesFollowTheConventions) {
 
 TEST(HeadMetrics, KlAndCrossEntropyMatchLoops) {
   const int64_t T = 2, L = 37, d = 8;
-  const at::Tensor q = randn_t({T, L, d}, 11), k = randn_t({T, L, d}, 12);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 11), k = test::seeded_randn({T, L, d}, 12);
   const at::Tensor ref = softmax_map(q, k);
   HeadMetricsInput in;
   in.map = elu_map(q, k);
@@ -261,7 +256,7 @@ TEST(HeadMetrics, KlAndCrossEntropyMatchLoops) {
 
 TEST(HeadMetrics, KernelErrorMatchesLoopOnAllPairs) {
   const int64_t T = 2, L = 24, d = 8;
-  const at::Tensor q = randn_t({T, L, d}, 13, 0.5), k = randn_t({T, L, d}, 14, 0.5);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 13, 0.5), k = test::seeded_randn({T, L, d}, 14, 0.5);
   auto prf = [&](int64_t M) { return make_feature_map(spec("prf", d, M, 99)); };
   auto small = prf(16), large = prf(4096);
 
@@ -308,7 +303,7 @@ TEST(HeadMetrics, KernelErrorMatchesLoopOnAllPairs) {
 
 TEST(HeadMetrics, OutputErrorAndNonpositiveRowsMatchLoops) {
   const int64_t T = 2, L = 20, d = 6, dv = 5;
-  const at::Tensor q = randn_t({T, L, d}, 15), k = randn_t({T, L, d}, 16), v = randn_t({T, L, dv}, 17);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 15), k = test::seeded_randn({T, L, d}, 16), v = test::seeded_randn({T, L, dv}, 17);
   HeadMetricsInput in;
   in.reference = softmax_map(q, k);
   in.map = elu_map(q, k);
@@ -335,12 +330,12 @@ TEST(HeadMetrics, OutputErrorAndNonpositiveRowsMatchLoops) {
 }
 
 TEST(HeadMetrics, RejectsBadInputs) {
-  const at::Tensor q = randn_t({2, 10, 4}, 18), k = randn_t({2, 10, 4}, 19);
+  const at::Tensor q = test::seeded_randn({2, 10, 4}, 18), k = test::seeded_randn({2, 10, 4}, 19);
   HeadMetricsInput in;
   in.map = softmax_map(q, k);
   in.q = q;
   EXPECT_THROW(compute_head_metrics(in), Error);  // k missing
-  in.k = randn_t({2, 9, 4}, 20);
+  in.k = test::seeded_randn({2, 9, 4}, 20);
   EXPECT_THROW(compute_head_metrics(in), Error);  // wrong L
   in.k = k;
   in.reference = in.map.narrow(1, 0, 5);
@@ -348,7 +343,7 @@ TEST(HeadMetrics, RejectsBadInputs) {
   in.reference = at::Tensor();
   in.map = -in.map;
   EXPECT_THROW(compute_head_metrics(in), Error);  // negative weights
-  EXPECT_THROW(row_entropy(randn_t({3, 4}, 21)), Error);
+  EXPECT_THROW(row_entropy(test::seeded_randn({3, 4}, 21)), Error);
   EXPECT_THROW(monotonicity(softmax_map(q, k), scores_of(q, k)[0]), Error);
 }
 
@@ -357,7 +352,7 @@ TEST(HeadMetrics, RejectsBadInputs) {
 // Rng::below over the causal pairs enumerated in (sequence, i, j) order.
 TEST(HeadMetrics, KernelPairsAreRngBelowDraws) {
   const int64_t T = 2, L = 15, d = 4, n = 50;
-  const at::Tensor q = randn_t({T, L, d}, 30, 0.5), k = randn_t({T, L, d}, 31, 0.5);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 30, 0.5), k = test::seeded_randn({T, L, d}, 31, 0.5);
   auto phi = make_feature_map(spec("prf", d, 8, 3));
   HeadMetricsInput in;
   in.map = softmax_map(q, k);
@@ -394,10 +389,10 @@ TEST(HeadMetrics, KernelErrorAtHugeScoresMatchesALongDoubleReference) {
   for (double s_base : {500.0, 750.0, 1000.0}) {
     // Vectors near one base b with b.b / sqrt(d) = s_base; noise of norm ~1.5 moves the scores by
     // tens and keeps |q - k|^2 / (2 sqrt d) of order 1.
-    const at::Tensor b = randn_t({d}, 40);
+    const at::Tensor b = test::seeded_randn({d}, 40);
     const at::Tensor base = b / b.norm() * std::sqrt(s_base * std::sqrt(double(d)));
-    const at::Tensor q = (base + randn_t({1, L, d}, 41, 0.4)), k = (base + randn_t({1, L, d}, 42, 0.4));
-    const at::Tensor vq = randn_t({1, L, M}, 43), vk = randn_t({1, L, M}, 44);
+    const at::Tensor q = (base + test::seeded_randn({1, L, d}, 41, 0.4)), k = (base + test::seeded_randn({1, L, d}, 42, 0.4));
+    const at::Tensor vq = test::seeded_randn({1, L, M}, 43), vk = test::seeded_randn({1, L, M}, 44);
     HeadMetricsInput in;
     in.map = softmax_map(q, k);
     in.q = q;
@@ -436,7 +431,7 @@ TEST(HeadMetrics, KernelErrorAtHugeScoresMatchesALongDoubleReference) {
 // counted and left out of every row mean; the means over the remaining rows match loops.
 TEST(HeadMetrics, UndefinedRowsAreCountedAndExcluded) {
   const int64_t T = 2, L = 12, d = 4, dv = 3;
-  const at::Tensor q = randn_t({T, L, d}, 50), k = randn_t({T, L, d}, 51), v = randn_t({T, L, dv}, 52);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 50), k = test::seeded_randn({T, L, d}, 51), v = test::seeded_randn({T, L, dv}, 52);
   at::Tensor map = elu_map(q, k);
   const std::vector<std::pair<int64_t, int64_t>> undefined = {{0, 0}, {0, 5}, {1, 11}};
   for (auto [t, i] : undefined) map[t][i].narrow(0, 0, i + 1).fill_(NAN);
@@ -492,7 +487,7 @@ TEST(HeadMetrics, UndefinedRowsAreCountedAndExcluded) {
 // finite and wrong (a NaN score sorts arbitrarily; a NaN query gave a finite entropy).
 TEST(HeadMetrics, NonFiniteInputsAreErrors) {
   const int64_t T = 2, L = 8, d = 4;
-  const at::Tensor q = randn_t({T, L, d}, 60), k = randn_t({T, L, d}, 61), v = randn_t({T, L, 2}, 62);
+  const at::Tensor q = test::seeded_randn({T, L, d}, 60), k = test::seeded_randn({T, L, d}, 61), v = test::seeded_randn({T, L, 2}, 62);
   auto phi = make_feature_map(spec("elu", d));
   HeadMetricsInput good;
   good.map = elu_map(q, k);

@@ -16,6 +16,7 @@
 #include "attnscope/bench/attention_bench.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
+#include "test_support.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_kernels {
@@ -25,19 +26,14 @@ namespace K = attnscope::kernels;
 
 namespace {
 
-at::Tensor randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
-}
-
 struct Inputs {
   at::Tensor q, k, ls, v;  // [N, L, M], [N, L, M], [N, L, 1], [N, L, D], float64
 };
 
 // Positive features (exp of a Gaussian, like PRF values), key log scales N(0, spread^2).
 Inputs make_inputs(int64_t N, int64_t L, int64_t M, int64_t D, double spread, uint64_t seed) {
-  return {at::exp(randn({N, L, M}, seed)), at::exp(randn({N, L, M}, seed + 1)), randn({N, L, 1}, seed + 2, spread),
-          randn({N, L, D}, seed + 3)};
+  return {at::exp(test::seeded_randn({N, L, M}, seed)), at::exp(test::seeded_randn({N, L, M}, seed + 1)), test::seeded_randn({N, L, 1}, seed + 2, spread),
+          test::seeded_randn({N, L, D}, seed + 3)};
 }
 
 // y_i = sum_{j<=i} (q_i.k_j) exp(ls_j - c_i) v_j / sum_{j<=i} (q_i.k_j) exp(ls_j - c_i), one pair at
@@ -192,7 +188,7 @@ TEST(Kernels, GradientsEqualAutogradThroughTheMap) {
     auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
     const at::Tensor q1 = leaf(in.q), k1 = leaf(in.k), l1 = leaf(in.ls), v1 = leaf(in.v);
     const at::Tensor q2 = leaf(in.q), k2 = leaf(in.k), l2 = leaf(in.ls), v2 = leaf(in.v);
-    const at::Tensor gy = randn({2, 150, 3}, 99);
+    const at::Tensor gy = test::seeded_randn({2, 150, 3}, 99);
     (K::causal_linear_attention(q1, k1, l1, v1) * gy).sum().backward();
     (map_output(q2, k2, l2, v2) * gy).sum().backward();
     EXPECT_LT(max_rel(q1.grad(), q2.grad()), 1e-10) << "q, spread " << spread;
@@ -205,7 +201,7 @@ TEST(Kernels, GradientsEqualAutogradThroughTheMap) {
 TEST(Kernels, GradientMatchesFiniteDifferences) {
   // Independent of both autograd paths: central differences of a scalar loss in float64.
   const Inputs in = make_inputs(1, 70, 3, 2, 1.0, 41);
-  const at::Tensor gy = randn({1, 70, 2}, 42);
+  const at::Tensor gy = test::seeded_randn({1, 70, 2}, 42);
   auto loss = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
     return (K::causal_linear_attention(q, k, ls, v) * gy).sum().item<double>();
   };
@@ -308,7 +304,7 @@ TEST(Kernels, LseGradientsEqualAutogradThroughTheMap) {
       auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
       const at::Tensor q1 = leaf(in.q), k1 = leaf(in.k), l1 = leaf(in.ls), v1 = leaf(in.v);
       const at::Tensor q2 = leaf(in.q), k2 = leaf(in.k), l2 = leaf(in.ls), v2 = leaf(in.v);
-      const at::Tensor r1 = randn({2, 150, 3}, 98), r2 = randn({2, 150, 1}, 99);
+      const at::Tensor r1 = test::seeded_randn({2, 150, 3}, 98), r2 = test::seeded_randn({2, 150, 1}, 99);
       const K::AttentionWithLse a = K::causal_linear_attention_lse(q1, k1, l1, v1);
       const MapOutputs b = map_outputs(q2, k2, l2, v2);
       ((with_y ? (a.y * r1).sum() : at::zeros({}, at::kDouble)) + (a.lse * r2).sum()).backward();
@@ -329,7 +325,7 @@ TEST(Kernels, LseGradientsEqualAutogradThroughTheMap) {
 TEST(Kernels, LseGradientMatchesFiniteDifferences) {
   // loss = sum(y r1) + sum(lse r2), central differences in float64 for every input.
   const Inputs in = make_inputs(1, 70, 3, 2, 1.0, 43);
-  const at::Tensor r1 = randn({1, 70, 2}, 44), r2 = randn({1, 70, 1}, 45);
+  const at::Tensor r1 = test::seeded_randn({1, 70, 2}, 44), r2 = test::seeded_randn({1, 70, 1}, 45);
   auto loss = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls, const at::Tensor& v) {
     const K::AttentionWithLse o = K::causal_linear_attention_lse(q, k, ls, v);
     return (o.y * r1).sum() + (o.lse * r2).sum();
@@ -359,7 +355,7 @@ TEST(Kernels, LseOfRowsWithoutWeightIsMinusInfWithoutGradient) {
   for (bool signed_features : {false, true}) {
     Inputs in = make_inputs(1, 100, 4, 3, 1.0, 53);
     if (signed_features) {
-      in.q = randn({1, 100, 4}, 54), in.k = randn({1, 100, 4}, 55);
+      in.q = test::seeded_randn({1, 100, 4}, 54), in.k = test::seeded_randn({1, 100, 4}, 55);
     } else {
       in.k[0].narrow(0, 0, 3).zero_();
       in.q[0][70].zero_();
@@ -377,7 +373,7 @@ TEST(Kernels, LseOfRowsWithoutWeightIsMinusInfWithoutGradient) {
       EXPECT_EQ(minus_inf, 4);
       for (int64_t i : {0, 1, 2, 70}) EXPECT_EQ(a.lse[0][i][0].item<double>(), -INFINITY) << "row " << i;
     }
-    const at::Tensor r1 = randn({1, 100, 3}, 56), r2 = randn({1, 100, 1}, 57);
+    const at::Tensor r1 = test::seeded_randn({1, 100, 3}, 56), r2 = test::seeded_randn({1, 100, 1}, 57);
     // sum(lse r2) is -inf; its gradient r2 still reaches every row, the -inf ones included.
     ((at::where(at::isnan(a.y), at::zeros_like(a.y), a.y) * r1).sum() + (a.lse * r2).sum()).backward();
     const MapOutputs b = map_outputs(q2, k2, l2, v2);
@@ -440,7 +436,7 @@ TEST(Kernels, CpuTakesAnySize) {
     ASSERT_EQ(a.y.sizes(), in.v.sizes()) << where;
     EXPECT_LT(max_rel(a.y, reference_output(in)), 1e-11) << where;
     EXPECT_LT(lse_error(a.lse, reference_lse(in)), 1e-13) << where;
-    const at::Tensor r1 = randn({2, z.L, z.D}, seed + 5), r2 = randn({2, z.L, 1}, seed + 6);
+    const at::Tensor r1 = test::seeded_randn({2, z.L, z.D}, seed + 5), r2 = test::seeded_randn({2, z.L, 1}, seed + 6);
     ((a.y * r1).sum() + (a.lse * r2).sum()).backward();
     const MapOutputs b = map_outputs(q2, k2, l2, v2);
     ((b.y * r1).sum() + (b.lse * r2).sum()).backward();

@@ -19,6 +19,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
+#include "test_support.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_kernels_cuda {
@@ -33,10 +34,6 @@ namespace {
     if (!K::have_cuda_kernels()) GTEST_FAIL() << "a GPU is present but this build has no CUDA kernels (nvcc not found)"; \
   } while (0)
 
-at::Tensor randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
-}
 at::Tensor uniform(std::vector<int64_t> shape, uint64_t seed, double lo, double hi) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   return at::rand(shape, gen, at::TensorOptions().dtype(at::kDouble)) * (hi - lo) + lo;
@@ -50,8 +47,8 @@ struct Inputs {
 // Positive features (exp of a Gaussian, as PRF values), so every row has den > 0; key log scales
 // uniform in [-spread, spread]; the upstream gradient gy ~ N(0, 1).
 Inputs make_inputs(int64_t L, int64_t M, int64_t D, double spread, uint64_t seed) {
-  return {at::exp(randn({1, 2, L, M}, seed)), at::exp(randn({1, 2, L, M}, seed + 1)),
-          uniform({1, 2, L, 1}, seed + 2, -spread, spread), randn({1, 2, L, D}, seed + 3), randn({1, 2, L, D}, seed + 4)};
+  return {at::exp(test::seeded_randn({1, 2, L, M}, seed)), at::exp(test::seeded_randn({1, 2, L, M}, seed + 1)),
+          uniform({1, 2, L, 1}, seed + 2, -spread, spread), test::seeded_randn({1, 2, L, D}, seed + 3), test::seeded_randn({1, 2, L, D}, seed + 4)};
 }
 
 // The values a kernel of dtype `dt` sees (bfloat16 rounds), as float64.
@@ -308,7 +305,7 @@ TEST(KernelsCuda, LseAndGradientsMatchCpu) {
         for (double spread : {2.0, 300.0, -1.0}) {  // -1: rising ramp, 1.5 per position
           Inputs in = make_inputs(L, M, D, std::max(spread, 1.0), seed);
           if (spread < 0) in.ls = at::arange(L, at::kDouble).view({1, 1, L, 1}).expand({1, 2, L, 1}) * 1.5;
-          const at::Tensor h = randn({1, 2, L, 1}, seed + 7);
+          const at::Tensor h = test::seeded_randn({1, 2, L, 1}, seed + 7);
           const std::string what = spread < 0 ? "rising ramp " + shape_name(L, M, D, 1.5 * L) : shape_name(L, M, D, spread);
           for (bool with_y : {false, true}) expect_lse_matches_cpu(in, h, with_y, dt, what);
           seed += 10;
@@ -325,7 +322,7 @@ TEST(KernelsCuda, LseRowsWithoutWeightMatchCpu) {
     in.q.select(2, 100).zero_();
     in.q.select(2, 150).zero_();
     const Inputs exact = rounded(in, dt);
-    const at::Tensor h = randn({1, 2, 200, 1}, 38);
+    const at::Tensor h = test::seeded_randn({1, 2, 200, 1}, 38);
     const LseResult gpu = run_lse(exact, h, false, dt, at::Device(at::kCUDA));
     const LseResult cpu = run_lse(exact, h, false, at::kDouble, at::Device(at::kCPU));
     for (int64_t i : {0, 1, 2, 100, 150}) EXPECT_EQ(gpu.lse[0][1][i][0].item<double>(), -INFINITY) << "row " << i;
@@ -385,7 +382,7 @@ TEST(KernelsCuda, LimitSizesMatchCpu) {
       for (int64_t L : {1, 65, 200}) {
         const Inputs in = make_inputs(L, M, D, 2.0, seed);
         expect_matches_cpu(in, dt, shape_name(L, M, D, 2.0));
-        const at::Tensor h = randn({1, 2, L, 1}, seed + 7);
+        const at::Tensor h = test::seeded_randn({1, 2, L, 1}, seed + 7);
         for (bool with_y : {false, true}) expect_lse_matches_cpu(in, h, with_y, dt, shape_name(L, M, D, 2.0));
         seed += 10;
       }

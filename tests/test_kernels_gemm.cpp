@@ -15,6 +15,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
+#include "test_support.h"
 
 namespace test_kernels_gemm {
 
@@ -22,11 +23,6 @@ using namespace attnscope;
 namespace K = attnscope::kernels;
 
 namespace {
-
-at::Tensor randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
-}
 
 struct Inputs {
   at::Tensor q, k, ls, v;  // [N, L, M], [N, L, M], [N, L, 1], [N, L, D], float64
@@ -37,8 +33,8 @@ struct Inputs {
 
 // Positive features (exp of a Gaussian, like PRF values), key log scales N(0, spread^2).
 Inputs make_inputs(int64_t N, int64_t L, int64_t M, int64_t D, double spread, uint64_t seed) {
-  return {at::exp(randn({N, L, M}, seed) * 0.5), at::exp(randn({N, L, M}, seed + 1) * 0.5), randn({N, L, 1}, seed + 2, spread),
-          randn({N, L, D}, seed + 3)};
+  return {at::exp(test::seeded_randn({N, L, M}, seed) * 0.5), at::exp(test::seeded_randn({N, L, M}, seed + 1) * 0.5), test::seeded_randn({N, L, 1}, seed + 2, spread),
+          test::seeded_randn({N, L, D}, seed + 3)};
 }
 
 // The reference: w_ij = (q_i.k_j) exp(ls_j - c_i) over the whole masked L x L map (c_i the running
@@ -97,8 +93,8 @@ struct Grads {
   at::Tensor dq, dk, dls, dv;
 };
 at::Tensor loss_of(const at::Tensor& y, const at::Tensor& lse, uint64_t seed) {
-  const at::Tensor ry = randn(y.sizes().vec(), seed).to(y.scalar_type());
-  const at::Tensor rl = randn(lse.sizes().vec(), seed + 1).to(lse.scalar_type());
+  const at::Tensor ry = test::seeded_randn(y.sizes().vec(), seed).to(y.scalar_type());
+  const at::Tensor rl = test::seeded_randn(lse.sizes().vec(), seed + 1).to(lse.scalar_type());
   const at::Tensor y0 = at::where(at::isnan(y), at::zeros_like(y), y);
   const at::Tensor l0 = at::where(at::isfinite(lse), lse, at::zeros_like(lse));
   return (y0 * ry).sum() + (l0 * rl).sum();

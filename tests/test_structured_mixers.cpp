@@ -18,6 +18,7 @@
 #include "attnscope/base/error.h"
 #include "attention/attention.h"
 #include "attnscope/analysis/structured_mixers.h"
+#include "test_support.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_structured_mixers {
@@ -26,11 +27,6 @@ using namespace attnscope;
 
 namespace {
 
-at::Tensor randn_t(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
-}
-
 at::Tensor rand_t(std::vector<int64_t> shape, uint64_t seed, double lo, double hi) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   return lo + (hi - lo) * at::rand(shape, gen, at::TensorOptions().dtype(at::kDouble));
@@ -38,7 +34,7 @@ at::Tensor rand_t(std::vector<int64_t> shape, uint64_t seed, double lo, double h
 
 // A softmax map with content (random q, k) and, when `slope` > 0, an ALiBi-like recency bias.
 at::Tensor attention_map(int64_t L, int64_t d, uint64_t seed, double slope = 0.0) {
-  const at::Tensor q = randn_t({L, d}, seed), k = randn_t({L, d}, seed + 1000);
+  const at::Tensor q = test::seeded_randn({L, d}, seed), k = test::seeded_randn({L, d}, seed + 1000);
   const at::Tensor idx = at::arange(L, at::kDouble);
   const at::Tensor bias = -slope * (idx.unsqueeze(1) - idx.unsqueeze(0)).clamp_min(0);
   const at::Tensor scores = at::matmul(q, k.t()) / std::sqrt(double(d)) + bias;
@@ -159,7 +155,7 @@ TEST(StructuredMixers, ToeplitzMatrixIsToeplitz) {
   at::Tensor A = at::zeros({L, L}, at::kDouble);
   for (int64_t i = 0; i < L; ++i)
     for (int64_t j = 0; j <= i; ++j) A[i][j] = t[i - j];
-  A = A + at::triu(randn_t({L, L}, 2), 1);  // the part above the diagonal is ignored
+  A = A + at::triu(test::seeded_randn({L, L}, 2), 1);  // the part above the diagonal is ignored
   const MixerDistances m = mixer_distances(A, {8, 50, 1e-8});
   EXPECT_EQ(m.state_size, 8);
   EXPECT_LT(m.toeplitz, 1e-12);
@@ -209,7 +205,7 @@ TEST(StructuredMixers, ExponentialDecayIsRetNet) {
 
 TEST(StructuredMixers, MaskedLowRankIsLowRankAndSemiseparable) {
   const int64_t L = 64, N = 8;
-  const at::Tensor U = randn_t({L, N}, 4), V = randn_t({L, N}, 5);
+  const at::Tensor U = test::seeded_randn({L, N}, 4), V = test::seeded_randn({L, N}, 5);
   const at::Tensor A = at::matmul(U, V.t()).tril();
   const MixerDistances m = mixer_distances(A, {N, 50, 1e-10});
   EXPECT_LT(m.causal_low_rank, 1e-3);
@@ -244,7 +240,7 @@ at::Tensor ssd_matrix(const at::Tensor& C_t, const at::Tensor& B_t, const std::v
 
 TEST(StructuredMixers, SsdMatrixIsSsd) {
   const int64_t L = 64, N = 4;
-  const at::Tensor A = ssd_matrix(randn_t({L, N}, 6), randn_t({L, N}, 7), to_rows(rand_t({1, L}, 8, 0.9, 1.0))[0]);
+  const at::Tensor A = ssd_matrix(test::seeded_randn({L, N}, 6), test::seeded_randn({L, N}, 7), to_rows(rand_t({1, L}, 8, 0.9, 1.0))[0]);
   const MixerDistances m = mixer_distances(A, {N, 50, 1e-10});
   EXPECT_LT(m.ssd, 1e-4);
   EXPECT_LT(m.ssd_d, 1e-4);
@@ -259,7 +255,7 @@ TEST(StructuredMixers, SsdReachesCutsThatLowRankCannot) {
   const int64_t L = 64, N = 2;
   std::vector<double> a = to_rows(rand_t({1, L}, 9, 0.9, 1.0))[0];
   for (int64_t cut : {16, 32, 48}) a[cut] = 0.0;
-  const at::Tensor A = ssd_matrix(randn_t({L, N}, 10), randn_t({L, N}, 11), a);
+  const at::Tensor A = ssd_matrix(test::seeded_randn({L, N}, 10), test::seeded_randn({L, N}, 11), a);
   const MixerDistances m = mixer_distances(A, {N, 50, 1e-10});
   EXPECT_GT(m.causal_low_rank, 0.5);
   EXPECT_GT(m.retnet, 0.5);
@@ -412,7 +408,7 @@ TEST(StructuredMixers, TinyFitsMatchBruteForce) {
   // The fits are local searches with slow stretches; on 3x3 with state 1, enough rounds reach the
   // optimum of every fitted class.
   for (uint64_t seed : {20, 21, 22}) {
-    const at::Tensor A = randn_t({3, 3}, seed).tril();
+    const at::Tensor A = test::seeded_randn({3, 3}, seed).tril();
     const auto a = to_rows(A);
     const MixerDistances m = mixer_distances(A, {1, 1200, 0.0});
     EXPECT_NEAR(m.causal_low_rank, brute_low_rank1(a, seed), 1e-6) << "seed " << seed;
@@ -423,7 +419,7 @@ TEST(StructuredMixers, TinyFitsMatchBruteForce) {
   // sweeps, 0.20984 after 2000, 0.20960 after 20000, against 0.20940), but never goes below it:
   // its value is the error of an actual member.
   for (uint64_t seed : {20, 21}) {
-    const at::Tensor A = randn_t({4, 4}, seed).tril();
+    const at::Tensor A = test::seeded_randn({4, 4}, seed).tril();
     const MixerDistances m = mixer_distances(A, {1, 500, 0.0});
     const double brute = brute_low_rank1(to_rows(A), seed);
     EXPECT_GE(m.causal_low_rank, brute - 1e-9) << "seed " << seed;
@@ -431,7 +427,7 @@ TEST(StructuredMixers, TinyFitsMatchBruteForce) {
   }
   // With state L-1 = 2 every causal 3x3 is reached: the entries above the diagonal of a rank-2
   // completion are free, and det = 0 is one equation in them.
-  const MixerDistances full = mixer_distances(randn_t({3, 3}, 23).tril(), {2, 200, 1e-14});
+  const MixerDistances full = mixer_distances(test::seeded_randn({3, 3}, 23).tril(), {2, 200, 1e-14});
   EXPECT_LT(full.causal_low_rank, 1e-6);
 }
 
@@ -441,7 +437,7 @@ TEST(StructuredMixers, SemiseparableOfFourByFourIsClosedForm) {
   // class is exactly the block's second singular value, s2^2 = (F - sqrt(F^2 - 4 det^2)) / 2 with
   // F its squared norm, and the fitted classes (members too) cannot beat it.
   for (uint64_t seed : {40, 41, 42}) {
-    const at::Tensor A = randn_t({4, 4}, seed).tril();
+    const at::Tensor A = test::seeded_randn({4, 4}, seed).tril();
     const auto a = to_rows(A);
     const double p = a[2][0], q = a[2][1], r = a[3][0], s = a[3][1];
     const double F = p * p + q * q + r * r + s * s, det = p * s - q * r;
@@ -454,7 +450,7 @@ TEST(StructuredMixers, SemiseparableOfFourByFourIsClosedForm) {
     EXPECT_LT(mixer_distances(B, {1, 50, 1e-10}).semiseparable, 1e-12) << "seed " << seed;
   }
   // With L = 3 and N = 1 every block strictly below the diagonal is a row or a column: distance 0.
-  EXPECT_LT(mixer_distances(randn_t({3, 3}, 43).tril(), {1, 50, 1e-10}).semiseparable, 1e-12);
+  EXPECT_LT(mixer_distances(test::seeded_randn({3, 3}, 43).tril(), {1, 50, 1e-10}).semiseparable, 1e-12);
 }
 
 TEST(StructuredMixers, SsdPlusSkipIsSsdSkip) {
@@ -463,7 +459,7 @@ TEST(StructuredMixers, SsdPlusSkipIsSsdSkip) {
   const int64_t L = 32, N = 2;
   for (uint64_t seed : {50, 60}) {
     const at::Tensor S =
-        ssd_matrix(randn_t({L, N}, seed), randn_t({L, N}, seed + 1), to_rows(rand_t({1, L}, seed + 2, 0.9, 1.0))[0]);
+        ssd_matrix(test::seeded_randn({L, N}, seed), test::seeded_randn({L, N}, seed + 1), to_rows(rand_t({1, L}, seed + 2, 0.9, 1.0))[0]);
     for (double D : {0.3, 1.0}) {
       const MixerDistances m = mixer_distances(S + D * at::eye(L, at::kDouble), {N, 50, 1e-8});
       EXPECT_LT(m.ssd_d, 1e-4) << seed << " " << D;
@@ -481,7 +477,7 @@ TEST(StructuredMixers, SsdApproachesASingleCut) {
   std::vector<double> a(L, 1.0);
   a[L / 2] = 0.0;
   for (uint64_t seed : {60, 61}) {
-    const at::Tensor A = ssd_matrix(randn_t({L, 1}, seed), randn_t({L, 1}, seed + 100), a);
+    const at::Tensor A = ssd_matrix(test::seeded_randn({L, 1}, seed), test::seeded_randn({L, 1}, seed + 100), a);
     const MixerDistances m = mixer_distances(A, {1, 300, 0.0});
     EXPECT_LT(m.ssd, 0.015) << seed;
     EXPECT_GT(m.causal_low_rank, 0.5) << seed;

@@ -104,4 +104,9 @@ double rel_diff(const std::vector<double>& got, const std::vector<double>& ref) 
   return diff / std::max(scale, 1e-30);
 }
 
+at::Tensor seeded_randn(std::vector<int64_t> shape, uint64_t seed, double scale) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
+}
+
 }  // namespace attnscope::test

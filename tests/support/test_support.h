@@ -26,6 +26,9 @@ std::vector<double> to_doubles(const at::Tensor& t);
 // max |got - ref| / max |ref|; infinite when the sizes differ so the check fails loudly.
 double rel_diff(const std::vector<double>& got, const std::vector<double>& ref);
 
+// Standard normal draws in float64 from a generator of their own seeded with `seed`, times `scale`.
+at::Tensor seeded_randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0);
+
 // The whole file as bytes ("" when it cannot be read).
 std::string read_file(const std::string& path);
 
