@@ -264,8 +264,9 @@ void ValueHeatmap::label_axes() {
     const int last = std::clamp(int(std::floor(r.upper)), 0, std::max(0, n - 1));
     const int shown = std::max(1, last - first + 1);
     int stride = std::max(1, int(std::ceil(each * shown / std::max(1.0, pixels))));
-    // Round strides (1, 2, 4, 5, 8, 10, 16, ...) so the labels read as a scale, starting at a multiple.
-    for (int s : {1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100})
+    // Round strides (1, 2, 4, 5, 8, 10, 16, ...) so the labels read as a scale, starting at a multiple;
+    // powers of two past 16, as head counts are (a 16 x 32-head model's rows step by layer, not by 25).
+    for (int s : {1, 2, 4, 5, 8, 10, 16, 32, 64, 128, 256})
       if (s >= stride) { stride = s; break; }
     for (int i = (first + stride - 1) / stride * stride; i <= last && i < n; i += stride) ticker->addTick(i, names[i]);
   };
