@@ -8,6 +8,8 @@
 // per chunk of a block in flight, never the [L, M, D] prefix states of a cumsum.
 #include "src/cpu_chunked.h"
 
+#include "src/chunks.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -19,9 +21,11 @@
 namespace attnscope::kernels::cpu {
 namespace {
 
-constexpr int64_t C = kChunk;
-
-int64_t num_chunks(int64_t L) { return (L + C - 1) / C; }
+using chunks::C;
+using chunks::chunked;
+using chunks::exp_below;
+using chunks::num_chunks;
+using chunks::unchunked;
 
 // Calls f(first, count) over [0, chunks) in blocks of kBlock chunks, the blocks in parallel: a
 // block's temporaries (three C x C blocks per chunk) stay in a core's cache, where one pass over
@@ -32,18 +36,6 @@ void for_blocks(int64_t chunks, const F& f) {
   at::parallel_for(0, (chunks + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) f(b * kBlock, std::min(kBlock, chunks - b * kBlock));
   });
-}
-
-// [N, L, X] -> [N T, C, X]: cut into chunks, padded with `pad` to T C rows, sequences x chunks flat.
-at::Tensor chunked(const at::Tensor& x, int64_t T, double pad) {
-  const int64_t L = x.size(1);
-  const at::Tensor p = L == T * C ? x : at::constant_pad_nd(x, {0, 0, 0, T * C - L}, pad);
-  return p.reshape({x.size(0) * T, C, x.size(2)});
-}
-
-// [N T, C, X] -> [N, L, X], padding dropped.
-at::Tensor unchunked(const at::Tensor& x, int64_t N, int64_t L) {
-  return x.reshape({N, x.size(0) / N * C, x.size(2)}).narrow(1, 0, L).contiguous();
 }
 
 // The inputs in chunks, B = N T rows of C positions: q, k [B, C, M], v1 = [v, 1] [B, C, D + 1] (the
@@ -63,15 +55,10 @@ Chunks chunk_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   return x;
 }
 
-// exp(a - b) for a <= b, and 0 where a = -inf, also when b is -inf too (a key of scale -inf, a
-// chunk of them, a running max still -inf): never exp(-inf - -inf) = NaN.
+// chunks::exp_below for the scalar loops below.
 template <typename T>
 T exp_below(T a, T b) {
   return a == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(a - b);
-}
-at::Tensor exp_below(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor e = at::exp(a - b);
-  return e.masked_fill_(at::isneginf(a), 0);
 }
 
 // The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal. ls, c [B, C]
@@ -171,7 +158,7 @@ Prefix prefix_states(const Chunks& x) {
 
 // exp(cP_t - c_i) <= 1 [B, C, 1]: how query i of chunk t reads the state before its chunk.
 at::Tensor carried_scale(const Prefix& p, const at::Tensor& c) {
-  return exp_below(p.cP.unsqueeze(-1).expand_as(c), c).unsqueeze(-1);
+  return exp_below(p.cP.unsqueeze(-1), c).unsqueeze(-1);
 }
 
 }  // namespace
@@ -232,7 +219,7 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
   // Keys and values read the suffix over later chunks, R_t relative to r_t = c at the first query
   // after chunk t: the chunk sums B_u first, then the scan.
   const at::Tensor cfirst = c.select(-1, 0);  // [B]
-  at::Tensor R = at::bmm((x.q * exp_below(cfirst.unsqueeze(-1).expand_as(c), c).unsqueeze(-1)).transpose(1, 2), g).contiguous();
+  at::Tensor R = at::bmm((x.q * exp_below(cfirst.unsqueeze(-1), c).unsqueeze(-1)).transpose(1, 2), g).contiguous();
   const at::Tensor r = at::cat({cfirst.view({N, T}).narrow(1, 1, T - 1), at::full({N, 1}, inf, c.options())}, 1).contiguous();
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "exclusive_suffix", [&] {
     exclusive_suffix<scalar_t>(R.data_ptr<scalar_t>(), r.data_ptr<scalar_t>(), N, T, M * D1);

@@ -3,6 +3,8 @@
 // chunks, B = N T chunk rows, X = M (D + 1) numbers per chunk state.
 #include "src/gemm_chunked.h"
 
+#include "src/chunks.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -11,15 +13,12 @@
 namespace attnscope::kernels::gemm {
 namespace {
 
-constexpr int64_t C = kChunk;
+using chunks::C;
+using chunks::chunked;
+using chunks::num_chunks;
+using chunks::unchunked;
 constexpr int64_t kScanGroup = 16;  // chunks per group of the blocked scan
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// exp(a - b) for a <= b (broadcast): every exponent <= 0. 0 where a = -inf, also where b = -inf
-// (never -inf - -inf).
-at::Tensor exp_le(const at::Tensor& a, const at::Tensor& b) {
-  return at::exp((a - b).masked_fill_(a == -kInf, -kInf));
-}
 
 // The GEMMs: operands in `op` (the input dtype; float32 for float16 on the CPU), products and
 // everything else in `acc`.
@@ -47,21 +46,9 @@ struct Gemm {
   }
 };
 
-int64_t num_chunks(int64_t L) { return (L + C - 1) / C; }
-
-// [N, L, X] -> [N T, C, X]: cut into chunks, padded with `pad` to T C rows.
-at::Tensor chunked(const at::Tensor& x, int64_t T, double pad) {
-  const int64_t L = x.size(1);
-  const at::Tensor p = L == T * C ? x : at::constant_pad_nd(x, {0, 0, 0, T * C - L}, pad);
-  return p.reshape({x.size(0) * T, C, x.size(2)});
-}
 // [N, L] -> [N T, C].
 at::Tensor chunked2(const at::Tensor& x, int64_t T, double pad) { return chunked(x.unsqueeze(-1), T, pad).squeeze(-1); }
 
-// [N T, C, X] -> [N, L, X], padding dropped.
-at::Tensor unchunked(const at::Tensor& x, int64_t N, int64_t L) {
-  return x.reshape({N, x.size(0) / N * C, x.size(2)}).narrow(1, 0, L).contiguous();
-}
 at::Tensor unchunked2(const at::Tensor& x, int64_t N, int64_t L) { return unchunked(x.unsqueeze(-1), N, L).squeeze(-1); }
 
 // The intra-chunk weights E_ij = exp(ls_j - c_i) for j <= i, 0 above the diagonal and for keys of
@@ -94,12 +81,12 @@ Scan scan_prefix(const at::Tensor& A, const at::Tensor& m) {
   const at::Tensor Ag = Ap.reshape({N * ng, G, X}), mg = mp.reshape({N * ng, G});
   const Scan local = scan_prefix(Ag, mg);
   const at::Tensor top = mg.amax(1, /*keepdim=*/true);                         // [N ng, 1]
-  const at::Tensor total = at::matmul(exp_le(mg, top).unsqueeze(1), Ag);      // [N ng, 1, X]
+  const at::Tensor total = at::matmul(chunks::exp_below(mg, top).unsqueeze(1), Ag);      // [N ng, 1, X]
   const Scan outer = scan_prefix(total.view({N, ng, X}), top.view({N, ng}));
   const at::Tensor cPg = outer.cP.reshape({N * ng, 1});
   const at::Tensor cP = at::maximum(local.cP, cPg);                           // [N ng, G]
-  const at::Tensor P = exp_le(cPg, cP).unsqueeze(-1) * outer.P.reshape({N * ng, 1, X}) +
-                       exp_le(local.cP, cP).unsqueeze(-1) * local.P;
+  const at::Tensor P = chunks::exp_below(cPg, cP).unsqueeze(-1) * outer.P.reshape({N * ng, 1, X}) +
+                       chunks::exp_below(local.cP, cP).unsqueeze(-1) * local.P;
   return {P.reshape({N, Tp, X}).narrow(1, 0, T), cP.reshape({N, Tp}).narrow(1, 0, T)};
 }
 
@@ -124,7 +111,7 @@ Chunks chunk_inputs(const Gemm& mm, const at::Tensor& q, const at::Tensor& k, co
 // their exclusive prefix: P [B, M, D+1] relative to cP [B].
 Scan prefix_states(const Gemm& mm, const Chunks& x) {
   const at::Tensor m = x.ls.amax(-1, /*keepdim=*/true);                                    // [B, 1]
-  const at::Tensor A = mm((x.k.to(mm.acc) * exp_le(x.ls, m).unsqueeze(-1)).transpose(1, 2), x.v1);  // [B, M, D+1]
+  const at::Tensor A = mm((x.k.to(mm.acc) * chunks::exp_below(x.ls, m).unsqueeze(-1)).transpose(1, 2), x.v1);  // [B, M, D+1]
   const int64_t X = x.M * (x.D + 1);
   const Scan s = scan_prefix(A.reshape({x.N, x.T, X}), m.reshape({x.N, x.T}));
   return {s.P.reshape({x.N * x.T, x.M, x.D + 1}), s.cP.reshape({x.N * x.T})};
@@ -141,7 +128,7 @@ cpu::Forward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const at::Tensor c = at::maximum(std::get<0>(at::cummax(x.ls, -1)), pre.cP.unsqueeze(-1));  // [B, C]
   // num'_i = sum_{j in t, j<=i} (q_i.k_j) E_ij [v_j, 1] + exp(cP_t - c_i) P_t^T q_i.
   const at::Tensor w = mm(x.q, x.k.transpose(1, 2)).mul_(intra_weights(x.ls, c));
-  const at::Tensor num = mm(w, x.v1).add_(exp_le(pre.cP.unsqueeze(-1), c).unsqueeze(-1) * mm(x.q, pre.P));
+  const at::Tensor num = mm(w, x.v1).add_(chunks::exp_below(pre.cP.unsqueeze(-1), c).unsqueeze(-1) * mm(x.q, pre.P));
   const at::Tensor den = num.select(-1, D);
   // A row with no weight is 0/0: NaN (linear_attention.h).
   const at::Tensor none = (den == 0).unsqueeze(-1);
@@ -174,19 +161,19 @@ cpu::Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   const at::Tensor w = mm(x.q, x.k.transpose(1, 2)).mul_(e);    // w_ij
   const at::Tensor pm = mm(g, x.v1.transpose(1, 2)).mul_(e);    // dL/dw_ij E_ij
   // Queries: the intra block plus the state before the chunk.
-  const at::Tensor dq = mm(pm, x.k).add_(exp_le(pre.cP.unsqueeze(-1), c).unsqueeze(-1) * mm(g, pre.P.transpose(1, 2)));
+  const at::Tensor dq = mm(pm, x.k).add_(chunks::exp_below(pre.cP.unsqueeze(-1), c).unsqueeze(-1) * mm(g, pre.P.transpose(1, 2)));
 
   // Keys: the suffix over later chunks. B_u = sum_{i in u} exp(a_u - c_i) q_i g'_i^T relative to
   // a_u = c at u's first query; R_t = sum_{u>t} exp(r_t - a_u) B_u relative to r_t = a_{t+1}
   // (for the last chunk, whose R is 0, c at the last position). In reversed chunk order R is an
   // exclusive prefix with log references -a_u (a_u = -inf: B_u = 0, no source).
   const at::Tensor a = c.select(-1, 0).reshape({N, T});  // [N, T]
-  const at::Tensor Bu = mm((x.q.to(acc) * exp_le(a.reshape({N * T, 1}), c).unsqueeze(-1)).transpose(1, 2), g);
+  const at::Tensor Bu = mm((x.q.to(acc) * chunks::exp_below(a.reshape({N * T, 1}), c).unsqueeze(-1)).transpose(1, 2), g);
   const at::Tensor r = at::cat({a.narrow(1, 1, T - 1), saved.c.to(acc).narrow(1, L - 1, 1)}, 1);  // [N, T]
   const Scan rev = scan_prefix(Bu.reshape({N, T, X}).flip(1), (-a).masked_fill_(a == -kInf, -kInf).flip(1));
   // R_t = exp(r_t + cP'_t) R'_t, cP'_t = max_{u>t} -a_u <= -r_t.
-  const at::Tensor R = (exp_le(r, -rev.cP.flip(1)).unsqueeze(-1) * rev.P.flip(1)).reshape({N * T, x.M, D + 1});
-  const at::Tensor key_scale = exp_le(x.ls, r.reshape({N * T, 1})).unsqueeze(-1);  // exp(ls_j - r_t) [B, C, 1]
+  const at::Tensor R = (chunks::exp_below(r, -rev.cP.flip(1)).unsqueeze(-1) * rev.P.flip(1)).reshape({N * T, x.M, D + 1});
+  const at::Tensor key_scale = chunks::exp_below(x.ls, r.reshape({N * T, 1})).unsqueeze(-1);  // exp(ls_j - r_t) [B, C, 1]
   const at::Tensor dk = mm(pm.transpose(1, 2), x.q).add_(key_scale * mm(x.v1, R.transpose(1, 2)));
   const at::Tensor dv = mm(w.transpose(1, 2), g.narrow(-1, 0, D)).add_(key_scale * mm(x.k, R.narrow(-1, 0, D)));
 
