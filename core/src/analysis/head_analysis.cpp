@@ -59,13 +59,6 @@ at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
 
 constexpr double kAnalysisInf = std::numeric_limits<double>::infinity();
 
-// [R, L] bool: key j visible to the query at position pos[r]: j <= pos[r], and with a sliding
-// window W > 0 (the captured model's) also pos[r] - j < W.
-at::Tensor visible_keys(const at::Tensor& pos, int64_t L, int64_t window = 0) {
-  const at::Tensor j = at::arange(L, at::kLong).unsqueeze(0), i = pos.unsqueeze(1);
-  return window > 0 ? (j <= i).logical_and(i - j < window) : j <= i;
-}
-
 // The rows at positions pos [R] of the maps of one head (q, k [T, L, d], features [T, L, M]), each
 // row exactly as attention.h's full maps (softmax_map, linear_map, hybrid_map) give it. The
 // softmax scores with the model's window (`window`, softmax_map's), -inf on keys it hides.
@@ -180,8 +173,8 @@ SampledRows sampled_rows(const AnalysisOptions& opt, int64_t L, int s, int h) {
   return r;
 }
 
-// One head of layer s: q, k, v [T, L, d] float64; W the captured model's softmax window (0: none). `step` is called before the linear side and at
-// the end (the cancellation points).
+// One head of layer s: q, k, v [T, L, d] float64; W the captured model's softmax window (0: none).
+// `step` is called before the linear side and at the end (the cancellation points).
 HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& v, const std::string& key, SoftmaxSideCache* cache,
                           const std::function<void(double, const std::string&)>& step) {
@@ -256,11 +249,12 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
   // window, opt.window), but it is measured against this windowed softmax.
   const int64_t W = store.sliding_window();
   // Progress in heads done (a head's softmax and linear sides count a half each), reported in
-  // order from whichever thread finishes a step; each report is a cancellation point.
-  // Once a report has thrown (Cancelled), the other threads stop at their next step without one.
+  // order from whichever thread finishes a step; each report is a cancellation point. Once a head
+  // has thrown (an error, or Cancelled from a report), `stopped` ends the other threads at their
+  // next step or head; a report that throws sets it under the lock, so no later report is made.
   std::mutex progress_mutex;
   double done = 0;
-  bool stopped = false;
+  std::atomic<bool> stopped{false};
   const auto step = [&](double heads, const std::string& where) {
     std::lock_guard<std::mutex> lock(progress_mutex);
     if (stopped) throw Cancelled();
@@ -280,18 +274,16 @@ std::vector<HeadAnalysis> analyze_capture(const CaptureStore& store, const Analy
     // The heads of a layer run in parallel, one per thread, each taking the next head as it
     // finishes (their times differ); the operations inside a head then run on its thread alone.
     // Every head's result depends only on (seed, layer, head), not on the thread count.
-    // A head that throws (an error, or Cancelled from progress) stops the others at their next head.
     std::atomic<int> next{0};
-    std::atomic<bool> failed{false};
     const int64_t workers = std::min<int64_t>(H, std::max(1, at::get_num_threads()));
     at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
       at::InferenceMode worker_guard;  // thread-local: each worker sets its own
-      for (int h = next++; h < H && !failed; h = next++) {
+      for (int h = next++; h < H && !stopped; h = next++) {
         try {
           const at::Tensor q = Q.select(1, h).contiguous(), k = K.select(1, h).contiguous(), v = V.select(1, h).contiguous();
           out[size_t(s) * H + h] = analyze_head(opt, W, s, h, q, k, v, key, cache, step);
         } catch (...) {
-          failed = true;
+          stopped = true;
           throw;
         }
       }

@@ -30,11 +30,6 @@ void check_map(const char* where, const char* what, const at::Tensor& m, bool sq
   if (m.size(-1) < 1) fail(where, std::string(what) + " must have L >= 1, got " + shape_str(m.sizes()));
 }
 
-// [R, L] bool: key j visible to the row at position pos[r] (j <= pos[r]).
-at::Tensor rows_mask(const at::Tensor& pos, int64_t L) {
-  return at::arange(L, at::kLong).unsqueeze(0) <= pos.unsqueeze(1);
-}
-
 // Float64, contiguous, on the CPU: every metric below reads or loops over these.
 at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); }
 
@@ -43,7 +38,7 @@ at::Tensor f64(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble).contigu
 // other non-finite entry is an error.
 at::Tensor undefined_rows(const char* where, const char* what, const at::Tensor& a, const at::Tensor& pos) {
   const int64_t L = a.size(-1);
-  const at::Tensor visible = rows_mask(pos, L);
+  const at::Tensor visible = visible_keys(pos, L);
   const at::Tensor nan_keys = at::logical_and(at::isnan(a), visible).sum(-1);
   const at::Tensor undefined = nan_keys == pos + 1;
   const at::Tensor accepted = at::logical_or(at::isfinite(a), at::logical_and(undefined.unsqueeze(-1), visible));

@@ -20,4 +20,11 @@ inline at::Tensor causal_mask(int64_t L, const at::Device& device = at::kCPU, in
   return window > 0 && window < L ? ones.tril().logical_and(ones.triu(1 - window)) : ones.tril();
 }
 
+// The rows of causal_mask(L, window) at positions pos [R] (long, CPU): [R, L] bool, key j visible
+// to the row at position pos[r] when j <= pos[r] and, with a window W > 0, pos[r] - j < W.
+inline at::Tensor visible_keys(const at::Tensor& pos, int64_t L, int64_t window = 0) {
+  const at::Tensor j = at::arange(L, at::kLong).unsqueeze(0), i = pos.unsqueeze(1);
+  return window > 0 ? (j <= i).logical_and(i - j < window) : j <= i;
+}
+
 }  // namespace attnscope
