@@ -57,7 +57,7 @@ void write_outputs(const OutputDir& out, const Comparison& cmp, const CompareOpt
   const ConvertedEvaluation& first = rows.front().eval;
   const std::string setting = "budget C = " + std::to_string(o.budget) + ", lambda = " + fmt_lambda(cmp.lambda) +
                               ", " + o.feature_map + ", " + distill_loss_name(o.loss) + " loss, " + std::to_string(o.steps) + " steps, computing in " +
-                              compute_dtype_name(compute_dtype_of(o.compute, Device::Cpu));
+                              first.compute_dtype;
 
   Table quality;  // Table 3's shape, with held-out language-model quality in place of downstream tasks
   quality.caption = "Held-out next-token loss, perplexity and attention KL of the converted models (" + setting + ").";
@@ -234,7 +234,7 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
     convert_model(m, conv, model_dir);
 
     // Evaluated as `attnscope eval --model DIR/models/S --text DIR/texts/heldout.txt` does.
-    LoadedModel converted = load_model(model_dir, "", compute_dtype_of(o.compute, Device::Cpu));
+    LoadedModel converted = load_model(model_dir, "", m.model->weights().compute);
     ConvertedEvalOptions eo;
     eo.seq_len = L;
     eo.closeness_windows = o.closeness_windows;
