@@ -23,14 +23,7 @@ using namespace attnscope;
 namespace {
 
 const std::string& tiny_capture() {
-  static const std::string dir = [] {
-    LoadedModel m = load_model(test::tiny_gpt2_dir());
-    const std::string d = test::temp_dir("dof_per_head_j") + "/store";
-    CaptureOptions o;
-    o.seq_len = 48, o.num_seqs = 4, o.seed = 5, o.batch = 4;
-    capture_to_dir(m, test::sample_documents(), o, d);
-    return d;
-  }();
+  static const std::string dir = test::tiny_gpt2_capture("dof_per_head_j", 48, 4, 5);
   return dir;
 }
 

@@ -55,14 +55,7 @@ double entropy_of(const std::vector<double>& p) {
 
 // A tiny captured GPT-2 (random weights), shared by the tests below.
 const std::string& tiny_capture() {
-  static const std::string dir = [] {
-    LoadedModel m = load_model(test::tiny_gpt2_dir());
-    const std::string d = test::temp_dir("head_analysis_sampled") + "/store";
-    CaptureOptions o;
-    o.seq_len = 40, o.num_seqs = 3, o.seed = 2, o.batch = 3;
-    capture_to_dir(m, test::sample_documents(), o, d);
-    return d;
-  }();
+  static const std::string dir = test::tiny_gpt2_capture("head_analysis_sampled", 40, 3, 2);
   return dir;
 }
 

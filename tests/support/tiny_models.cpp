@@ -78,6 +78,15 @@ std::string bundled_capture() {
   return dir;
 }
 
+std::string tiny_gpt2_capture(const std::string& tag, int seq_len, int num_seqs, uint64_t seed) {
+  LoadedModel m = load_model(tiny_gpt2_dir());
+  const std::string d = temp_dir(tag) + "/store";
+  CaptureOptions o;
+  o.seq_len = seq_len, o.num_seqs = num_seqs, o.seed = seed, o.batch = num_seqs;
+  capture_to_dir(m, sample_documents(), o, d);
+  return d;
+}
+
 std::string hedgehog_conversion(const std::string& model, const std::string& tag) {
   const std::string out = temp_dir(tag) + "/conv";
   LoadedModel m = load_model(model);

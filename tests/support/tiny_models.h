@@ -18,6 +18,10 @@ std::string tiny_llama_dir(const std::string& tag, uint32_t seed);
 // 64 tokens, seed 3, written once per process; returns its dir.
 std::string bundled_capture();
 
+// A capture of tiny_gpt2_dir() on the sample texts: num_seqs windows x seq_len tokens drawn with
+// `seed`, all in one batch, written to a fresh folder named after `tag`; returns its dir.
+std::string tiny_gpt2_capture(const std::string& tag, int seq_len, int num_seqs, uint64_t seed);
+
 // An untrained hedgehog conversion (attnscope convert's output, with attnscope_linear.py) of
 // `model` (a directory or llama2.c .bin), M = 8 in every head, map seed 3, in a fresh folder named
 // after `tag`; returns its dir.
