@@ -24,6 +24,7 @@
 #include "convert/converted_json.h"
 #include "attnscope/model/model.h"
 #include "base/random.h"
+#include "base/tensor_checks.h"
 
 namespace attnscope {
 
@@ -313,7 +314,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   if (loss == DistillLoss::Output && (!v.defined() || v.dim() != 4 || v.size(2) != q.size(2)))
     fail("distill", "the output loss needs the values v [B, H, L, d_v]");
   const int64_t L = q.size(2);
-  const at::Tensor causal = at::ones({L, L}, q.options().dtype(at::kBool)).tril();
+  const at::Tensor causal = causal_mask(L, q.device());
   const at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(m.d));
   const double ninf = -std::numeric_limits<double>::infinity();
   const at::Tensor masked = scores.masked_fill(causal.logical_not(), ninf);
@@ -323,9 +324,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   // The l2 loss fits kernel values exp(q_i.k_j / sqrt d) on sampled pairs, not A's weights: those
   // are what the linear head reads for every key, so it ignores the window (its row scale c is
   // over every key j <= i).
-  const auto lopt = q.options().dtype(at::kLong);
-  const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
-  const at::Tensor seen = m.softmax_window > 0 && m.softmax_window < L ? causal.logical_and(lag < m.softmax_window) : causal;
+  const at::Tensor seen = causal_mask(L, q.device(), m.softmax_window);
   // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
   const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
   if (is_fourier(m.map)) {
@@ -379,6 +378,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     // Hybrid heads (SPEC 5): softmax's own weights on the last W keys, the map's before them, with
     // the head's balance g = sigmoid(gamma) (log g and log(1 - g) in the log domain).
     const at::Tensor gamma = param(m, kGammaParam).to(q.scalar_type()).view({1, -1, 1, 1});
+    const auto lopt = q.options().dtype(at::kLong);
+    const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
     log_khat = at::where(lag < m.window, scores + at::log_sigmoid(gamma), log_khat + at::log_sigmoid(-gamma));
   }
   const at::Tensor log_a = target_log_a();
