@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/attention/feature_map.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 #include "tiny_models.h"

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "attnscope/convert/converted_model.h"
-#include "attention/feature_map_tensors.h"
+#include "attnscope/attention/feature_map_tensors.h"
 #include "attnscope/model/model.h"
 #include "attnscope/io/safetensors.h"
 #include "hf_checkpoint_writer.h"

@@ -17,7 +17,7 @@
 
 #include "attnscope/capture/capture.h"
 #include "attnscope/analysis/dof.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "attnscope/base/error.h"
 #include "attnscope/model/model.h"
 #include "attnscope/io/safetensors.h"

@@ -12,7 +12,7 @@
 #include "attnscope/analysis/dof.h"
 #include "attnscope/capture/capture.h"
 #include "attnscope/model/model.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

@@ -11,7 +11,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_feature_maps {

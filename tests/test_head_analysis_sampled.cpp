@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/head_analysis_table.h"
 #include "attnscope/analysis/head_metrics.h"
@@ -19,7 +19,7 @@
 #include "attnscope/base/error.h"
 #include "attnscope/capture/capture.h"
 #include "attnscope/model/model.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

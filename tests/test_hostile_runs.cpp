@@ -17,7 +17,7 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/model/model.h"
-#include "attnscope/distill/run_dir.h"
+#include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 #include "tiny_models.h"

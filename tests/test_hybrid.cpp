@@ -13,15 +13,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/convert/convert_job.h"
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/model/model.h"
-#include "distill/layer_maps.h"
+#include "attnscope/distill/layer_maps.h"
 #include "test_support.h"
 #include "tiny_models.h"
 

@@ -11,7 +11,7 @@
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_metrics.h"
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "test_support.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.

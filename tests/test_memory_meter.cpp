@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "attnscope/base/error.h"
-#include "base/memory_meter.h"
+#include "attnscope/base/memory_meter.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_memory_meter {

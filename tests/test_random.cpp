@@ -10,7 +10,7 @@
 #include <set>
 
 #include "attnscope/base/error.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_random {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/distill/run_dir.h"
+#include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "test_support.h"
 

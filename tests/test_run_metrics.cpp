@@ -10,8 +10,8 @@
 
 #include "attnscope/convert/convert_job.h"
 #include "attnscope/model/model_config.h"
-#include "attnscope/distill/run_dir.h"
-#include "attnscope/distill/run_metrics.h"
+#include "attnscope/run/run_dir.h"
+#include "attnscope/run/run_metrics.h"
 #include "test_support.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/base/error.h"
@@ -22,7 +22,7 @@
 #include "attnscope/io/text_source.h"
 #include "attnscope/model/model.h"
 #include "capture/capture_manifest.h"
-#include "distill/layer_maps.h"
+#include "attnscope/distill/layer_maps.h"
 #include "hf_checkpoint_writer.h"
 #include "reference_transformer.h"
 #include "test_support.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "base/memory_meter.h"
+#include "attnscope/base/memory_meter.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_config.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attnscope/base/error.h"
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/analysis/structured_mixers.h"
 #include "test_support.h"
 

@@ -13,7 +13,7 @@
 #include <QWidget>
 #include <vector>
 
-#include "attnscope/distill/run_metrics.h"
+#include "attnscope/run/run_metrics.h"
 #include "attnscope/base/table.h"
 #include "attnscope/workbench/session.h"
 #include "plot_panel.h"

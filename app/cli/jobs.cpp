@@ -10,8 +10,8 @@
 #include "attnscope/base/error.h"
 #include "attnscope/base/output_dir.h"
 #include "attnscope/distill/distill_options.h"
-#include "attnscope/distill/run_dir.h"
-#include "attnscope/distill/run_metrics.h"
+#include "attnscope/run/run_dir.h"
+#include "attnscope/run/run_metrics.h"
 #include "attnscope/base/table.h"
 #include "common.h"
 

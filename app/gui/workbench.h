@@ -28,8 +28,8 @@
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/base/job.h"
 #include "attnscope/model/model.h"
-#include "attnscope/distill/run_dir.h"
-#include "attnscope/distill/run_metrics.h"
+#include "attnscope/run/run_dir.h"
+#include "attnscope/run/run_metrics.h"
 #include "attnscope/workbench/session.h"
 
 class QTimer;

@@ -9,7 +9,7 @@
 
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_metrics.h"
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/analysis/structured_mixers.h"
 
 namespace {

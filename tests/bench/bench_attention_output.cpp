@@ -9,7 +9,7 @@
 
 #include "attnscope/bench/attention_bench.h"
 #include "attnscope/attention/feature_map.h"
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 
 #include "attnscope/capture/capture.h"
 #include "attnscope/analysis/dof.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 using namespace attnscope;
 

@@ -15,12 +15,12 @@
 #include <filesystem>
 #include <qcustomplot.h>
 
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/capture/capture.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "heads_view.h"
 #include "heatmap_panel.h"
 #include "main_window.h"

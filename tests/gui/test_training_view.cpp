@@ -20,7 +20,7 @@
 #include "attnscope/distill/distill.h"
 #include "attnscope/base/error.h"
 #include "attnscope/model/model.h"
-#include "attnscope/distill/run_metrics.h"
+#include "attnscope/run/run_metrics.h"
 #include "dof_view.h"
 #include "heads_view.h"
 #include "heatmap_panel.h"

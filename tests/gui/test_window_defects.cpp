@@ -23,7 +23,7 @@
 #include <qcustomplot.h>
 
 #include "attnscope/distill/distill_options.h"
-#include "attnscope/distill/run_dir.h"
+#include "attnscope/run/run_dir.h"
 #include "attnscope/workbench/session.h"
 #include "attnscope/workbench/view_data.h"
 #include "attnscope/workbench/workspace.h"

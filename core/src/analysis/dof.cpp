@@ -12,11 +12,11 @@
 #include <memory>
 #include <numeric>
 
-#include "analysis/dof_solvers.h"
+#include "attnscope/analysis/dof_solvers.h"
 #include "attnscope/capture/capture.h"
 #include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 namespace attnscope {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "analysis/dof_solvers.h"
+#include "attnscope/analysis/dof_solvers.h"
 #include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
 

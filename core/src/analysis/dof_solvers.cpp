@@ -1,6 +1,6 @@
 // The eigensolvers of the DoF spectra: dsyevd for every eigenvalue, and block Krylov Ritz values
 // whose products are matrix-matrix (dof_solvers.h; the bounds built on them are derived in dof.h).
-#include "analysis/dof_solvers.h"
+#include "attnscope/analysis/dof_solvers.h"
 
 #include <ATen/ATen.h>
 #ifdef ATTNSCOPE_HAVE_LAPACKE

@@ -4,9 +4,9 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
-#include "attention/attention.h"
-#include "base/random.h"
-#include "base/tensor_checks.h"
+#include "attnscope/attention/attention.h"
+#include "attnscope/base/random.h"
+#include "attnscope/base/tensor_checks.h"
 
 #include <ATen/Parallel.h>
 

@@ -8,9 +8,9 @@
 
 #include "attnscope/capture/capture.h"
 #include "attnscope/base/error.h"
-#include "attention/attention.h"
-#include "base/random.h"
-#include "capture/token_labels.h"
+#include "attnscope/attention/attention.h"
+#include "attnscope/base/random.h"
+#include "attnscope/capture/token_labels.h"
 
 namespace attnscope {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "attnscope/base/error.h"
-#include "base/random.h"
-#include "base/shape_str.h"
-#include "base/tensor_checks.h"
+#include "attnscope/base/random.h"
+#include "attnscope/base/shape_str.h"
+#include "attnscope/base/tensor_checks.h"
 
 namespace attnscope {
 namespace {

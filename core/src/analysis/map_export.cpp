@@ -5,7 +5,7 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/base/table.h"
 #include "attnscope/base/text_file.h"
-#include "capture/token_labels.h"
+#include "attnscope/capture/token_labels.h"
 
 namespace attnscope {
 namespace {

@@ -1,4 +1,4 @@
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 
 #include <ATen/ATen.h>
 
@@ -10,8 +10,8 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
-#include "base/shape_str.h"
-#include "base/tensor_checks.h"
+#include "attnscope/base/shape_str.h"
+#include "attnscope/base/tensor_checks.h"
 
 namespace attnscope {
 namespace {

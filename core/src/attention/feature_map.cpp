@@ -7,7 +7,7 @@
 #include <initializer_list>
 
 #include "attnscope/base/error.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "feature_map_families.h"
 
 namespace attnscope {

@@ -1,6 +1,6 @@
 // Feature maps to and from their defining tensors (feature_map_tensors.h). Building the map from its
 // spec first and then overwriting its tensors keeps one source of truth for each family's shapes.
-#include "attention/feature_map_tensors.h"
+#include "attnscope/attention/feature_map_tensors.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x

@@ -1,6 +1,6 @@
 // PeakMemoryMeter: a counting wrapper around LibTorch's CPU allocator, and the CUDA caching
 // allocator's statistics where the build has CUDA.
-#include "base/memory_meter.h"
+#include "attnscope/base/memory_meter.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -1,4 +1,4 @@
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 #include <algorithm>
 #include <numeric>

@@ -14,7 +14,7 @@
 #include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
-#include "base/memory_meter.h"
+#include "attnscope/base/memory_meter.h"
 
 namespace attnscope {
 namespace {

@@ -13,7 +13,7 @@
 #include "attnscope/base/text_file.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_config.h"
-#include "io/safetensors_stream_writer.h"
+#include "attnscope/io/safetensors_stream_writer.h"
 
 namespace fs = std::filesystem;
 

@@ -12,14 +12,14 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/base/device.h"
 #include "attnscope/distill/distill.h"
-#include "distill/layer_maps.h"
+#include "attnscope/distill/layer_maps.h"
 #include "attnscope/base/error.h"
-#include "attention/feature_map_tensors.h"
-#include "base/memory_meter.h"
+#include "attnscope/attention/feature_map_tensors.h"
+#include "attnscope/base/memory_meter.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_config.h"
 #include "attnscope/model/pretrain.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 namespace attnscope {
 namespace {

@@ -10,9 +10,9 @@
 #include "capture/capture_manifest.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/output_dir.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 #include "attnscope/io/safetensors.h"
-#include "io/safetensors_stream_writer.h"
+#include "attnscope/io/safetensors_stream_writer.h"
 
 namespace fs = std::filesystem;
 

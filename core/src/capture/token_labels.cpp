@@ -1,4 +1,4 @@
-#include "capture/token_labels.h"
+#include "attnscope/capture/token_labels.h"
 
 #include "attnscope/capture/capture.h"
 #include "attnscope/base/error.h"

@@ -9,13 +9,13 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/allocation/allocation_file.h"
 #include "attnscope/base/error.h"
-#include "attention/feature_map_tensors.h"
+#include "attnscope/attention/feature_map_tensors.h"
 #include "attnscope/model/model.h"
 #include "attnscope/base/output_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
-#include "convert/converted_json.h"
-#include "convert/source_weights.h"
+#include "attnscope/formats/converted_json.h"
+#include "attnscope/formats/source_weights.h"
 
 namespace fs = std::filesystem;
 

@@ -12,8 +12,8 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/base/error.h"
 #include "attnscope/analysis/head_metrics.h"
-#include "attention/attention.h"
-#include "base/memory_meter.h"
+#include "attnscope/attention/attention.h"
+#include "attnscope/base/memory_meter.h"
 #include "attnscope/model/model.h"
 
 namespace attnscope {

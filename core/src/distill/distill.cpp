@@ -14,7 +14,7 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/distributed.h"
-#include "distill/adamw.h"
+#include "attnscope/run/adamw.h"
 #include "distill/train_state.h"
 
 namespace fs = std::filesystem;

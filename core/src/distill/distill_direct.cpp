@@ -22,9 +22,9 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/io/text_source.h"
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/model/model.h"
-#include "distill/adamw.h"
+#include "attnscope/run/adamw.h"
 #include "distill/train_state.h"
 
 namespace fs = std::filesystem;

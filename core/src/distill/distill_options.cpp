@@ -29,7 +29,6 @@ using json = nlohmann::ordered_json;
 constexpr Named<DistillLoss> kLosses[] = {
     {DistillLoss::Kl, "kl"}, {DistillLoss::Softmax, "softmax"}, {DistillLoss::L2, "l2"},
     {DistillLoss::Output, "output"}, {DistillLoss::Direct, "direct"}};
-constexpr Named<LrSchedule> kSchedules[] = {{LrSchedule::Constant, "constant"}, {LrSchedule::Cosine, "cosine"}};
 
 // AdamW's fixed settings, recorded in job.json.
 constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
@@ -198,9 +197,6 @@ DistillLoss parse_distill_loss(const std::string& name) { return parse_name(kLos
 const char* distill_loss_name(DistillLoss loss) { return name_of(kLosses, loss); }
 std::vector<std::string> distill_loss_names() { return names_of(kLosses); }
 
-LrSchedule parse_lr_schedule(const std::string& name) { return parse_name(kSchedules, name, "schedule"); }
-const char* lr_schedule_name(LrSchedule s) { return name_of(kSchedules, s); }
-std::vector<std::string> lr_schedule_names() { return names_of(kSchedules); }
 
 std::vector<std::string> trainable_feature_maps() {
   return {"learned-prf", "hedgehog", "t2r", "flex-stationary", "flex-nonstationary"};

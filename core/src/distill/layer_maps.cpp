@@ -17,14 +17,14 @@
 #include <cmath>
 #include <limits>
 
-#include "distill/layer_maps.h"
+#include "attnscope/distill/layer_maps.h"
 
 #include "attnscope/base/error.h"
-#include "attnscope/model/head_feature_maps.h"
-#include "convert/converted_json.h"
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/formats/converted_json.h"
 #include "attnscope/model/model.h"
-#include "base/random.h"
-#include "base/tensor_checks.h"
+#include "attnscope/base/random.h"
+#include "attnscope/base/tensor_checks.h"
 
 namespace attnscope {
 

@@ -16,9 +16,9 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/io/safetensors.h"
-#include "attnscope/model/head_feature_maps.h"
-#include "base/random.h"
-#include "distill/adamw.h"
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/base/random.h"
+#include "attnscope/run/adamw.h"
 
 namespace attnscope {
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "attnscope/distill/distill.h"
-#include "attnscope/distill/run_dir.h"
-#include "distill/layer_maps.h"
+#include "attnscope/run/run_dir.h"
+#include "attnscope/distill/layer_maps.h"
 
 namespace attnscope {
 

@@ -19,14 +19,14 @@
 #include "attnscope/base/error.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill_options.h"
-#include "attnscope/distill/run_dir.h"
+#include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/model/model.h"
-#include "base/random.h"
-#include "convert/converted_json.h"
-#include "distill/adamw.h"
+#include "attnscope/base/random.h"
+#include "attnscope/formats/converted_json.h"
+#include "attnscope/run/adamw.h"
 
 namespace fs = std::filesystem;
 
@@ -34,57 +34,57 @@ namespace attnscope {
 namespace {
 
 using json = nlohmann::ordered_json;
-using O = FinetuneOptions;
+using FO = FinetuneOptions;
 
 constexpr uint64_t kBatchStream = 0xF17E1;
 constexpr uint64_t kSplitStream = 0xF17E2;
 constexpr int64_t kMaxRank = 4096;
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string ft_str(int64_t v) { return std::to_string(v); }
 
-const std::vector<OptionSpec<O>> kTable = {
+const std::vector<OptionSpec<FO>> kFinetuneTable = {
     {"-m,--model", "model", "the converted model to finetune (attnscope convert's output)",
-     [](const O& o) { return o.model; }, [](O& o, const std::string& v) { o.model = v; }},
-    compute_dtype_option<O>(),
+     [](const FO& o) { return o.model; }, [](FO& o, const std::string& v) { o.model = v; }},
+    compute_dtype_option<FO>(),
     {"-t,--text", "text", "training text (.txt or .jsonl), repeatable; a share of its windows is held out",
-     [](const O& o) {
+     [](const FO& o) {
        std::string s;
        for (const auto& t : o.texts) s += (s.empty() ? "" : "\n") + t;
        return s;
      },
-     [](O& o, const std::string& v) { o.texts.push_back(v); }, false, true},
+     [](FO& o, const std::string& v) { o.texts.push_back(v); }, false, true},
     {"-r,--rank", "rank", "rank r of the adapters on q, k, v and o",
-     [](const O& o) { return str(o.rank); }, [](O& o, const std::string& v) { o.rank = parse_whole(v, "rank"); }},
+     [](const FO& o) { return ft_str(o.rank); }, [](FO& o, const std::string& v) { o.rank = parse_whole(v, "rank"); }},
     {"--steps", "steps", "training steps",
-     [](const O& o) { return str(o.steps); }, [](O& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
+     [](const FO& o) { return ft_str(o.steps); }, [](FO& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
     {"--lr", "learning rate", "learning rate of the adapters",
-     [](const O& o) { return number_arg(o.lr); }, [](O& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
+     [](const FO& o) { return number_arg(o.lr); }, [](FO& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
     {"--map-lr", "map learning rate", "learning rate of the feature maps (0: keep them)",
-     [](const O& o) { return number_arg(o.map_lr); },
-     [](O& o, const std::string& v) { o.map_lr = parse_number(v, "map learning rate"); }},
+     [](const FO& o) { return number_arg(o.map_lr); },
+     [](FO& o, const std::string& v) { o.map_lr = parse_number(v, "map learning rate"); }},
     {"--kl-weight", "KL weight", "weight of the KL from the original model's next-token distribution (0: none)",
-     [](const O& o) { return number_arg(o.kl_weight); },
-     [](O& o, const std::string& v) { o.kl_weight = parse_number(v, "KL weight"); }},
+     [](const FO& o) { return number_arg(o.kl_weight); },
+     [](FO& o, const std::string& v) { o.kl_weight = parse_number(v, "KL weight"); }},
     {"-L,--seq-len", "sequence length", "tokens per window (default: the maps' trained length, else min(context, 512))",
-     [](const O& o) { return o.seq_len > 0 ? str(o.seq_len) : std::string(); },
-     [](O& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
+     [](const FO& o) { return o.seq_len > 0 ? ft_str(o.seq_len) : std::string(); },
+     [](FO& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
     {"--batch", "batch", "windows per step",
-     [](const O& o) { return str(o.batch); }, [](O& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
+     [](const FO& o) { return ft_str(o.batch); }, [](FO& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
     {"--val-share", "validation share", "share of the windows held out",
-     [](const O& o) { return number_arg(o.val_share); },
-     [](O& o, const std::string& v) { o.val_share = parse_number(v, "validation share"); }},
+     [](const FO& o) { return number_arg(o.val_share); },
+     [](FO& o, const std::string& v) { o.val_share = parse_number(v, "validation share"); }},
     {"--seed", "seed", "seed of the adapters, the split and the mini-batches",
-     [](const O& o) { return std::to_string(o.seed); }, [](O& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
+     [](const FO& o) { return std::to_string(o.seed); }, [](FO& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
     {"--checkpoint-every", "checkpoint interval", "steps between checkpoints",
-     [](const O& o) { return str(o.checkpoint_every); },
-     [](O& o, const std::string& v) { o.checkpoint_every = parse_whole(v, "checkpoint interval"); }},
+     [](const FO& o) { return ft_str(o.checkpoint_every); },
+     [](FO& o, const std::string& v) { o.checkpoint_every = parse_whole(v, "checkpoint interval"); }},
 };
 
-void check_range(int64_t v, int64_t lo, int64_t hi, const char* quantity) {
+void ft_check_range(int64_t v, int64_t lo, int64_t hi, const char* quantity) {
   if (v < lo || v > hi)
     fail_value(quantity, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
 }
-void check_rate(double v, bool zero_ok, const char* quantity) {
+void ft_check_rate(double v, bool zero_ok, const char* quantity) {
   if (!std::isfinite(v) || v < 0 || (!zero_ok && v == 0) || v > 1e3)
     fail_value(quantity, number_arg(v) + " is not a finite number in " + (zero_ok ? "[0" : "(0") + ", 1000]");
 }
@@ -449,11 +449,11 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
 
 }  // namespace
 
-const std::vector<OptionSpec<FinetuneOptions>>& finetune_option_table() { return kTable; }
+const std::vector<OptionSpec<FinetuneOptions>>& finetune_option_table() { return kFinetuneTable; }
 
 std::string finetune_command(const FinetuneOptions& o, const std::string& run_dir) {
   std::vector<std::string> args = {"finetune"};
-  const auto opts = option_args(kTable, o);
+  const auto opts = option_args(kFinetuneTable, o);
   args.insert(args.end(), opts.begin(), opts.end());
   args.insert(args.end(), {"--out", run_dir});
   return attnscope_command(args);
@@ -462,13 +462,13 @@ std::string finetune_command(const FinetuneOptions& o, const std::string& run_di
 void check_finetune_options(const FinetuneOptions& o) {
   if (o.model.empty()) fail_value("model", "is missing: give the converted model to finetune");
   if (o.texts.empty()) fail_value("text", "is missing: finetune trains on a text");
-  check_range(o.rank, 1, kMaxRank, "rank");
-  check_range(o.steps, 1, 1000000000, "steps");
-  check_range(o.batch, 1, 1 << 16, "batch");
-  check_range(o.checkpoint_every, 1, 1000000000, "checkpoint interval");
-  if (o.seq_len != 0) check_range(o.seq_len, 2, 1 << 20, "sequence length");
-  check_rate(o.lr, false, "learning rate");
-  check_rate(o.map_lr, true, "map learning rate");
+  ft_check_range(o.rank, 1, kMaxRank, "rank");
+  ft_check_range(o.steps, 1, 1000000000, "steps");
+  ft_check_range(o.batch, 1, 1 << 16, "batch");
+  ft_check_range(o.checkpoint_every, 1, 1000000000, "checkpoint interval");
+  if (o.seq_len != 0) ft_check_range(o.seq_len, 2, 1 << 20, "sequence length");
+  ft_check_rate(o.lr, false, "learning rate");
+  ft_check_rate(o.map_lr, true, "map learning rate");
   if (!std::isfinite(o.kl_weight) || o.kl_weight < 0 || o.kl_weight > 1e3)
     fail_value("KL weight", number_arg(o.kl_weight) + " is not a finite number in [0, 1000]");
   if (!(o.val_share > 0 && o.val_share < 1)) fail_value("validation share", number_arg(o.val_share) + " is not in (0, 1)");

@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "attnscope/base/error.h"
-#include "base/shape_str.h"
+#include "attnscope/base/shape_str.h"
 
 // safetensors data is little-endian and is handed to torch without byte swapping.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "attnscope reads safetensors natively");

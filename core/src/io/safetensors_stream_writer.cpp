@@ -1,4 +1,4 @@
-#include "safetensors_stream_writer.h"
+#include "attnscope/io/safetensors_stream_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>

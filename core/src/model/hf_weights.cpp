@@ -11,7 +11,7 @@
 #include "attnscope/base/text_file.h"
 #include "attnscope/model/model.h"
 #include "attnscope/io/safetensors.h"
-#include "base/shape_str.h"
+#include "attnscope/base/shape_str.h"
 
 namespace attnscope {
 

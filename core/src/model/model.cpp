@@ -12,10 +12,10 @@
 #include <limits>
 #include <map>
 
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
-#include "attention/attention.h"
+#include "attnscope/attention/attention.h"
 
 namespace attnscope {
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attnscope/convert/converted_model.h"
+#include "attnscope/formats/converted_model.h"
 #include "attnscope/base/error.h"
 #include "model/llama2c.h"
 #include "attnscope/model/model.h"
@@ -169,7 +169,7 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer, at
     ModelWeights weights = load_hf_weights(where.config, store);
     weights.compute = compute;
     m.model = std::make_unique<Model>(where.config, std::move(weights));
-    if (where.converted) m.model->set_feature_maps(load_head_feature_maps(m.path, where.config));
+    if (where.converted) m.model->set_feature_maps(load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim));
     m.weight_files = store.files();
   }
   m.tokenizer = open_tokenizer(where);
@@ -189,7 +189,7 @@ ModelInfo inspect_model(const std::string& spec, const std::string& tokenizer) {
     WeightStore store(where.weights);
     for (const TensorEntry& e : store.entries()) m.stored_bytes[dtype_name(e.dtype)] += int64_t(e.end - e.begin);
     m.weight_files = store.files();
-    if (where.converted) m.feature_maps = load_head_feature_maps(m.path, where.config);
+    if (where.converted) m.feature_maps = load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim);
   }
   m.tokenizer = open_tokenizer(where);
   return m;

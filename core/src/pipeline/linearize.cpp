@@ -22,10 +22,10 @@
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
-#include "attnscope/distill/run_dir.h"
+#include "attnscope/run/run_dir.h"
 #include "attnscope/finetune/finetune.h"
 #include "attnscope/io/text_source.h"
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/model/model.h"
 
 namespace fs = std::filesystem;

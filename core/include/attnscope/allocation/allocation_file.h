@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnscope/allocation/allocation.h"
+#include "attnscope/formats/dims_json.h"
 
 namespace attnscope {
 
@@ -40,13 +41,5 @@ void write_allocation_file(const std::string& path, const DofAllocation& a);
 // 1..kMaxFeatureDim, per layer (a number) or per head (exactly n_head numbers) for each of the
 // n_layer layers. Throws Error naming the file, the layer and the problem.
 AllocationFile read_allocation_file(const std::string& path, int n_layer, int n_head);
-
-// The dims written per layer when every head of every layer agrees, else per head (SPEC 7 allows
-// both): what job.json, the allocation file and a converted model's config.json write.
-nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims);
-// The inverse, for n_layer x n_head: Error naming `where` for anything but whole numbers in
-// 1..kMaxFeatureDim in one of the two shapes.
-std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& dims, int n_layer, int n_head,
-                                                  const std::string& where);
 
 }  // namespace attnscope

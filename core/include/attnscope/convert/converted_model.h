@@ -1,5 +1,6 @@
 // Converted models (SPEC 7): a model directory whose attention layers run as causal linear
-// attention with one feature map per head. `convert_model` writes one; load_model (model.h)
+// attention with one feature map per head. `convert_model` writes one (the reader is
+// formats/converted_model.h); load_model (model.h)
 // recognizes the "attnscope" object in its config.json and loads it as linear attention.
 //
 //   OUT/config.json               the original config.json plus "attnscope": {format_version 1,
@@ -18,7 +19,8 @@
 #include <vector>
 
 #include "attnscope/attention/feature_map.h"
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/formats/converted_model.h"
+#include "attnscope/attention/head_feature_maps.h"
 
 namespace attnscope {
 
@@ -52,27 +54,5 @@ struct ConvertOptions {
 // Writes the converted model of `original` (loaded from a Hugging Face directory) to `out` through
 // OutputDir: nothing appears at `out` unless everything was written. Throws Error.
 void convert_model(const LoadedModel& original, const ConvertOptions& options, const std::string& out);
-
-// True when `dir`/config.json holds an "attnscope" object.
-bool is_converted_model(const std::string& dir);
-
-// Where the weights of converted model `dir` are: `dir` itself, or attnscope.source.path when they
-// are referenced, after checking them against attnscope.source.sha256 (hashed only when a file's
-// size or modification time differs from the record; convert/source_weights.h). Error naming
-// dir/config.json and the referenced files when they are gone or changed since the conversion.
-std::string converted_weights_dir(const std::string& dir);
-
-// The maps in `file` (layers.{s}.heads.{h}.feature_map.{param}: a converted model's or a finished
-// distillation job's feature_maps.safetensors), head (s, h) a map of `spec` with dims[s][h]
-// features; with window > 0 also each head's hybrid balance layers.{s}.heads.{h}.gamma (a finite
-// scalar). Every head's tensors must be there with the right shapes and nothing else. Throws
-// Error naming the file and head.
-std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
-                                                   const std::vector<std::vector<int64_t>>& dims,
-                                                   const ModelConfig& config, int64_t window = 0);
-
-// Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
-// model's shape. Throws Error naming the file and head for anything missing or misshapen.
-std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, const ModelConfig& config);
 
 }  // namespace attnscope

@@ -13,6 +13,7 @@
 #include "attnscope/base/command_line.h"
 #include "attnscope/base/device.h"
 #include "attnscope/analysis/dof.h"
+#include "attnscope/run/adamw.h"
 
 namespace attnscope {
 
@@ -28,12 +29,6 @@ enum class DistillLoss { Kl, Softmax, L2, Output, Direct };
 DistillLoss parse_distill_loss(const std::string& name);  // else Error (quantity "loss")
 const char* distill_loss_name(DistillLoss loss);
 std::vector<std::string> distill_loss_names();  // kl, softmax, l2, output, direct
-
-// The learning-rate schedule over the run's steps.
-enum class LrSchedule { Constant, Cosine };
-LrSchedule parse_lr_schedule(const std::string& name);  // else Error (quantity "schedule")
-const char* lr_schedule_name(LrSchedule s);
-std::vector<std::string> lr_schedule_names();  // constant, cosine
 
 // The maps distill can train.
 std::vector<std::string> trainable_feature_maps();  // learned-prf, hedgehog, t2r, flex-stationary, flex-nonstationary

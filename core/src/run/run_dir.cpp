@@ -1,5 +1,5 @@
 // The run directory of a job (run_dir.h): the files of SPEC 6 and how each is written.
-#include "attnscope/distill/run_dir.h"
+#include "attnscope/run/run_dir.h"
 
 #include "attnscope/base/names.h"
 

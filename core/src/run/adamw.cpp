@@ -1,12 +1,21 @@
 // AdamW and the schedule (adamw.h).
-#include "distill/adamw.h"
+#include "attnscope/run/adamw.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <cmath>
 
+#include "attnscope/base/names.h"
+
 namespace attnscope {
+namespace {
+constexpr Named<LrSchedule> kSchedules[] = {{LrSchedule::Constant, "constant"}, {LrSchedule::Cosine, "cosine"}};
+}  // namespace
+
+LrSchedule parse_lr_schedule(const std::string& name) { return parse_name(kSchedules, name, "schedule"); }
+const char* lr_schedule_name(LrSchedule s) { return name_of(kSchedules, s); }
+std::vector<std::string> lr_schedule_names() { return names_of(kSchedules); }
 
 void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr, double weight_decay,
                   int64_t step) {

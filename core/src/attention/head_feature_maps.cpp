@@ -1,10 +1,10 @@
 // Fresh feature maps for every head (head_feature_maps.h).
-#include "attnscope/model/head_feature_maps.h"
+#include "attnscope/attention/head_feature_maps.h"
 
 #include <ATen/ATen.h>
 
 #include "attnscope/base/error.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 namespace attnscope {
 

@@ -1,4 +1,4 @@
-#include "convert/source_weights.h"
+#include "attnscope/formats/source_weights.h"
 
 #include <sys/stat.h>
 
@@ -8,7 +8,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/io/safetensors.h"
-#include "convert/sha256.h"
+#include "formats/sha256.h"
 
 namespace fs = std::filesystem;
 

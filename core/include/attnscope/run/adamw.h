@@ -5,9 +5,16 @@
 
 #include <cstdint>
 
-#include "attnscope/distill/distill_options.h"
+#include <string>
+#include <vector>
 
 namespace attnscope {
+
+// The learning-rate schedule over the run's steps.
+enum class LrSchedule { Constant, Cosine };
+LrSchedule parse_lr_schedule(const std::string& name);  // else Error (quantity "schedule")
+const char* lr_schedule_name(LrSchedule s);
+std::vector<std::string> lr_schedule_names();  // constant, cosine
 
 constexpr double kAdamBeta1 = 0.9, kAdamBeta2 = 0.999, kAdamEps = 1e-8;  // recorded in job.json
 

@@ -1,5 +1,5 @@
 // metrics.jsonl of a run directory (run_metrics.h).
-#include "attnscope/distill/run_metrics.h"
+#include "attnscope/run/run_metrics.h"
 
 #include <sys/stat.h>
 

@@ -6,11 +6,11 @@
 
 #include <chrono>
 
-#include "analysis/dof_solvers.h"
+#include "attnscope/analysis/dof_solvers.h"
 #include "attnscope/capture/capture.h"
 #include "attnscope/base/device.h"
 #include "attnscope/base/error.h"
-#include "base/random.h"
+#include "attnscope/base/random.h"
 
 namespace attnscope {
 namespace {

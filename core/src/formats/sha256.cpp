@@ -1,4 +1,4 @@
-#include "convert/sha256.h"
+#include "formats/sha256.h"
 
 #include <array>
 #include <cstdint>

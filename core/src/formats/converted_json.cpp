@@ -1,8 +1,8 @@
-#include "convert/converted_json.h"
+#include "attnscope/formats/converted_json.h"
 
 #include <algorithm>
 
-#include "attnscope/allocation/allocation_file.h"
+#include "attnscope/formats/dims_json.h"
 #include "attnscope/base/error.h"
 
 namespace attnscope::convert {

@@ -1,7 +1,7 @@
 // Reading a converted model (SPEC 7): its "attnscope" object and the feature map of every head.
 // Fresh maps for untrained baselines are made here too, so writer and reader share one
 // description of a head's map (the FeatureMapSpec below).
-#include "attnscope/convert/converted_model.h"
+#include "attnscope/formats/converted_model.h"
 
 #include <ATen/ATen.h>
 
@@ -11,12 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
-#include "attention/feature_map_tensors.h"
-#include "attnscope/model/model_config.h"
-#include "base/random.h"
+#include "attnscope/attention/feature_map_tensors.h"
+#include "attnscope/base/random.h"
 #include "attnscope/io/safetensors.h"
-#include "convert/converted_json.h"
-#include "convert/source_weights.h"
+#include "attnscope/formats/converted_json.h"
+#include "attnscope/formats/source_weights.h"
 
 namespace fs = std::filesystem;
 
@@ -63,22 +62,22 @@ std::string converted_weights_dir(const std::string& dir) {
 
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
-                                                   const ModelConfig& config, int64_t window) {
+                                                   int n_layer, int n_head, int64_t head_dim, int64_t window) {
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
-  if (int(dims.size()) != config.n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(config.n_layer));
+  if (int(dims.size()) != n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(n_layer));
   SafetensorsFile st(file);
   auto lin = std::make_shared<HeadFeatureMaps>();
-  lin->maps.resize(config.n_layer);
+  lin->maps.resize(n_layer);
   size_t used = 0;
-  for (int s = 0; s < config.n_layer; ++s) {
-    if (int(dims[s].size()) != config.n_head) fail(file, "dims of layer " + std::to_string(s) + " do not list " + std::to_string(config.n_head) + " heads");
-    for (int h = 0; h < config.n_head; ++h) {
+  for (int s = 0; s < n_layer; ++s) {
+    if (int(dims[s].size()) != n_head) fail(file, "dims of layer " + std::to_string(s) + " do not list " + std::to_string(n_head) + " heads");
+    for (int h = 0; h < n_head; ++h) {
       const std::string prefix = convert::tensor_prefix(s, h);
       std::map<std::string, at::Tensor> tensors;
       for (const auto& e : st.entries())
         if (e.name.rfind(prefix, 0) == 0) tensors[e.name.substr(prefix.size())] = st.tensor(e.name);
       used += tensors.size();
-      const FeatureMapSpec hs = head_map_spec(spec, config.head_dim, dims[s][h]);
+      const FeatureMapSpec hs = head_map_spec(spec, head_dim, dims[s][h]);
       auto map = feature_map_from_tensors(hs, tensors, file + " (layer " + std::to_string(s) + " head " + std::to_string(h) + ")");
       if (map->feature_dim() != dims[s][h])
         fail(file, "layer " + std::to_string(s) + " head " + std::to_string(h) + " has " +
@@ -88,9 +87,9 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   }
   lin->window = window;
   if (window > 0) {
-    for (int s = 0; s < config.n_layer; ++s) {
-      at::Tensor g = at::empty({config.n_head}, at::kFloat);
-      for (int h = 0; h < config.n_head; ++h) {
+    for (int s = 0; s < n_layer; ++s) {
+      at::Tensor g = at::empty({n_head}, at::kFloat);
+      for (int h = 0; h < n_head; ++h) {
         const std::string name = convert::gamma_name(s, h);
         if (!st.contains(name)) fail(file, "has no " + name + ": a hybrid head (window " + std::to_string(window) + ") needs its balance");
         const at::Tensor t = st.tensor(name);
@@ -105,15 +104,15 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   }
   if (used != st.entries().size())
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
-                   std::to_string(config.n_layer - 1) + "}.heads.{0.." + std::to_string(config.n_head - 1) +
+                   std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) +
                    (window > 0 ? "}.{feature_map.*, gamma}" : "}.feature_map.* (gamma tensors belong to hybrid heads: the window is 0)"));
   return lin;
 }
 
-std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, const ModelConfig& config) {
+std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, int n_layer, int n_head, int64_t head_dim) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
-  const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, config.n_layer, config.n_head);
-  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, config, hdr.window);
+  const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, n_layer, n_head);
+  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, n_layer, n_head, head_dim, hdr.window);
   maps->trained_length = hdr.trained_length;
   return maps;
 }
