@@ -35,8 +35,8 @@ std::string python_module() { return test::source_dir() + "/resources/python/att
 // The --dtype row of an option table: its words are compute_dtype.h's, it reads and writes back
 // every name, leaves an unset dtype off the command line, and names the quantity on a bad value.
 template <class O>
-void check_dtype_row(const std::vector<OptionSpec<O>>& table, const char* job) {
-  const OptionSpec<O>* row = nullptr;
+void check_dtype_row(const OptionTable<O>& table, const char* job) {
+  const Option<O>* row = nullptr;
   for (const auto& r : table)
     if (long_flag(r.flags) == "--dtype") row = &r;
   ASSERT_NE(row, nullptr) << job;

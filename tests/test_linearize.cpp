@@ -106,7 +106,9 @@ TEST(Linearize, BadInputIsRefusedBeforeAnyWork) {
   };
   const std::string base = texts() + " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini --steps 2 --window 16";
   for (const Case& c : {Case{base + " --seq-len 100000", "sequence length", 1},
-                        Case{base + " --seq-len 64 --rank 0", "rank", 1},
+                        // Issue 25: every option's range is its definition's, checked as it is parsed: a
+                        // usage error naming the flag, as --heldout-share (was exit 1 at the run's start).
+                        Case{base + " --seq-len 64 --rank 0", "--rank", 2},
                         Case{texts() + " --model " + test::source_dir() + "/resources/models/brown-gpt2-mini --seq-len 64 --window 64", "window", 1},
                         Case{" --text " + root + "/short.txt" + kTiny, "fewer than four windows", 1},
                         Case{texts() + kTiny + " --heldout-share 1.5", "--heldout-share", 2},

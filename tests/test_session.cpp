@@ -69,21 +69,21 @@ Project make_project(const std::string& tag) {
   s.metric = GridMetric::Kl;
   s.view = View::Training;  // the fifth view (issue 18, defect 3: a session saved on it did not reopen)
   s.run_dir = (p.root / "runs/learned-prf-1").string();
-  s.train.feature_map = "hedgehog";
-  s.train.loss = DistillLoss::Softmax;
-  s.train.steps = 321;
-  s.train.lr = 0.0125;
-  s.train.lr_alpha = 0.375;
-  s.train.batch = 7;
-  s.train.schedule = LrSchedule::Cosine;
-  s.train.checkpoint_every = 9;
-  s.train.device = Device::Cuda;
+  s.train.linearize.stage1.feature_map = "hedgehog";
+  s.train.linearize.stage1.loss = DistillLoss::Softmax;
+  s.train.linearize.stage1.steps = 321;
+  s.train.linearize.stage1.lr = 0.0125;
+  s.train.linearize.stage1.lr_alpha = 0.375;
+  s.train.linearize.stage1.batch = 7;
+  s.train.linearize.stage1.schedule = LrSchedule::Cosine;
+  s.train.linearize.stage1.checkpoint_every = 9;
+  s.train.linearize.stage1.device = Device::Cuda;
   s.train.from_allocation = false;
-  s.train.features = 48;
-  s.train.window = 24;
-  s.train.seq_len = 96;
-  s.train.finetune_steps = 7;
-  s.train.rank = 3;
+  s.train.linearize.stage1.features = 48;
+  s.train.linearize.stage1.window = 24;
+  s.train.linearize.seq_len = 96;
+  s.train.linearize.stage2.steps = 7;
+  s.train.linearize.stage2.rank = 3;
   return p;
 }
 
@@ -112,21 +112,21 @@ void expect_same_settings(const Session& a, const Session& b) {
   EXPECT_EQ(a.colour_scale, b.colour_scale);
   EXPECT_EQ(a.metric, b.metric);
   EXPECT_EQ(a.view, b.view);
-  EXPECT_EQ(a.train.feature_map, b.train.feature_map);
-  EXPECT_EQ(a.train.loss, b.train.loss);
-  EXPECT_EQ(a.train.steps, b.train.steps);
-  EXPECT_EQ(a.train.lr, b.train.lr);
-  EXPECT_EQ(a.train.lr_alpha, b.train.lr_alpha);
-  EXPECT_EQ(a.train.batch, b.train.batch);
-  EXPECT_EQ(a.train.schedule, b.train.schedule);
-  EXPECT_EQ(a.train.checkpoint_every, b.train.checkpoint_every);
-  EXPECT_EQ(a.train.device, b.train.device);
+  EXPECT_EQ(a.train.linearize.stage1.feature_map, b.train.linearize.stage1.feature_map);
+  EXPECT_EQ(a.train.linearize.stage1.loss, b.train.linearize.stage1.loss);
+  EXPECT_EQ(a.train.linearize.stage1.steps, b.train.linearize.stage1.steps);
+  EXPECT_EQ(a.train.linearize.stage1.lr, b.train.linearize.stage1.lr);
+  EXPECT_EQ(a.train.linearize.stage1.lr_alpha, b.train.linearize.stage1.lr_alpha);
+  EXPECT_EQ(a.train.linearize.stage1.batch, b.train.linearize.stage1.batch);
+  EXPECT_EQ(a.train.linearize.stage1.schedule, b.train.linearize.stage1.schedule);
+  EXPECT_EQ(a.train.linearize.stage1.checkpoint_every, b.train.linearize.stage1.checkpoint_every);
+  EXPECT_EQ(a.train.linearize.stage1.device, b.train.linearize.stage1.device);
   EXPECT_EQ(a.train.from_allocation, b.train.from_allocation);
-  EXPECT_EQ(a.train.features, b.train.features);
-  EXPECT_EQ(a.train.window, b.train.window);
-  EXPECT_EQ(a.train.seq_len, b.train.seq_len);
-  EXPECT_EQ(a.train.finetune_steps, b.train.finetune_steps);
-  EXPECT_EQ(a.train.rank, b.train.rank);
+  EXPECT_EQ(a.train.linearize.stage1.features, b.train.linearize.stage1.features);
+  EXPECT_EQ(a.train.linearize.stage1.window, b.train.linearize.stage1.window);
+  EXPECT_EQ(a.train.linearize.seq_len, b.train.linearize.seq_len);
+  EXPECT_EQ(a.train.linearize.stage2.steps, b.train.linearize.stage2.steps);
+  EXPECT_EQ(a.train.linearize.stage2.rank, b.train.linearize.stage2.rank);
 }
 
 std::string resolved(const fs::path& p) { return fs::weakly_canonical(p).string(); }
@@ -306,16 +306,18 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
       {"train.loss", "mse", "'train.loss' is not valid: loss 'mse' is unknown"},
       {"train.schedule", "linear", "'train.schedule' is not valid: schedule 'linear' is unknown"},
       {"train.device", "tpu", "'train.device' is not valid: device 'tpu' is unknown"},
-      {"train.feature_map", "prf", "'train.feature_map' 'prf' is not a trainable feature map"},
-      {"train.steps", 0, "'train.steps' must be a positive integer"},
-      {"train.lr", -0.1, "'train.lr' must be a positive finite number"},
+      // Issue 25: the Train form's values are read through linearize's option definitions (their
+      // ranges and names), no longer by a second reader with ranges of its own.
+      {"train.feature_map", "prf", "'train.feature_map' is not valid: feature map 'prf' is unknown"},
+      {"train.steps", 0, "'train.steps' must be an integer in 1..1000000000, got 0"},
+      {"train.lr", -0.1, "'train.lr' must be a finite number in (0, 1000], got -0.1"},
       {"train.dimensions", "dof", "'train.dimensions' 'dof' is not allocation or fixed"},
       {"train.window", -4, "'train.window' must be an integer in 0..1048576, got -4"},
       {"train.window", true, "'train.window' must be an integer in 0..1048576"},
-      {"train.seq_len", -1, "'train.seq_len' must be an integer in 0..1048576, got -1"},
+      {"train.seq_len", -1, "'train.seq_len' must be 0 (the default) or an integer in 2..1048576, got -1"},
       {"train.finetune_steps", -2, "'train.finetune_steps' must be an integer in 0..1000000000, got -2"},
       {"train.finetune_steps", 1.5, "'train.finetune_steps' must be an integer in 0..1000000000"},
-      {"train.rank", 0, "'train.rank' must be an integer in 1..1048576, got 0"},
+      {"train.rank", 0, "'train.rank' must be an integer in 1..4096, got 0"},
   };
   for (const Case& c : cases) {
     auto j = minimal();
@@ -343,16 +345,17 @@ TEST(Session, HybridWindowsRoundTripAndReachDistill) {
   Session s;
   s.analysis.feature_map = "hedgehog";
   s.analysis.window = 16;
-  s.train.window = 8;
+  s.train.linearize.stage1.window = 8;
   save_session(file, s);
   const auto j = nlohmann::json::parse(test::read_file(file));
   EXPECT_EQ(j["analysis"]["window"], 16);
   EXPECT_EQ(j["train"]["window"], 8);
   const Session back = load_session(file);
   EXPECT_EQ(back.analysis.window, 16);
-  EXPECT_EQ(back.train.window, 8);
+  EXPECT_EQ(back.train.linearize.stage1.window, 8);
   EXPECT_EQ(distill_options_of(back.train).window, 8);
-  EXPECT_EQ(distill_options_of(TrainSettings{}).window, 0);
+  // A fresh form is `attnscope linearize`'s defaults (issue 25): its 64-token window.
+  EXPECT_EQ(distill_options_of(TrainSettings{}).window, 64);
 
   auto old = minimal();
   old["analysis"] = {{"feature_map", "elu"}};
@@ -361,44 +364,50 @@ TEST(Session, HybridWindowsRoundTripAndReachDistill) {
   std::ofstream(older) << old.dump();
   const Session o = load_session(older);
   EXPECT_EQ(o.analysis.window, 0);
-  EXPECT_EQ(o.train.window, 0);
+  EXPECT_EQ(o.train.linearize.stage1.window, 64);  // linearize's default (issue 25: was the form's own 0)
   // Linearize's fields: a session without them opens with the defaults.
-  EXPECT_EQ(o.train.seq_len, 0);
-  EXPECT_EQ(o.train.finetune_steps, 200);
-  EXPECT_EQ(o.train.rank, 8);
+  EXPECT_EQ(o.train.linearize.seq_len, 0);
+  EXPECT_EQ(o.train.linearize.stage2.steps, 200);
+  EXPECT_EQ(o.train.linearize.stage2.rank, 8);
 }
 
 // The Train form as linearize's options (issue 15 item 6): every value the form has, by name; the
-// DoF view's allocation leaves the dimensions to the caller's allocation file.
+// DoF view's allocation gives its strategy, budget and lambda (issue 25: computed on the run's own
+// capture, as the CLI does), the budget only when it is not the model's default.
 TEST(Session, TheTrainFormMapsOntoLinearizeOptions) {
   TrainSettings t;
-  t.feature_map = "hedgehog";
-  t.window = 16;
+  t.linearize.stage1.feature_map = "hedgehog";
+  t.linearize.stage1.window = 16;
   t.from_allocation = false;
-  t.features = 24;
-  t.loss = DistillLoss::Output;
-  t.steps = 6;
-  t.lr = 0.03;
-  t.batch = 2;
-  t.seq_len = 64;
-  t.finetune_steps = 4;
-  t.rank = 2;
-  const LinearizeOptions o = linearize_options_of(t);
-  EXPECT_EQ(o.feature_map, "hedgehog");
-  EXPECT_EQ(o.window, 16);
-  EXPECT_EQ(o.features, 24);
-  EXPECT_FALSE(o.strategy.has_value());
-  EXPECT_TRUE(o.allocation.empty());
-  EXPECT_EQ(o.loss, DistillLoss::Output);
-  EXPECT_EQ(o.steps, 6);
-  EXPECT_DOUBLE_EQ(o.lr, 0.03);
-  EXPECT_EQ(o.batch, 2);
+  t.linearize.stage1.features = 24;
+  t.linearize.stage1.loss = DistillLoss::Output;
+  t.linearize.stage1.steps = 6;
+  t.linearize.stage1.lr = 0.03;
+  t.linearize.stage1.batch = 2;
+  t.linearize.seq_len = 64;
+  t.linearize.stage2.steps = 4;
+  t.linearize.stage2.rank = 2;
+  const LinearizeOptions o = linearize_options_of(t, AllocStrategy::Dof, 48, 0.125, 16);
+  EXPECT_EQ(o.stage1.feature_map, "hedgehog");
+  EXPECT_EQ(o.stage1.window, 16);
+  EXPECT_EQ(o.stage1.features, 24);
+  EXPECT_FALSE(o.stage1.strategy.has_value());
+  EXPECT_TRUE(o.stage1.allocation.empty());
+  EXPECT_EQ(o.stage1.loss, DistillLoss::Output);
+  EXPECT_EQ(o.stage1.steps, 6);
+  EXPECT_DOUBLE_EQ(o.stage1.lr, 0.03);
+  EXPECT_EQ(o.stage1.batch, 2);
   EXPECT_EQ(o.seq_len, 64);
-  EXPECT_EQ(o.finetune_steps, 4);
-  EXPECT_EQ(o.rank, 2);
+  EXPECT_EQ(o.stage2.steps, 4);
+  EXPECT_EQ(o.stage2.rank, 2);
   t.from_allocation = true;
-  EXPECT_EQ(linearize_options_of(t).features, 0);
-  EXPECT_FALSE(linearize_options_of(t).strategy.has_value());
+  const LinearizeOptions a = linearize_options_of(t, AllocStrategy::DofClip, 48, 0.125, 16);
+  EXPECT_EQ(a.stage1.features, 0);
+  EXPECT_EQ(a.stage1.strategy, AllocStrategy::DofClip);
+  EXPECT_EQ(a.stage1.budget, 48);
+  EXPECT_DOUBLE_EQ(a.stage1.lambda, 0.125);
+  // hedgehog's default budget at head dim 16 is 32: left to linearize, as on the command line.
+  EXPECT_EQ(linearize_options_of(t, AllocStrategy::Dof, 32, 0.125, 16).stage1.budget, 0);
 }
 
 TEST(Session, StrategyNamesGoThroughTheAllocationParser) {

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/option_defs.h"
 #include "attnscope/base/text_file.h"
 #include "plot_style.h"
 
@@ -86,15 +87,16 @@ struct TrainingView::Impl {
   // The user's choice of dimensions: the allocation comes back when it is available again (spectra
   // computed after the form was shown) unless the user picked a fixed M.
   bool prefer_allocation = true;
+  // The form as last set: its values where the form has no control.
+  TrainSettings held;
 
   explicit Impl(TrainingView* v) : view(v) {}
 
-  QDoubleSpinBox* rate_box(double value) const {
+  QDoubleSpinBox* rate_box() const {
     auto* b = new QDoubleSpinBox(view);
     b->setDecimals(5);
-    b->setRange(1e-5, 10.0);
+    b->setRange(1e-5, opt::lr.range.hi);
     b->setSingleStep(0.01);
-    b->setValue(value);
     return b;
   }
 
@@ -128,7 +130,7 @@ struct TrainingView::Impl {
     allocation_text->setFont(small);
     features = new QSpinBox(box);
     features->setObjectName("train_features");
-    features->setRange(2, 4096);
+    features->setRange(int(opt::features.range.lo), int(opt::features.range.hi));
     features->setValue(64);
     features->setToolTip(tr("Feature dimension M of every head"));
     auto* fixed_row = new QHBoxLayout;
@@ -143,7 +145,7 @@ struct TrainingView::Impl {
     features->setEnabled(false);
     window = new QSpinBox(box);
     window->setObjectName("train_window");
-    window->setRange(0, 1 << 20);
+    window->setRange(int(opt::window.range.lo), int(opt::window.range.hi));
     window->setSpecialValueText(tr("off"));
     window->setToolTip(tr("Hybrid heads: each query attends its last W keys with softmax weights and older keys "
                           "through the trained map, one normalizer, a balance learned per head.\n"
@@ -152,21 +154,19 @@ struct TrainingView::Impl {
 
     steps = new QSpinBox(box);
     steps->setObjectName("train_steps");
-    steps->setRange(1, 10000000);
-    steps->setValue(100);
+    steps->setRange(int(opt::steps.range.lo), int(opt::steps.range.hi));
     form->addRow(tr("Steps"), steps);
-    lr = rate_box(0.02);
+    lr = rate_box();
     lr->setObjectName("train_lr");
     lr->setToolTip(tr("Learning rate of z (learned-prf) or W, b (hedgehog, t2r)"));
     form->addRow(tr("Learning rate"), lr);
-    lr_alpha = rate_box(0.2);
+    lr_alpha = rate_box();
     lr_alpha->setObjectName("train_lr_alpha");
     lr_alpha->setToolTip(tr("Learning rate of alpha (learned-prf)"));
     form->addRow(tr("LR of alpha"), lr_alpha);
     batch = new QSpinBox(box);
     batch->setObjectName("train_batch");
-    batch->setRange(1, 4096);
-    batch->setValue(4);
+    batch->setRange(int(opt::batch.range.lo), int(opt::batch.range.hi));
     batch->setToolTip(tr("Windows per mini-batch"));
     form->addRow(tr("Batch"), batch);
     schedule = new QComboBox(box);
@@ -175,8 +175,7 @@ struct TrainingView::Impl {
     form->addRow(tr("Schedule"), schedule);
     checkpoint = new QSpinBox(box);
     checkpoint->setObjectName("train_checkpoint_every");
-    checkpoint->setRange(1, 1000000);
-    checkpoint->setValue(20);
+    checkpoint->setRange(int(opt::checkpoint_every.range.lo), int(opt::checkpoint_every.range.hi));
     checkpoint->setToolTip(tr("Steps between checkpoints: a cancelled or killed run resumes from the last one"));
     form->addRow(tr("Checkpoint every"), checkpoint);
     device = new QComboBox(box);
@@ -187,22 +186,20 @@ struct TrainingView::Impl {
     // Linearize's own: the length it trains and evaluates at, and stage 2.
     seq_len = new QSpinBox(box);
     seq_len->setObjectName("train_seq_len");
-    seq_len->setRange(0, 1 << 20);
+    seq_len->setRange(0, int(opt::seq_len.range.hi));  // 0: the model's context
     seq_len->setSpecialValueText(tr("model's context"));
     seq_len->setToolTip(tr("Linearize: tokens per window for training and the held-out evaluation "
                            "(model's context: its context length, at most 4096)"));
     form->addRow(tr("Sequence length"), seq_len);
     finetune_steps = new QSpinBox(box);
     finetune_steps->setObjectName("train_finetune_steps");
-    finetune_steps->setRange(0, 1000000000);
-    finetune_steps->setValue(200);
+    finetune_steps->setRange(int(opt::finetune_steps.range.lo), int(opt::finetune_steps.range.hi));
     finetune_steps->setSpecialValueText(tr("no finetune"));
     finetune_steps->setToolTip(tr("Linearize, stage 2: steps of the low-rank finetune of the converted model"));
     form->addRow(tr("Finetune steps"), finetune_steps);
     rank = new QSpinBox(box);
     rank->setObjectName("train_rank");
-    rank->setRange(1, 4096);
-    rank->setValue(8);
+    rank->setRange(int(opt::rank.range.lo), int(opt::rank.range.hi));
     rank->setToolTip(tr("Linearize, stage 2: rank of the adapters on q, k, v and o"));
     form->addRow(tr("Finetune rank"), rank);
 
@@ -501,6 +498,7 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   connect(d_->train, &QPushButton::clicked, this, &TrainingView::trainRequested);
   connect(d_->resume, &QPushButton::clicked, this, &TrainingView::resumeRequested);
   connect(d_->open_run, &QPushButton::clicked, this, &TrainingView::openRunRequested);
+  set_form(TrainSettings{});  // the CLI's defaults (`attnscope linearize`), until a session sets its own
   d_->draw_curves();
   d_->draw_finetune();
   d_->draw_kl();
@@ -515,40 +513,44 @@ void TrainingView::set_choices(const QStringList& maps, const QStringList& devic
 }
 
 TrainSettings TrainingView::form() const {
-  TrainSettings f;
-  f.feature_map = d_->map->currentText().toStdString();
-  f.loss = parse_distill_loss(d_->loss->currentText().toStdString());
-  f.steps = d_->steps->value();
-  f.lr = d_->lr->value();
-  f.lr_alpha = d_->lr_alpha->value();
-  f.batch = d_->batch->value();
-  f.schedule = parse_lr_schedule(d_->schedule->currentText().toStdString());
-  f.device = parse_device_name(d_->device->currentText().toStdString());
-  f.checkpoint_every = d_->checkpoint->value();
+  TrainSettings f = d_->held;  // what the form has no control for (stage 2's learning rate, the seed) as it was set
+  DistillOptions& s1 = f.linearize.stage1;
+  s1.feature_map = d_->map->currentText().toStdString();
+  s1.loss = parse_distill_loss(d_->loss->currentText().toStdString());
+  s1.steps = d_->steps->value();
+  s1.lr = d_->lr->value();
+  s1.lr_alpha = d_->lr_alpha->value();
+  s1.batch = d_->batch->value();
+  s1.schedule = parse_lr_schedule(d_->schedule->currentText().toStdString());
+  s1.device = parse_device_name(d_->device->currentText().toStdString());
+  s1.checkpoint_every = d_->checkpoint->value();
   f.from_allocation = d_->from_allocation->isChecked();
-  f.features = d_->features->value();
-  f.window = d_->window->value();
-  f.seq_len = d_->seq_len->value();
-  f.finetune_steps = d_->finetune_steps->value();
-  f.rank = d_->rank->value();
+  s1.features = d_->features->value();
+  s1.window = d_->window->value();
+  f.linearize.seq_len = d_->seq_len->value();
+  f.linearize.stage2.steps = d_->finetune_steps->value();
+  f.linearize.stage2.rank = d_->rank->value();
   return f;
 }
 
 void TrainingView::set_form(const TrainSettings& f) {
-  select_or_add(d_->map, QString::fromStdString(f.feature_map));
-  select_or_add(d_->loss, QString::fromLatin1(distill_loss_name(f.loss)));
-  d_->steps->setValue(int(std::min<int64_t>(f.steps, d_->steps->maximum())));
-  d_->lr->setValue(f.lr);
-  d_->lr_alpha->setValue(f.lr_alpha);
-  d_->batch->setValue(int(std::min<int64_t>(f.batch, d_->batch->maximum())));
-  select_or_add(d_->schedule, QString::fromLatin1(lr_schedule_name(f.schedule)));
-  select_or_add(d_->device, QString::fromLatin1(device_name(f.device)));
-  d_->checkpoint->setValue(int(std::min<int64_t>(f.checkpoint_every, d_->checkpoint->maximum())));
-  d_->features->setValue(int(std::min<int64_t>(f.features, d_->features->maximum())));
-  d_->window->setValue(int(std::min<int64_t>(f.window, d_->window->maximum())));
-  d_->seq_len->setValue(int(std::min<int64_t>(f.seq_len, d_->seq_len->maximum())));
-  d_->finetune_steps->setValue(int(std::min<int64_t>(f.finetune_steps, d_->finetune_steps->maximum())));
-  d_->rank->setValue(int(std::min<int64_t>(f.rank, d_->rank->maximum())));
+  d_->held = f;
+  const DistillOptions& s1 = f.linearize.stage1;
+  const auto spin = [](QSpinBox* box, int64_t v) { box->setValue(int(std::clamp<int64_t>(v, box->minimum(), box->maximum()))); };
+  select_or_add(d_->map, QString::fromStdString(s1.feature_map));
+  select_or_add(d_->loss, QString::fromLatin1(distill_loss_name(s1.loss)));
+  spin(d_->steps, s1.steps);
+  d_->lr->setValue(s1.lr);
+  d_->lr_alpha->setValue(s1.lr_alpha);
+  spin(d_->batch, s1.batch);
+  select_or_add(d_->schedule, QString::fromLatin1(lr_schedule_name(s1.schedule)));
+  select_or_add(d_->device, QString::fromLatin1(device_name(s1.device)));
+  spin(d_->checkpoint, s1.checkpoint_every);
+  if (s1.features > 0) spin(d_->features, s1.features);  // 0: no fixed M chosen yet, the box keeps its value
+  spin(d_->window, s1.window);
+  spin(d_->seq_len, f.linearize.seq_len);
+  spin(d_->finetune_steps, f.linearize.stage2.steps);
+  spin(d_->rank, f.linearize.stage2.rank);
   d_->prefer_allocation = f.from_allocation;
   if (f.from_allocation && d_->from_allocation->isEnabled()) d_->from_allocation->setChecked(true);
   else d_->fixed->setChecked(true);

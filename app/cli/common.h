@@ -11,6 +11,7 @@
 
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/command_line.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/figure.h"
 #include "attnscope/base/job.h"
@@ -50,37 +51,35 @@ void note_quantity_flag(const std::string& quantity, const std::string& flag);
 // The flag that sets `quantity`, "" when none is known.
 std::string option_for_quantity(const std::string& quantity);
 
-// Registers every row of a core option table (command_line.h) on `cmd`, parsing into *o: a bad
-// value is a usage error naming the flag (exit 2); the help shows the default of a fresh O.
+// Registers every row of a core option table (options.h) on `cmd`, parsing into *o: a bad value is
+// a usage error naming the flag (exit 2); the help shows the default of a fresh O.
 template <class O>
-void add_option_table(CLI::App* cmd, const std::vector<OptionSpec<O>>& table, const std::shared_ptr<O>& o) {
+void add_option_table(CLI::App* cmd, const OptionTable<O>& table, const std::shared_ptr<O>& o) {
   const O defaults{};
-  for (const OptionSpec<O>& row : table) {
-    note_quantity_flag(row.quantity, long_flag(row.flags));
-    if (row.flag) {
-      cmd->add_flag_callback(row.flags, [o, &row] { row.set(*o, "1"); }, row.help);
+  for (const Option<O>& row : table) {
+    note_quantity_flag(row.quantity, row.flag());
+    const auto set = [o, &row](const std::string& text) {
+      try {
+        row.set(*o, text);
+      } catch (const Error& e) {
+        throw CLI::ValidationError(row.flag(), e.what());
+      }
+    };
+    if (row.kind == OptionKind::Flag) {
+      cmd->add_flag_callback(row.flags, [set] { set("1"); }, row.help);
       continue;
     }
-    if (row.repeated) {
+    if (row.kind == OptionKind::Texts) {
       cmd->add_option_function<std::vector<std::string>>(
              row.flags,
-             [o, &row](const std::vector<std::string>& texts) {
-               for (const std::string& text : texts) row.set(*o, text);
+             [set](const std::vector<std::string>& texts) {
+               for (const std::string& text : texts) set(text);
              },
              row.help)
           ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
       continue;
     }
-    auto* opt = cmd->add_option_function<std::string>(
-        row.flags,
-        [o, &row](const std::string& text) {
-          try {
-            row.set(*o, text);
-          } catch (const Error& e) {
-            throw CLI::ValidationError(long_flag(row.flags), e.what());
-          }
-        },
-        row.help);
+    auto* opt = cmd->add_option_function<std::string>(row.flags, set, row.help);
     const std::string d = row.get(defaults);
     if (!d.empty()) opt->default_str(d);
   }
@@ -142,7 +141,7 @@ struct ResumableJob {
   const char* name;
   JobKind kind;
   const char* out_help;
-  const std::vector<OptionSpec<Options>>& (*table)();
+  const OptionTable<Options>& (*table)();
   void (*check)(const Options&);
   std::string (*command)(const Options&, const std::string&);
   Result (*start)(const Options&, const std::string&, const ProgressFn&);
@@ -163,8 +162,8 @@ void add_resumable_job(CLI::App* cmd, const ResumableJob<Options, Result>& j) {
     const bool resuming = !resume->empty();
     if (resuming)
       for (const auto& row : j.table())
-        if (cmd->count(long_flag(row.flags)))
-          throw CLI::ValidationError(long_flag(row.flags), "a resumed run keeps its job.json's options");
+        if (cmd->count(row.flag()))
+          throw CLI::ValidationError(row.flag(), "a resumed run keeps its job.json's options");
     if (!resuming) {
       if (out->empty()) throw CLI::RequiredError("--out");
       try {

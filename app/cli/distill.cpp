@@ -32,8 +32,8 @@ void register_distill(CLI::App& app) {
     // Every option of a resumed run is its job.json's: one given here would be silently ignored.
     if (resuming)
       for (const auto& row : distill_option_table())
-        if (long_flag(row.flags) != "--device" && cmd->count(long_flag(row.flags)))
-          throw CLI::ValidationError(long_flag(row.flags), "a resumed run keeps its job.json's options (only --device may change)");
+        if (row.flag() != "--device" && cmd->count(row.flag()))
+          throw CLI::ValidationError(row.flag(), "a resumed run keeps its job.json's options (only --device may change)");
     if (!resuming) {
       try {
         check_distill_options(*o);  // before any work: a usage error naming the option

@@ -18,6 +18,7 @@
 #include "attnscope/distill/distill.h"
 #include "attnscope/pipeline/linearize.h"
 #include "attnscope/base/error.h"
+#include "attnscope/run/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
@@ -123,8 +124,8 @@ void Workbench::open_run(const QString& dir) {
     // there must read.
     if (linearize_run_) {
       const LinearizeOptions o = read_linearize_job(run);
-      run_steps_ = o.steps;
-      finetune_steps_ = o.finetune_steps;
+      run_steps_ = o.stage1.steps;
+      finetune_steps_ = o.stage2.steps;
       run_command_ = linearize_command(o, run);
       linearize_report_ = read_linearize_report(run);
     } else if (fs::is_regular_file(run + "/job.json")) {
@@ -179,26 +180,22 @@ int Workbench::start_linearize(const TrainSettings& t) {
     const std::vector<std::string> texts = text_files();
     if (texts.empty())
       throw Error("No sample text: add a text file (linearize trains on its head and evaluates on its held-out tail).");
-    LinearizeOptions o = linearize_options_of(t);
-    o.model = model_->path;
-    o.texts = texts;
-    o.python_module = python_module_;
     if (t.from_allocation && !dof_state_)
       throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
                   "choose a fixed M.");
-    const QString dir = new_run_dir("linearize-" + o.feature_map);
+    // The DoF view's strategy, budget and lambda, computed on the run's own capture as the CLI does.
+    LinearizeOptions o = linearize_options_of(t, session_.strategy, session_.budget, session_.lambda, model_->model->config().head_dim);
+    o.model = model_->path;
+    o.texts = texts;
+    o.python_module = python_module_;
+    const QString dir = new_run_dir("linearize-" + o.stage1.feature_map);
     const std::string run = to_std(dir);
-    if (t.from_allocation) {
-      // The DoF view's allocation as it is shown, in an allocation file beside the run (as for distill).
-      o.allocation = run + ".allocation.json";
-      write_allocation_file(o.allocation, *dof_state_);
-    }
     check_linearize_options(o);
     const std::string command = linearize_command(o, run);
 
-    const std::string title = "linearize " + o.feature_map + " (" + std::to_string(o.steps) + " + " +
-                              std::to_string(o.finetune_steps) + " finetune steps)";
-    return start_run(JobKind::Linearize, title, command, run, o.steps, o.finetune_steps,
+    const std::string title = "linearize " + o.stage1.feature_map + " (" + std::to_string(o.stage1.steps) + " + " +
+                              std::to_string(o.stage2.steps) + " finetune steps)";
+    return start_run(JobKind::Linearize, title, command, run, o.stage1.steps, o.stage2.steps,
                      [o, run](Job& job) { linearize(o, run, job.progress()); });
   } catch (const std::exception& e) {
     fail("Linearize", e);
@@ -264,7 +261,7 @@ int Workbench::resume_distill() {
     const bool lin = linearize_run_;
     const int id = start(
         lin ? JobKind::Linearize : JobKind::Distill, "resume " + fs::path(run).filename().string(),
-        lin ? attnscope_command({"linearize", "--resume", run}) : distill_resume_command(run),
+        lin ? resume_command("linearize", run) : distill_resume_command(run),
         [run, lin](Job& job) -> Apply {
           if (lin) resume_linearize(run, job.progress());
           else attnscope::resume_distill(run, job.progress());  // on the device it was started on

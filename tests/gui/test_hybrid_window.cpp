@@ -269,7 +269,7 @@ TEST_F(HybridWindowTest, SessionKeepsBothWindows) {
   EXPECT_EQ(w->heads_view()->hybrid_window(), 12);
   EXPECT_EQ(w->heads_view()->features(), 16);
   EXPECT_EQ(w->training_view()->window_box()->value(), 16);
-  EXPECT_EQ(w->training_view()->form().window, 16);
+  EXPECT_EQ(w->training_view()->form().linearize.stage1.window, 16);
   EXPECT_EQ(distill_options_of(w->training_view()->form()).window, 16);
   const auto view = w->workbench()->head_detail();
   ASSERT_TRUE(view && view->has_linear());
@@ -284,12 +284,12 @@ TEST_F(HybridWindowTest, SessionKeepsBothWindows) {
 TEST_F(HybridWindowTest, TrainFormNamesABadWindowInItsWords) {
   auto w = captured_window();
   TrainSettings t = w->training_view()->form();
-  t.feature_map = "hedgehog";
-  t.loss = DistillLoss::L2;
-  t.window = 8;
-  t.steps = 2;
+  t.linearize.stage1.feature_map = "hedgehog";
+  t.linearize.stage1.loss = DistillLoss::L2;
+  t.linearize.stage1.window = 8;
+  t.linearize.stage1.steps = 2;
   t.from_allocation = false;
-  t.features = 16;
+  t.linearize.stage1.features = 16;
   w->training_view()->set_form(t);
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
   QTest::mouseClick(w->training_view()->train_button(), Qt::LeftButton);

@@ -104,10 +104,11 @@ class TrainingTest : public test::WorkbenchTest {
     w.show_view(View::Training);
     views::TrainingView* t = w.training_view();
     TrainSettings f = t->form();
-    f.steps = steps;
+    f.linearize.stage1.steps = steps;
     f.from_allocation = features == 0;
-    if (features > 0) f.features = features;
-    f.checkpoint_every = checkpoint_every;
+    if (features > 0) f.linearize.stage1.features = features;
+    f.linearize.stage1.checkpoint_every = checkpoint_every;
+    f.linearize.stage1.window = 0;  // plain linear heads: the form's default window (linearize's 64) spans these captures
     t->set_form(f);
     ASSERT_TRUE(t->train_button()->isEnabled());
     QTest::mouseClick(t->train_button(), Qt::LeftButton);
@@ -253,15 +254,15 @@ TEST_F(TrainingTest, LinearizeDrawsBothStagesAndShowsTheHeldOutTable) {
   w->show_view(View::Training);
   views::TrainingView* t = w->training_view();
   TrainSettings f = t->form();
-  f.feature_map = "hedgehog";
-  f.window = 16;
+  f.linearize.stage1.feature_map = "hedgehog";
+  f.linearize.stage1.window = 16;
   f.from_allocation = false;
-  f.features = 16;
-  f.steps = 6;
-  f.batch = 2;
-  f.seq_len = 64;
-  f.finetune_steps = 4;
-  f.rank = 2;
+  f.linearize.stage1.features = 16;
+  f.linearize.stage1.steps = 6;
+  f.linearize.stage1.batch = 2;
+  f.linearize.seq_len = 64;
+  f.linearize.stage2.steps = 4;
+  f.linearize.stage2.rank = 2;
   t->set_form(f);
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
   ASSERT_TRUE(t->linearize_button()->isEnabled());
@@ -360,18 +361,18 @@ TEST_F(TrainingTest, CancelStopsALinearizeRun) {
   w->show_view(View::Training);
   views::TrainingView* t = w->training_view();
   TrainSettings f = t->form();
-  f.from_allocation = true;  // the DoF view's allocation, as an allocation file beside the run
-  f.steps = 100000;
-  f.batch = 2;
-  f.seq_len = 32;
-  f.finetune_steps = 4;
-  f.rank = 2;
+  f.from_allocation = true;  // the DoF view's strategy, budget and lambda, on the run's own capture (issue 25)
+  f.linearize.stage1.window = 8;
+  f.linearize.stage1.steps = 100000;
+  f.linearize.stage1.batch = 2;
+  f.linearize.seq_len = 32;
+  f.linearize.stage2.steps = 4;
+  f.linearize.stage2.rank = 2;
   t->set_form(f);
   QTest::mouseClick(t->linearize_button(), Qt::LeftButton);
   ASSERT_TRUE(w->workbench()->training_running());
   const std::string run = w->workbench()->run_dir().toStdString();
-  EXPECT_NE(last_job(*w, "linearize").command.find("--allocation " + run + ".allocation.json"), std::string::npos)
-      << last_job(*w, "linearize").command;
+  EXPECT_NE(last_job(*w, "linearize").command.find("--strategy dof"), std::string::npos) << last_job(*w, "linearize").command;
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
   ASSERT_TRUE(wait_until([&] { return !read_run_metrics(run + "/stage1").training.empty() || errors.count() > 0; }));
   ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
@@ -424,7 +425,7 @@ TEST_F(TrainingTest, TrainWithoutACaptureIsRefusedWithAMessage) {
   EXPECT_FALSE(w->training_view()->train_button()->isEnabled());
   TrainSettings o;
   o.from_allocation = false;
-  o.features = 16;
+  o.linearize.stage1.features = 16;
   EXPECT_EQ(w->workbench()->start_distill(o), 0);
   ASSERT_EQ(errors.count(), 1);
   EXPECT_TRUE(errors.first().at(1).toString().contains("Nothing is captured")) << errors.first().at(1).toString().toStdString();
@@ -498,7 +499,7 @@ TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
   // Direct training: the whole model's next-token loss is one more line, read from the lines of
   // metrics.jsonl that name no layer.
   TrainSettings f = w->training_view()->form();
-  f.loss = DistillLoss::Direct;
+  f.linearize.stage1.loss = DistillLoss::Direct;
   w->training_view()->set_form(f);
   train(*w, 3, 16, 3);
   EXPECT_NE(last_job(*w, "distill").command.find("--loss direct"), std::string::npos);

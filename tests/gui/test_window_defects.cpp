@@ -86,16 +86,17 @@ class WindowDefects : public test::WorkbenchTest {
   static TrainSettings small_form() {
     TrainSettings f;
     f.from_allocation = false;
-    f.features = 16;
-    f.steps = 4;
-    f.checkpoint_every = 2;
-    f.lr = 0.03;
-    f.lr_alpha = 0.25;
-    f.batch = 2;
-    f.schedule = LrSchedule::Cosine;
-    f.seq_len = 48;  // linearize's own, kept with the form
-    f.finetune_steps = 3;
-    f.rank = 2;
+    f.linearize.stage1.features = 16;
+    f.linearize.stage1.window = 0;  // plain linear: the form's default (linearize's 64) spans the 64-token capture
+    f.linearize.stage1.steps = 4;
+    f.linearize.stage1.checkpoint_every = 2;
+    f.linearize.stage1.lr = 0.03;
+    f.linearize.stage1.lr_alpha = 0.25;
+    f.linearize.stage1.batch = 2;
+    f.linearize.stage1.schedule = LrSchedule::Cosine;
+    f.linearize.seq_len = 48;  // linearize's own, kept with the form
+    f.linearize.stage2.steps = 3;
+    f.linearize.stage2.rank = 2;
     return f;
   }
 };
@@ -141,24 +142,24 @@ TEST_F(WindowDefects, ASessionSavedOnTheTrainTabReopensWithItsFormAndRun) {
   ASSERT_EQ(errors.count(), 0) << message_of(errors);
   EXPECT_EQ(w->current_view(), View::Training);
   const TrainSettings back = w->training_view()->form();
-  EXPECT_EQ(back.feature_map, form.feature_map);
-  EXPECT_EQ(back.loss, form.loss);
-  EXPECT_EQ(back.steps, form.steps);
-  EXPECT_DOUBLE_EQ(back.lr, form.lr);
-  EXPECT_DOUBLE_EQ(back.lr_alpha, form.lr_alpha);
-  EXPECT_EQ(back.batch, form.batch);
-  EXPECT_EQ(back.schedule, form.schedule);
-  EXPECT_EQ(back.checkpoint_every, form.checkpoint_every);
-  EXPECT_EQ(back.device, form.device);
+  EXPECT_EQ(back.linearize.stage1.feature_map, form.linearize.stage1.feature_map);
+  EXPECT_EQ(back.linearize.stage1.loss, form.linearize.stage1.loss);
+  EXPECT_EQ(back.linearize.stage1.steps, form.linearize.stage1.steps);
+  EXPECT_DOUBLE_EQ(back.linearize.stage1.lr, form.linearize.stage1.lr);
+  EXPECT_DOUBLE_EQ(back.linearize.stage1.lr_alpha, form.linearize.stage1.lr_alpha);
+  EXPECT_EQ(back.linearize.stage1.batch, form.linearize.stage1.batch);
+  EXPECT_EQ(back.linearize.stage1.schedule, form.linearize.stage1.schedule);
+  EXPECT_EQ(back.linearize.stage1.checkpoint_every, form.linearize.stage1.checkpoint_every);
+  EXPECT_EQ(back.linearize.stage1.device, form.linearize.stage1.device);
   EXPECT_EQ(back.from_allocation, form.from_allocation);
-  EXPECT_EQ(back.features, form.features);
-  EXPECT_EQ(back.seq_len, form.seq_len);
-  EXPECT_EQ(back.finetune_steps, form.finetune_steps);
-  EXPECT_EQ(back.rank, form.rank);
+  EXPECT_EQ(back.linearize.stage1.features, form.linearize.stage1.features);
+  EXPECT_EQ(back.linearize.seq_len, form.linearize.seq_len);
+  EXPECT_EQ(back.linearize.stage2.steps, form.linearize.stage2.steps);
+  EXPECT_EQ(back.linearize.stage2.rank, form.linearize.stage2.rank);
   // The run: its metrics and state, read from its folder.
   EXPECT_EQ(w->workbench()->run_dir().toStdString(), s.run_dir);
   EXPECT_EQ(w->workbench()->run_state(), RunState::Finished);
-  EXPECT_EQ(w->workbench()->training_metrics().last_step(), form.steps);
+  EXPECT_EQ(w->workbench()->training_metrics().last_step(), form.linearize.stage1.steps);
   EXPECT_TRUE(w->training_view()->run_label()->text().startsWith("Finished")) << w->training_view()->run_label()->text().toStdString();
   EXPECT_TRUE(w->training_view()->linearize_button()->isEnabled());
 }
@@ -169,8 +170,8 @@ TEST_F(WindowDefects, ABadValueFromTheFormIsNamedWithTheFormsWordsNotAFlag) {
   auto w = make_window();
   capture_bundled(*w);
   TrainSettings f = small_form();
-  f.feature_map = "hedgehog";
-  f.features = 17;
+  f.linearize.stage1.feature_map = "hedgehog";
+  f.linearize.stage1.features = 17;
   w->show_view(View::Training);
   w->training_view()->set_form(f);
   QSignalSpy errors(w.get(), &MainWindow::errorShown);
@@ -222,7 +223,7 @@ TEST_F(WindowDefects, OpeningAnotherModelStartsACleanDocument) {
   auto w = make_window();
   capture_bundled(*w);
   TrainSettings f = small_form();
-  f.steps = 2;
+  f.linearize.stage1.steps = 2;
   train(*w, f);
   QSignalSpy saved(w->workbench(), &gui::Workbench::sessionSaved);
   ASSERT_TRUE(w->save_session(first));

@@ -131,6 +131,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   const auto t_start = std::chrono::steady_clock::now();
   const DistillOptions& o = job.options;
   const CaptureStore cap(o.capture);
+  check_window_fits(o.window, cap.seq_len());
   const int S = cap.num_layers();
   job.dims = resume ? job.dims_for(S, cap.num_heads())
                     : distill_dims(o, S, cap.num_heads(), &cap);

@@ -96,6 +96,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   }
   if (o.seq_len > c.n_ctx)
     fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));
+  check_window_fits(o.window, o.seq_len);
   // The frozen model runs on the job's device: its weights are copied there (no copy on the CPU).
   const at::Device device = torch_device(o.device);
 

@@ -18,7 +18,10 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/convert/converted_model.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/base/option_defs.h"
 #include "attnscope/distill/distill_options.h"
+#include "attnscope/run/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
@@ -34,59 +37,30 @@ namespace attnscope {
 namespace {
 
 using json = nlohmann::ordered_json;
-using FO = FinetuneOptions;
-
 constexpr uint64_t kBatchStream = 0xF17E1;
 constexpr uint64_t kSplitStream = 0xF17E2;
 constexpr int64_t kMaxRank = 4096;
 
-std::string ft_str(int64_t v) { return std::to_string(v); }
+using FO = FinetuneOptions;
 
-const std::vector<OptionSpec<FO>> kFinetuneTable = {
-    {"-m,--model", "model", "the converted model to finetune (attnscope convert's output)",
-     [](const FO& o) { return o.model; }, [](FO& o, const std::string& v) { o.model = v; }},
-    compute_dtype_option<FO>(),
-    {"-t,--text", "text", "training text (.txt or .jsonl), repeatable; a share of its windows is held out",
-     [](const FO& o) {
-       std::string s;
-       for (const auto& t : o.texts) s += (s.empty() ? "" : "\n") + t;
-       return s;
-     },
-     [](FO& o, const std::string& v) { o.texts.push_back(v); }, false, true},
-    {"-r,--rank", "rank", "rank r of the adapters on q, k, v and o",
-     [](const FO& o) { return ft_str(o.rank); }, [](FO& o, const std::string& v) { o.rank = parse_whole(v, "rank"); }},
-    {"--steps", "steps", "training steps",
-     [](const FO& o) { return ft_str(o.steps); }, [](FO& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
-    {"--lr", "learning rate", "learning rate of the adapters",
-     [](const FO& o) { return number_arg(o.lr); }, [](FO& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
-    {"--map-lr", "map learning rate", "learning rate of the feature maps (0: keep them)",
-     [](const FO& o) { return number_arg(o.map_lr); },
-     [](FO& o, const std::string& v) { o.map_lr = parse_number(v, "map learning rate"); }},
-    {"--kl-weight", "KL weight", "weight of the KL from the original model's next-token distribution (0: none)",
-     [](const FO& o) { return number_arg(o.kl_weight); },
-     [](FO& o, const std::string& v) { o.kl_weight = parse_number(v, "KL weight"); }},
-    {"-L,--seq-len", "sequence length", "tokens per window (default: the maps' trained length, else min(context, 512))",
-     [](const FO& o) { return o.seq_len > 0 ? ft_str(o.seq_len) : std::string(); },
-     [](FO& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
-    {"--batch", "batch", "windows per step",
-     [](const FO& o) { return ft_str(o.batch); }, [](FO& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
-    {"--val-share", "validation share", "share of the windows held out",
-     [](const FO& o) { return number_arg(o.val_share); },
-     [](FO& o, const std::string& v) { o.val_share = parse_number(v, "validation share"); }},
-    {"--seed", "seed", "seed of the adapters, the split and the mini-batches",
-     [](const FO& o) { return std::to_string(o.seed); }, [](FO& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
-    {"--checkpoint-every", "checkpoint interval", "steps between checkpoints",
-     [](const FO& o) { return ft_str(o.checkpoint_every); },
-     [](FO& o, const std::string& v) { o.checkpoint_every = parse_whole(v, "checkpoint interval"); }},
-};
-
-void ft_check_range(int64_t v, int64_t lo, int64_t hi, const char* quantity) {
-  if (v < lo || v > hi)
-    fail_value(quantity, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
-}
-void ft_check_rate(double v, bool zero_ok, const char* quantity) {
-  if (!std::isfinite(v) || v < 0 || (!zero_ok && v == 0) || v > 1e3)
-    fail_value(quantity, number_arg(v) + " is not a finite number in " + (zero_ok ? "[0" : "(0") + ", 1000]");
+// Every option of `attnscope finetune`: the catalogue's definitions bound to FinetuneOptions.
+const OptionTable<FO>& finetune_table() {
+  static const OptionTable<FO> rows = {
+      described(bind(opt::model, &FO::model), "the converted model to finetune (attnscope convert's output)"),
+      compute_dtype_option<FO>(),
+      described(bind(opt::texts, &FO::texts), "training text (.txt or .jsonl), repeatable; a share of its windows is held out"),
+      bind(opt::rank, &FO::rank),
+      bind(opt::steps, &FO::steps),
+      described(bind(opt::lr, &FO::lr), "learning rate of the adapters"),
+      bind(opt::map_lr, &FO::map_lr),
+      bind(opt::kl_weight, &FO::kl_weight),
+      described(bind(opt::seq_len, &FO::seq_len, 0), "tokens per window (default: the maps' trained length, else min(context, 512))"),
+      described(bind(opt::batch, &FO::batch), "windows per step"),
+      bind(opt::val_share, &FO::val_share),
+      described(bind(opt::seed, &FO::seed), "seed of the adapters, the split and the mini-batches"),
+      bind(opt::checkpoint_every, &FO::checkpoint_every),
+  };
+  return rows;
 }
 
 // The adapters of one projection: W' = W + B A.
@@ -249,47 +223,26 @@ int64_t load(RunDir& run, State& st, uint64_t seed, int64_t steps, double& elaps
   return step;
 }
 
-std::string job_json(const FinetuneOptions& o, const std::string& command, int64_t seq_len) {
-  json j;
-  j["kind"] = "finetune";
-  j["command"] = command;
-  j["model"] = o.model;
-  j["texts"] = o.texts;
-  j["rank"] = o.rank;
-  j["steps"] = o.steps;
-  j["lr"] = o.lr;
-  j["map_lr"] = o.map_lr;
-  j["kl_weight"] = o.kl_weight;
-  j["seq_len"] = seq_len;
-  j["batch"] = o.batch;
-  j["val_share"] = o.val_share;
-  j["seed"] = o.seed;
-  j["checkpoint_every"] = o.checkpoint_every;
-  j["python_module"] = o.python_module;
-  j["optimizer"] = {{"name", "adamw"}, {"betas", {kAdamBeta1, kAdamBeta2}}, {"eps", kAdamEps}, {"weight_decay", 0}};
-  return j.dump(2) + "\n";
+std::string finetune_job_json(FinetuneOptions o, const std::string& command, int64_t seq_len) {
+  o.seq_len = seq_len;  // resolved
+  nlohmann::ordered_json resolved;
+  resolved["python_module"] = o.python_module;
+  resolved["optimizer"] = adamw_json();
+  resolved["optimizer"]["weight_decay"] = 0;
+  return job_json("finetune", command, finetune_table(), o, resolved);
 }
 
-FinetuneOptions read_job(const std::string& run_dir) {
-  const std::string path = run_dir + "/job.json";
-  std::ifstream in(path);
-  if (!in) fail(run_dir, "is not a run directory (no job.json)");
+FinetuneOptions read_finetune_job(const std::string& run_dir) {
   FinetuneOptions o;
+  const nlohmann::json j = read_job_json(run_dir, "finetune", finetune_table(), o);
+  if (!j.contains("python_module") || !j["python_module"].is_string())
+    fail(job_file(run_dir), "'python_module' must be a string");
+  o.python_module = j["python_module"].get<std::string>();
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.value("kind", "") != "finetune") fail(path, "is not a finetune job");
-    o.model = j.at("model");
-    o.texts = j.at("texts").get<std::vector<std::string>>();
-    o.rank = j.at("rank"), o.steps = j.at("steps"), o.lr = j.at("lr"), o.map_lr = j.at("map_lr");
-    o.kl_weight = j.at("kl_weight"), o.seq_len = j.at("seq_len"), o.batch = j.at("batch");
-    o.val_share = j.at("val_share"), o.seed = j.at("seed"), o.checkpoint_every = j.at("checkpoint_every");
-    o.python_module = j.at("python_module");
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(path, std::string("is not a finetune job.json: ") + e.what());
+    check_finetune_options(o);
+  } catch (const Error& e) {
+    throw Error(job_file(run_dir) + ": " + e.what(), e.quantity());
   }
-  check_finetune_options(o);
   return o;
 }
 
@@ -361,7 +314,7 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
   RunDir rd(run_dir, !resume);
   rd.mark_running();
   if (!resume) {
-    rd.write_job(job_json(o, finetune_command(o, run_dir), L));
+    rd.write_job(finetune_job_json(o, finetune_command(o, run_dir), L));
     rd.log("finetune " + o.model + ": rank " + std::to_string(o.rank) + ", " + std::to_string(o.steps) + " steps on " +
            std::to_string(train.size(0)) + " windows of " + std::to_string(L) + " tokens (" + std::to_string(val.size(0)) +
            " held out)");
@@ -449,29 +402,16 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
 
 }  // namespace
 
-const std::vector<OptionSpec<FinetuneOptions>>& finetune_option_table() { return kFinetuneTable; }
+const OptionTable<FinetuneOptions>& finetune_option_table() { return finetune_table(); }
 
 std::string finetune_command(const FinetuneOptions& o, const std::string& run_dir) {
-  std::vector<std::string> args = {"finetune"};
-  const auto opts = option_args(kFinetuneTable, o);
-  args.insert(args.end(), opts.begin(), opts.end());
-  args.insert(args.end(), {"--out", run_dir});
-  return attnscope_command(args);
+  return command_for("finetune", finetune_table(), o, {"--out", run_dir});
 }
 
 void check_finetune_options(const FinetuneOptions& o) {
+  check_options(finetune_table(), o);  // each option by its own definition
   if (o.model.empty()) fail_value("model", "is missing: give the converted model to finetune");
   if (o.texts.empty()) fail_value("text", "is missing: finetune trains on a text");
-  ft_check_range(o.rank, 1, kMaxRank, "rank");
-  ft_check_range(o.steps, 1, 1000000000, "steps");
-  ft_check_range(o.batch, 1, 1 << 16, "batch");
-  ft_check_range(o.checkpoint_every, 1, 1000000000, "checkpoint interval");
-  if (o.seq_len != 0) ft_check_range(o.seq_len, 2, 1 << 20, "sequence length");
-  ft_check_rate(o.lr, false, "learning rate");
-  ft_check_rate(o.map_lr, true, "map learning rate");
-  if (!std::isfinite(o.kl_weight) || o.kl_weight < 0 || o.kl_weight > 1e3)
-    fail_value("KL weight", number_arg(o.kl_weight) + " is not a finite number in [0, 1000]");
-  if (!(o.val_share > 0 && o.val_share < 1)) fail_value("validation share", number_arg(o.val_share) + " is not in (0, 1)");
 }
 
 ModelWeights finetune_softmax(const LoadedModel& original, const FinetuneOptions& o, const ProgressFn& progress) {
@@ -510,7 +450,7 @@ FinetuneResult finetune(const FinetuneOptions& options, const std::string& run_d
 FinetuneResult resume_finetune(const std::string& run_dir, const ProgressFn& progress) {
   if (fs::is_regular_file(fs::path(run_dir) / "report.json"))
     fail(run_dir, "has finished (report.json is written): there is nothing to resume");
-  return run(read_job(run_dir), run_dir, progress, true);
+  return run(read_finetune_job(run_dir), run_dir, progress, true);
 }
 
 }  // namespace attnscope

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/option_defs.h"
 #include "attnscope/base/table.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/capture/capture.h"
@@ -22,6 +23,7 @@
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
+#include "attnscope/run/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/finetune/finetune.h"
 #include "attnscope/io/text_source.h"
@@ -35,113 +37,72 @@ namespace {
 
 using LO = LinearizeOptions;
 
-std::string linearize_int(int64_t v) { return std::to_string(v); }
+// A row of distill's or finetune's table, by its flag.
+template <class O>
+const Option<O>& row_of(const OptionTable<O>& table, const char* flag) {
+  const Option<O>* r = find_option(table, flag);
+  if (!r) fail("linearize", std::string("no option ") + flag);  // a programming error: the tables are static
+  return *r;
+}
 
-const std::vector<OptionSpec<LO>> kLinearizeTable = {
-    {"-m,--model", "model", "the model to convert (Hugging Face directory, cached name, or llama2.c .bin)",
-     [](const LO& o) { return o.model; }, [](LO& o, const std::string& v) { o.model = v; }},
-    compute_dtype_option<LO>(),
-    {"-t,--text", "text", "text files (.txt, .jsonl), repeatable: the tail (--heldout-share) is held out for evaluation",
-     [](const LO& o) {
-       std::string s;
-       for (const auto& t : o.texts) s += (s.empty() ? "" : "\n") + t;
-       return s;
-     },
-     [](LO& o, const std::string& v) { o.texts.push_back(v); }, false, true},
-    {"--heldout-share", "held-out share", "share of the text held out for evaluation",
-     [](const LO& o) { return number_arg(o.heldout_share); },
-     [](LO& o, const std::string& v) { o.heldout_share = parse_number(v, "held-out share"); }},
-    {"-L,--seq-len", "sequence length", "tokens per window for training and evaluation (default: the context length, at most 4096)",
-     [](const LO& o) { return o.seq_len > 0 ? linearize_int(o.seq_len) : std::string(); },
-     [](LO& o, const std::string& v) { o.seq_len = parse_whole(v, "sequence length"); }},
-    {"--max-windows", "number of windows", "capture windows of the training text at most",
-     [](const LO& o) { return linearize_int(o.max_windows); },
-     [](LO& o, const std::string& v) { o.max_windows = parse_whole(v, "number of windows"); }},
-    {"--feature-map", "feature map", "trainable map: learned-prf | hedgehog | t2r | flex-stationary | flex-nonstationary",
-     [](const LO& o) { return o.feature_map; }, [](LO& o, const std::string& v) { o.feature_map = v; }},
-    {"-M,--features", "feature dimension", "one M for every head (instead of a strategy)",
-     [](const LO& o) { return o.features > 0 ? linearize_int(o.features) : std::string(); },
-     [](LO& o, const std::string& v) {
-       o.features = parse_whole(v, "feature dimension");
-       o.strategy.reset();
-     }},
-    {"--window", "window", "hybrid heads: each query attends its last W keys with softmax weights beside the map (0: plain "
-                           "linear attention)",
-     [](const LO& o) { return linearize_int(o.window); },
-     [](LO& o, const std::string& v) { o.window = parse_whole(v, "window"); }},
-    {"--allocation", "allocation", "an allocation file (instead of a strategy)",
-     [](const LO& o) { return o.allocation; },
-     [](LO& o, const std::string& v) {
-       o.allocation = v;
-       o.strategy.reset();
-     }},
-    {"--strategy", "strategy", "Algorithm 1 on the capture's DoF: fix | dof | dof-clip | per-head",
-     [](const LO& o) { return o.strategy ? std::string(alloc_strategy_name(*o.strategy)) : std::string(); },
-     [](LO& o, const std::string& v) { o.strategy = parse_alloc_strategy(v); }},
-    {"-C,--budget", "budget", "with a strategy: the mean feature dimension (default: 2 x head dim for hedgehog, else head dim)",
-     [](const LO& o) { return o.strategy && o.budget > 0 ? linearize_int(o.budget) : std::string(); },
-     [](LO& o, const std::string& v) { o.budget = parse_whole(v, "budget"); }},
-    {"--lambda", "lambda", "with a strategy: DoF tolerance lambda",
-     [](const LO& o) { return o.strategy ? lambda_arg(o.lambda) : std::string(); },
-     [](LO& o, const std::string& v) { o.lambda = parse_lambda(v); }},
-    {"--loss", "loss", "stage-1 loss: output | kl | softmax | l2",
-     [](const LO& o) { return std::string(distill_loss_name(o.loss)); },
-     [](LO& o, const std::string& v) { o.loss = parse_distill_loss(v); }},
-    {"--steps", "steps", "stage-1 steps",
-     [](const LO& o) { return linearize_int(o.steps); }, [](LO& o, const std::string& v) { o.steps = parse_whole(v, "steps"); }},
-    {"--lr", "learning rate", "stage-1 learning rate",
-     [](const LO& o) { return number_arg(o.lr); }, [](LO& o, const std::string& v) { o.lr = parse_number(v, "learning rate"); }},
-    {"--batch", "batch", "windows per step (both stages)",
-     [](const LO& o) { return linearize_int(o.batch); }, [](LO& o, const std::string& v) { o.batch = parse_whole(v, "batch"); }},
-    {"--finetune-steps", "finetune steps", "stage-2 steps (0: no finetune)",
-     [](const LO& o) { return linearize_int(o.finetune_steps); },
-     [](LO& o, const std::string& v) { o.finetune_steps = parse_whole(v, "finetune steps"); }},
-    {"-r,--rank", "rank", "stage 2: rank of the adapters on q, k, v, o",
-     [](const LO& o) { return linearize_int(o.rank); }, [](LO& o, const std::string& v) { o.rank = parse_whole(v, "rank"); }},
-    {"--finetune-lr", "finetune learning rate", "stage 2: learning rate of the adapters and the maps",
-     [](const LO& o) { return number_arg(o.finetune_lr); },
-     [](LO& o, const std::string& v) { o.finetune_lr = parse_number(v, "finetune learning rate"); }},
-    {"--kl-weight", "KL weight", "stage 2: weight of the KL from the original's next-token distribution",
-     [](const LO& o) { return number_arg(o.kl_weight); },
-     [](LO& o, const std::string& v) { o.kl_weight = parse_number(v, "KL weight"); }},
-    {"--seed", "seed", "seed of the capture, the maps, the adapters and the mini-batches",
-     [](const LO& o) { return std::to_string(o.seed); }, [](LO& o, const std::string& v) { o.seed = parse_unsigned(v, "seed"); }},
-};
+Option<LO> stage1_row(const char* flag) { return nest(&LO::stage1, row_of(distill_option_table(), flag), "stage1."); }
+Option<LO> stage2_row(const char* flag) { return nest(&LO::stage2, row_of(finetune_option_table(), flag), "stage2."); }
+
+// Every option of `attnscope linearize`: its own, and stage 1's and stage 2's rows (their
+// definitions, ranges and checks) where it sets them.
+const OptionTable<LO>& table() {
+  static const OptionTable<LO> rows = {
+      described(bind(opt::model, &LO::model), "the model to convert (Hugging Face directory, cached name, or llama2.c .bin)"),
+      compute_dtype_option<LO>(),
+      described(bind(opt::texts, &LO::texts), "text files (.txt, .jsonl), repeatable: the tail (--heldout-share) is held out for evaluation"),
+      bind(opt::heldout_share, &LO::heldout_share),
+      described(bind(opt::seq_len, &LO::seq_len, 0),
+                "tokens per window for training and evaluation (default: the context length, at most 4096)"),
+      bind(opt::max_windows, &LO::max_windows),
+      stage1_row("--feature-map"),
+      then(described(stage1_row("--features"), "one M for every head (instead of a strategy)"),
+           +[](LO& o) { o.stage1.strategy.reset(); }),
+      stage1_row("--window"),
+      then(described(stage1_row("--allocation"), "an allocation file (instead of a strategy)"),
+           +[](LO& o) { o.stage1.strategy.reset(); }),
+      described(stage1_row("--strategy"), "Algorithm 1 on the capture's DoF: fix | dof | dof-clip | per-head"),
+      stage1_row("--budget"),
+      stage1_row("--lambda"),
+      described(stage1_row("--loss"), "stage-1 loss: output | kl | softmax | l2"),
+      described(stage1_row("--steps"), "stage-1 steps"),
+      described(stage1_row("--lr"), "stage-1 learning rate"),
+      described(stage1_row("--batch"), "windows per step (both stages)"),
+      bind_at(opt::finetune_steps, +[](LO& o) -> int64_t& { return o.stage2.steps; }),
+      described(stage2_row("--rank"), "stage 2: rank of the adapters on q, k, v, o"),
+      renamed(stage2_row("--lr"), opt::finetune_lr),
+      described(stage2_row("--kl-weight"), "stage 2: weight of the KL from the original's next-token distribution"),
+      described(stage1_row("--seed"), "seed of the capture, the maps, the adapters and the mini-batches"),
+  };
+  return rows;
+}
+
+int64_t default_budget(const std::string& map, int64_t head_dim) { return map == "hedgehog" ? 2 * head_dim : head_dim; }
 
 // The stage-1 job: exactly what OUT/stage1 runs.
 DistillOptions stage1_options(const LO& o, const std::string& out, int64_t head_dim) {
-  DistillOptions d;
+  DistillOptions d = o.stage1;
   d.capture = (fs::path(out) / "capture").string();
-  d.feature_map = o.feature_map;
-  d.window = o.window;
-  d.features = o.features;
-  d.allocation = o.allocation;
-  d.strategy = o.strategy;
-  d.budget = o.budget > 0 ? o.budget : (o.feature_map == "hedgehog" ? 2 * head_dim : head_dim);
-  d.lambda = o.lambda;
-  d.loss = o.loss;
-  d.steps = o.steps;
-  d.lr = o.lr;
-  d.batch = o.batch;
-  d.seed = o.seed;
-  d.checkpoint_every = std::max<int64_t>(1, o.steps / 5);
+  if (d.strategy && d.budget == 0) d.budget = default_budget(d.feature_map, head_dim);
+  d.checkpoint_every = std::max<int64_t>(1, d.steps / 5);
   return d;
 }
 
+// The stage-2 job: exactly what OUT/stage2 runs.
 FinetuneOptions stage2_options(const LO& o, const std::string& out, int64_t L) {
-  FinetuneOptions f;
+  FinetuneOptions f = o.stage2;
   f.model = (fs::path(out) / "converted").string();
-  f.compute = o.compute;
   f.texts = {(fs::path(out) / "texts" / "train.txt").string()};
-  f.rank = o.rank;
-  f.steps = o.finetune_steps;
-  f.lr = o.finetune_lr;
-  f.map_lr = o.finetune_lr;
-  f.kl_weight = o.kl_weight;
+  f.map_lr = f.lr;
+  f.compute = o.compute;
   f.seq_len = L;
-  f.batch = o.batch;
-  f.seed = o.seed;
-  f.checkpoint_every = std::max<int64_t>(1, o.finetune_steps / 4);
+  f.batch = o.stage1.batch;
+  f.seed = o.stage1.seed;
+  f.checkpoint_every = std::max<int64_t>(1, f.steps / 4);
   f.python_module = o.python_module;
   return f;
 }
@@ -169,50 +130,15 @@ std::vector<double> bucket_means(const std::vector<std::vector<double>>& windows
 std::string ppl(double loss) { return fmt_number(std::exp(loss), 2); }
 
 std::string job_text(const LO& o, const std::string& out) {
-  nlohmann::ordered_json j;
-  j["kind"] = "linearize";
-  j["command"] = linearize_command(o, out);
-  nlohmann::ordered_json opts;
-  for (const auto& row : kLinearizeTable) {
-    const std::string v = row.get(o);
-    if (!v.empty()) opts[long_flag(row.flags)] = v;
-  }
-  j["options"] = opts;
-  j["python_module"] = o.python_module;
-  return j.dump(2) + "\n";
+  return job_json("linearize", linearize_command(o, out), table(), o, {{"python_module", o.python_module}});
 }
 
 LO read_job_file(const std::string& out) {
-  const std::string path = (fs::path(out) / "job.json").string();
-  std::ifstream in(path);
-  if (!in) fail(out, "is not a linearize run directory (no job.json)");
   LO o;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.value("kind", "") != "linearize") fail(path, "is not a linearize job");
-    o.strategy.reset();  // as recorded: a strategy only when the job had one
-    const auto& opts = j.at("options");
-    for (const auto& row : kLinearizeTable) {
-      const std::string flag = long_flag(row.flags);
-      if (!opts.contains(flag)) continue;
-      const std::string v = opts[flag].get<std::string>();
-      if (!row.repeated) {
-        row.set(o, v);
-        continue;
-      }
-      for (size_t start = 0; start <= v.size();) {
-        const size_t end = std::min(v.find('\n', start), v.size());
-        row.set(o, v.substr(start, end - start));
-        start = end + 1;
-      }
-    }
-    o.python_module = j.at("python_module");
-  } catch (const Error& e) {
-    if (std::string(e.what()).rfind(path, 0) == 0) throw;
-    throw Error(path + ": " + e.what());
-  } catch (const std::exception& e) {
-    fail(path, std::string("is not a linearize job.json: ") + e.what());
-  }
+  o.stage1.strategy.reset();  // as recorded: a strategy only when the job had one
+  const nlohmann::json j = read_job_json(out, "linearize", table(), o);
+  if (!j.contains("python_module") || !j["python_module"].is_string()) fail(job_file(out), "'python_module' must be a string");
+  o.python_module = j["python_module"].get<std::string>();
   return o;
 }
 
@@ -225,9 +151,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   const int64_t L = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(c.n_ctx, 4096);
   if (L < 8 || L > c.n_ctx)
     fail_value("sequence length", std::to_string(L) + " is outside 8.." + std::to_string(c.n_ctx) + " (the context length)");
-  if (o.window >= L)
-    fail_value("window", std::to_string(o.window) + " tokens is not below the sequence length " + std::to_string(L) +
-                             ": every key would be in the softmax window, nothing left to linearize (0: plain linear attention)");
+  check_window_fits(o.stage1.window, L);
   const auto [train_text, heldout_text] = split_text(read_text_documents(o.texts), o.heldout_share);
   const std::vector<int64_t> train_ids = encode_documents(*m.tokenizer, {{"train", train_text}});
   const std::vector<int64_t> heldout = encode_documents(*m.tokenizer, {{"heldout", heldout_text}});
@@ -242,7 +166,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
                 "held-out share");
   const DistillOptions d1 = stage1_options(o, out, c.head_dim);
   check_distill_options(d1);
-  if (o.finetune_steps > 0) check_finetune_options(stage2_options(o, out, L));
+  if (o.stage2.steps > 0) check_finetune_options(stage2_options(o, out, L));
   if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
     fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
 
@@ -266,7 +190,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     CaptureOptions co;
     co.seq_len = int(L);
     co.num_seqs = int(std::min(o.max_windows, windows - 1));
-    co.seed = o.seed;
+    co.seed = o.stage1.seed;
     capture_to_dir(m, {{(dir / "texts" / "train.txt").string(), train_text}}, co, (dir / "capture").string(), stage(0, 0.05));
     rd.log("captured " + std::to_string(co.num_seqs) + " windows");
   }
@@ -287,7 +211,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   }
   // 4. Stage 2.
   std::string final_model = conv;
-  if (o.finetune_steps > 0) {
+  if (o.stage2.steps > 0) {
     const std::string s2 = (dir / "stage2").string();
     if (!fs::exists(dir / "stage2" / "report.json")) {
       if (fs::exists(dir / "stage2" / "job.json")) resume_finetune(s2, stage(0.55, 0.85));
@@ -308,17 +232,17 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     for (const auto& map : layer) dims.back().push_back(map->feature_dim());
   }
   FeatureMapSpec spec;
-  spec.name = o.feature_map;
-  spec.seed = o.seed;
+  spec.name = o.stage1.feature_map;
+  spec.seed = o.stage1.seed;
   Model untrained(c, m.model->weights());
   auto fresh = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim));
-  fresh->window = o.window;
-  if (o.window > 0) fresh->gamma = initial_gamma(c.n_layer, c.n_head);
+  fresh->window = o.stage1.window;
+  if (o.stage1.window > 0) fresh->gamma = initial_gamma(c.n_layer, c.n_head);
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the
   // converted model (same text, windows, adapters, steps, seed).
   std::unique_ptr<Model> adapted;
-  if (o.finetune_steps > 0) {
+  if (o.stage2.steps > 0) {
     report_progress(progress, 0.86, "finetuning the original (softmax) the same way");
     adapted = std::make_unique<Model>(c, finetune_softmax(m, stage2_options(o, out, L)));
   }
@@ -363,11 +287,11 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   md += "At " + std::to_string(L) + " tokens on the held-out text (" + std::to_string(heldout.size()) +
         " tokens, never trained on), the converted model's perplexity is **" + ppl(at_L.final_loss) + "** against the original's " +
         ppl(at_L.original_loss) + ": " + fmt_number(100 * gap, 1) + "% " + (gap >= 0 ? "above" : "below") + " it (" +
-        o.feature_map + (o.window > 0 ? " beside a softmax window of " + std::to_string(o.window) + " tokens" : std::string()) +
-        ", " + (o.strategy ? std::string(alloc_strategy_name(*o.strategy)) + " at budget " + std::to_string(d1.budget)
+        o.stage1.feature_map + (o.stage1.window > 0 ? " beside a softmax window of " + std::to_string(o.stage1.window) + " tokens" : std::string()) +
+        ", " + (o.stage1.strategy ? std::string(alloc_strategy_name(*o.stage1.strategy)) + " at budget " + std::to_string(d1.budget)
                                             : std::string("fixed dimensions")) +
-        ", stage 1 " + distill_loss_name(o.loss) + " x " + std::to_string(o.steps) + " steps" +
-        (o.finetune_steps > 0 ? ", stage 2 rank " + std::to_string(o.rank) + " x " + std::to_string(o.finetune_steps) + " steps" : "") +
+        ", stage 1 " + distill_loss_name(o.stage1.loss) + " x " + std::to_string(o.stage1.steps) + " steps" +
+        (o.stage2.steps > 0 ? ", stage 2 rank " + std::to_string(o.stage2.rank) + " x " + std::to_string(o.stage2.steps) + " steps" : "") +
         "). The final model is `" + final_model + "`.\n\n";
   if (adapted) {
     const double cost = std::exp(at_L.final_loss - at_L.adapted_loss) - 1.0;
@@ -448,23 +372,26 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
 
 }  // namespace
 
-const std::vector<OptionSpec<LinearizeOptions>>& linearize_option_table() { return kLinearizeTable; }
+const OptionTable<LinearizeOptions>& linearize_option_table() { return table(); }
 
 std::string linearize_command(const LinearizeOptions& o, const std::string& out_dir) {
-  std::vector<std::string> args = {"linearize"};
-  const auto opts = option_args(kLinearizeTable, o);
-  args.insert(args.end(), opts.begin(), opts.end());
-  args.insert(args.end(), {"--out", out_dir});
-  return attnscope_command(args);
+  return command_for("linearize", table(), o, {"--out", out_dir});
+}
+
+DistillOptions linearize_stage1_defaults() {
+  DistillOptions d;
+  d.window = 64;  // LoLCATs' 64
+  d.strategy = AllocStrategy::Dof;
+  d.loss = DistillLoss::Output;
+  d.lr = 0.01;
+  return d;
 }
 
 void check_linearize_options(const LinearizeOptions& o) {
+  check_options(table(), o);  // each option by its definition: stage 1's and stage 2's rows are theirs
   if (o.model.empty()) fail_value("model", "is missing");
   if (o.texts.empty()) fail_value("text", "is missing: linearize trains and evaluates on a text");
-  if (o.loss == DistillLoss::Direct) fail_value("loss", "direct is not a stage-1 loss (stage 2 trains the whole model)");
-  if (!(o.heldout_share > 0 && o.heldout_share < 1)) fail_value("held-out share", number_arg(o.heldout_share) + " is not in (0, 1)");
-  if (o.max_windows < 4 || o.max_windows > 1 << 20) fail_value("number of windows", std::to_string(o.max_windows) + " is outside 4..1048576");
-  if (o.finetune_steps < 0 || o.finetune_steps > 1000000000) fail_value("finetune steps", std::to_string(o.finetune_steps) + " is outside 0..1000000000");
+  if (o.stage1.loss == DistillLoss::Direct) fail_value("loss", "direct is not a stage-1 loss (stage 2 trains the whole model)");
 }
 
 LinearizeResult linearize(const LinearizeOptions& options, const std::string& out_dir, const ProgressFn& progress) {
@@ -472,7 +399,7 @@ LinearizeResult linearize(const LinearizeOptions& options, const std::string& ou
   const auto absolute = [](const std::string& p) { return p == "-" ? p : fs::absolute(p).lexically_normal().string(); };
   if (fs::exists(o.model)) o.model = absolute(o.model);
   for (std::string& t : o.texts) t = absolute(t);
-  if (!o.allocation.empty()) o.allocation = absolute(o.allocation);
+  if (!o.stage1.allocation.empty()) o.stage1.allocation = absolute(o.stage1.allocation);
   std::error_code ec;
   if (fs::exists(out_dir) && (!fs::is_directory(out_dir) || !fs::is_empty(out_dir, ec)))
     fail(out_dir, "is not empty: a new run needs a new (or empty) directory; resume the run that is there, or choose another");

@@ -17,6 +17,8 @@ LrSchedule parse_lr_schedule(const std::string& name) { return parse_name(kSched
 const char* lr_schedule_name(LrSchedule s) { return name_of(kSchedules, s); }
 std::vector<std::string> lr_schedule_names() { return names_of(kSchedules); }
 
+nlohmann::ordered_json adamw_json() { return {{"name", "adamw"}, {"betas", {kAdamBeta1, kAdamBeta2}}, {"eps", kAdamEps}}; }
+
 void adamw_update(at::Tensor& p, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr, double weight_decay,
                   int64_t step) {
   at::NoGradGuard no_grad;

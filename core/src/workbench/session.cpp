@@ -161,35 +161,74 @@ GridMetric parse_grid_metric(const std::string& name) { return parse_name(kGridM
 const char* grid_metric_name(GridMetric metric) { return name_of(kGridMetrics, metric); }
 std::vector<std::string> grid_metric_names() { return names_of(kGridMetrics); }
 
+namespace {
+
+// A row of linearize's (or distill's) table, for the form, under the session's key.
+template <class O>
+Option<TrainSettings> form_row(const OptionTable<O>& table, const char* flag, const char* key, O TrainSettings::*member) {
+  const Option<O>* row = find_option(table, flag);
+  if (!row) fail("train_option_table", std::string("no option ") + flag);
+  Option<TrainSettings> r = nest(member, *row);
+  r.key = key;
+  return r;
+}
+
+LinearizeOptions TrainSettings::*const kLin = &TrainSettings::linearize;
+
+}  // namespace
+
+const OptionTable<TrainSettings>& train_option_table() {
+  static const OptionTable<TrainSettings> rows = [] {
+    const auto& lin = linearize_option_table();
+    // The session's keys: one word each, as the form names them.
+    const std::pair<const char*, const char*> lin_rows[] = {
+        {"--feature-map", "feature_map"}, {"--window", "window"},   {"--features", "features"},
+        {"--loss", "loss"},               {"--steps", "steps"},     {"--lr", "lr"},
+        {"--batch", "batch"},             {"--seq-len", "seq_len"}, {"--finetune-steps", "finetune_steps"},
+        {"--rank", "rank"},               {"--finetune-lr", "finetune_lr"}, {"--kl-weight", "kl_weight"},
+        {"--seed", "seed"}};
+    OptionTable<TrainSettings> t;
+    for (const auto& [flag, key] : lin_rows) t.push_back(form_row(lin, flag, key, kLin));
+    // Stage 1's own rows (Distill only), through linearize's stage 1.
+    const auto& dist = distill_option_table();
+    const std::pair<const char*, const char*> stage1_rows[] = {
+        {"--lr-alpha", "lr_alpha"}, {"--schedule", "schedule"}, {"--checkpoint-every", "checkpoint_every"}, {"--device", "device"}};
+    for (const auto& [flag, key] : stage1_rows) {
+      Option<LinearizeOptions> r = nest(&LinearizeOptions::stage1, *find_option(dist, flag));
+      Option<TrainSettings> f = nest(kLin, r);
+      f.key = key;
+      t.push_back(f);
+    }
+    return t;
+  }();
+  return rows;
+}
+
+int64_t default_budget(const std::string& feature_map, int64_t head_dim) {
+  return feature_map == "hedgehog" ? 2 * head_dim : head_dim;
+}
+
 DistillOptions distill_options_of(const TrainSettings& t) {
-  DistillOptions o;
-  o.feature_map = t.feature_map;
-  o.loss = t.loss;
-  o.steps = t.steps;
-  o.lr = t.lr;
-  o.lr_alpha = t.lr_alpha;
-  o.batch = t.batch;
-  o.schedule = t.schedule;
-  o.checkpoint_every = t.checkpoint_every;
-  o.device = t.device;
-  o.features = t.from_allocation ? 0 : t.features;
-  o.window = t.window;
+  DistillOptions o = t.linearize.stage1;
+  o.strategy.reset();
+  o.allocation.clear();
+  if (t.from_allocation) o.features = 0;
   return o;
 }
 
-LinearizeOptions linearize_options_of(const TrainSettings& t) {
-  LinearizeOptions o;
-  o.feature_map = t.feature_map;
-  o.window = t.window;
-  o.strategy.reset();
-  o.features = t.from_allocation ? 0 : t.features;
-  o.loss = t.loss;
-  o.steps = t.steps;
-  o.lr = t.lr;
-  o.batch = t.batch;
-  o.seq_len = t.seq_len;
-  o.finetune_steps = t.finetune_steps;
-  o.rank = t.rank;
+LinearizeOptions linearize_options_of(const TrainSettings& t, AllocStrategy strategy, int64_t budget, double lambda,
+                                      int64_t head_dim) {
+  LinearizeOptions o = t.linearize;
+  DistillOptions& d = o.stage1;
+  d.allocation.clear();
+  if (!t.from_allocation) {
+    d.strategy.reset();
+    return o;
+  }
+  d.features = 0;
+  d.strategy = strategy;
+  d.budget = budget == default_budget(d.feature_map, head_dim) ? 0 : budget;
+  d.lambda = lambda;
   return o;
 }
 
@@ -224,23 +263,10 @@ void save_session(const std::string& path, const Session& s) {
   j["colour_scale"] = colour_scale_name(s.colour_scale);
   j["metric"] = grid_metric_name(s.metric);
   j["view"] = view_name(s.view);
-  const TrainSettings& t = s.train;
-  j["train"] = {{"run", relative_to(s.run_dir, base)},
-                {"feature_map", t.feature_map},
-                {"loss", distill_loss_name(t.loss)},
-                {"steps", t.steps},
-                {"lr", t.lr},
-                {"lr_alpha", t.lr_alpha},
-                {"batch", t.batch},
-                {"schedule", lr_schedule_name(t.schedule)},
-                {"checkpoint_every", t.checkpoint_every},
-                {"device", device_name(t.device)},
-                {"dimensions", t.from_allocation ? "allocation" : "fixed"},
-                {"features", t.features},
-                {"window", t.window},
-                {"seq_len", t.seq_len},
-                {"finetune_steps", t.finetune_steps},
-                {"rank", t.rank}};
+  ordered_json train = {{"run", relative_to(s.run_dir, base)}, {"dimensions", s.train.from_allocation ? "allocation" : "fixed"}};
+  const ordered_json form = options_json(train_option_table(), s.train);
+  for (auto it = form.begin(); it != form.end(); ++it) train[it.key()] = it.value();
+  j["train"] = train;
   write_text_file(path, j.dump(2) + "\n");
 }
 
@@ -344,34 +370,13 @@ Session load_session(const std::string& file) {
   r.name(j, "view", "view", parse_view, view_name, s.view);
 
   if (const ordered_json* t = r.object(j, "train")) {
-    TrainSettings& train = s.train;
     r.string(*t, "run", "train.run", s.run_dir);
     s.run_dir = r.path(s.run_dir);
-    r.string(*t, "feature_map", "train.feature_map", train.feature_map);
-    const auto maps = trainable_feature_maps();
-    if (std::find(maps.begin(), maps.end(), train.feature_map) == maps.end())
-      r.bad("train.feature_map", "'" + train.feature_map + "' is not a trainable feature map");
-    r.name(*t, "loss", "train.loss", parse_distill_loss, distill_loss_name, train.loss);
-    r.integer(*t, "steps", "train.steps", 1, INT64_MAX, "a positive integer", train.steps);
-    r.positive(*t, "lr", "train.lr", train.lr);
-    r.positive(*t, "lr_alpha", "train.lr_alpha", train.lr_alpha);
-    r.integer(*t, "batch", "train.batch", 1, INT64_MAX, "a positive integer", train.batch);
-    r.name(*t, "schedule", "train.schedule", parse_lr_schedule, lr_schedule_name, train.schedule);
-    r.integer(*t, "checkpoint_every", "train.checkpoint_every", 1, INT64_MAX, "a positive integer",
-              train.checkpoint_every);
-    r.name(*t, "device", "train.device", parse_device_name, device_name, train.device);
-    std::string dims = train.from_allocation ? "allocation" : "fixed";
+    std::string dims = s.train.from_allocation ? "allocation" : "fixed";
     r.string(*t, "dimensions", "train.dimensions", dims);
     if (dims != "allocation" && dims != "fixed") r.bad("train.dimensions", "'" + dims + "' is not allocation or fixed");
-    train.from_allocation = dims == "allocation";
-    r.integer(*t, "features", "train.features", 1, INT64_MAX, "a positive integer", train.features);
-    // The range distill accepts; whether the map and loss can train a hybrid is distill's check.
-    r.integer(*t, "window", "train.window", 0, 1 << 20, "an integer in 0..1048576", train.window);
-    // linearize's ranges (0: the model's context length; no finetune).
-    r.integer(*t, "seq_len", "train.seq_len", 0, 1 << 20, "an integer in 0..1048576", train.seq_len);
-    r.integer(*t, "finetune_steps", "train.finetune_steps", 0, 1000000000, "an integer in 0..1000000000",
-              train.finetune_steps);
-    r.integer(*t, "rank", "train.rank", 1, 1 << 20, "an integer in 1..1048576", train.rank);
+    s.train.from_allocation = dims == "allocation";
+    read_options_json(train_option_table(), *t, s.train, file, "train.");
   }
   return s;
 }

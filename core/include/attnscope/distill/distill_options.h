@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attnscope/allocation/allocation.h"
-#include "attnscope/base/command_line.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/device.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/run/adamw.h"
@@ -71,8 +71,9 @@ struct DistillOptions {
   Device device = Device::Cpu;
 };
 
-// Every option of `attnscope distill` that DistillOptions holds, once (command_line.h).
-const std::vector<OptionSpec<DistillOptions>>& distill_option_table();
+// Every option of `attnscope distill` that DistillOptions holds: the catalogue's definitions
+// (option_defs.h) bound to its fields.
+const OptionTable<DistillOptions>& distill_option_table();
 
 // The command line that reproduces the job: `attnscope distill` with every option set in `o`
 // (shell-quoted) and `--out RUN`. job.json records it, `attnscope jobs` and the workbench show it.
@@ -80,11 +81,15 @@ std::string distill_command(const DistillOptions& o, const std::string& run_dir)
 // `attnscope distill --resume RUN [--device D]`.
 std::string distill_resume_command(const std::string& run_dir, std::optional<Device> device = std::nullopt);
 
-// Every check that needs no file: names, numbers in range and finite, exactly one source of
-// dimensions (at most one with dims_given: a job.json's own dims), what direct training needs.
+// Every check that needs no file: each option by its definition (check_options), then the rules
+// between options: exactly one source of dimensions (at most one with dims_given: a job.json's own dims), what direct training needs.
 // Throws Error naming the quantity. distill() runs it (and the file checks) before it creates the
 // run directory; resume_distill on the job's options.
 void check_distill_options(const DistillOptions& o, bool dims_given = false);
+
+// A hybrid head's window W (SPEC 5) must leave keys to the map at the training length L: W < L
+// (every key in the window is softmax attention, with nothing to train). Error naming the window.
+void check_window_fits(int64_t window, int64_t seq_len);
 
 // The feature dimension of every head [S][H]: from features, the allocation file, or Algorithm 1 on
 // the capture's spectra (exactly what `attnscope allocate --capture DIR --budget C --strategy S
@@ -93,8 +98,9 @@ void check_distill_options(const DistillOptions& o, bool dims_given = false);
 std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_layers, int num_heads,
                                                const CaptureStore* capture);
 
-// job.json (SPEC 6): the options, the resolved dims (per layer when every head of a layer agrees,
-// else per head), the model, the world size and the command line.
+// job.json (SPEC 6, run/job_file.h): the options under their keys, and what the job resolved: the
+// dims (per layer when every head of a layer agrees, else per head), the model, the world size,
+// the trained length and AdamW's constants.
 struct DistillJob {
   DistillOptions options;
   std::vector<std::vector<int64_t>> dims;  // [S][H]; as read from job.json, [S][1] for per-layer dims

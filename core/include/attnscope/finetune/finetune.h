@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/base/command_line.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -40,10 +40,11 @@ struct FinetuneOptions {
 };
 
 // Every option of `attnscope finetune` FinetuneOptions holds (python_module is the program's).
-const std::vector<OptionSpec<FinetuneOptions>>& finetune_option_table();
+const OptionTable<FinetuneOptions>& finetune_option_table();
 // `attnscope finetune ... --out RUN`, every option shell-quoted: what job.json records.
 std::string finetune_command(const FinetuneOptions& o, const std::string& run_dir);
-// Every check that needs no file. Throws Error naming the quantity.
+// Every check that needs no file: each option by its definition, then what a job needs. Throws
+// Error naming the quantity.
 void check_finetune_options(const FinetuneOptions& o);
 
 struct FinetuneResult {

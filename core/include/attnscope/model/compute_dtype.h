@@ -7,18 +7,15 @@
 #include <optional>
 #include <string>
 
-#include "attnscope/base/command_line.h"
+#include "attnscope/base/option_defs.h"
 #include "attnscope/base/device.h"
 #include "attnscope/model/model.h"
 
 namespace attnscope {
 
-constexpr char kComputeDtypeFlag[] = "--dtype";
-constexpr char kComputeDtypeQuantity[] = "compute dtype";
-constexpr char kComputeDtypeHelp[] =
-    "f32 | bf16 | f16 | f64: the dtype each layer's projections and MLP compute in (default f32 on the CPU, bf16 on "
-    "CUDA); weights stay as stored (memory-mapped, converted one layer at a time); attention, norms and logits stay "
-    "float32 (float64 with f64)";
+inline const char* const kComputeDtypeFlag = "--dtype";
+inline const char* const kComputeDtypeQuantity = opt::compute_dtype.quantity;
+inline const char* const kComputeDtypeHelp = opt::compute_dtype.help;
 
 // SPEC 3: f32 on the CPU, bf16 on CUDA.
 inline at::ScalarType default_compute_dtype(Device device) { return device == Device::Cuda ? at::kBFloat16 : at::kFloat; }
@@ -31,10 +28,8 @@ inline at::ScalarType compute_dtype_of(const std::optional<at::ScalarType>& give
 // The row of an option table whose options hold `std::optional<at::ScalarType> compute` (unset: the
 // device's default, and left out of the command line).
 template <class O>
-OptionSpec<O> compute_dtype_option() {
-  return {kComputeDtypeFlag, kComputeDtypeQuantity, kComputeDtypeHelp,
-          [](const O& o) { return o.compute ? std::string(compute_dtype_name(*o.compute)) : std::string(); },
-          [](O& o, const std::string& v) { o.compute = parse_compute_dtype(v); }};
+Option<O> compute_dtype_option() {
+  return bind(opt::compute_dtype, &O::compute, parse_compute_dtype, compute_dtype_name, compute_dtype_names());
 }
 
 }  // namespace attnscope

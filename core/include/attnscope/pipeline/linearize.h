@@ -24,45 +24,40 @@
 #include <vector>
 
 #include "attnscope/allocation/allocation.h"
-#include "attnscope/base/command_line.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 #include "attnscope/distill/distill_options.h"
+#include "attnscope/finetune/finetune.h"
 
 namespace attnscope {
 
+// The options of the two jobs linearize runs, as the CLI gives them: the best of docs/RESULTS.md's
+// ablation on stories260K (learned-prf beside a 64-token softmax window, DoF allocation at budget =
+// head dim, output loss, learning rate 0.01, 200 finetune steps).
+DistillOptions linearize_stage1_defaults();
+
 struct LinearizeOptions {
   std::string model;
-  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
+  std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h) of the whole run; unset: f32 on the CPU
   std::vector<std::string> texts;
   double heldout_share = 0.15;
   int64_t seq_len = 0;       // capture and evaluation length; 0: the context length, at most 4096
   int64_t max_windows = 64;  // capture windows of the training text (fewer when it is shorter)
-  // Stage 1.
-  // The defaults are the best of docs/RESULTS.md's ablation on stories260K: learned-prf beside a
-  // 64-token softmax window, DoF allocation at budget = head dim, output loss, 200 finetune steps.
-  std::string feature_map = "learned-prf";
-  int64_t window = 64;  // hybrid heads: softmax over the last W keys beside the map (0: plain linear), LoLCATs' 64
-  int64_t features = 0;                                        // M for every head, or
-  std::string allocation;                                      // an allocation file, or
-  std::optional<AllocStrategy> strategy = AllocStrategy::Dof;  // Algorithm 1 at budget C (0: 2 x head dim)
-  int64_t budget = 0;
-  double lambda = kDefaultLambda;
-  DistillLoss loss = DistillLoss::Output;
-  int64_t steps = 100;
-  double lr = 0.01;
-  int64_t batch = 4;
-  // Stage 2.
-  int64_t finetune_steps = 200;  // 0: no finetune
-  int64_t rank = 8;
-  double finetune_lr = 1e-3;
-  double kl_weight = 1.0;
-  uint64_t seed = 0;
+  // Stage 1, the distillation job OUT/stage1 runs. Set when the run starts: its capture (OUT/capture),
+  // its checkpoint interval, and the budget when a strategy has none (2 x head dim for hedgehog,
+  // else head dim). Its batch and seed are linearize's for both stages and the capture.
+  DistillOptions stage1 = linearize_stage1_defaults();
+  // Stage 2, the finetune job OUT/stage2 runs (steps 0: none). Set when the run starts: its model
+  // (OUT/converted), texts (the training share), sequence length, checkpoint interval, batch, seed,
+  // the maps' learning rate (its lr) and the dtype (the whole run's).
+  FinetuneOptions stage2;
   std::string python_module;  // attnscope_linear.py (set by the program)
 };
 
-const std::vector<OptionSpec<LinearizeOptions>>& linearize_option_table();
+const OptionTable<LinearizeOptions>& linearize_option_table();
 std::string linearize_command(const LinearizeOptions& o, const std::string& out_dir);
-void check_linearize_options(const LinearizeOptions& o);  // every check that needs no file
+// Every check that needs no file: each option by its definition, then the rules between them.
+void check_linearize_options(const LinearizeOptions& o);
 
 struct LengthResult {
   int64_t seq_len = 0;

@@ -3,6 +3,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 
 #include <string>
@@ -16,7 +18,11 @@ LrSchedule parse_lr_schedule(const std::string& name);  // else Error (quantity 
 const char* lr_schedule_name(LrSchedule s);
 std::vector<std::string> lr_schedule_names();  // constant, cosine
 
-constexpr double kAdamBeta1 = 0.9, kAdamBeta2 = 0.999, kAdamEps = 1e-8;  // recorded in job.json
+constexpr double kAdamBeta1 = 0.9, kAdamBeta2 = 0.999, kAdamEps = 1e-8;
+
+// AdamW's constants as job.json records them: {"name": "adamw", "betas": [b1, b2], "eps"} (a job
+// adds its learning rates and weight decay under "optimizer").
+nlohmann::ordered_json adamw_json();
 
 // One update of `param` from `grad` at `step` (1-based):
 //   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,  p *= 1 - lr wd,

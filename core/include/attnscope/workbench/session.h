@@ -11,9 +11,9 @@
 //    "analysis": {"feature_map", "features", "window", "seed", "mixer_state"},
 //    "lambda", "budget", "strategy", "multiple",
 //    "selection": {"layer", "head", "seq"}, "colour_scale", "metric", "view",
-//    "train": {"run": "...", "feature_map", "loss", "steps", "lr", "lr_alpha", "batch", "schedule",
-//              "checkpoint_every", "device", "dimensions": "allocation" | "fixed", "features", "window",
-//              "seq_len", "finetune_steps", "rank"}}
+//    "train": {"run": "...", "dimensions": "allocation" | "fixed", ...train_option_table()'s keys:
+//              "feature_map", "features", "window", "loss", "steps", "lr", "batch", "seq_len",
+//              "finetune_steps", "rank", "lr_alpha", "schedule", "checkpoint_every", "device", ...}}
 #pragma once
 #include <cstdint>
 #include <string>
@@ -49,32 +49,34 @@ GridMetric parse_grid_metric(const std::string& name);  // else Error (quantity 
 const char* grid_metric_name(GridMetric metric);
 std::vector<std::string> grid_metric_names();
 
-// The Train tab's form: what `attnscope linearize` is asked to do with the session's model and
-// texts (every field), or `attnscope distill` on the session's capture (stage 1's fields).
+// The Train tab's form: the `attnscope linearize` job it runs on the session's model and texts, as
+// LinearizeOptions (so its defaults are the CLI's by construction), of which stage 1 is also what
+// Distill only runs on the session's capture; and where the feature dimensions come from.
 struct TrainSettings {
-  std::string feature_map = "learned-prf";  // one of trainable_feature_maps()
-  DistillLoss loss = DistillLoss::Kl;
-  int64_t steps = 100;
-  double lr = 0.02, lr_alpha = 0.2;
-  int64_t batch = 4;
-  LrSchedule schedule = LrSchedule::Constant;
-  int64_t checkpoint_every = 20;
-  Device device = Device::Cpu;
-  bool from_allocation = true;  // the DoF view's allocation (the session's strategy, budget, lambda)
-  int64_t features = 64;        // else this M for every head
-  int64_t window = 0;           // hybrid heads (SPEC 5): softmax over the last W keys beside the map; 0: plain linear
-  // Linearize only.
-  int64_t seq_len = 0;          // tokens per window of training and held-out evaluation; 0: the context length, at most 4096
-  int64_t finetune_steps = 200; // stage 2 (low-rank finetune); 0: none
-  int64_t rank = 8;             // stage 2's adapter rank
+  LinearizeOptions linearize;
+  // The dimensions: Algorithm 1 at the DoF view's strategy, budget and lambda (Linearize: on the
+  // run's own capture, as the CLI; Distill only: the DoF view's allocation itself), or
+  // linearize.stage1.features for every head.
+  bool from_allocation = true;
 };
-// The form as distill's options (window included): features = 0 when from_allocation (the caller
-// gives the allocation file), no capture yet.
+
+// The Train form's options: linearize's rows, then stage 1's rows that Distill only also uses (alpha
+// learning rate, schedule, checkpoint interval, device); the session's "train" object is written and
+// read through them. The form's controls set these rows.
+const OptionTable<TrainSettings>& train_option_table();
+
+// The budget a model starts from (linearize's default: 2 x head dim for hedgehog, else head dim).
+int64_t default_budget(const std::string& feature_map, int64_t head_dim);
+
+// The form as distill's options on the session's capture: stage 1, with features = 0 when
+// from_allocation (the caller gives the DoF view's allocation file); no capture yet.
 DistillOptions distill_options_of(const TrainSettings& train);
-// The form as linearize's options: map, window, fixed M, loss, steps, learning rate, batch, sequence
-// length, finetune steps, rank. With from_allocation no dimensions are set (features 0, no strategy):
-// the caller gives the allocation file. The model, texts and python module are the caller's too.
-LinearizeOptions linearize_options_of(const TrainSettings& train);
+// The form as linearize's options: with from_allocation, the DoF view's strategy, budget and lambda
+// (each only when it is not linearize's default for a model of head_dim, so that an untouched form
+// runs exactly `attnscope linearize`'s defaults); else the fixed M. The model, texts and python
+// module are the caller's.
+LinearizeOptions linearize_options_of(const TrainSettings& train, AllocStrategy strategy, int64_t budget, double lambda,
+                                      int64_t head_dim);
 
 struct Session {
   std::string model;                // anything load_model accepts (a path, or an HF cache name kept as is)

@@ -1,0 +1,30 @@
+// JSON files (json_file.h).
+#include "attnscope/base/json_file.h"
+
+#include <fstream>
+
+#include "attnscope/base/error.h"
+
+namespace attnscope {
+namespace {
+
+template <class Json>
+Json read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot be read");
+  Json j;
+  try {
+    j = Json::parse(in);
+  } catch (const std::exception& e) {
+    fail(path, std::string("is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(path, "is not a JSON object");
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json read_json_file(const std::string& path) { return read_file<nlohmann::json>(path); }
+nlohmann::ordered_json read_ordered_json_file(const std::string& path) { return read_file<nlohmann::ordered_json>(path); }
+
+}  // namespace attnscope
