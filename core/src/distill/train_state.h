@@ -86,14 +86,13 @@ double head_weighted(const LayerState& st, const std::vector<double>& per_group)
 // Held-out (loss, KL) of a layer on its val_q, val_k; direct's loss is the KL. `pairs`: l2's.
 std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const at::Tensor& pairs);
 
-// checkpoint.cpp: every group's maps and AdamW moments at `step`, with the seed, the elapsed time
-// and each layer's first and last loss; and back. load_checkpoint checks that the checkpoint is
-// this job's (seed, step within 0..steps, dtypes, shapes, finite values): Error naming it.
+// checkpoint.cpp, through the one checkpoint writer and checker (run/checkpoint.h): every group's
+// maps and AdamW moments at `step`, with the seed, the elapsed time and each layer's first and last
+// loss; start_training resumes from it (checked to be this job's: Error naming it) when `resume`
+// and there is one (truncating metrics after its step), then sets every map parameter to require
+// grad; returns the first step to run.
 void save_checkpoint(RunDir& run, uint64_t seed, const std::vector<LayerState>& layers, int64_t step,
                      double elapsed_s, const std::map<std::string, std::string>& extra_meta = {});
-int64_t load_checkpoint(RunDir& run, uint64_t seed, int64_t steps, std::vector<LayerState>& layers, double& elapsed_s);
-// Resumes from the checkpoint (truncating metrics after its step) when `resume` and there is one,
-// then sets every map parameter to require grad; returns the first step to run.
 int64_t start_training(RunDir& run, bool resume, uint64_t seed, int64_t steps, std::vector<LayerState>& layers,
                        double& elapsed_s);
 

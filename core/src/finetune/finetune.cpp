@@ -21,6 +21,7 @@
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/base/option_defs.h"
 #include "attnscope/distill/distill_options.h"
+#include "attnscope/run/checkpoint.h"
 #include "attnscope/run/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
@@ -39,7 +40,6 @@ namespace {
 using json = nlohmann::ordered_json;
 constexpr uint64_t kBatchStream = 0xF17E1;
 constexpr uint64_t kSplitStream = 0xF17E2;
-constexpr int64_t kMaxRank = 4096;
 
 using FO = FinetuneOptions;
 
@@ -174,53 +174,18 @@ double mean_ce(const Model& model, const at::Tensor& windows) {
   return sum / double(windows.size(0));
 }
 
-void save(RunDir& run, const State& st, uint64_t seed, int64_t step, double elapsed) {
-  NamedTensors t;
-  for (size_t s = 0; s < st.adapters.size(); ++s)
-    for (int i = 0; i < 4; ++i) {
-      const Adapter& ad = st.adapters[s][size_t(i)];
-      const std::string p = "lora." + std::to_string(s) + "." + kProjections[i] + ".";
-      for (const auto& [name, x] : {std::pair<const char*, const at::Tensor*>{"A", &ad.a}, {"B", &ad.b},
-                                    {"A.adamw.exp_avg", &ad.ma}, {"A.adamw.exp_avg_sq", &ad.va},
-                                    {"B.adamw.exp_avg", &ad.mb}, {"B.adamw.exp_avg_sq", &ad.vb}})
-        t.emplace_back(p + name, x->detach().to(at::kCPU).contiguous().clone());
-    }
-  for (const MapParam& m : st.maps) {
-    t.emplace_back(m.name, m.p.detach().to(at::kCPU).contiguous().clone());
-    t.emplace_back(m.name + ".adamw.exp_avg", m.m.clone());
-    t.emplace_back(m.name + ".adamw.exp_avg_sq", m.v.clone());
-  }
-  run.write_checkpoint(t, {{"step", std::to_string(step)}, {"seed", std::to_string(seed)}, {"elapsed_s", number_arg(elapsed)}});
-  run.log("checkpoint at step " + std::to_string(step));
-}
-
-int64_t load(RunDir& run, State& st, uint64_t seed, int64_t steps, double& elapsed) {
-  const std::string file = run.checkpoint_path();
-  const SafetensorsFile ck(file);
-  const auto& meta = ck.metadata();
-  const auto it = meta.find("step");
-  if (it == meta.end()) fail(file, "has no step");
-  const int64_t step = parse_whole(it->second, "step");
-  if (step < 0 || step > steps) fail(file, "is at step " + it->second + ", outside this job's 0.." + std::to_string(steps));
-  if (!meta.count("seed") || meta.at("seed") != std::to_string(seed)) fail(file, "belongs to another run (its seed differs from job.json's)");
-  elapsed = meta.count("elapsed_s") ? parse_number(meta.at("elapsed_s"), "elapsed") : 0.0;
-  const auto read = [&](const std::string& name, at::Tensor& dst) {
-    if (!ck.contains(name)) fail(file, "has no tensor " + name + " (a checkpoint of another job?)");
-    const at::Tensor t = ck.tensor(name);
-    if (t.scalar_type() != at::kFloat || t.sizes() != dst.sizes()) fail(file, "tensor " + name + " is not float32 of the job's shape");
-    if (!at::isfinite(t).all().item<bool>()) fail(file, "tensor " + name + " holds NaN or infinity");
-    at::NoGradGuard no_grad;
-    dst.copy_(t);
-  };
+// The adapters and the maps with their AdamW moments, under their checkpoint names.
+std::vector<TrainedTensor> trained_tensors(State& st) {
+  std::vector<TrainedTensor> out;
   for (size_t s = 0; s < st.adapters.size(); ++s)
     for (int i = 0; i < 4; ++i) {
       Adapter& ad = st.adapters[s][size_t(i)];
       const std::string p = "lora." + std::to_string(s) + "." + kProjections[i] + ".";
-      read(p + "A", ad.a), read(p + "B", ad.b), read(p + "A.adamw.exp_avg", ad.ma), read(p + "A.adamw.exp_avg_sq", ad.va);
-      read(p + "B.adamw.exp_avg", ad.mb), read(p + "B.adamw.exp_avg_sq", ad.vb);
+      out.push_back({p + "A", &ad.a, &ad.ma, &ad.va});
+      out.push_back({p + "B", &ad.b, &ad.mb, &ad.vb});
     }
-  for (MapParam& m : st.maps) read(m.name, m.p), read(m.name + ".adamw.exp_avg", m.m), read(m.name + ".adamw.exp_avg_sq", m.v);
-  return step;
+  for (MapParam& m : st.maps) out.push_back({m.name, &m.p, &m.m, &m.v});
+  return out;
 }
 
 std::string finetune_job_json(FinetuneOptions o, const std::string& command, int64_t seq_len) {
@@ -328,15 +293,9 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
     r.original_val_loss = mean_ce(original, val);
     r.initial_val_loss = mean_ce(model, val);
   }
-  double elapsed_before = 0;
-  int64_t start = 0;
-  if (resume && rd.has_checkpoint()) {
-    start = load(rd, st, o.seed, o.steps, elapsed_before);
-    rd.truncate_metrics_after(start);
-    rd.log("resumed at step " + std::to_string(start));
-  } else if (resume) {
-    rd.truncate_metrics_after(0);
-  }
+  const Checkpoint from = start_from_checkpoint(rd, resume, trained_tensors(st), o.seed, o.steps);
+  const double elapsed_before = from.elapsed_s;
+  const int64_t start = from.step;
   const auto elapsed = [&] {
     return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
@@ -350,7 +309,7 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
       apply_adapters(model, st);
       const double vl = mean_ce(model, val);
       rd.append_metric(json{{"step", step + 1}, {"val_loss", vl}, {"val_perplexity", std::exp(vl)}}.dump());
-      save(rd, st, o.seed, step + 1, elapsed());
+      write_checkpoint(rd, trained_tensors(st), o.seed, step + 1, elapsed());
     }
     report_progress(progress, double(step + 1) / double(o.steps),
                     "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " + number_arg(l));
