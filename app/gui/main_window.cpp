@@ -402,17 +402,6 @@ void MainWindow::restore_settings() {
   if (use_settings_) {
     QSettings st;
     QStringList ignored;  // saved values this build cannot read: said in the status bar
-    // A saved name read through its core name table; a bad one keeps the current value, and is said.
-    auto name = [&](const QString& key, const auto& parse, auto current) {
-      const QString text = st.value(key).toString();
-      if (text.isEmpty()) return current;
-      try {
-        return parse(text.toStdString());
-      } catch (const Error& e) {
-        ignored << key + ": " + QString::fromUtf8(e.what());
-        return current;
-      }
-    };
     // A geometry saved on a larger screen does not fit this one: fit it instead.
     const QScreen* sc = screen() ? screen() : QGuiApplication::primaryScreen();
     if (!restoreGeometry(st.value("window/geometry").toByteArray()) ||
@@ -420,23 +409,22 @@ void MainWindow::restore_settings() {
       fit_to_screen();
     restoreState(st.value("window/state").toByteArray());
 
-    CaptureOptions o = workbench_->session().capture;
-    o.seq_len = st.value("capture/seq_len", o.seq_len).toInt();
-    o.num_seqs = st.value("capture/num_seqs", o.num_seqs).toInt();
-    o.seed = st.value("capture/seed", qulonglong(o.seed)).toULongLong();
-    o.pre_rope = st.value("capture/pre_rope", o.pre_rope).toBool();
-    workbench_->set_capture_options(o);
-
-    const Session& s = workbench_->session();
-    const double lambda = st.value("dof/lambda", s.lambda).toDouble();
-    const qint64 budget = st.value("dof/budget", qint64(s.budget)).toLongLong();
-    const AllocStrategy strategy = name("dof/strategy", parse_alloc_strategy, s.strategy);
-    if (lambda > 0 && std::isfinite(lambda) && budget >= 1) workbench_->set_dof_settings(lambda, budget, strategy);
-    workbench_->set_feature_map(st.value("heads/feature_map", q(s.analysis.feature_map)).toString(),
-                                st.value("heads/features", qint64(s.analysis.features)).toLongLong(),
-                                std::max<qint64>(0, st.value("heads/window", qint64(s.analysis.window)).toLongLong()));
-    workbench_->set_colour_scale(name("heads/scale", parse_colour_scale, s.colour_scale));
-    workbench_->set_metric(name("heads/metric", parse_grid_metric, s.metric));
+    // The choices of the last session, in the session file's format (core's one writer and reader).
+    const QString saved = st.value("session/choices").toString();
+    if (!saved.isEmpty()) {
+      Session c = workbench_->session();
+      try {
+        read_session_choices(saved.toStdString(), "the saved settings", c);
+        workbench_->set_capture_options(c.capture);
+        workbench_->set_dof_settings(c.lambda, c.budget, c.strategy);
+        workbench_->set_feature_map(q(c.analysis.feature_map), c.analysis.features, c.analysis.window);
+        workbench_->set_colour_scale(c.colour_scale);
+        workbench_->set_metric(c.metric);
+        workbench_->set_train_settings(c.train);
+      } catch (const Error& e) {
+        ignored << QString::fromUtf8(e.what());
+      }
+    }
     if (!ignored.isEmpty())
       statusBar()->showMessage(tr("Saved settings ignored (%1)").arg(ignored.join("; ")), 15000);
   } else {
@@ -462,20 +450,10 @@ void MainWindow::save_settings() const {
   QSettings st;
   st.setValue("window/geometry", saveGeometry());
   st.setValue("window/state", saveState());
-  const CaptureOptions o = model_panel_->capture_options();
-  st.setValue("capture/seq_len", o.seq_len);
-  st.setValue("capture/num_seqs", o.num_seqs);
-  st.setValue("capture/seed", qulonglong(o.seed));
-  st.setValue("capture/pre_rope", o.pre_rope);
-  const Session& s = workbench_->session();
-  st.setValue("dof/lambda", s.lambda);
-  st.setValue("dof/budget", qint64(s.budget));
-  st.setValue("dof/strategy", alloc_strategy_name(s.strategy));
-  st.setValue("heads/feature_map", q(s.analysis.feature_map));
-  st.setValue("heads/features", qint64(s.analysis.features));
-  st.setValue("heads/window", qint64(s.analysis.window));
-  st.setValue("heads/scale", colour_scale_name(s.colour_scale));
-  st.setValue("heads/metric", grid_metric_name(s.metric));
+  Session s = workbench_->session();
+  s.capture = model_panel_->capture_options();
+  s.train = training_->form();
+  st.setValue("session/choices", QString::fromStdString(session_choices_text(s)));
 }
 
 void MainWindow::remember(const QString& key, const QString& value) {

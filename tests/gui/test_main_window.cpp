@@ -16,6 +16,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
+#include <nlohmann/json.hpp>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QTabWidget>
@@ -441,7 +442,10 @@ TEST_F(MainWindowTest, SettingsCarryCaptureOptionsSlidersAndRecentModels) {
     w->close();  // saves the settings
   }
   QSettings st;
-  EXPECT_EQ(st.value("capture/num_seqs").toInt(), 2);
+  // One store (issue 25): the session's choices in the session file's format, not a second set of keys.
+  const auto choices = nlohmann::json::parse(st.value("session/choices").toString().toStdString());
+  EXPECT_EQ(choices["capture"]["num_seqs"], 2);
+  EXPECT_FALSE(st.contains("capture/num_seqs"));
   EXPECT_EQ(st.value("recent/models").toStringList().value(0), QString::fromStdString(test::bundled_model()));
   auto w = make_window();
   EXPECT_EQ(w->model_panel()->capture_options().seq_len, 64);

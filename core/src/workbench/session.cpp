@@ -232,8 +232,10 @@ LinearizeOptions linearize_options_of(const TrainSettings& t, AllocStrategy stra
   return o;
 }
 
-void save_session(const std::string& path, const Session& s) {
-  const fs::path base = fs::absolute(path).parent_path();
+namespace {
+
+// The session as JSON, paths relative to `base` (the file's directory).
+ordered_json session_json(const Session& s, const fs::path& base) {
   ordered_json j;
   j["format"] = kSessionFormat;
   j["version"] = kSessionVersion;
@@ -267,13 +269,11 @@ void save_session(const std::string& path, const Session& s) {
   const ordered_json form = options_json(train_option_table(), s.train);
   for (auto it = form.begin(); it != form.end(); ++it) train[it.key()] = it.value();
   j["train"] = train;
-  write_text_file(path, j.dump(2) + "\n");
+  return j;
 }
 
-Session load_session(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file, "cannot open the session file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// The session in `text`, read from `file` (named in errors; paths are relative to its directory).
+Session parse_session(const std::string& text, const std::string& file) {
   ordered_json j;
   try {
     j = ordered_json::parse(text);
@@ -291,6 +291,7 @@ Session load_session(const std::string& file) {
 
   Reader r{file, fs::absolute(file).parent_path()};
   Session s;
+  // Absent keys keep their defaults: a hand-written session or one of an earlier build reads.
   r.string(j, "model", "model", s.model);
   s.model = r.model_path(s.model);
   r.string(j, "tokenizer", "tokenizer", s.tokenizer);
@@ -379,6 +380,37 @@ Session load_session(const std::string& file) {
     read_options_json(train_option_table(), *t, s.train, file, "train.");
   }
   return s;
+}
+
+}  // namespace
+
+void save_session(const std::string& path, const Session& s) {
+  write_text_file(path, session_json(s, fs::absolute(path).parent_path()).dump(2) + "\n");
+}
+
+Session load_session(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(file, "cannot open the session file");
+  return parse_session(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), file);
+}
+
+std::string session_choices_text(const Session& s) {
+  Session choices = s;
+  choices.model = choices.tokenizer = choices.text = choices.capture_dir = choices.spectra = choices.run_dir = "";
+  choices.texts.clear();
+  return session_json(choices, fs::current_path()).dump() + "\n";
+}
+
+void read_session_choices(const std::string& text, const std::string& where, Session& s) {
+  const Session c = parse_session(text, where);
+  s.capture.seq_len = c.capture.seq_len, s.capture.num_seqs = c.capture.num_seqs, s.capture.seed = c.capture.seed;
+  s.capture.pre_rope = c.capture.pre_rope;
+  s.dof = c.dof;
+  s.analysis = c.analysis;
+  s.lambda = c.lambda, s.budget = c.budget, s.strategy = c.strategy, s.multiple = c.multiple;
+  s.colour_scale = c.colour_scale;
+  s.metric = c.metric;
+  s.train = c.train;
 }
 
 }  // namespace attnscope

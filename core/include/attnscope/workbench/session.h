@@ -108,4 +108,12 @@ void save_session(const std::string& path, const Session& session);
 // so).
 Session load_session(const std::string& path);
 
+// The session's choices alone (capture settings, DoF and analysis choices, colour scale, grid metric,
+// the Train form; no model, texts, capture, spectra or run), in the session file's format: what the
+// window remembers between launches (its one settings store).
+std::string session_choices_text(const Session& session);
+// Those choices, read by the session file's reader into `session` (its model, texts, capture and run
+// stay). Error naming `where` and the key, as for a session file.
+void read_session_choices(const std::string& text, const std::string& where, Session& session);
+
 }  // namespace attnscope
