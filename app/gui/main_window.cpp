@@ -43,6 +43,7 @@
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/model/model_config.h"
+#include "attnscope/workbench/run_status.h"
 #include "attnscope/workbench/view_data.h"
 #include "attnscope/workbench/workspace.h"
 #include "dof_view.h"
@@ -856,50 +857,22 @@ void MainWindow::update_training() {
   const auto& report = workbench_->linearize_report();
   const qint64 step = m.last_step(), steps = workbench_->run_steps();
   const qint64 ft_step = f.last_step(), ft_steps = workbench_->finetune_steps();
-  // Where a linearize run is: stage 2 once its metrics begin, else stage 1.
-  const QString where = !lin ? tr("step %1 of %2").arg(step).arg(steps)
-                        : ft_step > 0 ? tr("stage 2 (finetune) step %1 of %2").arg(ft_step).arg(ft_steps)
-                                      : tr("stage 1 (distill) step %1 of %2").arg(step).arg(steps);
-  QString status;
-  if (!state) {
-    status = tr("No run yet: choose the options and press Linearize");
-  } else {
-    switch (*state) {
-      case RunState::Running: status = (lin ? tr("Linearizing: ") : tr("Training: ")) + where; break;
-      case RunState::Killed: {
-        status = tr("Stopped at %1").arg(where);
-        if (lin) {
-          status += tr(": Resume continues that stage");
-          break;
-        }
-        try {
-          const qint64 checkpoint = workbench_->checkpoint_step();
-          status += checkpoint > 0 ? tr(": Resume continues from the checkpoint at step %1").arg(checkpoint)
-                                   : tr(": no checkpoint yet, train it again");
-        } catch (const std::exception& e) {
-          status += tr(": its checkpoint cannot be read (%1)").arg(QString::fromUtf8(e.what()));
-        }
-        break;
-      }
-      case RunState::Finished: {
-        if (lin && report && !report->lengths.empty()) {
-          const LengthResult& at = report->lengths.back();
-          status = tr("Finished: held-out perplexity %1 at %2 tokens (original %3)")
-                       .arg(std::exp(at.final_loss), 0, 'f', 2)
-                       .arg(at.seq_len)
-                       .arg(std::exp(at.original_loss), 0, 'f', 2);
-          if (std::isfinite(at.adapted_loss))
-            status += tr(", original finetuned %1").arg(std::exp(at.adapted_loss), 0, 'f', 2);
-          break;
-        }
-        status = tr("Finished: %1 steps").arg(steps);
-        const double kl = final_validation_kl(m);  // the run's one number
-        if (std::isfinite(kl)) status += tr(", validation KL %1 (mean of layers)").arg(kl, 0, 'g', 4);
-        break;
-      }
-      case RunState::Failed: status = tr("Failed before training began (see the Jobs tab)"); break;
+  // The words are core's (run_status.h), as `attnscope jobs` says them; the numbers are what the
+  // window follows live.
+  RunStatus rs;
+  rs.state = state;
+  rs.linearize = lin;
+  rs.step = step, rs.steps = steps, rs.finetune_step = ft_step, rs.finetune_steps = ft_steps;
+  if (state == RunState::Killed && !lin) {
+    try {
+      rs.checkpoint_step = workbench_->checkpoint_step();
+    } catch (const std::exception& e) {
+      rs.checkpoint_error = e.what();
     }
   }
+  if (report && !report->lengths.empty()) rs.result = report->lengths.back();
+  rs.validation_kl = final_validation_kl(m);  // the run's one number
+  const QString status = QString::fromStdString(run_status_text(rs));
   const bool idle = !workbench_->training_running();
   const bool can_train = workbench_->capture_store() != nullptr && idle;
   const bool can_linearize = workbench_->model() != nullptr && idle;

@@ -249,9 +249,13 @@ int Workbench::open_model(const QString& spec_q, const QString& tokenizer_q) {
           session_.model = spec;
           session_.tokenizer = tokenizer;
           if (!restoring_session_) {
-            // A new document: the session file and the Train tab's run belong to the model before.
+            // A new document: the session file and the Train tab's run belong to the model before,
+            // and its budget and lambda start from this model's defaults (issue 26: a budget set for
+            // head dim 32 gave a head-dim-8 model M = 401).
             session_path_.clear();
             close_run();
+            session_.budget = default_budget(session_.train.linearize.stage1.feature_map, m->model->config().head_dim);
+            session_.lambda = kDefaultLambda;
           }
           emit modelChanged();
           after_model_loaded();

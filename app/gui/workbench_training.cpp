@@ -23,6 +23,7 @@
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/io/text_source.h"
+#include "attnscope/workbench/run_status.h"
 #include "command_lines.h"
 #include "workbench.h"
 #include "qt_strings.h"
@@ -50,19 +51,7 @@ bool Workbench::can_resume() const {
   return fs::is_regular_file(to_std(run_dir_) + "/checkpoints/checkpoint.safetensors");
 }
 
-int64_t Workbench::checkpoint_step() const {
-  const std::string path = to_std(run_dir_) + "/checkpoints/checkpoint.safetensors";
-  if (run_dir_.isEmpty() || !fs::is_regular_file(path)) return 0;
-  const SafetensorsFile ck(path);
-  const auto it = ck.metadata().find("step");
-  if (it == ck.metadata().end()) attnscope::fail(path, "has no \"step\" in its metadata");
-  char* end = nullptr;
-  errno = 0;
-  const long long step = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != 0 || errno == ERANGE || step < 0)
-    attnscope::fail(path, "its \"step\" '" + it->second + "' is not a step number");
-  return step;
-}
+int64_t Workbench::checkpoint_step() const { return attnscope::checkpoint_step(to_std(run_dir_)); }
 
 void Workbench::forget_run() {
   run_dir_.clear();
