@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -63,12 +64,47 @@ TEST(Linearize, RunsEveryStageAndItsReportMatchesAnIndependentEvaluation) {
               at64["original_loss"].get<double>(), 1e-6);
   EXPECT_NEAR(load_model(out + "/converted").model->mean_loss(ids, 64), at64["stage1_loss"].get<double>(), 1e-6);
   EXPECT_NEAR(load_model(out + "/stage2/model").model->mean_loss(ids, 64), at64["final_loss"].get<double>(), 1e-6);
-  EXPECT_EQ(j["final_model"], out + "/stage2/model");
+  // Issue 26 item 2: the final model has a stable name, OUT/model, and OUT itself stands for it.
+  EXPECT_EQ(j["final_model"], out + "/model");
+  EXPECT_EQ(fs::canonical(out + "/model"), fs::canonical(out + "/stage2/model"));
+  const LoadedModel run_as_model = load_model(out);
+  EXPECT_EQ(fs::canonical(run_as_model.path), fs::canonical(out + "/stage2/model"));
+  EXPECT_NE(run_as_model.note.find("is a linearize run"), std::string::npos) << run_as_model.note;
+  EXPECT_NEAR(run_as_model.model->mean_loss(ids, 64), at64["final_loss"].get<double>(), 1e-6);
   const std::string md = test::read_file(out + "/linearize.md");
   EXPECT_NE(md.find("Held-out perplexity by length"), std::string::npos);
   EXPECT_NE(md.find("by position"), std::string::npos);
+  // Issue 26 item 4: every phase this process ran, with its time, in the report and the log.
+  std::vector<std::string> phases;
+  for (const auto& p : j["phases"]) phases.push_back(p["phase"]);
+  for (const char* want : {"capture", "stage 1 (distill)", "convert", "stage 2 (finetune)",
+                           "the anchor: the original finetuned the same way (softmax)", "speed at 64 tokens"})
+    EXPECT_NE(std::find(phases.begin(), phases.end(), want), phases.end()) << want << " in " << j["phases"];
+  EXPECT_NE(md.find("Where the time went"), std::string::npos);
+  EXPECT_NE(test::read_file(out + "/log.txt").find("speed at 64 tokens: started"), std::string::npos);
   // A finished run is not resumed.
   EXPECT_EQ(linearize_cli(" --resume " + out, &log), 1) << log;
+}
+
+// A run directory that has not finished is named as such where a model is expected, with the
+// path its model will have and how to continue it; --no-speed leaves the speed out of the report.
+TEST(Linearize, AnUnfinishedRunIsNotAModelAndNoSpeedSkipsTheSpeed) {
+  const std::string dir = test::temp_dir("linearize_unfinished");
+  std::ofstream(dir + "/job.json") << R"({"kind": "linearize"})";
+  const std::string msg = test::error_of([&] { load_model(dir); });
+  EXPECT_NE(msg.find("has not finished"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir + "/model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("attnscope linearize --resume " + dir), std::string::npos) << msg;
+  const std::string out = test::temp_dir("linearize_nospeed") + "/out";
+  std::string log;
+  std::string args = kTiny;
+  args.replace(args.find(" --finetune-steps 4"), std::string(" --finetune-steps 4").size(), " --finetune-steps 0");
+  ASSERT_EQ(linearize_cli(texts() + args + " --no-speed --out " + out, &log), 0) << log;
+  const auto j = nlohmann::json::parse(test::read_file(out + "/linearize.json"));
+  EXPECT_TRUE(j["speed"].empty()) << j["speed"];
+  EXPECT_NE(test::read_file(out + "/linearize.md").find("Not measured (--no-speed)"), std::string::npos);
+  // Without stage 2 the final model is the stage-1 conversion, under the same name.
+  EXPECT_EQ(fs::canonical(out + "/model"), fs::canonical(out + "/converted"));
 }
 
 TEST(Linearize, AKilledRunResumesToTheUninterruptedResult) {

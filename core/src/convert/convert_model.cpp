@@ -41,8 +41,13 @@ std::string readme(const nlohmann::ordered_json& a, const ModelConfig& c, bool c
                                  a["steps"].dump() + " steps.\n";
   s += "Feature dimensions per layer: `" + a["dims"].dump() + "`.\n\n## Files\n\n";
   s += "- `config.json`: the original config plus the `attnscope` object (format_version 1)\n";
-  s += copied ? "- `model.safetensors`: the original weights, unchanged\n"
-              : "- weights: not copied; `attnscope.source.path` points at the original model directory\n";
+  if (a.contains("finetune"))
+    s += "- `model.safetensors`: the original weights, with the attention projections (q, k, v, o) finetuned: low-rank "
+         "adapters of rank " + a["finetune"]["rank"].dump() + " trained " + a["finetune"]["steps"].dump() +
+         " steps (stage 2), merged\n";
+  else
+    s += copied ? "- `model.safetensors`: the original weights, unchanged\n"
+                : "- weights: not copied; `attnscope.source.path` points at the original model directory\n";
   s += "- `feature_maps.safetensors`: `layers.{s}.heads.{h}.feature_map.{param}` (float32), every tensor each map "
        "needs, random draws included" + std::string(a.contains("window") ? "; hybrid heads (window " + a["window"].dump() +
        " tokens of softmax attention beside the map): `layers.{s}.heads.{h}.gamma`, the balance" : "") + "\n- tokenizer files, copied\n- `attnscope_linear.py`: runs this directory with "

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "attnscope/base/json_file.h"
 #include "attnscope/formats/converted_model.h"
 #include "attnscope/base/error.h"
 #include "model/llama2c.h"
@@ -109,12 +110,27 @@ struct Located {
   std::string weights;     // llama2.c: the .bin; else the directory WeightStore opens
   std::string tokenizer_path;
   bool llama2c_tokenizer = false;
+  std::string note;  // a run directory given for its model: which model that is
 };
 
 Located locate(const std::string& spec, const std::string& tokenizer) {
   Located m;
   m.path = resolve_model_path(spec);
   const fs::path p(m.path);
+  // A run of a job that makes a model (linearize, finetune) stands for its final model, RUN/model.
+  if (fs::is_directory(p) && !fs::exists(p / "config.json") && fs::is_regular_file(p / "job.json")) {
+    const nlohmann::json job = read_json_file((p / "job.json").string());
+    const std::string kind = job.contains("kind") && job["kind"].is_string() ? job["kind"].get<std::string>() : "";
+    if (kind == "linearize" || kind == "finetune") {
+      const fs::path model = p / "model";
+      if (!fs::exists(model / "config.json"))
+        fail(m.path, "is a " + kind + " run that has not finished: its final model will be " + model.string() +
+                         " (continue the run with: attnscope " + kind + " --resume " + m.path + ")");
+      Located final = locate(model.string(), tokenizer);
+      final.note = m.path + " is a " + kind + " run: its final model " + final.path;
+      return final;
+    }
+  }
   if (fs::is_regular_file(p)) {  // llama2.c checkpoint
     m.llama2c = m.llama2c_tokenizer = true;
     m.config = read_llama2c_config(m.path);
@@ -173,6 +189,7 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer, at
     m.weight_files = store.files();
   }
   m.tokenizer = open_tokenizer(where);
+  m.note = where.note;
   return m;
 }
 
@@ -192,6 +209,7 @@ ModelInfo inspect_model(const std::string& spec, const std::string& tokenizer) {
     if (where.converted) m.feature_maps = load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim);
   }
   m.tokenizer = open_tokenizer(where);
+  m.note = where.note;
   return m;
 }
 

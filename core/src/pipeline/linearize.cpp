@@ -59,6 +59,7 @@ const OptionTable<LO>& table() {
       described(bind(opt::seq_len, &LO::seq_len, 0),
                 "tokens per window for training and evaluation (default: the context length, at most 4096)"),
       bind(opt::max_windows, &LO::max_windows),
+      bind(opt::no_speed, &LO::speed, false),
       stage1_row("--feature-map"),
       then(described(stage1_row("--features"), "one M for every head (instead of a strategy)"),
            +[](LO& o) { o.stage1.strategy.reset(); }),
@@ -129,6 +130,39 @@ std::vector<double> bucket_means(const std::vector<std::vector<double>>& windows
 
 std::string ppl(double loss) { return fmt_number(std::exp(loss), 2); }
 
+// The run's phases: each logged as it begins and ends (with its wall time) and reported to
+// `progress`, so that a long run on a large model is never silent; the report lists them.
+class Phases {
+ public:
+  Phases(RunDir& rd, const ProgressFn& progress) : rd_(rd), progress_(progress) {}
+  ~Phases() = default;
+  // Ends the phase running (if any) and begins `name` at `fraction` of the whole run.
+  void begin(const std::string& name, double fraction) {
+    end();
+    name_ = name;
+    t0_ = std::chrono::steady_clock::now();
+    rd_.log(name + ": started");
+    report_progress(progress_, fraction, name);
+  }
+  void end() {
+    if (name_.empty()) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    done_.emplace_back(name_, s);
+    rd_.log(name_ + ": " + fmt_number(s, 1) + " s");
+    name_.clear();
+  }
+  // Progress within the running phase, between `a` and `b` of the whole run.
+  ProgressFn sub(double a, double b) const { return sub_progress(progress_, a, b); }
+  const std::vector<std::pair<std::string, double>>& done() const { return done_; }
+
+ private:
+  RunDir& rd_;
+  const ProgressFn& progress_;
+  std::string name_;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<std::pair<std::string, double>> done_;
+};
+
 std::string job_text(const LO& o, const std::string& out) {
   return job_json("linearize", linearize_command(o, out), table(), o, {{"python_module", o.python_module}});
 }
@@ -183,10 +217,12 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   } else {
     rd.log("resumed");
   }
-  const auto stage = [&](double a, double b) { return sub_progress(progress, a, b); };
+  Phases phases(rd, progress);
+  const auto stage = [&](double a, double b) { return phases.sub(a, b); };
 
   // 1. Capture at the length the model will be used at.
   if (!fs::exists(dir / "capture")) {
+    phases.begin("capture", 0);
     CaptureOptions co;
     co.seq_len = int(L);
     co.num_seqs = int(std::min(o.max_windows, windows - 1));
@@ -197,6 +233,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   // 2. Stage 1.
   const std::string s1 = (dir / "stage1").string();
   if (!fs::exists(dir / "stage1" / "report.json")) {
+    phases.begin("stage 1 (distill)", 0.05);
     if (fs::exists(dir / "stage1" / "job.json")) resume_distill(s1, stage(0.05, 0.55));
     else distill(d1, s1, stage(0.05, 0.55));
     rd.log("stage 1 finished");
@@ -204,6 +241,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   // 3. The stage-1 converted model (the original's weights referenced; a llama2.c model's copied).
   const std::string conv = (dir / "converted").string();
   if (!fs::exists(conv)) {
+    phases.begin("convert", 0.55);
     ConvertOptions co = distill_run_convert_options(s1, c);
     co.copy_weights = c.arch == Arch::Llama2C;
     co.python_module = o.python_module;
@@ -214,6 +252,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   if (o.stage2.steps > 0) {
     const std::string s2 = (dir / "stage2").string();
     if (!fs::exists(dir / "stage2" / "report.json")) {
+      phases.begin("stage 2 (finetune)", 0.55);
       if (fs::exists(dir / "stage2" / "job.json")) resume_finetune(s2, stage(0.55, 0.85));
       else finetune(stage2_options(o, out, L), s2, stage(0.55, 0.85));
       rd.log("stage 2 finished");
@@ -221,8 +260,18 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     final_model = s2 + "/model";
   }
 
+  // The final model's stable name: OUT/model, a link to stage2/model (or to converted without stage
+  // 2), made once that model is whole; `attnscope eval --model OUT` takes it too.
+  {
+    const fs::path link = dir / "model";
+    std::error_code ec;
+    fs::remove(link, ec);
+    fs::create_directory_symlink(o.stage2.steps > 0 ? "stage2/model" : "converted", link);
+    final_model = link.string();
+  }
+
   // 5. Held-out evaluation: the original, the same maps untrained, stage 1, the final model.
-  report_progress(progress, 0.85, "evaluation");
+  phases.begin("loading the models to evaluate", 0.85);
   const at::ScalarType compute = compute_dtype_of(o.compute, Device::Cpu);
   LoadedModel stage1 = load_model(conv, "", compute), fin = load_model(final_model, "", compute);
   const HeadFeatureMaps& trained = *stage1.model->feature_maps();
@@ -243,8 +292,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   // converted model (same text, windows, adapters, steps, seed).
   std::unique_ptr<Model> adapted;
   if (o.stage2.steps > 0) {
-    report_progress(progress, 0.86, "finetuning the original (softmax) the same way");
-    adapted = std::make_unique<Model>(c, finetune_softmax(m, stage2_options(o, out, L)));
+    phases.begin("the anchor: the original finetuned the same way (softmax)", 0.86);
+    adapted = std::make_unique<Model>(c, finetune_softmax(m, stage2_options(o, out, L), stage(0.86, 0.9)));
   }
   LinearizeResult r;
   std::vector<int64_t> lengths;
@@ -252,7 +301,10 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     if (l >= 8 && (lengths.empty() || l > lengths.back())) lengths.push_back(l);
   const int n_buckets = position_bucket(int(L) - 1) + 1;
   std::vector<double> orig_pos, s1_pos, fin_pos, adapted_pos(size_t(n_buckets), std::nan(""));
-  for (int64_t l : lengths) {
+  phases.begin("held-out perplexity at " + std::to_string(lengths.size()) + " lengths", 0.9);
+  for (size_t li = 0; li < lengths.size(); ++li) {
+    const int64_t l = lengths[li];
+    report_progress(progress, 0.9 + 0.04 * double(li) / double(lengths.size()), "held-out perplexity at " + std::to_string(l) + " tokens");
     LengthResult lr;
     lr.seq_len = l;
     const auto orig = m.model->window_losses(heldout, int(l)), s1w = stage1.model->window_losses(heldout, int(l));
@@ -273,12 +325,18 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   eo.seq_len = int(L);
   eo.closeness_windows = 2;
   eo.speed = false;
+  phases.begin("stage 1's attention KL per layer", 0.94);
   const ConvertedEvaluation close = evaluate_converted(*stage1.model, heldout, eo);  // teacher-forced, original weights
-  report_progress(progress, 0.92, "speed");
-  eo.speed = true;
-  eo.closeness_windows = 1;
-  eo.speed_lengths = {int(L)};
-  const ConvertedEvaluation speed = evaluate_converted(*fin.model, heldout, eo);
+  ConvertedEvaluation speed;
+  if (o.speed) {
+    phases.begin("speed at " + std::to_string(L) + " tokens", 0.96);
+    eo.speed = true;
+    eo.closeness_windows = 1;
+    eo.speed_lengths = {int(L)};
+    eo.min_seconds = 0;  // each timing twice: bounded on any model
+    speed = evaluate_converted(*fin.model, heldout, eo, stage(0.96, 0.995));
+  }
+  phases.end();
 
   // 6. The report.
   const LengthResult& at_L = r.lengths.back();
@@ -330,7 +388,11 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     st.add_row({s.generate ? "generate" : "batch", std::to_string(s.seq_len), fmt_number(s.softmax_tokens_per_s, 1),
                 fmt_number(s.linear_tokens_per_s, 1), fmt_number(double(s.softmax_peak_bytes) / 1e6, 2),
                 fmt_number(double(s.linear_peak_bytes) / 1e6, 2)});
-  md += "## Speed\n\n" + to_markdown(st) + "\n";
+  md += "## Speed\n\n" + (o.speed ? to_markdown(st) : std::string("Not measured (--no-speed).\n")) + "\n";
+  Table ph;
+  ph.header = {"phase", "seconds"};
+  for (const auto& [name, secs] : phases.done()) ph.add_row({name, fmt_number(secs, 1)});
+  md += "## Where the time went (this process)\n\n" + to_markdown(ph) + "\n";
   md += "Reproduce: `" + linearize_command(o, out) + "`\n";
   nlohmann::ordered_json j;
   j["seq_len"] = L;
@@ -357,6 +419,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   for (const auto& s : speed.speed)
     j["speed"].push_back({{"mode", s.generate ? "generate" : "batch"}, {"seq_len", s.seq_len},
                           {"softmax_tokens_per_s", s.softmax_tokens_per_s}, {"linear_tokens_per_s", s.linear_tokens_per_s}});
+  j["phases"] = nlohmann::ordered_json::array();
+  for (const auto& [name, secs] : phases.done()) j["phases"].push_back({{"phase", name}, {"seconds", secs}});
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   j["seconds"] = r.seconds;
   write_text_file((dir / "linearize.json").string(), j.dump(2) + "\n");
@@ -452,6 +516,8 @@ std::optional<LinearizeReport> read_linearize_report(const std::string& out_dir)
     if (r.lengths.empty()) fail(path, "has no lengths");
     for (const auto& l : j.at("layers")) r.layer_kl.push_back(loss(l, "attention_kl", false));
     if (j.contains("seconds")) r.seconds = j["seconds"].get<double>();
+    if (j.contains("phases"))
+      for (const auto& p : j["phases"]) r.phases.emplace_back(p.at("phase").get<std::string>(), p.at("seconds").get<double>());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

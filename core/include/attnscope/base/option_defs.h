@@ -37,6 +37,10 @@ inline const OptionDef heldout_share{"--heldout-share", "held-out share",
                                      OptionKind::Number, {0, 1, true, true}};
 inline const OptionDef seq_len{"-L,--seq-len", "sequence length", "tokens per window", "seq_len", OptionKind::Whole,
                                whole_range(2, kMaxTokens)};
+inline const OptionDef no_speed{"--no-speed", "speed measurement",
+                                "skip the speed measurement (tokens/s of the original and the converted model in batch and "
+                                "generation; on a large model on a CPU it takes minutes)",
+                                "speed", OptionKind::Flag};
 inline const OptionDef max_windows{"--max-windows", "number of windows", "capture windows of the training text at most",
                                    "max_windows", OptionKind::Whole, whole_range(4, kMaxWindows)};
 inline const OptionDef seed{"--seed", "seed", "seed of every random draw (windows, maps, adapters, mini-batches)", "seed",

@@ -137,10 +137,13 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<std::string> weight_files;
   std::string tokenizer_path;  // the tokenizer file or directory actually loaded
+  std::string note;            // "" or, for a run directory given as the model, which model it stands for
 };
 
 // `spec` is a Hugging Face model directory, a bare name in the HF cache ($HF_HOME or
-// ~/.cache/huggingface: hub/models--ORG--NAME/snapshots/*/), or a llama2.c .bin checkpoint
+// ~/.cache/huggingface: hub/models--ORG--NAME/snapshots/*/), a run directory of a job that makes a
+// model (linearize, finetune: its final model RUN/model; Error saying so while it is unfinished;
+// `note` says which model was taken), or a llama2.c .bin checkpoint
 // (`tokenizer`: its tokenizer.bin; empty = a tok*.bin / tokenizer.bin beside it). Validates every
 // weight file and the tokenizer. Pickle checkpoints are refused. Throws Error.
 // Weights stay as stored (see ModelWeights); `compute` is the dtype each layer runs in.
@@ -157,6 +160,7 @@ struct ModelInfo {
   std::vector<std::string> weight_files;
   std::map<std::string, int64_t> stored_bytes;    // safetensors dtype name ("BF16") -> bytes of tensors in it
   std::shared_ptr<const HeadFeatureMaps> feature_maps;  // converted models; null for softmax ones
+  std::string note;  // as LoadedModel's
 };
 ModelInfo inspect_model(const std::string& spec, const std::string& tokenizer = "");
 

@@ -9,11 +9,13 @@
 //                               default, `--strategy dof --budget C`)
 //   OUT/converted/              the stage-1 converted model
 //   OUT/stage2/                 the low-rank finetune (a finetune run); OUT/stage2/model is the result
+//   OUT/model                   the final model (a link to stage2/model, or to converted without stage 2)
 //   OUT/linearize.md, .json     how close it is: held-out loss and perplexity of the original, an
 //                               untrained map, stage 1 and stage 2 at several lengths, by position,
 //                               the stage-1 attention KL per layer, and speed
 //
-// The final model is OUT/stage2/model (OUT/converted when the finetune is skipped, --finetune-steps 0).
+// The final model is OUT/model, whichever stages ran; OUT itself stands for it wherever a model is
+// taken (load_model).
 #pragma once
 #include <c10/core/ScalarType.h>
 
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnscope/allocation/allocation.h"
@@ -43,6 +46,7 @@ struct LinearizeOptions {
   double heldout_share = 0.15;
   int64_t seq_len = 0;       // capture and evaluation length; 0: the context length, at most 4096
   int64_t max_windows = 64;  // capture windows of the training text (fewer when it is shorter)
+  bool speed = true;         // measure tokens/s at the run's length (each timing twice) for the report
   // Stage 1, the distillation job OUT/stage1 runs. Set when the run starts: its capture (OUT/capture),
   // its checkpoint interval, and the budget when a strategy has none (2 x head dim for hedgehog,
   // else head dim). Its batch and seed are linearize's for both stages and the capture.
@@ -69,7 +73,7 @@ struct LengthResult {
 
 struct LinearizeResult {
   std::vector<LengthResult> lengths;  // ascending; the last is the run's length
-  std::string final_model;            // OUT/stage2/model or OUT/converted
+  std::string final_model;            // OUT/model
   std::string report;                 // OUT/linearize.md
   double seconds = 0;
 };
@@ -92,6 +96,7 @@ struct LinearizeReport {
   std::string final_model;
   std::vector<LengthResult> lengths;        // held-out losses per length, ascending
   std::vector<double> layer_kl;             // stage 1's attention KL per layer (held-out windows)
+  std::vector<std::pair<std::string, double>> phases;  // each phase this process ran, with its seconds
   double seconds = 0;
 };
 // Empty while the run has not written linearize.json; Error naming the file when it does not read.
