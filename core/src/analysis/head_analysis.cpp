@@ -4,6 +4,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/attention/attention.h"
 #include "attnscope/base/random.h"
 #include "attnscope/base/tensor_checks.h"
@@ -30,7 +31,7 @@ std::unique_ptr<FeatureMap> head_feature_map(const AnalysisOptions& opt, int64_t
   spec.d = d;
   spec.features = opt.features;
   spec.seed = derive_seed(opt.seed, layer, head);
-  if (spec.name == "learned-prf") {
+  if (map_family(spec.name).id == MapId::LearnedPrf) {
     // Ridge-leverage initialization needs the head's own vectors: up to 2048 of its q and k.
     at::Tensor x = at::cat({q.reshape({-1, d}), k.reshape({-1, d})}, 0).to(at::kDouble);
     if (x.size(0) > 2048) x = x.index({at::linspace(0, x.size(0) - 1, 2048).to(at::kLong)});

@@ -35,8 +35,9 @@ void check_input(const std::string& name, int64_t d, const at::Tensor& x);
 // The spec's init, or `allowed[0]` when empty; throws when not in `allowed`.
 std::string resolve_init(const FeatureMapSpec& spec, const std::vector<std::string>& allowed);
 
-// M for a map whose size is a choice: spec.features, which must be > 0 (and even when `even`).
-int64_t chosen_features(const FeatureMapSpec& spec, bool even = false);
+// M for a map whose size is a choice: spec.features, which must be > 0 (and even for a family of
+// feature pairs, MapFamily::pairs).
+int64_t chosen_features(const FeatureMapSpec& spec);
 
 // M for a fixed-size map: `natural`, after checking spec.features is 0 or equal to it.
 int64_t fixed_features(const FeatureMapSpec& spec, int64_t natural);

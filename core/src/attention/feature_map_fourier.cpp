@@ -21,6 +21,7 @@
 
 #include <cmath>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
@@ -77,12 +78,12 @@ class FlexFourierMap : public FeatureMap {
 namespace fmap {
 
 std::unique_ptr<FeatureMap> make_fourier(const FeatureMapSpec& spec) {
-  const int64_t n = chosen_features(spec, /*even=*/true) / 2;
+  const int64_t n = chosen_features(spec) / 2;
   const double d = double(spec.d);
   const double freq_scale = 1.0 / std::pow(d, 0.25);  // N(0, I / sqrt d)
   at::Tensor tau = at::full({1}, std::log(2.0 * std::sqrt(d)), at::kFloat);
   at::Tensor w1 = gaussian(n, spec.d, spec.seed, 0) * freq_scale;
-  if (spec.name == "flex-stationary") {
+  if (map_family(spec.name).id == MapId::FlexStationary) {
     resolve_init(spec, {"gaussian"});
     return std::make_unique<FlexFourierMap>(spec.name, w1, at::Tensor(), tau);
   }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <optional>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
@@ -103,8 +104,8 @@ std::unique_ptr<FeatureMap> make_mlp(const FeatureMapSpec& spec) {
   int64_t out = 0;
   std::string init;
   Act act = Act::Relu;
-  if (spec.name == "hedgehog") {
-    out = chosen_features(spec, /*even=*/true) / 2;  // d' = M / 2: the negation map doubles it
+  if (map_family(spec.name).id == MapId::Hedgehog) {
+    out = chosen_features(spec) / 2;  // d' = M / 2: the negation map doubles it
     init = resolve_init(spec, {"identity", "random"});
     if (spec.activation == "exp") act = Act::NegationExp;
     else if (spec.activation == "softmax") act = Act::NegationSoftmax;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
@@ -109,7 +110,7 @@ std::unique_ptr<FeatureMap> make_learned_prf(at::Tensor z, at::Tensor alpha) {
 namespace fmap {
 
 at::Tensor prf_draws(const FeatureMap& map) {
-  if (map.name() == "learned-prf") return at::Tensor();  // its z is a parameter, not a draw
+  if (map_family(map.name()).trainable) return at::Tensor();  // learned-prf: its z is a parameter, not a draw
   if (auto* p = dynamic_cast<const PositiveRandomFeatures*>(&map)) return p->w_;
   if (auto* h = dynamic_cast<const HyperbolicRandomFeatures*>(&map)) return h->w_;
   return at::Tensor();
@@ -118,27 +119,30 @@ at::Tensor prf_draws(const FeatureMap& map) {
 std::unique_ptr<FeatureMap> make_prf_from_draws(const std::string& name, at::Tensor w) {
   if (!w.defined() || w.dim() != 2 || w.size(0) < 1 || w.size(1) < 1 || !at::isFloatingType(w.scalar_type()))
     fail(where(name), "w must be a floating [rows, d] tensor with rows, d >= 1");
-  if (name == "prf-hyperbolic") return std::make_unique<HyperbolicRandomFeatures>(std::move(w));
-  if (name == "prf" || name == "prf-orthogonal")
-    return std::make_unique<PositiveRandomFeatures>(name, std::move(w), at::Tensor(), false);
+  switch (map_family(name).id) {
+    case MapId::PrfHyperbolic: return std::make_unique<HyperbolicRandomFeatures>(std::move(w));
+    case MapId::Prf:
+    case MapId::PrfOrthogonal: return std::make_unique<PositiveRandomFeatures>(name, std::move(w), at::Tensor(), false);
+    default: break;
+  }
   fail(where(name), "is not a random-draw PRF map");
 }
 
 std::unique_ptr<FeatureMap> make_prf(const FeatureMapSpec& spec) {
   const std::string& n = spec.name;
-  if (n == "prf") {
-    resolve_init(spec, {"gaussian"});
-    return std::make_unique<PositiveRandomFeatures>(n, gaussian(chosen_features(spec), spec.d, spec.seed),
-                                                    at::Tensor(), false);
-  }
-  if (n == "prf-orthogonal") {
-    resolve_init(spec, {"orthogonal"});
-    return std::make_unique<PositiveRandomFeatures>(
-        n, orthogonal_gaussian(chosen_features(spec), spec.d, spec.seed), at::Tensor(), false);
-  }
-  if (n == "prf-hyperbolic") {
-    resolve_init(spec, {"gaussian"});
-    return std::make_unique<HyperbolicRandomFeatures>(gaussian(chosen_features(spec, true) / 2, spec.d, spec.seed));
+  switch (map_family(n).id) {
+    case MapId::Prf:
+      resolve_init(spec, {"gaussian"});
+      return std::make_unique<PositiveRandomFeatures>(n, gaussian(chosen_features(spec), spec.d, spec.seed),
+                                                      at::Tensor(), false);
+    case MapId::PrfOrthogonal:
+      resolve_init(spec, {"orthogonal"});
+      return std::make_unique<PositiveRandomFeatures>(
+          n, orthogonal_gaussian(chosen_features(spec), spec.d, spec.seed), at::Tensor(), false);
+    case MapId::PrfHyperbolic:
+      resolve_init(spec, {"gaussian"});
+      return std::make_unique<HyperbolicRandomFeatures>(gaussian(chosen_features(spec) / 2, spec.d, spec.seed));
+    default: break;
   }
   // learned-prf
   const int64_t M = chosen_features(spec);

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/random.h"
 
@@ -23,8 +24,8 @@ std::vector<at::Tensor> initial_gamma(int n_layer, int n_head) {
 
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
                                       int n_layer, int n_head, int head_dim) {
-  if (spec.name == "cosformer")
-    fail("feature map cosformer", "depends on token positions and a horizon; it cannot run as a converted model");
+  if (map_family(spec.name).positional)
+    fail("feature map " + spec.name, "depends on token positions and a horizon; it cannot run as a converted model");
   if (int(dims.size()) != n_layer) fail("dims", std::to_string(dims.size()) + " layers for a model of " + std::to_string(n_layer));
   HeadFeatureMaps lin;
   lin.maps.resize(n_layer);

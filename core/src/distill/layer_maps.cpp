@@ -21,6 +21,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/formats/converted_json.h"
 #include "attnscope/model/model.h"
 #include "attnscope/base/random.h"
@@ -61,7 +62,7 @@ bool has_param(const LayerMaps& m, const std::string& name) {
 
 // log phi of x [B, H, L, d] with the stacked parameters; `side` is "q." or "k." for untied maps.
 at::Tensor log_features(const LayerMaps& m, const at::Tensor& x, const std::string& side) {
-  if (m.map == "learned-prf") {
+  if (map_family(m.map).id == MapId::LearnedPrf) {
     const at::Tensor xs = x / std::pow(double(m.d), 0.25);
     const at::Tensor z = param(m, "z");          // [H, M, d]
     const at::Tensor alpha = param(m, "alpha");  // [H, M]
@@ -85,13 +86,11 @@ at::Tensor relu_features(const LayerMaps& m, const at::Tensor& x, const std::str
   return at::relu(at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2));
 }
 
-bool is_fourier(const std::string& map) { return map == "flex-stationary" || map == "flex-nonstationary"; }
-
 // flex-stationary and flex-nonstationary: the cos/sin values [B, H, L, M] and the log scale ls
 // [B, H, L] of x.
 std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at::Tensor& x) {
   const at::Tensor tau = param(m, "tau");  // [H, 1]
-  const bool stationary = m.map == "flex-stationary";
+  const bool stationary = map_family(m.map).id == MapId::FlexStationary;
   const at::Tensor w1 = param(m, stationary ? "omega" : "omega1");  // [H, n, d]
   const at::Tensor ls = (x * x).sum(-1) * at::exp(-tau).unsqueeze(0) - 0.5 * std::log(double(w1.size(1)));
   if (stationary) {
@@ -144,7 +143,7 @@ at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
 }  // namespace
 
 std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
-  if (map == "learned-prf")
+  if (map_family(map).id == MapId::LearnedPrf)
     return make_learned_prf(param(*this, "z")[head].detach().clone(), param(*this, "alpha")[head].detach().clone());
   // The map's default initialization: every parameter is overwritten below.
   auto fm = make_feature_map(head_spec(*this, 0, "", !has_param(*this, "q.W")));
@@ -186,11 +185,12 @@ class TrainableHeadMap : public FeatureMap {
     std::vector<int64_t> lead(x.sizes().begin(), x.sizes().end() - 1);  // [..., L]
     const at::Tensor x4 = x.reshape({-1, 1, x.size(-2), maps_.d});
     at::Tensor values, log_scale;
-    if (is_fourier(one.map)) {
+    const MapFeatures form = map_family(one.map).features;
+    if (form == MapFeatures::Signed) {
       auto [v, ls] = fourier_features(one, x4);
       values = v;
       log_scale = ls.unsqueeze(-1);
-    } else if (one.map == "t2r") {
+    } else if (form == MapFeatures::NonNegative) {
       values = relu_features(one, x4, side);
       log_scale = at::zeros_like(values.narrow(-1, 0, 1));
     } else {
@@ -327,7 +327,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor seen = causal_mask(L, q.device(), m.softmax_window);
   // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
   const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
-  if (is_fourier(m.map)) {
+  const MapFeatures form = map_family(m.map).features;
+  if (form == MapFeatures::Signed) {
     const auto [vq, lsq] = fourier_features(m, q);
     const auto [vk, lsk] = fourier_features(m, k);
     const at::Tensor kv = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
@@ -346,7 +347,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
     return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
-  if (m.map == "t2r") {
+  if (form == MapFeatures::NonNegative) {
     const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
     if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");

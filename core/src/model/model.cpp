@@ -13,6 +13,7 @@
 #include <map>
 
 #include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "attnscope/attention/attention.h"
@@ -555,7 +556,7 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
     if (maps->window > 0) {
       for (const auto& layer : maps->maps)
         for (const auto& m : layer)
-          if (m->name().rfind("flex-", 0) == 0)
+          if (!map_family(m->name()).nonnegative_kernel)
             fail("linear attention", "hybrid heads take maps with kernel values >= 0; " + m->name() +
                                          " can give negative ones (its rows are clamped pair by pair in the map, not in the sums)");
       if (int(maps->gamma.size()) != c.n_layer)
