@@ -43,20 +43,12 @@ std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec) {
   if (spec.features > 0) check_feature_dim(spec.features, "feature map " + n);
   if (spec.d <= 0) fail(fmap::where(n), "input dimension d must be positive, got " + std::to_string(spec.d));
   if (spec.features < 0) fail(fmap::where(n), "features must be positive, got " + std::to_string(spec.features));
+  if (family.trainable) return fmap::make_trainable(spec);
   switch (family.id) {
     case MapId::Prf:
     case MapId::PrfOrthogonal:
-    case MapId::PrfHyperbolic:
-    case MapId::LearnedPrf: return fmap::make_prf(spec);
-    case MapId::Hedgehog:
-    case MapId::T2r: return fmap::make_mlp(spec);
-    case MapId::FlexStationary:
-    case MapId::FlexNonstationary: return fmap::make_fourier(spec);
-    case MapId::Elu:
-    case MapId::Relu:
-    case MapId::Exp:
-    case MapId::Taylor2:
-    case MapId::Cosformer: break;
+    case MapId::PrfHyperbolic: return fmap::make_prf(spec);
+    default: break;
   }
   return fmap::make_simple(spec);
 }

@@ -13,18 +13,16 @@
 
 namespace attnscope::fmap {
 
-// feature_map_prf.cpp: prf, prf-orthogonal, prf-hyperbolic, learned-prf
+// feature_map_prf.cpp: prf, prf-orthogonal, prf-hyperbolic
 std::unique_ptr<FeatureMap> make_prf(const FeatureMapSpec& spec);
 // feature_map_prf.cpp: the random draws w of prf, prf-orthogonal, prf-hyperbolic (undefined for any
 // other map), and the map of that name rebuilt around given draws (feature_map_tensors.cpp).
 at::Tensor prf_draws(const FeatureMap& map);
 std::unique_ptr<FeatureMap> make_prf_from_draws(const std::string& name, at::Tensor w);
-// feature_map_mlp.cpp: hedgehog, t2r
-std::unique_ptr<FeatureMap> make_mlp(const FeatureMapSpec& spec);
+// stacked_maps.cpp: the trainable maps (learned-prf, hedgehog, t2r, flex-*), a stack of one head
+std::unique_ptr<FeatureMap> make_trainable(const FeatureMapSpec& spec);
 // feature_map_simple.cpp: elu, relu, exp, taylor2, cosformer
 std::unique_ptr<FeatureMap> make_simple(const FeatureMapSpec& spec);
-// feature_map_fourier.cpp: flex-stationary, flex-nonstationary
-std::unique_ptr<FeatureMap> make_fourier(const FeatureMapSpec& spec);
 
 // "feature map <name>": the `where` of every error a map raises.
 std::string where(const std::string& name);

@@ -28,18 +28,6 @@ std::string feature_map_tensor_name(int layer, int head, const std::string& para
 
 namespace {
 
-FeatureMapSpec head_spec(const LayerMaps& m, uint64_t seed, const std::string& init, bool tied) {
-  FeatureMapSpec s;
-  s.name = m.map;
-  s.d = m.d;
-  s.features = m.features;
-  s.seed = seed;
-  s.init = init;
-  s.tied = tied;
-  s.activation = m.activation;
-  return s;
-}
-
 // The kl / softmax loss of t2r and flex-stationary (clamped kernels), from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
 // A row whose weights j <= i are all 0 has no distribution Ahat (core's undefined rows,
 // attention/attention.h): it is left out of the mean, which is over the defined rows only (and 0, with
@@ -79,40 +67,24 @@ at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
 
 }  // namespace
 
-std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
-  if (map_family(map).id == MapId::LearnedPrf)
-    return make_learned_prf(param("z")[head].detach().clone(), param("alpha")[head].detach().clone());
-  // The map's default initialization: every parameter is overwritten below.
-  auto fm = make_feature_map(head_spec(*this, 0, "", !has_param("q.W")));
-  for (auto& [name, t] : fm->named_parameters()) t.copy_(param(name)[head].detach());
-  return fm;
-}
+std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const { return stacked_head_copy(*this, head); }
 
 namespace {
 
 // Maps for the given heads of a layer, stacked in that order; head h has seed derive_seed(seed, layer, h).
 LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_t>& head_ids, int64_t d,
                     int64_t features) {
+  FeatureMapSpec spec;
+  spec.name = o.feature_map;
+  spec.d = d;
+  spec.features = features;
+  spec.init = o.init;
+  spec.tied = o.tied;
+  spec.activation = o.activation;
+  std::vector<uint64_t> seeds;
+  for (int64_t h : head_ids) seeds.push_back(derive_seed(o.seed, layer, int(h)));
   LayerMaps m;
-  m.map = o.feature_map;
-  m.activation = o.activation;
-  m.heads = int64_t(head_ids.size());
-  m.d = d;
-  m.features = features;
-  std::vector<std::vector<at::Tensor>> per_param;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < head_ids.size(); ++i) {
-    const int64_t h = head_ids[i];
-    auto fm = make_feature_map(head_spec(m, derive_seed(o.seed, layer, int(h)), o.init, o.tied));
-    const auto np = fm->named_parameters();
-    if (np.empty()) fail("distill", "feature map '" + m.map + "' has nothing to train");
-    if (i == 0) {
-      for (const auto& p : np) names.push_back(p.first);
-      per_param.resize(np.size());
-    }
-    for (size_t j = 0; j < np.size(); ++j) per_param[j].push_back(np[j].second.to(at::kFloat).detach().clone());
-  }
-  for (size_t j = 0; j < names.size(); ++j) m.params.emplace_back(names[j], at::stack(per_param[j]).contiguous());
+  static_cast<StackedMaps&>(m) = init_stacked_maps(spec, seeds);
   m.window = o.window;
   if (o.window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
   return m;
@@ -120,10 +92,7 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
 
 }  // namespace
 
-std::shared_ptr<FeatureMap> LayerMaps::trainable_head_map(int64_t head) const {
-  if (head < 0 || head >= heads) fail("distill", "head " + std::to_string(head) + " outside the stacked maps");
-  return stacked_head_view(*this, head);
-}
+std::shared_ptr<FeatureMap> LayerMaps::trainable_head_map(int64_t head) const { return stacked_head_view(*this, head); }
 
 LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
   std::vector<int64_t> all(static_cast<size_t>(heads));
@@ -230,7 +199,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
   if (form == MapFeatures::NonNegative) {
-    const at::Tensor pq = stacked_relu_features(m, q, "q."), pk = stacked_relu_features(m, k, "k.");
+    const at::Tensor pq = stacked_relu_features(m, q, MapSide::Query), pk = stacked_relu_features(m, k, MapSide::Key);
     if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
       const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
@@ -243,7 +212,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
     return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
-  const at::Tensor lq = stacked_log_features(m, q, "q."), lk = stacked_log_features(m, k, "k.");
+  const at::Tensor lq = stacked_log_features(m, q, MapSide::Query), lk = stacked_log_features(m, k, MapSide::Key);
   if (loss == DistillLoss::L2) {
     // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
     if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
