@@ -12,6 +12,7 @@
 #include "attnscope/distill/layer_maps.h"
 
 #include "attnscope/base/error.h"
+#include "attnscope/attention/head.h"
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/attention/map_family.h"
 #include "attnscope/formats/converted_json.h"
@@ -83,6 +84,7 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
   spec.activation = o.activation;
   std::vector<uint64_t> seeds;
   for (int64_t h : head_ids) seeds.push_back(derive_seed(o.seed, layer, int(h)));
+  check_head(o.feature_map, o.window);
   LayerMaps m;
   static_cast<StackedMaps&>(m) = init_stacked_maps(spec, seeds);
   m.window = o.window;
@@ -198,6 +200,8 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
     return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
+  // log Khat_ij, the features' scales included: the linear part of the head's log weights.
+  at::Tensor log_khat;
   if (form == MapFeatures::NonNegative) {
     const at::Tensor pq = stacked_relu_features(m, q, MapSide::Query), pk = stacked_relu_features(m, k, MapSide::Key);
     if (loss == DistillLoss::L2) {
@@ -209,33 +213,33 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
       // Khat exp(-c): exp(-c) capped at e^80 so that a row with a very negative maximum stays finite.
       return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
     }
-    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, target_log_a(), seen, loss, v);
+    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2));
+    if (m.window == 0) return relu_row_loss(khat.masked_fill(causal.logical_not(), 0.0), target_log_a(), seen, loss, v);
+    // A hybrid head's rows are all defined (key i is in its own window); a kernel value of 0 has its
+    // log floored at log(1e-30), as log_kernel's (no gradient through it, as through the ReLU).
+    log_khat = at::log(khat.clamp_min(1e-30));
+  } else {
+    const at::Tensor lq = stacked_log_features(m, q, MapSide::Query), lk = stacked_log_features(m, k, MapSide::Key);
+    if (loss == DistillLoss::L2) {
+      // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
+      if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+      const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+      const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+      const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+      const at::Tensor log_kij = at::logsumexp(lq.index_select(2, i) + lk.index_select(2, j), -1);
+      const at::Tensor target = at::exp(s_ij - c);
+      // exp of at most 30 above the row's softmax maximum: a diverging pair still has a gradient.
+      const at::Tensor approx = at::exp((log_kij - c).clamp_max(30.0));
+      return (approx - target).pow(2).mean();
+    }
+    log_khat = log_kernel(lq, lk);
   }
-  const at::Tensor lq = stacked_log_features(m, q, MapSide::Query), lk = stacked_log_features(m, k, MapSide::Key);
-  if (loss == DistillLoss::L2) {
-    // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
-    if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
-    const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
-    const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
-    const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
-    const at::Tensor log_khat = at::logsumexp(lq.index_select(2, i) + lk.index_select(2, j), -1);
-    const at::Tensor target = at::exp(s_ij - c);
-    // exp of at most 30 above the row's softmax maximum: a diverging pair still has a gradient.
-    const at::Tensor approx = at::exp((log_khat - c).clamp_max(30.0));
-    return (approx - target).pow(2).mean();
-  }
-  at::Tensor log_khat = log_kernel(lq, lk);
-  if (m.window > 0) {
-    // Hybrid heads (SPEC 5): softmax's own weights on the last W keys, the map's before them, with
-    // the head's balance g = sigmoid(gamma) (log g and log(1 - g) in the log domain).
-    const at::Tensor gamma = m.param(kGammaParam).to(q.scalar_type()).view({1, -1, 1, 1});
-    const auto lopt = q.options().dtype(at::kLong);
-    const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
-    log_khat = at::where(lag < m.window, scores + at::log_sigmoid(gamma), log_khat + at::log_sigmoid(-gamma));
-  }
+  // The head's log weights (head.h): with a window (hybrid heads, SPEC 5) softmax's own weights on
+  // the last W keys beside the map's, balanced by g = sigmoid(gamma).
+  const at::Tensor pos = at::arange(L, q.options().dtype(at::kLong));
+  const at::Tensor gamma = m.window > 0 ? m.param(kGammaParam) : at::Tensor();
   const at::Tensor log_a = target_log_a();
-  const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
+  const at::Tensor log_ahat = at::log_softmax(head_log_weights({scores, log_khat, key_lag(pos, pos), m.window, gamma}), -1);
   const at::Tensor a = log_a.exp();
   if (loss == DistillLoss::Output)  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
     return (at::matmul(a, v) - at::matmul(log_ahat.exp(), v)).pow(2).mean();

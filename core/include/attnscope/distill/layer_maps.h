@@ -13,7 +13,9 @@
 //            (LoLCATs' attention transfer)
 // Everything is computed from log phi (log domain): log Khat_ij = logsumexp_m(log phi_q + log phi_k),
 // so exp never overflows on real heads. t2r's features are exactly 0 wherever ReLU cuts, so its
-// kernel is formed directly (no exp to overflow) and rows with no positive weight are left out.
+// kernel is formed directly (no exp to overflow) and rows with no positive weight are left out; in a
+// hybrid head (window > 0, head.h's rule) every row is defined and a kernel value of 0 has its log
+// floored at log(1e-30).
 #pragma once
 #include <ATen/core/Tensor.h>
 
