@@ -731,12 +731,17 @@ TEST(MapFamily, EachRowIsWhatItsMapDoes) {
     }
     const at::Tensor px = fm->query_features(x), py = fm->key_features(y);
     const double least_feature = px.min().item<double>();
-    if (f.features == MapFeatures::Positive) EXPECT_GT(least_feature, 0.0);
-    if (f.features == MapFeatures::NonNegative) EXPECT_EQ(least_feature, 0.0);
-    if (f.features == MapFeatures::Signed) EXPECT_LT(least_feature, 0.0);
+    switch (f.features) {
+      case MapFeatures::Positive: EXPECT_GT(least_feature, 0.0); break;
+      case MapFeatures::NonNegative: EXPECT_EQ(least_feature, 0.0); break;
+      case MapFeatures::Signed: EXPECT_LT(least_feature, 0.0); break;
+    }
     const double least_kernel = at::matmul(px, py.t()).min().item<double>();
-    if (f.nonnegative_kernel) EXPECT_GE(least_kernel, 0.0);
-    else EXPECT_LT(least_kernel, 0.0);
+    if (f.nonnegative_kernel) {
+      EXPECT_GE(least_kernel, 0.0);
+    } else {
+      EXPECT_LT(least_kernel, 0.0);
+    }
     EXPECT_EQ(f.positional, n == "cosformer");
   }
   EXPECT_EQ(trainable_map_names(), trainable);

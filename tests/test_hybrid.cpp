@@ -517,8 +517,11 @@ TEST(Hybrid, OneRuleForWhichMapsAHybridHeadTakes) {
     FeatureMapSpec spec;
     spec.name = map;
     auto expect = [&](const std::string& e) {
-      if (refused) EXPECT_NE(e.find("window"), std::string::npos) << e;
-      else EXPECT_EQ(e, "");
+      if (refused) {
+        EXPECT_NE(e.find("window"), std::string::npos) << e;
+      } else {
+        EXPECT_EQ(e, "");
+      }
     };
     expect(test::error_of([&] { check_head(map, 4); }));
     expect(test::error_of([&] { make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, 4); }));

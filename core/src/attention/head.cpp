@@ -14,7 +14,7 @@ namespace {
 
 // gamma [...] (one per head) as [..., 1, 1], in `like`'s dtype and on its device, to broadcast over
 // a head's rows and keys (or rows and outputs).
-at::Tensor balance(const at::Tensor& gamma, const at::Tensor& like) {
+at::Tensor balance_per_head(const at::Tensor& gamma, const at::Tensor& like) {
   std::vector<int64_t> shape(gamma.sizes().begin(), gamma.sizes().end());
   shape.push_back(1);
   shape.push_back(1);
@@ -38,13 +38,13 @@ at::Tensor head_log_weights(const HeadLogTerms& t) {
   // Every weight of a row divided by g (softmax does not see a factor common to a row): the window
   // part is softmax's scores as they are, so a row whose keys are all in the window (the first W
   // rows; every row when W >= L) is softmax's row exactly, and the linear part carries (1 - g) / g.
-  const at::Tensor g = balance(t.gamma, t.log_linear);
+  const at::Tensor g = balance_per_head(t.gamma, t.log_linear);
   const at::Tensor log_lin = t.log_linear + (at::log_sigmoid(-g) - at::log_sigmoid(g));
   return at::where(t.lag < t.window, t.scores, log_lin).masked_fill(t.lag < 0, ninf);
 }
 
 at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, const at::Tensor& gamma) {
-  const at::Tensor g = balance(gamma, window.lse);
+  const at::Tensor g = balance_per_head(gamma, window.lse);
   const at::Tensor a = linear.lse + at::log_sigmoid(-g), b = window.lse + at::log_sigmoid(g);
   const at::Tensor m = at::maximum(a, b);  // finite: b is
   const at::Tensor ea = at::exp(a - m), eb = at::exp(b - m);

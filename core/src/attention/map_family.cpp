@@ -1,29 +1,28 @@
 // The feature-map families, one row each (map_family.h).
 #include "attnscope/attention/map_family.h"
 
+#include "attnscope/attention/feature_map.h"
 #include "attnscope/base/error.h"
 
 namespace attnscope {
 namespace {
 
-using F = MapFeatures;
-
 // clang-format off
 constexpr MapFamily kMapFamilies[] = {
-  // id                        name                  train  pairs                                       features        k>=0   fixed  pos    budget
-  {MapId::Prf,               "prf",                false, nullptr,                                    F::Positive,    true,  false, false, 1},
-  {MapId::PrfOrthogonal,     "prf-orthogonal",     false, nullptr,                                    F::Positive,    true,  false, false, 1},
-  {MapId::PrfHyperbolic,     "prf-hyperbolic",     false, "[exp(w.x' - |x'|^2/2), exp(-w.x' - |x'|^2/2)]", F::Positive, true, false, false, 1},
-  {MapId::LearnedPrf,        "learned-prf",        true,  nullptr,                                    F::Positive,    true,  false, false, 1},
-  {MapId::Hedgehog,          "hedgehog",           true,  "[exp(u), exp(-u)]",                        F::Positive,    true,  false, false, 2},
-  {MapId::T2r,               "t2r",                true,  nullptr,                                    F::NonNegative, true,  false, false, 1},
-  {MapId::Elu,               "elu",                false, nullptr,                                    F::Positive,    true,  true,  false, 1},
-  {MapId::Relu,              "relu",               false, nullptr,                                    F::NonNegative, true,  true,  false, 1},
-  {MapId::Exp,               "exp",                false, nullptr,                                    F::Positive,    true,  true,  false, 1},
-  {MapId::Taylor2,           "taylor2",            false, nullptr,                                    F::Signed,      true,  true,  false, 1},
-  {MapId::Cosformer,         "cosformer",          false, nullptr,                                    F::NonNegative, true,  true,  true,  1},
-  {MapId::FlexStationary,    "flex-stationary",    true,  "[cos, sin]",                               F::Signed,      false, false, false, 1},
-  {MapId::FlexNonstationary, "flex-nonstationary", true,  "[cos, sin]",                               F::Signed,      false, false, false, 1},
+  // id                        name                  train  pairs                                            features                  k>=0   fixed  pos    budget
+  {MapId::Prf,               "prf",                false, nullptr,                                         MapFeatures::Positive,    true,  false, false, 1},
+  {MapId::PrfOrthogonal,     "prf-orthogonal",     false, nullptr,                                         MapFeatures::Positive,    true,  false, false, 1},
+  {MapId::PrfHyperbolic,     "prf-hyperbolic",     false, "[exp(w.x' - |x'|^2/2), exp(-w.x' - |x'|^2/2)]", MapFeatures::Positive,    true,  false, false, 1},
+  {MapId::LearnedPrf,        "learned-prf",        true,  nullptr,                                         MapFeatures::Positive,    true,  false, false, 1},
+  {MapId::Hedgehog,          "hedgehog",           true,  "[exp(u), exp(-u)]",                             MapFeatures::Positive,    true,  false, false, 2},
+  {MapId::T2r,               "t2r",                true,  nullptr,                                         MapFeatures::NonNegative, true,  false, false, 1},
+  {MapId::Elu,               "elu",                false, nullptr,                                         MapFeatures::Positive,    true,  true,  false, 1},
+  {MapId::Relu,              "relu",               false, nullptr,                                         MapFeatures::NonNegative, true,  true,  false, 1},
+  {MapId::Exp,               "exp",                false, nullptr,                                         MapFeatures::Positive,    true,  true,  false, 1},
+  {MapId::Taylor2,           "taylor2",            false, nullptr,                                         MapFeatures::Signed,      true,  true,  false, 1},
+  {MapId::Cosformer,         "cosformer",          false, nullptr,                                         MapFeatures::NonNegative, true,  true,  true,  1},
+  {MapId::FlexStationary,    "flex-stationary",    true,  "[cos, sin]",                                    MapFeatures::Signed,      false, false, false, 1},
+  {MapId::FlexNonstationary, "flex-nonstationary", true,  "[cos, sin]",                                    MapFeatures::Signed,      false, false, false, 1},
 };
 // clang-format on
 

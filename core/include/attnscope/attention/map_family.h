@@ -1,23 +1,23 @@
 // The feature-map families (SPEC 5's zoo), one row each, in one array (map_family.cpp, as llama.cpp's
-// llama-arch.cpp): what every part of attnscope asks of a map by its name reads that row.
+// llama-arch.cpp): whatever attnscope asks of a map by its name, it reads from that row.
 //
-//   name                trainable  even M (pairs of)                   features     kernel >= 0  fixed size  budget
-//   prf                                                                positive     yes                      1 d
-//   prf-orthogonal                                                     positive     yes                      1 d
-//   prf-hyperbolic                 [exp(w.x'), exp(-w.x')] (scaled)    positive     yes                      1 d
-//   learned-prf         yes                                            positive     yes                      1 d
-//   hedgehog            yes        [exp(u), exp(-u)]                   positive     yes                      2 d
-//   t2r                 yes                                            non-negative yes                      1 d
-//   elu                                                                positive     yes          d           1 d
-//   relu                                                               non-negative yes          d           1 d
-//   exp                                                                positive     yes          d           1 d
-//   taylor2                                                            signed       yes          1+d+d^2     1 d
-//   cosformer                                                          non-negative yes          2d          1 d
-//   flex-stationary     yes        [cos, sin]                          signed       no                       1 d
-//   flex-nonstationary  yes        [cos, sin]                          signed       no                       1 d
+//   name                trainable  even M: pairs of                      features      kernel >= 0  fixed size  budget
+//   prf                                                                  positive      yes                      d
+//   prf-orthogonal                                                       positive      yes                      d
+//   prf-hyperbolic                 [exp(w.x' - |x'|^2/2), exp(-w.x' ...)] positive      yes                      d
+//   learned-prf         yes                                              positive      yes                      d
+//   hedgehog            yes        [exp(u), exp(-u)]                     positive      yes                      2 d
+//   t2r                 yes                                              non-negative  yes                      d
+//   elu                                                                  positive      yes          d           d
+//   relu                                                                 non-negative  yes          d           d
+//   exp                                                                  positive      yes          d           d
+//   taylor2                                                              signed        yes          1 + d + d^2 d
+//   cosformer (positional)                                               non-negative  yes          2 d         d
+//   flex-stationary     yes        [cos, sin]                            signed        no                       d
+//   flex-nonstationary  yes        [cos, sin]                            signed        no                       d
 //
-// (d = head dimension; "budget" is the default mean feature dimension of a strategy.)
-// feature_map_names() (feature_map.h) lists the table's names.
+// d = head dimension; "budget" is the default mean feature dimension of a strategy. feature_map_names()
+// (feature_map.h) lists the rows' names.
 #pragma once
 #include <string>
 #include <vector>
@@ -33,13 +33,13 @@ enum class MapId {
 enum class MapFeatures {
   Positive,     // every feature > 0: log phi is finite, so kernels are formed in the log domain
   NonNegative,  // >= 0 with exact zeros (ReLU): kernels are formed from phi itself
-  Signed,       // either sign: kernel values are clamped at 0 (SPEC 5)
+  Signed,       // either sign: kernel values that come out negative are clamped at 0 (SPEC 5)
 };
 
 struct MapFamily {
   MapId id;
   const char* name;
-  bool trainable;          // distill trains it (stacked_maps.h)
+  bool trainable;          // distill trains it (its maps are stacked_maps.h's)
   const char* pairs;       // needs an even M, its features being these pairs; nullptr: any M
   MapFeatures features;
   bool nonnegative_kernel; // phi(q).phi(k) >= 0 for every q, k: hybrid heads take it (head.h)
