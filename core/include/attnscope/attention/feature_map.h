@@ -23,7 +23,9 @@
 //                       with w1' = (w1 + w2)/2, w2' = (w1 - w2)/2; w1, w2 [n, d], tau          features = 2n
 //
 // What each family is (trainable, pairs of features, the sign of its features and kernel values,
-// fixed size, default budget) is its row of one table, map_family.h.
+// fixed size, default budget) is its row of one table, map_family.h. The trainable families
+// (learned-prf, hedgehog, t2r, flex-*) are written once, stacked over heads (stacked_maps.h): a map
+// of theirs is one head of a stack.
 //
 // The random and PRF maps are unbiased estimators of K: E[phi(q).phi(k)] = exp(q.k / sqrt(d)). The
 // Fourier maps (flex-*) can give negative kernel values; linear_map() clamps them (attention/attention.h).
