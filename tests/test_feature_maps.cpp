@@ -11,6 +11,7 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/random.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
@@ -698,6 +699,63 @@ TEST(FeatureMap, DrawsComeFromDerivedSeeds) {
     at::Generator gen = at::detail::createCPUGenerator(derive_seed(seed, uint64_t(0)));
     EXPECT_TRUE(at::equal(z, at::randn({7, 5}, gen, at::TensorOptions().dtype(at::kFloat)))) << seed;
   }
+}
+
+// The family table (map_family.h) says what each map does: its rows against the maps themselves.
+TEST(MapFamily, EachRowIsWhatItsMapDoes) {
+  const at::Tensor x = randn64({64, 4}, 970, 2.0), y = randn64({64, 4}, 971, 2.0);
+  std::vector<std::string> trainable;
+  for (const auto& n : feature_map_names()) {
+    SCOPED_TRACE(n);
+    const MapFamily& f = map_family(n);
+    EXPECT_EQ(f.name, n);
+    EXPECT_EQ(f.fixed_size, feature_map_has_fixed_size(n));
+    EXPECT_EQ(f.budget_per_head_dim, n == "hedgehog" ? 2 : 1);
+    FeatureMapSpec s;
+    s.name = n;
+    s.d = 4;
+    s.features = f.fixed_size ? 0 : 8;
+    s.seed = 3;
+    auto fm = make_feature_map(s);
+    EXPECT_EQ(f.trainable, !fm->named_parameters().empty());
+    if (f.trainable) trainable.push_back(n);
+    if (!f.fixed_size) {  // an odd M: refused exactly by the maps built of pairs
+      s.features = 7;
+      bool refused = false;
+      try {
+        make_feature_map(s);
+      } catch (const Error& e) {
+        refused = std::string(e.what()).find("even") != std::string::npos;
+      }
+      EXPECT_EQ(refused, f.pairs != nullptr);
+    }
+    const at::Tensor px = fm->query_features(x), py = fm->key_features(y);
+    const double least_feature = px.min().item<double>();
+    switch (f.features) {
+      case MapFeatures::Positive: EXPECT_GT(least_feature, 0.0); break;
+      case MapFeatures::NonNegative: EXPECT_EQ(least_feature, 0.0); break;
+      case MapFeatures::Signed: EXPECT_LT(least_feature, 0.0); break;
+    }
+    const double least_kernel = at::matmul(px, py.t()).min().item<double>();
+    if (f.nonnegative_kernel) {
+      EXPECT_GE(least_kernel, 0.0);
+    } else {
+      EXPECT_LT(least_kernel, 0.0);
+    }
+    EXPECT_EQ(f.positional, n == "cosformer");
+  }
+  EXPECT_EQ(trainable_map_names(), trainable);
+  EXPECT_EQ(trainable, (std::vector<std::string>{"learned-prf", "hedgehog", "t2r", "flex-stationary", "flex-nonstationary"}));
+  const std::string m = [] {
+    try {
+      map_family("performer-xl");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_NE(m.find("unknown name 'performer-xl'"), std::string::npos) << m;
+  for (const auto& n : feature_map_names()) EXPECT_NE(m.find(n), std::string::npos) << n;
 }
 
 }  // namespace test_feature_maps

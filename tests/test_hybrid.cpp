@@ -13,7 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attnscope/analysis/head_analysis.h"
 #include "attnscope/attention/attention.h"
+#include "attnscope/attention/head.h"
+#include "attnscope/capture/capture.h"
 #include "attnscope/convert/convert_job.h"
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
@@ -417,6 +420,129 @@ TEST(Hybrid, DistillTrainsTheBalanceAndConvertsWithIt) {
     EXPECT_NE(test::error_of([&] { distill(b, dir); }).find("window"), std::string::npos) << bad;
     EXPECT_FALSE(fs::exists(dir)) << bad;
   }
+}
+
+// Hybrid heads take every map whose kernel values are >= 0 (head.h), t2r's ReLU features too:
+// layerwise training's t2r hybrid loss is the runtime's hybrid map (the output loss: the kernel
+// values of 0 that the loss floors at 1e-30 carry no weight in either), training lowers it and
+// moves the balance, and the trained maps convert, load and run in both forms.
+TEST(Hybrid, T2rHybridTrainsAndConverts) {
+  DistillOptions o;
+  o.feature_map = "t2r";
+  o.window = 6;
+  o.seed = 5;
+  {
+    LayerMaps m = init_layer_maps(o, 0, 2, 8, 16);
+    for (auto& [name, t] : m.params)
+      if (name == kGammaParam) t = at::tensor({-1.0f, 2.0f});
+    at::manual_seed(8);
+    const at::Tensor q = at::randn({1, 2, 30, 8}), k = at::randn({1, 2, 30, 8}), v = at::randn({1, 2, 30, 8});
+    double err = 0;
+    for (int h = 0; h < 2; ++h) {
+      const auto map = m.head_map(h);
+      const at::Tensor qh = q[0][h].to(at::kDouble), kh = k[0][h].to(at::kDouble), vh = v[0][h].to(at::kDouble);
+      const at::Tensor ahat = hybrid_map(map->scaled_query_features(qh), map->scaled_key_features(kh), qh, kh,
+                                         {6, at::full({}, h == 0 ? -1.0 : 2.0, at::kDouble)});
+      err += (at::matmul(softmax_map(qh, kh), vh) - at::matmul(ahat, vh)).pow(2).mean().item<double>();
+    }
+    EXPECT_GT(err, 1e-3);
+    EXPECT_NEAR(layer_loss(m, q, k, DistillLoss::Output, {}, v).item<double>(), err / 2, 1e-5 * err);
+  }
+  LoadedModel original = load_model(bundled());
+  const auto& c = original.model->config();
+  CaptureStore cap(test::bundled_capture());
+  auto maps = std::make_shared<HeadFeatureMaps>();
+  maps->window = o.window;
+  for (int s = 0; s < c.n_layer; ++s) {
+    LayerMaps m = init_layer_maps(o, s, cap.num_heads(), cap.head_dim(), 16);
+    const at::Tensor q = cap.layer_tensor(s, "q").narrow(0, 0, 4).to(at::kFloat), k = cap.layer_tensor(s, "k").narrow(0, 0, 4).to(at::kFloat);
+    for (auto& p : m.params) p.second.requires_grad_(true);
+    double first = 0, last = 0;
+    for (int step = 0; step < 30; ++step) {
+      const at::Tensor loss = layer_loss(m, q, k, DistillLoss::Kl);
+      ASSERT_TRUE(std::isfinite(loss.item<double>())) << "layer " << s << " step " << step;
+      if (step == 0) first = loss.item<double>();
+      last = loss.item<double>();
+      loss.backward();
+      at::NoGradGuard ng;
+      for (auto& p : m.params) {
+        ASSERT_TRUE(p.second.grad().isfinite().all().item<bool>()) << p.first;
+        p.second.sub_(0.05 * p.second.grad());
+        p.second.mutable_grad().zero_();
+      }
+    }
+    EXPECT_LT(last, 0.95 * first) << "layer " << s;
+    EXPECT_GT(m.param(kGammaParam).abs().max().item<double>(), 1e-4) << "layer " << s << ": gamma never moved from 0";
+    std::vector<std::shared_ptr<FeatureMap>> heads;
+    for (int64_t h = 0; h < m.heads; ++h) heads.push_back(m.head_map(h));
+    maps->maps.push_back(heads);
+    maps->gamma.push_back(m.param(kGammaParam).detach().clone());
+  }
+  ConvertOptions co;
+  co.map.name = "t2r";
+  co.dims.assign(c.n_layer, std::vector<int64_t>(c.n_head, 16));
+  co.window = o.window;
+  co.maps = maps;
+  co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
+  const std::string out = test::temp_dir("hybrid_t2r") + "/out";
+  convert_model(original, co, out);
+  LoadedModel conv = load_model(out);
+  const HeadFeatureMaps& back = *conv.model->feature_maps();
+  EXPECT_EQ(back.window, o.window);
+  ASSERT_EQ(back.gamma.size(), size_t(c.n_layer));
+  for (int s = 0; s < c.n_layer; ++s) {
+    EXPECT_TRUE(at::equal(back.gamma[s], maps->gamma[s])) << "layer " << s;
+    EXPECT_EQ(back.maps[s][1]->name(), "t2r");
+    EXPECT_TRUE(at::equal(back.maps[s][1]->parameters()[0], maps->maps[s][1]->parameters()[0])) << "layer " << s;
+  }
+  at::NoGradGuard ng;
+  at::manual_seed(4);
+  const at::Tensor ids = at::randint(c.vocab_size, {1, 29}, at::kLong);
+  const at::Tensor batch = conv.model->forward(ids);
+  EXPECT_TRUE(at::isfinite(batch).all().item<bool>());
+  EXPECT_LT((conv.model->forward_recurrent(ids) - batch).abs().max().item<double>(), 1e-3);
+}
+
+// One check of a head's settings (head.h's check_head) wherever hybrid heads are made: a window
+// beside a map whose kernel values can be negative (flex-*) is refused naming the window, by the
+// converted model's maps, the model, training's maps and the analysis alike; t2r is taken.
+TEST(Hybrid, OneRuleForWhichMapsAHybridHeadTakes) {
+  LoadedModel m = load_model(bundled());
+  const auto& c = m.model->config();
+  const std::vector<std::vector<int64_t>> dims(c.n_layer, std::vector<int64_t>(c.n_head, 8));
+  CaptureStore cap(test::bundled_capture());
+  for (const std::string map : {"flex-stationary", "flex-nonstationary", "t2r"}) {
+    SCOPED_TRACE(map);
+    const bool refused = map != "t2r";
+    FeatureMapSpec spec;
+    spec.name = map;
+    auto expect = [&](const std::string& e) {
+      if (refused) {
+        EXPECT_NE(e.find("window"), std::string::npos) << e;
+      } else {
+        EXPECT_EQ(e, "");
+      }
+    };
+    expect(test::error_of([&] { check_head(map, 4); }));
+    expect(test::error_of([&] { make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, 4); }));
+    auto maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim));
+    maps->window = 4;
+    maps->gamma = initial_gamma(c.n_layer, c.n_head);
+    Model probe(c, m.model->weights());
+    expect(test::error_of([&] { probe.set_feature_maps(maps); }));
+    DistillOptions o;
+    o.feature_map = map;
+    o.window = 4;
+    expect(test::error_of([&] { init_layer_maps(o, 0, 2, 8, 8); }));
+    AnalysisOptions a;
+    a.feature_map = map;
+    a.features = 8;
+    a.window = 4;
+    a.max_seqs = 1;
+    expect(test::error_of([&] { head_maps(cap, 0, 0, 0, a); }));
+  }
+  EXPECT_NE(test::error_of([&] { check_head("hedgehog", -1); }).find("window"), std::string::npos);
+  EXPECT_EQ(test::error_of([&] { check_head("", 3); }), "");
 }
 
 }  // namespace test_hybrid

@@ -4,7 +4,9 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/attention/attention.h"
+#include "attnscope/attention/head.h"
 #include "attnscope/base/random.h"
 #include "attnscope/base/tensor_checks.h"
 
@@ -30,7 +32,7 @@ std::unique_ptr<FeatureMap> head_feature_map(const AnalysisOptions& opt, int64_t
   spec.d = d;
   spec.features = opt.features;
   spec.seed = derive_seed(opt.seed, layer, head);
-  if (spec.name == "learned-prf") {
+  if (map_family(spec.name).id == MapId::LearnedPrf) {
     // Ridge-leverage initialization needs the head's own vectors: up to 2048 of its q and k.
     at::Tensor x = at::cat({q.reshape({-1, d}), k.reshape({-1, d})}, 0).to(at::kDouble);
     if (x.size(0) > 2048) x = x.index({at::linspace(0, x.size(0) - 1, 2048).to(at::kLong)});
@@ -40,11 +42,8 @@ std::unique_ptr<FeatureMap> head_feature_map(const AnalysisOptions& opt, int64_t
   return make_feature_map(spec);
 }
 
-// The hybrid's window: 0 (the map alone) or a number of keys.
-void check_window(const AnalysisOptions& opt) {
-  if (opt.window < 0)
-    fail_value("window", std::to_string(opt.window) + " must be 0 (plain linear attention) or a number of keys");
-}
+// The hybrid's window: 0 (the map alone) or a number of keys, beside a map whose kernel values are >= 0.
+void check_window(const AnalysisOptions& opt) { check_head(opt.feature_map, opt.window); }
 
 // The map the analysis measures against softmax: the feature map's linear map, or with a window the
 // hybrid of the two (balance 1/2, gamma 0).
@@ -92,15 +91,14 @@ LinearRows linear_rows(const Features& pq, const Features& pk, const at::Tensor&
   return out;
 }
 
-// hybrid_map's rows with balance 1/2 (gamma 0: the factor (1 - g) / g is 1).
+// hybrid_map's rows with balance 1/2 (gamma 0).
 at::Tensor hybrid_rows(const Features& pq, const Features& pk, const at::Tensor& q, const at::Tensor& k,
                        const at::Tensor& pos, int64_t window) {
   const int64_t L = k.size(-2);
   const at::Tensor scores = at::matmul(q.index_select(-2, pos), k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
   const at::Tensor dot = at::matmul(pq.values.index_select(-2, pos), pk.values.transpose(-2, -1));
   const at::Tensor log_lin = at::log(dot.clamp_min(0)) + pq.log_scale.index_select(-2, pos) + pk.log_scale.transpose(-2, -1);
-  const at::Tensor lag = pos.unsqueeze(-1) - at::arange(L, at::kLong).unsqueeze(0);  // i - j
-  return at::softmax(at::where(lag < window, scores, log_lin).masked_fill(lag < 0, -kAnalysisInf), -1);
+  return at::softmax(head_log_weights({scores, log_lin, key_lag(pos, at::arange(L, at::kLong)), window, at::zeros({}, at::kDouble)}), -1);
 }
 
 }  // namespace

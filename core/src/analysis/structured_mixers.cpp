@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/tensor_checks.h"
 
 namespace attnscope {
 namespace {
@@ -28,7 +29,7 @@ constexpr double kRidge = 1e-12;
 at::Tensor toeplitz_projection(const at::Tensor& A, std::vector<double>& diag_sums) {
   const int64_t L = A.size(0);
   const at::Tensor idx = at::arange(L, at::kLong);
-  const at::Tensor offset = (idx.unsqueeze(1) - idx.unsqueeze(0)).clamp_min(0).flatten();  // i - j, 0 above
+  const at::Tensor offset = key_lag(idx, idx).clamp_min(0).flatten();  // i - j, 0 above
   // Entries above the diagonal are 0 in A and add nothing to diagonal 0.
   const at::Tensor sums = at::zeros({L}, A.options()).index_add_(0, offset, A.flatten());
   const at::Tensor means = sums / (L - idx).to(at::kDouble);
@@ -97,7 +98,7 @@ RetNetFit fit_retnet(const at::Tensor& A, const std::vector<double>& diag_sums) 
 // c gamma^{i-j} on and below the diagonal (0^0 = 1).
 at::Tensor retnet_matrix(const RetNetFit& fit, int64_t L) {
   const at::Tensor idx = at::arange(L, at::TensorOptions().dtype(at::kDouble));
-  const at::Tensor offset = (idx.unsqueeze(1) - idx.unsqueeze(0)).clamp_min(0);
+  const at::Tensor offset = key_lag(idx, idx).clamp_min(0);
   return (fit.c * at::pow(fit.gamma, offset)).tril();
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/attention/head.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "attnscope/base/shape_str.h"
@@ -127,15 +128,6 @@ at::Tensor linear_attention_output(const Features& phi_q, const Features& phi_k,
 namespace attnscope {
 namespace {
 
-// log g and log(1 - g) of g = sigmoid(gamma), shaped to broadcast over [..., L, L or 1].
-std::pair<at::Tensor, at::Tensor> log_balance(const HybridHeads& hybrid, at::ScalarType dtype) {
-  std::vector<int64_t> shape(hybrid.gamma.sizes().begin(), hybrid.gamma.sizes().end());
-  shape.push_back(1);
-  shape.push_back(1);
-  const at::Tensor g = hybrid.gamma.to(dtype).reshape(shape);
-  return {at::log_sigmoid(g), at::log_sigmoid(-g)};
-}
-
 void check_hybrid(const char* where, const Features& phi_q, const Features& phi_k, const at::Tensor& q,
                   const at::Tensor& k, const HybridHeads& hybrid) {
   check_features(where, "phi_q", phi_q);
@@ -170,10 +162,9 @@ WindowPart sliding_window_attention(const at::Tensor& q, const at::Tensor& k, co
   WindowPart out;
   if (Lq < Lk) {
     // The last Lq queries (the recurrent form's one): dense over all keys, masked to each window.
-    const at::Tensor i = at::arange(Lk - Lq, Lk, q.options().dtype(at::kLong)).unsqueeze(-1);
-    const at::Tensor j = at::arange(0, Lk, q.options().dtype(at::kLong)).unsqueeze(0);
-    const at::Tensor in_window = (j <= i).logical_and(i - j < window);
-    const at::Tensor s = (at::matmul(q, kk.transpose(-2, -1)) * scale).masked_fill(in_window.logical_not(), ninf);
+    const auto lopt = q.options().dtype(at::kLong);
+    const at::Tensor seen = in_window(key_lag(at::arange(Lk - Lq, Lk, lopt), at::arange(0, Lk, lopt)), window);
+    const at::Tensor s = (at::matmul(q, kk.transpose(-2, -1)) * scale).masked_fill(seen.logical_not(), ninf);
     out.lse = at::logsumexp(s, -1, /*keepdim=*/true);
     out.y = at::matmul(at::exp(s - out.lse), vv);
     return out;
@@ -191,13 +182,13 @@ WindowPart sliding_window_attention(const at::Tensor& q, const at::Tensor& k, co
   const at::Tensor qb = pad_rows(q, 0, Lp - L).reshape(qshape);                                    // [..., nb, Wb, d]
   const at::Tensor kb = pad_rows(kk, Wb, Lp - L).unfold(-2, 2 * Wb, Wb).transpose(-2, -1);        // [..., nb, 2Wb, d]
   const at::Tensor vb = pad_rows(vv, Wb, Lp - L).unfold(-2, 2 * Wb, Wb).transpose(-2, -1);        // [..., nb, 2Wb, d_v]
-  // Query r of block b is position b Wb + r, key c of its keys position (b - 1) Wb + c.
+  // Query r of block b is position b Wb + r, key c of its keys position (b - 1) Wb + c (the keys
+  // before position 0 are padding).
   const auto lopt = q.options().dtype(at::kLong);
-  const at::Tensor b = at::arange(nb, lopt).view({nb, 1, 1}), r = at::arange(Wb, lopt).view({1, Wb, 1}),
-                   c = at::arange(2 * Wb, lopt).view({1, 1, 2 * Wb});
-  const at::Tensor lag = Wb + r - c;  // i - j
-  const at::Tensor in_window = (lag >= 0).logical_and(lag < window).logical_and((b - 1) * Wb + c >= 0);  // [nb, Wb, 2Wb]
-  const at::Tensor s = (at::matmul(qb, kb.transpose(-2, -1)) * scale).masked_fill(in_window.logical_not(), ninf);
+  const at::Tensor b = at::arange(nb, lopt).view({nb, 1});
+  const at::Tensor query_pos = b * Wb + at::arange(Wb, lopt), key_pos = (b - 1) * Wb + at::arange(2 * Wb, lopt);
+  const at::Tensor seen = in_window(key_lag(query_pos, key_pos), window).logical_and(key_pos.unsqueeze(-2) >= 0);  // [nb, Wb, 2Wb]
+  const at::Tensor s = (at::matmul(qb, kb.transpose(-2, -1)) * scale).masked_fill(seen.logical_not(), ninf);
   const at::Tensor lse = at::logsumexp(s, -1, /*keepdim=*/true);  // [..., nb, Wb, 1]
   const at::Tensor y = at::matmul(at::exp(s - lse), vb);           // [..., nb, Wb, d_v]
   std::vector<int64_t> yshape(q.sizes().begin(), q.sizes().end() - 2), lshape = yshape;
@@ -208,32 +199,16 @@ WindowPart sliding_window_attention(const at::Tensor& q, const at::Tensor& k, co
   return out;
 }
 
-at::Tensor combine_parts(const at::Tensor& y_lin, const at::Tensor& a, const at::Tensor& y_win, const at::Tensor& b) {
-  const at::Tensor m = at::maximum(a, b);  // finite: b is
-  const at::Tensor ea = at::exp(a - m), eb = at::exp(b - m);
-  // Where the linear part has no weight (a = -inf) its output is 0/0: read as 0 (weight 0 anyway).
-  const at::Tensor lin = at::where(at::isfinite(a), y_lin, at::zeros_like(y_lin));
-  return (ea * lin + eb * y_win) / (ea + eb);
-}
-
 at::Tensor hybrid_map(const Features& phi_q, const Features& phi_k, const at::Tensor& q, const at::Tensor& k,
                       const HybridHeads& hybrid) {
   check_hybrid("hybrid_map", phi_q, phi_k, q, k, hybrid);
   const auto dtype = q.scalar_type();
   const int64_t L = q.size(-2), d = q.size(-1);
-  const auto [log_g, log_1mg] = log_balance(hybrid, dtype);
   const at::Tensor scores = at::matmul(q, k.to(dtype).transpose(-2, -1)) / std::sqrt(double(d));
   const at::Tensor dot = at::matmul(phi_q.values.to(dtype), phi_k.values.to(dtype).transpose(-2, -1));
-  // Every weight of a row divided by g (softmax does not see a factor common to a row): the window
-  // part is softmax's scores as they are, so a row whose keys are all in the window (the first W
-  // rows; every row when W >= L) is softmax_map's row exactly, and the linear part carries
-  // (1 - g) / g.
-  const at::Tensor log_lin = at::log(dot.clamp_min(0)) + phi_q.log_scale.to(dtype) +
-                             phi_k.log_scale.to(dtype).transpose(-2, -1) + (log_1mg - log_g);
-  const auto lopt = q.options().dtype(at::kLong);
-  const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
-  const at::Tensor logw = at::where(lag < hybrid.window, scores, log_lin).masked_fill(lag < 0, -kInf);
-  return at::softmax(logw, -1);
+  const at::Tensor log_lin = at::log(dot.clamp_min(0)) + phi_q.log_scale.to(dtype) + phi_k.log_scale.to(dtype).transpose(-2, -1);
+  const at::Tensor pos = at::arange(L, q.options().dtype(at::kLong));
+  return at::softmax(head_log_weights({scores, log_lin, key_lag(pos, pos), hybrid.window, hybrid.gamma}), -1);
 }
 
 at::Tensor hybrid_attention_output(const Features& phi_q, const Features& phi_k, const at::Tensor& q, const at::Tensor& k,
@@ -244,7 +219,6 @@ at::Tensor hybrid_attention_output(const Features& phi_q, const Features& phi_k,
   check_same_rows(where, "q", q, "v", v);
   const auto dtype = q.scalar_type();
   const int64_t L = q.size(-2), W = hybrid.window;
-  const auto [log_g, log_1mg] = log_balance(hybrid, dtype);
   const WindowPart win = sliding_window_attention(q, k, v, W);
   if (W >= L) return win.y;  // every key is in the window: softmax attention, g cancels
   // The linear part reads keys j <= i - W: the keys moved W positions later, the first W places
@@ -259,8 +233,7 @@ at::Tensor hybrid_attention_output(const Features& phi_q, const Features& phi_k,
   const at::Tensor zero = at::zeros({}, fk.options());
   const auto lin = kernels::causal_linear_attention_lse(phi_q.values.to(dtype), later(fk, zero),
                                                         later(ls, std::get<0>(ls.min(-2, true)).detach()), later(vv, zero));
-  const at::Tensor a = lin.lse + phi_q.log_scale.to(dtype) + log_1mg;
-  return combine_parts(lin.y, a, win.y, win.lse + log_g);
+  return combine_head_parts({win.y, win.lse}, {lin.y, lin.lse + phi_q.log_scale.to(dtype)}, hybrid.gamma);
 }
 
 }  // namespace attnscope

@@ -1,11 +1,8 @@
 #include "attnscope/attention/feature_map.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 
-#include <initializer_list>
-
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/random.h"
 #include "feature_map_families.h"
@@ -34,18 +31,6 @@ std::vector<at::Tensor> FeatureMap::parameters() {
   return out;
 }
 
-std::vector<std::string> feature_map_names() {
-  return {"prf",  "prf-orthogonal", "prf-hyperbolic", "learned-prf", "hedgehog",
-          "t2r",  "elu",            "relu",           "exp",         "taylor2",
-          "cosformer", "flex-stationary", "flex-nonstationary"};
-}
-
-bool feature_map_has_fixed_size(const std::string& name) {
-  for (const char* n : {"elu", "relu", "exp", "taylor2", "cosformer"})
-    if (name == n) return true;
-  return false;
-}
-
 void check_feature_dim(int64_t m, const std::string& where) {
   if (m < 1 || m > kMaxFeatureDim)
     fail_value("feature dimension", std::to_string(m) + (where.empty() ? "" : " (" + where + ")") + " is outside 1.." +
@@ -54,23 +39,17 @@ void check_feature_dim(int64_t m, const std::string& where) {
 
 std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec) {
   const std::string& n = spec.name;
-  auto is = [&](std::initializer_list<const char*> names) {
-    for (const char* s : names)
-      if (n == s) return true;
-    return false;
-  };
-  const std::vector<std::string> names = feature_map_names();
-  if (std::find(names.begin(), names.end(), n) == names.end()) {
-    std::string valid;
-    for (const auto& s : names) valid += (valid.empty() ? "" : ", ") + s;
-    fail("feature map", "unknown name '" + n + "' (valid: " + valid + ")");
-  }
+  const MapFamily& family = map_family(n);
   if (spec.features > 0) check_feature_dim(spec.features, "feature map " + n);
   if (spec.d <= 0) fail(fmap::where(n), "input dimension d must be positive, got " + std::to_string(spec.d));
   if (spec.features < 0) fail(fmap::where(n), "features must be positive, got " + std::to_string(spec.features));
-  if (is({"prf", "prf-orthogonal", "prf-hyperbolic", "learned-prf"})) return fmap::make_prf(spec);
-  if (is({"hedgehog", "t2r"})) return fmap::make_mlp(spec);
-  if (is({"flex-stationary", "flex-nonstationary"})) return fmap::make_fourier(spec);
+  if (family.trainable) return fmap::make_trainable(spec);
+  switch (family.id) {
+    case MapId::Prf:
+    case MapId::PrfOrthogonal:
+    case MapId::PrfHyperbolic: return fmap::make_prf(spec);
+    default: break;
+  }
   return fmap::make_simple(spec);
 }
 
@@ -95,10 +74,10 @@ std::string resolve_init(const FeatureMapSpec& spec, const std::vector<std::stri
   fail(where(spec.name), "unknown init '" + spec.init + "' (valid: " + valid + ")");
 }
 
-int64_t chosen_features(const FeatureMapSpec& spec, bool even) {
+int64_t chosen_features(const FeatureMapSpec& spec) {
   if (spec.features <= 0)
     fail(where(spec.name), "features (M) must be positive, got " + std::to_string(spec.features));
-  if (even && spec.features % 2 != 0)
+  if (map_family(spec.name).pairs && spec.features % 2 != 0)
     fail(where(spec.name), "features (M) must be even (pairs of features), got " + std::to_string(spec.features));
   return spec.features;
 }

@@ -13,18 +13,16 @@
 
 namespace attnscope::fmap {
 
-// feature_map_prf.cpp: prf, prf-orthogonal, prf-hyperbolic, learned-prf
+// feature_map_prf.cpp: prf, prf-orthogonal, prf-hyperbolic
 std::unique_ptr<FeatureMap> make_prf(const FeatureMapSpec& spec);
 // feature_map_prf.cpp: the random draws w of prf, prf-orthogonal, prf-hyperbolic (undefined for any
 // other map), and the map of that name rebuilt around given draws (feature_map_tensors.cpp).
 at::Tensor prf_draws(const FeatureMap& map);
 std::unique_ptr<FeatureMap> make_prf_from_draws(const std::string& name, at::Tensor w);
-// feature_map_mlp.cpp: hedgehog, t2r
-std::unique_ptr<FeatureMap> make_mlp(const FeatureMapSpec& spec);
+// stacked_maps.cpp: the trainable maps (learned-prf, hedgehog, t2r, flex-*), a stack of one head
+std::unique_ptr<FeatureMap> make_trainable(const FeatureMapSpec& spec);
 // feature_map_simple.cpp: elu, relu, exp, taylor2, cosformer
 std::unique_ptr<FeatureMap> make_simple(const FeatureMapSpec& spec);
-// feature_map_fourier.cpp: flex-stationary, flex-nonstationary
-std::unique_ptr<FeatureMap> make_fourier(const FeatureMapSpec& spec);
 
 // "feature map <name>": the `where` of every error a map raises.
 std::string where(const std::string& name);
@@ -35,8 +33,9 @@ void check_input(const std::string& name, int64_t d, const at::Tensor& x);
 // The spec's init, or `allowed[0]` when empty; throws when not in `allowed`.
 std::string resolve_init(const FeatureMapSpec& spec, const std::vector<std::string>& allowed);
 
-// M for a map whose size is a choice: spec.features, which must be > 0 (and even when `even`).
-int64_t chosen_features(const FeatureMapSpec& spec, bool even = false);
+// M for a map whose size is a choice: spec.features, which must be > 0 (and even for a family of
+// feature pairs, MapFamily::pairs).
+int64_t chosen_features(const FeatureMapSpec& spec);
 
 // M for a fixed-size map: `natural`, after checking spec.features is 0 or equal to it.
 int64_t fixed_features(const FeatureMapSpec& spec, int64_t natural);

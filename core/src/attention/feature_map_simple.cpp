@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "feature_map_families.h"
 
@@ -122,23 +123,22 @@ namespace fmap {
 std::unique_ptr<FeatureMap> make_simple(const FeatureMapSpec& spec) {
   const std::string& n = spec.name;
   resolve_init(spec, {"none"});
-  if (n == "elu") {
-    fixed_features(spec, spec.d);
-    return std::make_unique<ElementwiseMap>(n, spec.d, ElementwiseMap::Kind::Elu, 1.0);
-  }
-  if (n == "relu") {
-    fixed_features(spec, spec.d);
-    return std::make_unique<ElementwiseMap>(n, spec.d, ElementwiseMap::Kind::Relu, 1.0);
-  }
-  if (n == "exp") {
-    fixed_features(spec, spec.d);
-    if (!std::isfinite(spec.temperature) || spec.temperature == 0)
-      fail(where(n), "temperature must be finite and non-zero, got " + std::to_string(spec.temperature));
-    return std::make_unique<ElementwiseMap>(n, spec.d, ElementwiseMap::Kind::Exp, spec.temperature);
-  }
-  if (n == "taylor2") {
-    fixed_features(spec, 1 + spec.d + spec.d * spec.d);
-    return std::make_unique<Taylor2Map>(spec.d);
+  switch (map_family(n).id) {
+    case MapId::Elu:
+      fixed_features(spec, spec.d);
+      return std::make_unique<ElementwiseMap>(n, spec.d, ElementwiseMap::Kind::Elu, 1.0);
+    case MapId::Relu:
+      fixed_features(spec, spec.d);
+      return std::make_unique<ElementwiseMap>(n, spec.d, ElementwiseMap::Kind::Relu, 1.0);
+    case MapId::Exp:
+      fixed_features(spec, spec.d);
+      if (!std::isfinite(spec.temperature) || spec.temperature == 0)
+        fail(where(n), "temperature must be finite and non-zero, got " + std::to_string(spec.temperature));
+      return std::make_unique<ElementwiseMap>(n, spec.d, ElementwiseMap::Kind::Exp, spec.temperature);
+    case MapId::Taylor2:
+      fixed_features(spec, 1 + spec.d + spec.d * spec.d);
+      return std::make_unique<Taylor2Map>(spec.d);
+    default: break;
   }
   // cosformer
   fixed_features(spec, 2 * spec.d);

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "attnscope/attention/head.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/random.h"
 
@@ -22,9 +24,10 @@ std::vector<at::Tensor> initial_gamma(int n_layer, int n_head) {
 }
 
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
-                                      int n_layer, int n_head, int head_dim) {
-  if (spec.name == "cosformer")
-    fail("feature map cosformer", "depends on token positions and a horizon; it cannot run as a converted model");
+                                      int n_layer, int n_head, int head_dim, int64_t window) {
+  if (map_family(spec.name).positional)
+    fail("feature map " + spec.name, "depends on token positions and a horizon; it cannot run as a converted model");
+  check_head(spec.name, window);
   if (int(dims.size()) != n_layer) fail("dims", std::to_string(dims.size()) + " layers for a model of " + std::to_string(n_layer));
   HeadFeatureMaps lin;
   lin.maps.resize(n_layer);
@@ -38,6 +41,8 @@ HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::ve
       lin.maps[s].push_back(std::shared_ptr<FeatureMap>(make_feature_map(hs)));
     }
   }
+  lin.window = window;
+  if (map_head_type(window) == HeadType::Hybrid) lin.gamma = initial_gamma(n_layer, n_head);
   return lin;
 }
 

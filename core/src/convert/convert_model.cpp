@@ -145,10 +145,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
 
   std::shared_ptr<const HeadFeatureMaps> maps = o.maps;
   if (!maps) {
-    auto fresh = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim));
-    fresh->window = o.window;
-    if (o.window > 0) fresh->gamma = initial_gamma(c.n_layer, c.n_head);
-    maps = fresh;
+    maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim, o.window));
   }
   // Check the maps fit before anything is written (a throw-away copy of the model is not needed:
   // set_feature_maps's checks are the same ones load_model will run).

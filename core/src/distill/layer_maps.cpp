@@ -1,16 +1,8 @@
-// One layer's feature maps stacked over heads, and the distillation losses in the log domain
-// (distill.h). log phi is written out per map so that no feature is ever exponentiated on its own:
-//   learned-prf  log phi_m(x) = z_m.x' - |x'|^2/2 + alpha_m/2 - log(M)/2,  x' = x / d^(1/4)
-//   hedgehog     u = x W + b;  exp: [u, -u];  softmax: [log_softmax(u), log_softmax(-u)]
-//   t2r          phi = ReLU(x W + b), formed directly: its features are exactly 0 where ReLU cuts,
-//                where a log would be -inf with a NaN gradient, and nothing in it can overflow
-//   flex-stationary  phi(x) = exp(ls(x)) [cos(w.x), sin(w.x)], ls(x) = |x|^2 e^-tau - log(n)/2: the
-//                kernel exp(ls_i + ls_j) V_ij (V = the cos/sin dot products) can be negative and is
-//                clamped at 0 as linear attention does (SPEC 5); ls_i cancels in a row, ls_j is
-//                taken relative to the row's largest (a running max over j <= i), so nothing overflows
-//   flex-nonstationary  the same with [cos(w1'.x) cos(w2'.x), sin(w1'.x) cos(w2'.x)], w1' = (w1 + w2)/2,
-//                w2' = (w1 - w2)/2 (omega1 = w1, omega2 = w2): the same clamped kernel
-// the same maps as feature_map_prf.cpp and feature_map_mlp.cpp define (the tests check it).
+// One layer's feature maps stacked over heads (attention/stacked_maps.h), and the distillation
+// losses in the log domain (distill.h). The kernel of flex-stationary and flex-nonstationary,
+// exp(ls_i + ls_j) V_ij (V = the cos/sin dot products), can be negative and is clamped at 0 as
+// linear attention does (SPEC 5); ls_i cancels in a row, ls_j is taken relative to the row's largest
+// (a running max over j <= i), so nothing overflows.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
@@ -20,7 +12,9 @@
 #include "attnscope/distill/layer_maps.h"
 
 #include "attnscope/base/error.h"
+#include "attnscope/attention/head.h"
 #include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/formats/converted_json.h"
 #include "attnscope/model/model.h"
 #include "attnscope/base/random.h"
@@ -34,75 +28,6 @@ std::string feature_map_tensor_name(int layer, int head, const std::string& para
 }
 
 namespace {
-
-FeatureMapSpec head_spec(const LayerMaps& m, uint64_t seed, const std::string& init, bool tied) {
-  FeatureMapSpec s;
-  s.name = m.map;
-  s.d = m.d;
-  s.features = m.features;
-  s.seed = seed;
-  s.init = init;
-  s.tied = tied;
-  s.activation = m.activation;
-  return s;
-}
-
-const at::Tensor& param(const LayerMaps& m, const std::string& name) {
-  for (const auto& [n, t] : m.params)
-    if (n == name) return t;
-  fail("distill", "layer maps have no parameter '" + name + "'");
-}
-
-bool has_param(const LayerMaps& m, const std::string& name) {
-  for (const auto& p : m.params)
-    if (p.first == name) return true;
-  return false;
-}
-
-// log phi of x [B, H, L, d] with the stacked parameters; `side` is "q." or "k." for untied maps.
-at::Tensor log_features(const LayerMaps& m, const at::Tensor& x, const std::string& side) {
-  if (m.map == "learned-prf") {
-    const at::Tensor xs = x / std::pow(double(m.d), 0.25);
-    const at::Tensor z = param(m, "z");          // [H, M, d]
-    const at::Tensor alpha = param(m, "alpha");  // [H, M]
-    const at::Tensor proj = at::matmul(xs, z.unsqueeze(0).transpose(-1, -2));  // [B, H, L, M]
-    const at::Tensor half_sq = 0.5 * (xs * xs).sum(-1, true);
-    return proj - half_sq + 0.5 * alpha.unsqueeze(0).unsqueeze(2) - 0.5 * std::log(double(m.features));
-  }
-  const std::string pre = has_param(m, "W") ? "" : side;
-  const at::Tensor W = param(m, pre + "W");  // [H, d, d']
-  const at::Tensor b = param(m, pre + "b");  // [H, d']
-  const at::Tensor u = at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2);
-  if (m.activation == "softmax") return at::cat({at::log_softmax(u, -1), at::log_softmax(-u, -1)}, -1);
-  return at::cat({u, -u}, -1);
-}
-
-// t2r's features ReLU(x W + b) [B, H, L, M]; `side` as for log_features.
-at::Tensor relu_features(const LayerMaps& m, const at::Tensor& x, const std::string& side) {
-  const std::string pre = has_param(m, "W") ? "" : side;
-  const at::Tensor W = param(m, pre + "W");  // [H, d, M]
-  const at::Tensor b = param(m, pre + "b");  // [H, M]
-  return at::relu(at::matmul(x, W.unsqueeze(0)) + b.unsqueeze(0).unsqueeze(2));
-}
-
-bool is_fourier(const std::string& map) { return map == "flex-stationary" || map == "flex-nonstationary"; }
-
-// flex-stationary and flex-nonstationary: the cos/sin values [B, H, L, M] and the log scale ls
-// [B, H, L] of x.
-std::pair<at::Tensor, at::Tensor> fourier_features(const LayerMaps& m, const at::Tensor& x) {
-  const at::Tensor tau = param(m, "tau");  // [H, 1]
-  const bool stationary = m.map == "flex-stationary";
-  const at::Tensor w1 = param(m, stationary ? "omega" : "omega1");  // [H, n, d]
-  const at::Tensor ls = (x * x).sum(-1) * at::exp(-tau).unsqueeze(0) - 0.5 * std::log(double(w1.size(1)));
-  if (stationary) {
-    const at::Tensor a = at::matmul(x, w1.unsqueeze(0).transpose(-1, -2));  // [B, H, L, n]
-    return {at::cat({at::cos(a), at::sin(a)}, -1), ls};
-  }
-  const at::Tensor w2 = param(m, "omega2");
-  const at::Tensor a = at::matmul(x, (0.5 * (w1 + w2)).unsqueeze(0).transpose(-1, -2));           // w1'.x
-  const at::Tensor c = at::cos(at::matmul(x, (0.5 * (w1 - w2)).unsqueeze(0).transpose(-1, -2)));  // cos(w2'.x)
-  return {at::cat({at::cos(a) * c, at::sin(a) * c}, -1), ls};
-}
 
 // The kl / softmax loss of t2r and flex-stationary (clamped kernels), from its kernel Khat = phi_q phi_k^T (>= 0, causal part only).
 // A row whose weights j <= i are all 0 has no distribution Ahat (core's undefined rows,
@@ -143,94 +68,25 @@ at::Tensor log_kernel(const at::Tensor& lq, const at::Tensor& lk) {
 
 }  // namespace
 
-std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const {
-  if (map == "learned-prf")
-    return make_learned_prf(param(*this, "z")[head].detach().clone(), param(*this, "alpha")[head].detach().clone());
-  // The map's default initialization: every parameter is overwritten below.
-  auto fm = make_feature_map(head_spec(*this, 0, "", !has_param(*this, "q.W")));
-  for (auto& [name, t] : fm->named_parameters()) t.copy_(param(*this, name)[head].detach());
-  return fm;
-}
+std::unique_ptr<FeatureMap> LayerMaps::head_map(int64_t head) const { return stacked_head_copy(*this, head); }
 
 namespace {
-
-// One head of stacked maps as a core FeatureMap, computed from the stacked tensors (a slice of them
-// at each call, so the autograd graph of every forward pass reaches the stacked leaves). The
-// features are layer_maps' own formulas on one head, as scaled features: the largest log feature
-// taken out (learned-prf, hedgehog; the scale is detached: the kernel does not depend on it), the
-// norm factor as the scale (flex-*: it carries tau's gradient), or no scale (t2r).
-class TrainableHeadMap : public FeatureMap {
- public:
-  TrainableHeadMap(LayerMaps maps, int64_t head) : maps_(std::move(maps)), head_(head) {}
-  std::string name() const override { return maps_.map; }
-  int64_t input_dim() const override { return maps_.d; }
-  int64_t feature_dim() const override { return maps_.features; }
-  at::Tensor query_features(const at::Tensor& x) const override {
-    const Features f = scaled_query_features(x);
-    return f.values * at::exp(f.log_scale);
-  }
-  at::Tensor key_features(const at::Tensor& x) const override {
-    const Features f = scaled_key_features(x);
-    return f.values * at::exp(f.log_scale);
-  }
-  Features scaled_query_features(const at::Tensor& x) const override { return features(x, "q."); }
-  Features scaled_key_features(const at::Tensor& x) const override { return features(x, "k."); }
-
- private:
-  Features features(const at::Tensor& x, const std::string& side) const {
-    if (x.dim() < 2 || x.size(-1) != maps_.d)
-      fail("feature map " + maps_.map, "input must be [..., L, " + std::to_string(maps_.d) + "]");
-    LayerMaps one = maps_;
-    one.heads = 1;
-    for (auto& [name, t] : one.params) t = t.narrow(0, head_, 1).to(x.scalar_type());
-    std::vector<int64_t> lead(x.sizes().begin(), x.sizes().end() - 1);  // [..., L]
-    const at::Tensor x4 = x.reshape({-1, 1, x.size(-2), maps_.d});
-    at::Tensor values, log_scale;
-    if (is_fourier(one.map)) {
-      auto [v, ls] = fourier_features(one, x4);
-      values = v;
-      log_scale = ls.unsqueeze(-1);
-    } else if (one.map == "t2r") {
-      values = relu_features(one, x4, side);
-      log_scale = at::zeros_like(values.narrow(-1, 0, 1));
-    } else {
-      const at::Tensor l = log_features(one, x4, side);
-      log_scale = std::get<0>(l.max(-1, true)).detach();
-      values = at::exp(l - log_scale);
-    }
-    std::vector<int64_t> vshape = lead, sshape = lead;
-    vshape.push_back(values.size(-1));
-    sshape.push_back(1);
-    return {values.reshape(vshape), log_scale.reshape(sshape)};
-  }
-
-  LayerMaps maps_;
-  int64_t head_;
-};
 
 // Maps for the given heads of a layer, stacked in that order; head h has seed derive_seed(seed, layer, h).
 LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_t>& head_ids, int64_t d,
                     int64_t features) {
+  FeatureMapSpec spec;
+  spec.name = o.feature_map;
+  spec.d = d;
+  spec.features = features;
+  spec.init = o.init;
+  spec.tied = o.tied;
+  spec.activation = o.activation;
+  std::vector<uint64_t> seeds;
+  for (int64_t h : head_ids) seeds.push_back(derive_seed(o.seed, layer, int(h)));
+  check_head(o.feature_map, o.window);
   LayerMaps m;
-  m.map = o.feature_map;
-  m.activation = o.activation;
-  m.heads = int64_t(head_ids.size());
-  m.d = d;
-  m.features = features;
-  std::vector<std::vector<at::Tensor>> per_param;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < head_ids.size(); ++i) {
-    const int64_t h = head_ids[i];
-    auto fm = make_feature_map(head_spec(m, derive_seed(o.seed, layer, int(h)), o.init, o.tied));
-    const auto np = fm->named_parameters();
-    if (np.empty()) fail("distill", "feature map '" + m.map + "' has nothing to train");
-    if (i == 0) {
-      for (const auto& p : np) names.push_back(p.first);
-      per_param.resize(np.size());
-    }
-    for (size_t j = 0; j < np.size(); ++j) per_param[j].push_back(np[j].second.to(at::kFloat).detach().clone());
-  }
-  for (size_t j = 0; j < names.size(); ++j) m.params.emplace_back(names[j], at::stack(per_param[j]).contiguous());
+  static_cast<StackedMaps&>(m) = init_stacked_maps(spec, seeds);
   m.window = o.window;
   if (o.window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
   return m;
@@ -238,10 +94,7 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
 
 }  // namespace
 
-std::shared_ptr<FeatureMap> LayerMaps::trainable_head_map(int64_t head) const {
-  if (head < 0 || head >= heads) fail("distill", "head " + std::to_string(head) + " outside the stacked maps");
-  return std::make_shared<TrainableHeadMap>(*this, head);
-}
+std::shared_ptr<FeatureMap> LayerMaps::trainable_head_map(int64_t head) const { return stacked_head_view(*this, head); }
 
 LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
   std::vector<int64_t> all(static_cast<size_t>(heads));
@@ -275,7 +128,7 @@ at::Tensor layer_gamma(const std::vector<HeadGroup>& layer) {
   where.assign(size_t(n), -1);
   int64_t at_ = 0;
   for (const auto& g : layer) {
-    parts.push_back(param(g.maps, kGammaParam));
+    parts.push_back(g.maps.param(kGammaParam));
     for (int64_t h : g.heads) where[size_t(h)] = at_++;
   }
   return at::cat(parts).index_select(0, at::tensor(where, at::kLong).to(parts[0].device()));
@@ -327,9 +180,10 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor seen = causal_mask(L, q.device(), m.softmax_window);
   // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
   const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
-  if (is_fourier(m.map)) {
-    const auto [vq, lsq] = fourier_features(m, q);
-    const auto [vk, lsk] = fourier_features(m, k);
+  const MapFeatures form = map_family(m.map).features;
+  if (form == MapFeatures::Signed) {
+    const auto [vq, lsq] = stacked_fourier_features(m, q);
+    const auto [vk, lsk] = stacked_fourier_features(m, k);
     const at::Tensor kv = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
     if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
@@ -346,8 +200,10 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
     return relu_row_loss(khat, target_log_a(), seen, loss, v);
   }
-  if (m.map == "t2r") {
-    const at::Tensor pq = relu_features(m, q, "q."), pk = relu_features(m, k, "k.");
+  // log Khat_ij, the features' scales included: the linear part of the head's log weights.
+  at::Tensor log_khat;
+  if (form == MapFeatures::NonNegative) {
+    const at::Tensor pq = stacked_relu_features(m, q, MapSide::Query), pk = stacked_relu_features(m, k, MapSide::Key);
     if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
       const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
@@ -357,33 +213,33 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
       // Khat exp(-c): exp(-c) capped at e^80 so that a row with a very negative maximum stays finite.
       return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
     }
-    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, target_log_a(), seen, loss, v);
+    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2));
+    if (m.window == 0) return relu_row_loss(khat.masked_fill(causal.logical_not(), 0.0), target_log_a(), seen, loss, v);
+    // A hybrid head's rows are all defined (key i is in its own window); a kernel value of 0 has its
+    // log floored at log(1e-30), as log_kernel's (no gradient through it, as through the ReLU).
+    log_khat = at::log(khat.clamp_min(1e-30));
+  } else {
+    const at::Tensor lq = stacked_log_features(m, q, MapSide::Query), lk = stacked_log_features(m, k, MapSide::Key);
+    if (loss == DistillLoss::L2) {
+      // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
+      if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
+      const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
+      const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
+      const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
+      const at::Tensor log_kij = at::logsumexp(lq.index_select(2, i) + lk.index_select(2, j), -1);
+      const at::Tensor target = at::exp(s_ij - c);
+      // exp of at most 30 above the row's softmax maximum: a diverging pair still has a gradient.
+      const at::Tensor approx = at::exp((log_kij - c).clamp_max(30.0));
+      return (approx - target).pow(2).mean();
+    }
+    log_khat = log_kernel(lq, lk);
   }
-  const at::Tensor lq = log_features(m, q, "q."), lk = log_features(m, k, "k.");
-  if (loss == DistillLoss::L2) {
-    // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
-    if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
-    const at::Tensor i = pairs.select(1, 0).contiguous(), j = pairs.select(1, 1).contiguous();
-    const at::Tensor c = std::get<0>(masked.max(-1)).index_select(-1, i);  // [B, H, P]
-    const at::Tensor s_ij = (q.index_select(2, i) * k.index_select(2, j)).sum(-1) / std::sqrt(double(m.d));
-    const at::Tensor log_khat = at::logsumexp(lq.index_select(2, i) + lk.index_select(2, j), -1);
-    const at::Tensor target = at::exp(s_ij - c);
-    // exp of at most 30 above the row's softmax maximum: a diverging pair still has a gradient.
-    const at::Tensor approx = at::exp((log_khat - c).clamp_max(30.0));
-    return (approx - target).pow(2).mean();
-  }
-  at::Tensor log_khat = log_kernel(lq, lk);
-  if (m.window > 0) {
-    // Hybrid heads (SPEC 5): softmax's own weights on the last W keys, the map's before them, with
-    // the head's balance g = sigmoid(gamma) (log g and log(1 - g) in the log domain).
-    const at::Tensor gamma = param(m, kGammaParam).to(q.scalar_type()).view({1, -1, 1, 1});
-    const auto lopt = q.options().dtype(at::kLong);
-    const at::Tensor lag = at::arange(L, lopt).unsqueeze(-1) - at::arange(L, lopt).unsqueeze(0);  // i - j
-    log_khat = at::where(lag < m.window, scores + at::log_sigmoid(gamma), log_khat + at::log_sigmoid(-gamma));
-  }
+  // The head's log weights (head.h): with a window (hybrid heads, SPEC 5) softmax's own weights on
+  // the last W keys beside the map's, balanced by g = sigmoid(gamma).
+  const at::Tensor pos = at::arange(L, q.options().dtype(at::kLong));
+  const at::Tensor gamma = m.window > 0 ? m.param(kGammaParam) : at::Tensor();
   const at::Tensor log_a = target_log_a();
-  const at::Tensor log_ahat = at::log_softmax(log_khat.masked_fill(causal.logical_not(), ninf), -1);
+  const at::Tensor log_ahat = at::log_softmax(head_log_weights({scores, log_khat, key_lag(pos, pos), m.window, gamma}), -1);
   const at::Tensor a = log_a.exp();
   if (loss == DistillLoss::Output)  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
     return (at::matmul(a, v) - at::matmul(log_ahat.exp(), v)).pow(2).mean();

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/attention/head.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "attnscope/attention/attention.h"
@@ -194,7 +195,7 @@ at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan
 at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor& q, const at::Tensor& k,
                         const at::Tensor& v, at::Tensor* probs) {
   const MapsOfLayer& maps = lin.maps[size_t(layer)];
-  const bool hybrid = lin.window > 0;
+  const bool hybrid = map_head_type(lin.window) == HeadType::Hybrid;
   const int64_t H = q.size(1);
   std::vector<Features> fq(H), fk(H);
   for (int64_t h = 0; h < H; ++h) {
@@ -455,8 +456,9 @@ class Recurrent {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
       std::vector<at::Tensor> ys;
       for (int64_t h = 0; h < c_.n_head; ++h)
-        ys.push_back(lin_.window > 0 ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
-                                     : head_step(state_[s][h], *lin_.maps[s][h], p, h));
+        ys.push_back(map_head_type(lin_.window) == HeadType::Hybrid
+                         ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
+                         : head_step(state_[s][h], *lin_.maps[s][h], p, h));
       return at::stack(ys, 1);  // [B, H, d]
     });
   }
@@ -483,22 +485,22 @@ class Recurrent {
     const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
     const Features fq = map.scaled_query_features(q), fk = map.scaled_key_features(k);
     const auto dtype = fq.values.scalar_type();
-    const at::Tensor g = gamma.to(q.device(), dtype);
     const int64_t B = q.size(0);
-    at::Tensor y_lin = at::zeros({B, 1, v.size(-1)}, v.options());
-    at::Tensor a = at::full({B, 1, 1}, -std::numeric_limits<double>::infinity(), fq.values.options());
+    // The linear part: none while the ring holds every key so far.
+    HeadPart linear{at::zeros({B, 1, v.size(-1)}, v.options()),
+                    at::full({B, 1, 1}, -std::numeric_limits<double>::infinity(), fq.values.options())};
     if (st.k.defined() && st.k.size(1) == lin_.window) {
       at::Tensor lse;
-      y_lin = kernels::recurrent_step(st.sums, fq.values.squeeze(1), st.fk.select(1, 0), st.ls.select(1, 0).squeeze(-1),
-                                      st.v.select(1, 0), &lse).unsqueeze(1);
-      a = (lse.view({B, 1, 1}) + fq.log_scale + at::log_sigmoid(-g)).to(dtype);
+      linear.y = kernels::recurrent_step(st.sums, fq.values.squeeze(1), st.fk.select(1, 0), st.ls.select(1, 0).squeeze(-1),
+                                         st.v.select(1, 0), &lse).unsqueeze(1);
+      linear.lse = (lse.view({B, 1, 1}) + fq.log_scale).to(dtype);
       auto rest = [&](const at::Tensor& t) { return t.narrow(1, 1, t.size(1) - 1); };
       st.k = rest(st.k), st.v = rest(st.v), st.fk = rest(st.fk), st.ls = rest(st.ls);
     }
     auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 1) : t; };
     st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, fk.log_scale.to(dtype));
     const WindowPart win = sliding_window_attention(q, st.k, st.v, lin_.window);
-    return combine_parts(y_lin, a, win.y, win.lse + at::log_sigmoid(g)).squeeze(1);
+    return combine_head_parts({win.y, win.lse}, linear, gamma).squeeze(1);
   }
 
   const ModelConfig& c_;
@@ -549,15 +551,10 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
         if (m->input_dim() != c.head_dim)
           fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + ": feature map input " +
                                        std::to_string(m->input_dim()) + " != head dimension " + std::to_string(c.head_dim));
+        check_head(m->name(), maps->window);
       }
     }
-    if (maps->window < 0) fail("linear attention", "the window must be 0 (plain linear) or more tokens, got " + std::to_string(maps->window));
-    if (maps->window > 0) {
-      for (const auto& layer : maps->maps)
-        for (const auto& m : layer)
-          if (m->name().rfind("flex-", 0) == 0)
-            fail("linear attention", "hybrid heads take maps with kernel values >= 0; " + m->name() +
-                                         " can give negative ones (its rows are clamped pair by pair in the map, not in the sums)");
+    if (map_head_type(maps->window) == HeadType::Hybrid) {
       if (int(maps->gamma.size()) != c.n_layer)
         fail("linear attention", "hybrid heads need a balance gamma for each of the " + std::to_string(c.n_layer) + " layers");
       for (int s = 0; s < c.n_layer; ++s)

@@ -24,7 +24,8 @@ struct AnalysisOptions {
   std::string feature_map;  // "" = softmax only; else a name from feature_map_names()
   int64_t features = 0;     // M for the feature map (0 = its natural size where it has one)
   int64_t window = 0;       // hybrid heads (SPEC 5): softmax over the last W keys beside the map, balance 1/2;
-                            // 0 = the map alone; W >= L: softmax's map exactly. Negative: Error ("window")
+                            // 0 = the map alone; W >= L: softmax's map exactly. Negative, or beside a map
+                            // whose kernel values can be negative (head.h's check_head): Error ("window")
   uint64_t seed = 0;        // feature-map draws (combined with layer and head) and sampled pairs
   int max_seqs = 0;         // use the first n windows of the capture (0 = all)
   int64_t mixer_state = 0;  // N for the structured-mixer distances (0 = skip them; first window)

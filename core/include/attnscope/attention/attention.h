@@ -70,8 +70,9 @@ LinearMap linear_map(const Features& phi_q, const Features& phi_k);
 // many rows that is.
 at::Tensor linear_attention_output(const Features& phi_q, const Features& phi_k, const at::Tensor& v);
 
-// Hybrid heads (SPEC 5, LoLCATs' linear + sliding window): with window W >= 1 and balance
-// g = sigmoid(gamma), query i gives key j <= i the weight
+// Hybrid heads (SPEC 5, LoLCATs' linear + sliding window; their rule is head.h's, read by the
+// functions below): with window W >= 1 and balance g = sigmoid(gamma), query i gives key j <= i the
+// weight
 //   w_ij = g exp(q_i.k_j / sqrt d)              when i - j < W  (the last W keys, softmax's weights)
 //   w_ij = (1 - g) max(phi(q_i).phi(k_j), 0)    when i - j >= W (the feature map, older keys)
 // normalized by sum_j w_ij. Here the query's scale does not cancel (it weighs the linear part
@@ -97,7 +98,8 @@ at::Tensor hybrid_map(const Features& phi_q, const Features& phi_k, const at::Te
 at::Tensor hybrid_attention_output(const Features& phi_q, const Features& phi_k, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v, const HybridHeads& hybrid);
 
-// The window part alone, for a caller that has the linear part from elsewhere (the recurrent form):
+// The window part alone, for a caller that has the linear part from elsewhere (the recurrent form,
+// which combines them by head.h's combine_head_parts):
 // softmax over the keys of the window, y [..., L, d_v] and each row's logsumexp of the scores
 // [..., L, 1] (log g not included). q [..., Lq, d] are the LAST Lq queries of the sequence whose
 // keys k [..., Lk, d] are given (Lk >= Lq): query r is position Lk - Lq + r.
@@ -105,10 +107,5 @@ struct WindowPart {
   at::Tensor y, lse;
 };
 WindowPart sliding_window_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window);
-
-// Combines a linear part (y_lin, log normalizer a [..., L, 1], -inf where it has no weight) and a
-// window part (y_win, log normalizer b, finite) into one normalizer:
-// (e^a y_lin + e^b y_win) / (e^a + e^b), shifted by max(a, b). y_lin may be NaN where a = -inf.
-at::Tensor combine_parts(const at::Tensor& y_lin, const at::Tensor& a, const at::Tensor& y_win, const at::Tensor& b);
 
 }  // namespace attnscope

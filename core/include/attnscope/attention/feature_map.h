@@ -22,6 +22,11 @@
 //   flex-nonstationary  exp(|x|^2 / e^tau) / sqrt(n) [cos(w1'.x) cos(w2'.x), sin(w1'.x) cos(w2'.x)]
 //                       with w1' = (w1 + w2)/2, w2' = (w1 - w2)/2; w1, w2 [n, d], tau          features = 2n
 //
+// What each family is (trainable, pairs of features, the sign of its features and kernel values,
+// fixed size, default budget) is its row of one table, map_family.h. The trainable families
+// (learned-prf, hedgehog, t2r, flex-*) are written once, stacked over heads (stacked_maps.h): a map
+// of theirs is one head of a stack.
+//
 // The random and PRF maps are unbiased estimators of K: E[phi(q).phi(k)] = exp(q.k / sqrt(d)). The
 // Fourier maps (flex-*) can give negative kernel values; linear_map() clamps them (attention/attention.h).
 //
@@ -110,7 +115,7 @@ struct FeatureMapSpec {
 // features value that contradicts a fixed size, d <= 0, or an init the family does not know.
 std::unique_ptr<FeatureMap> make_feature_map(const FeatureMapSpec& spec);
 
-// Every name make_feature_map accepts, in the order of the table above.
+// Every name make_feature_map accepts, in the order of the table above (map_family.h's rows).
 std::vector<std::string> feature_map_names();
 
 // True for the maps whose feature dimension follows from d (elu, relu, exp, taylor2, cosformer);

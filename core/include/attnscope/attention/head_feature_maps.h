@@ -30,9 +30,11 @@ std::vector<at::Tensor> initial_gamma(int n_layer, int n_head);
 FeatureMapSpec head_map_spec(const FeatureMapSpec& base, int64_t head_dim, int64_t features);
 
 // Fresh (untrained) maps of `spec` for every head: head (s, h) gets dims[s][h] features (ignored
-// for fixed-size maps) and seed derive_seed(spec.seed, s, h), so heads draw independently.
-// Throws Error for a map that cannot run as a converted model (cosformer: position-dependent).
+// for fixed-size maps) and seed derive_seed(spec.seed, s, h), so heads draw independently. With
+// window W > 0 the heads are hybrid (SPEC 5) with their initial balances (initial_gamma).
+// Throws Error for a map that cannot run as a converted model (cosformer: position-dependent) and
+// for head settings check_head (head.h) refuses.
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
-                                      int n_layer, int n_head, int head_dim);
+                                      int n_layer, int n_head, int head_dim, int64_t window = 0);
 
 }  // namespace attnscope

@@ -13,7 +13,9 @@
 //            (LoLCATs' attention transfer)
 // Everything is computed from log phi (log domain): log Khat_ij = logsumexp_m(log phi_q + log phi_k),
 // so exp never overflows on real heads. t2r's features are exactly 0 wherever ReLU cuts, so its
-// kernel is formed directly (no exp to overflow) and rows with no positive weight are left out.
+// kernel is formed directly (no exp to overflow) and rows with no positive weight are left out; in a
+// hybrid head (window > 0, head.h's rule) every row is defined and a kernel value of 0 has its log
+// floored at log(1e-30).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/stacked_maps.h"
 #include "attnscope/distill/distill_options.h"
 
 namespace attnscope {
@@ -39,16 +42,12 @@ constexpr const char* kGammaParam = "gamma";
 std::string feature_map_tensor_name(int layer, int head, const std::string& param);
 
 // One layer's maps (or one group of its heads): every parameter stacked over the H heads.
-struct LayerMaps {
-  std::string map;  // one of trainable_feature_maps()
-  std::string activation = "exp";
-  int64_t heads = 0, d = 0, features = 0;
+struct LayerMaps : StackedMaps {
   int64_t window = 0;  // hybrid heads (SPEC 5) when > 0: params then hold kGammaParam [H]
   // The teacher's sliding window (the source model's ModelConfig::sliding_window, 0 = none): the
   // softmax targets A of the layerwise losses see key j from query i only when i - j < it. Not
   // a parameter of the maps (not saved); set by init_layer_state from the capture or the model.
   int64_t softmax_window = 0;
-  std::vector<std::pair<std::string, at::Tensor>> params;  // e.g. "z" [H, M, d], "alpha" [H, M]
   // Head h's map as a core FeatureMap (copies of the parameters).
   std::unique_ptr<FeatureMap> head_map(int64_t head) const;
   // Head h's map computed from the stacked parameters themselves (no copy, cast to the input's

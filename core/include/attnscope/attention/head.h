@@ -1,0 +1,57 @@
+// A head of a converted model (SPEC 5 and 7): its type, and the rule by which query i weighs key
+// j <= i, written once. A hybrid head (window W >= 1, balance g = sigmoid(gamma)) gives
+//   w_ij = g exp(q_i.k_j / sqrt d)             when i - j < W  (the last W keys: softmax's weights)
+//   w_ij = (1 - g) max(phi(q_i).phi(k_j), 0)   when i - j >= W (the feature map: older keys)
+// normalized by sum_j w_ij; a linear head (W = 0) the map's weights alone; a softmax head softmax's
+// alone. Everything is carried in the log domain: log w_ij from its parts, or each part's outputs
+// with the log of its weights' sum (its log normalizer) when the parts are computed apart.
+// hybrid_map (the materialized map), hybrid_attention_output and the recurrent form (their
+// streamed outputs), the analysis' rows and training's loss all read the rule here.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace attnscope {
+
+// SPEC 7's head types: softmax (exact, no map), hybrid (a window beside a map), linear (a map).
+enum class HeadType { Softmax, Hybrid, Linear };
+
+// The type of a head with a map and window W: hybrid when W > 0, else linear.
+HeadType map_head_type(int64_t window);
+
+// A head's settings: the window W >= 0 (0: a linear head); a hybrid head's map must give kernel
+// values >= 0 (map_family(map).nonnegative_kernel: its linear part is summed, not clamped pair by
+// pair). `map` "" (no map: the softmax side alone) checks the window only. Error with quantity
+// "window" otherwise.
+void check_head(const std::string& map, int64_t window);
+
+// The log weights of rows of a head, materialized: log w_ij [..., R, C] up to a constant per row
+// (the rule above divided by g, so that a row whose keys are all in the window is softmax's row
+// exactly), -inf on keys j > i. The terms, each [..., R, C] or broadcasting to it:
+struct HeadLogTerms {
+  at::Tensor scores;      // q_i.k_j / sqrt d: the window part (hybrid heads only)
+  at::Tensor log_linear;  // log max(phi(q_i).phi(k_j), 0), the features' log scales included
+  at::Tensor lag;         // i - j (key_lag, tensor_checks.h)
+  int64_t window = 0;     // W; 0: a linear head (scores and gamma are not read)
+  at::Tensor gamma;       // the balance before the sigmoid, one per head: [] or [H] for [..., H, R, C]
+};
+at::Tensor head_log_weights(const HeadLogTerms& terms);
+
+// A part of a hybrid head's output, computed apart from the other: y [..., L, d_v] over the part's
+// keys and lse [..., L, 1], the log of the sum of its weights (-inf where it has none; y may then
+// be NaN).
+struct HeadPart {
+  at::Tensor y, lse;
+};
+
+// The hybrid head's output from its parts streamed apart: the window part (softmax's weights over
+// the last W keys: lse of the scores) and the linear part (the map's over the older keys: lse of
+// phi(q_i).phi(k_j), the query's log scale included), weighed g and 1 - g under one normalizer:
+// (e^a y_lin + e^b y_win) / (e^a + e^b), a = lse_lin + log(1 - g), b = lse_win + log g, shifted by
+// max(a, b). The window part's lse must be finite (key i is in its own window). gamma as in
+// HeadLogTerms.
+at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, const at::Tensor& gamma);
+
+}  // namespace attnscope
