@@ -186,13 +186,14 @@ TEST(Linearize, ReportReaderReadsTheJsonAndNamesABadFile) {
   EXPECT_EQ(r->layer_kl, (std::vector<double>{0.125, 0.25}));
   EXPECT_DOUBLE_EQ(r->seconds, 2.5);
 
+  // The one JSON reader's words (issue 25: this file had a reader of its own).
   const std::pair<std::string, std::string> bad[] = {
-      {"{\"seq_len\": 64", "is not a linearize report"},
-      {R"({"seq_len": 64, "final_model": "m", "heldout_tokens": 5, "lengths": [], "layers": []})", "has no lengths"},
+      {"{\"seq_len\": 64", "is not valid JSON"},
+      {R"({"seq_len": 64, "final_model": "m", "heldout_tokens": 5, "lengths": [], "layers": []})", "'lengths' must be a list"},
       {R"({"seq_len": 64, "final_model": "m", "heldout_tokens": 5, "layers": [],
           "lengths": [{"seq_len": 8, "original_loss": "3", "untrained_loss": 1, "stage1_loss": 1, "final_loss": 1, "adapted_loss": 1}]})",
-       "'original_loss' is not a number"},
-      {R"({"seq_len": 64, "heldout_tokens": 5, "lengths": [], "layers": []})", "is not a linearize report"},
+       "'lengths.original_loss' must be a finite number"},
+      {R"({"seq_len": 64, "heldout_tokens": 5, "lengths": [], "layers": []})", "has no 'final_model'"},
   };
   for (const auto& [text, expect] : bad) {
     std::ofstream(file) << text;

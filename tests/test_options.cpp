@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/option_defs.h"
 #include "attnscope/base/options.h"
 #include "attnscope/distill/distill_options.h"

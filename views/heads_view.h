@@ -35,7 +35,7 @@ class HeadsView : public QWidget {
 
   // After a capture: layers, heads and text windows, and the feature maps offered (feature_map_names()).
   void set_shape(int layers, int heads, int windows);
-  // `trainable`: the maps distill trains (core's trainable_feature_maps()); shown here at their
+  // `trainable`: the maps distill trains (core's trainable_map_names()); shown here at their
   // random initialization, so their titles say "untrained".
   void set_feature_maps(const QStringList& names, const QStringList& trainable = {});
   void set_thumbnails(std::vector<std::vector<Matrix>> thumbnails);

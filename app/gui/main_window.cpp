@@ -39,6 +39,7 @@
 #include <optional>
 
 #include "attnscope/distill/distill.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/analysis/head_detail.h"
@@ -140,7 +141,7 @@ void MainWindow::build_views() {
 
   QStringList maps, trainable;
   for (const std::string& n : feature_map_names()) maps << q(n);
-  for (const std::string& n : trainable_feature_maps()) trainable << q(n);
+  for (const std::string& n : trainable_map_names()) trainable << q(n);
   // The learned maps are drawn at their random initialization: their titles say "(untrained)".
   heads_->set_feature_maps(maps, trainable);
   training_->set_choices(trainable, Workbench::distill_devices());
@@ -704,7 +705,7 @@ void MainWindow::on_analysis_ready() {
   // (at its random initialization here), "+ window W" for a hybrid.
   const AnalysisOptions& a = workbench_->session().analysis;
   QString map = q(a.feature_map);
-  const auto learned = trainable_feature_maps();
+  const auto learned = trainable_map_names();
   if (std::find(learned.begin(), learned.end(), a.feature_map) != learned.end()) map = tr("untrained %1").arg(map);
   if (!map.isEmpty() && a.window > 0) map += tr(" + window %1").arg(a.window);
   metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), map);

@@ -55,4 +55,6 @@ bool feature_map_has_fixed_size(const std::string& name) {
   return false;
 }
 
+int64_t default_budget(const std::string& map, int64_t head_dim) { return map_family(map).budget_per_head_dim * head_dim; }
+
 }  // namespace attnscope

@@ -15,6 +15,8 @@
 
 #include "attnscope/allocation/allocation_file.h"
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/head.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/names.h"
 #include "attnscope/base/option_defs.h"
@@ -57,7 +59,7 @@ const OptionTable<O>& table() {
         return r;
       }(),
       described(bind(opt::seq_len, &O::seq_len, 0), "direct: tokens per window (default: the capture's, else 128)"),
-      bind(opt::feature_map, &O::feature_map, trainable_feature_maps()),
+      bind(opt::feature_map, &O::feature_map, trainable_map_names()),
       bind(opt::init, &O::init),
       bind(opt::untied, &O::tied, false),
       bind(opt::activation, &O::activation, std::vector<std::string>{"exp", "softmax"}),
@@ -98,13 +100,12 @@ const OptionTable<O>& table() {
 
 // The dims every head must satisfy, wherever they came from.
 void check_map_dims(const DistillOptions& o, const std::vector<std::vector<int64_t>>& dims) {
-  const bool even = o.feature_map == "hedgehog" || o.feature_map == "flex-stationary" || o.feature_map == "flex-nonstationary";
+  const MapFamily& family = map_family(o.feature_map);
   for (const auto& layer : dims)
     for (int64_t m : layer) {
       check_feature_dim(m, "");
-      if (even && m % 2)
-        fail_value("feature dimension", std::to_string(m) + " is odd; " + o.feature_map + " needs an even M (" +
-                                            (o.feature_map == "hedgehog" ? "[exp(u), exp(-u)]" : "[cos, sin]") + ")");
+      if (family.pairs && m % 2)
+        fail_value("feature dimension", std::to_string(m) + " is odd; " + o.feature_map + " needs an even M (" + family.pairs + ")");
     }
 }
 
@@ -114,10 +115,6 @@ DistillLoss parse_distill_loss(const std::string& name) { return parse_name(kLos
 const char* distill_loss_name(DistillLoss loss) { return name_of(kLosses, loss); }
 std::vector<std::string> distill_loss_names() { return names_of(kLosses); }
 
-
-std::vector<std::string> trainable_feature_maps() {
-  return {"learned-prf", "hedgehog", "t2r", "flex-stationary", "flex-nonstationary"};
-}
 
 const OptionTable<DistillOptions>& distill_option_table() { return table(); }
 
@@ -146,8 +143,7 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
                                                  "or a strategy with a budget");
   if (o.strategy && o.budget == 0) fail_value("budget", "is missing: a strategy allocates a budget C (the mean feature dimension)");
   if (o.window != 0) {
-    if (o.feature_map == "t2r" || o.feature_map == "flex-stationary" || o.feature_map == "flex-nonstationary")
-      fail_value("window", "hybrid heads are trained with the maps of positive features (learned-prf, hedgehog), not " + o.feature_map);
+    check_head(o.feature_map, o.window);  // the one rule of a head's settings (attention/head.h)
     if (o.loss == DistillLoss::L2)
       fail_value("window", "the l2 loss fits kernel values, not a hybrid head's weights: use kl, softmax, output or direct");
   }
@@ -178,7 +174,7 @@ std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_
     a.strategy = *o.strategy;
     a.budget = o.budget;
     // Maps built of [f, g] pairs (hedgehog, the Fourier maps) need an even M: rounded to pairs.
-    a.multiple = o.feature_map == "hedgehog" || o.feature_map == "flex-stationary" || o.feature_map == "flex-nonstationary" ? 2 : 1;
+    a.multiple = map_family(o.feature_map).pairs ? 2 : 1;
     dims = allocation_at(compute_spectra(*capture, settings), o.lambda, a).allocation.dims;
   } else {
     fail_value("feature dimension", "is missing");
@@ -219,22 +215,12 @@ DistillJob read_distill_job(const std::string& run_dir) {
   const nlohmann::json j = read_job_json(run_dir, "distill", table(), job.options);
   // What the job resolved when it started; every key optional but "feature_map" and "dims" (a
   // hand-written job.json needs only those).
-  const auto text = [&](const char* key, std::string& out) {
-    if (!j.contains(key)) return;
-    if (!j[key].is_string()) fail(path, std::string("'") + key + "' must be a string");
-    out = j[key].get<std::string>();
-  };
-  const auto whole = [&](const char* key, int64_t lo, auto& out) {
-    if (!j.contains(key)) return;
-    if (!j[key].is_number_integer() || j[key].get<int64_t>() < lo)
-      fail(path, std::string("'") + key + "' must be an integer >= " + std::to_string(lo));
-    out = j[key].get<int64_t>();
-  };
-  text("command", job.command);
-  text("model", job.model);
+  const JsonReader r{path};
+  r.string(j, "command", "command", job.command);
+  r.string(j, "model", "model", job.model);
   if (job.options.loss == DistillLoss::Direct) job.options.model = job.model;  // direct's --model is the job's model
-  whole("world_size", 1, job.world_size);
-  whole("trained_length", 0, job.trained_length);
+  r.integer(j, "world_size", "world_size", 1, 1 << 20, "a positive integer", job.world_size);
+  r.integer(j, "trained_length", "trained_length", 0, opt::kMaxTokens, "a non-negative integer", job.trained_length);
   if (!j.contains("feature_map")) fail(path, "has no \"feature_map\"");
   if (!j.contains("dims")) fail(path, "has no \"dims\"");
   // The dims' layer and head counts are checked against the capture or model where they are used.

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/attention/feature_map.h"
@@ -110,7 +111,7 @@ State init_state(Model& model, int64_t rank, uint64_t seed, bool train_maps) {
     st.adapters.push_back(std::move(layer));
   }
   if (train_maps) {
-    const auto trainable = trainable_feature_maps();
+    const auto trainable = trainable_map_names();
     const HeadFeatureMaps& maps = *model.feature_maps();
     for (size_t s = 0; s < maps.maps.size(); ++s)
       for (size_t h = 0; h < maps.maps[s].size(); ++h) {

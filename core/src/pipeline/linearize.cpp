@@ -12,9 +12,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/json_file.h"
 #include "attnscope/base/option_defs.h"
 #include "attnscope/base/table.h"
 #include "attnscope/base/text_file.h"
@@ -28,6 +30,7 @@
 #include "attnscope/finetune/finetune.h"
 #include "attnscope/io/text_source.h"
 #include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/model/model.h"
 
 namespace fs = std::filesystem;
@@ -81,8 +84,6 @@ const OptionTable<LO>& table() {
   };
   return rows;
 }
-
-int64_t default_budget(const std::string& map, int64_t head_dim) { return map == "hedgehog" ? 2 * head_dim : head_dim; }
 
 // The stage-1 job: exactly what OUT/stage1 runs.
 DistillOptions stage1_options(const LO& o, const std::string& out, int64_t head_dim) {
@@ -284,9 +285,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   spec.name = o.stage1.feature_map;
   spec.seed = o.stage1.seed;
   Model untrained(c, m.model->weights());
-  auto fresh = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim));
-  fresh->window = o.stage1.window;
-  if (o.stage1.window > 0) fresh->gamma = initial_gamma(c.n_layer, c.n_head);
+  auto fresh = std::make_shared<HeadFeatureMaps>(
+      make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window));
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the
   // converted model (same text, windows, adapters, steps, seed).
@@ -487,43 +487,50 @@ LinearizeOptions read_linearize_job(const std::string& out_dir) { return read_jo
 
 std::optional<LinearizeReport> read_linearize_report(const std::string& out_dir) {
   const std::string path = (fs::path(out_dir) / "linearize.json").string();
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  LinearizeReport r;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
+  if (!fs::exists(path)) return std::nullopt;
+  const nlohmann::json j = read_json_file(path);
+  const JsonReader r{path};
+  LinearizeReport rep;
+  r.at(j, "seq_len", "seq_len");
+  r.integer(j, "seq_len", "seq_len", 1, opt::kMaxTokens, "a positive integer", rep.seq_len);
+  r.at(j, "heldout_tokens", "heldout_tokens");
+  r.integer(j, "heldout_tokens", "heldout_tokens", 0, INT64_MAX, "a non-negative integer", rep.heldout_tokens);
+  r.number(j, "heldout_share", "heldout_share", rep.heldout_share);
+  r.at(j, "final_model", "final_model");
+  r.string(j, "final_model", "final_model", rep.final_model);
+  const auto& lengths = r.at(j, "lengths", "lengths");
+  if (!lengths.is_array() || lengths.empty()) r.bad("lengths", "must be a list of lengths (it has none)");
+  for (const auto& x : lengths) {
+    LengthResult l;
+    r.at(x, "seq_len", "lengths.seq_len");
+    r.integer(x, "seq_len", "lengths.seq_len", 1, opt::kMaxTokens, "a positive integer", l.seq_len);
     // A loss is a number; adapted_loss is null in a run without stage 2.
-    const auto loss = [&](const nlohmann::json& o, const char* key, bool nullable) {
-      const auto& v = o.at(key);
-      if (nullable && v.is_null()) return std::nan("");
-      if (!v.is_number()) fail(path, std::string("'") + key + "' is not a number");
-      return v.get<double>();
-    };
-    r.seq_len = j.at("seq_len").get<int64_t>();
-    r.heldout_tokens = j.at("heldout_tokens").get<int64_t>();
-    if (j.contains("heldout_share")) r.heldout_share = j["heldout_share"].get<double>();
-    r.final_model = j.at("final_model").get<std::string>();
-    for (const auto& x : j.at("lengths")) {
-      LengthResult l;
-      l.seq_len = x.at("seq_len").get<int64_t>();
-      l.original_loss = loss(x, "original_loss", false);
-      l.untrained_loss = loss(x, "untrained_loss", false);
-      l.stage1_loss = loss(x, "stage1_loss", false);
-      l.final_loss = loss(x, "final_loss", false);
-      l.adapted_loss = loss(x, "adapted_loss", true);
-      r.lengths.push_back(l);
+    for (const auto& [key, dst, nullable] : {std::tuple<const char*, double*, bool>{"original_loss", &l.original_loss, false},
+                                             {"untrained_loss", &l.untrained_loss, false},
+                                             {"stage1_loss", &l.stage1_loss, false},
+                                             {"final_loss", &l.final_loss, false},
+                                             {"adapted_loss", &l.adapted_loss, true}}) {
+      r.at(x, key, std::string("lengths.") + key);
+      r.number(x, key, std::string("lengths.") + key, *dst, nullable);
     }
-    if (r.lengths.empty()) fail(path, "has no lengths");
-    for (const auto& l : j.at("layers")) r.layer_kl.push_back(loss(l, "attention_kl", false));
-    if (j.contains("seconds")) r.seconds = j["seconds"].get<double>();
-    if (j.contains("phases"))
-      for (const auto& p : j["phases"]) r.phases.emplace_back(p.at("phase").get<std::string>(), p.at("seconds").get<double>());
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(path, std::string("is not a linearize report: ") + e.what());
+    rep.lengths.push_back(l);
   }
-  return r;
+  for (const auto& l : r.at(j, "layers", "layers")) {
+    double kl = 0;
+    r.at(l, "attention_kl", "layers.attention_kl");
+    r.number(l, "attention_kl", "layers.attention_kl", kl);
+    rep.layer_kl.push_back(kl);
+  }
+  r.number(j, "seconds", "seconds", rep.seconds);
+  if (const auto* phases = r.find(j, "phases"))
+    for (const auto& p : *phases) {
+      std::string name;
+      double secs = 0;
+      r.string(p, "phase", "phases.phase", name);
+      r.number(p, "seconds", "phases.seconds", secs);
+      rep.phases.emplace_back(name, secs);
+    }
+  return rep;
 }
 
 }  // namespace attnscope

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/base/error.h"
+#include "attnscope/base/json_file.h"
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/analysis/head_detail.h"
 #include "attnscope/base/names.h"
 #include "attnscope/base/text_file.h"
@@ -55,84 +57,13 @@ std::string relative_if_exists(const std::string& p, const fs::path& base) {
 
 // ---- loading: every value checked, errors naming the file and the key ----
 
-struct Reader {
-  std::string file;
+// The session file's reader: the one typed JSON reader (json_file.h) and its paths.
+struct Reader : JsonReader {
   fs::path base;  // the session file's directory, absolute
 
-  [[noreturn]] void bad(const std::string& key, const std::string& what) const {
-    fail(file, "'" + key + "' " + what);
-  }
+  Reader(std::string f, fs::path b) : JsonReader{std::move(f)}, base(std::move(b)) {}
 
-  // The member `key` of `obj`, or null when absent (absent keys keep their defaults, so a session
-  // written by hand or by an older build needs only what it sets).
-  const ordered_json* find(const ordered_json& obj, const char* key) const {
-    auto it = obj.find(key);
-    return it == obj.end() ? nullptr : &*it;
-  }
-
-  const ordered_json* object(const ordered_json& obj, const char* key) const {
-    const ordered_json* v = find(obj, key);
-    if (v && !v->is_object()) bad(key, "must be a JSON object");
-    return v;
-  }
-
-  void string(const ordered_json& obj, const char* key, const std::string& name, std::string& out) const {
-    if (const ordered_json* v = find(obj, key)) {
-      if (!v->is_string()) bad(name, "must be a string");
-      out = v->get<std::string>();
-    }
-  }
-
-  // An integer in [lo, hi]; floats and strings are refused rather than rounded.
-  template <class Int>
-  void integer(const ordered_json& obj, const char* key, const std::string& name, int64_t lo, int64_t hi,
-               const char* what, Int& out) const {
-    const ordered_json* v = find(obj, key);
-    if (!v) return;
-    if (!v->is_number_integer()) bad(name, std::string("must be ") + what);
-    // nlohmann keeps non-negative integers unsigned (up to 2^64 - 1) and negative ones signed.
-    const bool ok = v->is_number_unsigned() ? v->get<uint64_t>() <= uint64_t(hi) && int64_t(v->get<uint64_t>()) >= lo
-                                            : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
-    if (!ok) bad(name, std::string("must be ") + what + ", got " + v->dump());
-    out = static_cast<Int>(v->get<int64_t>());
-  }
-
-  void seed(const ordered_json& obj, const char* key, const std::string& name, uint64_t& out) const {
-    if (const ordered_json* v = find(obj, key)) {
-      if (!v->is_number_unsigned()) bad(name, "must be a non-negative integer");
-      out = v->get<uint64_t>();
-    }
-  }
-
-  void boolean(const ordered_json& obj, const char* key, const std::string& name, bool& out) const {
-    if (const ordered_json* v = find(obj, key)) {
-      if (!v->is_boolean()) bad(name, "must be true or false");
-      out = v->get<bool>();
-    }
-  }
-
-  // A name of one of core's name sets, read through its parser: the parser's message (which lists
-  // the valid names) after the key.
-  template <class E, class Parse>
-  void name(const ordered_json& obj, const char* key, const std::string& path, Parse parse, const char* (*print)(E),
-            E& out) const {
-    std::string text = print(out);
-    string(obj, key, path, text);
-    try {
-      out = parse(text);
-    } catch (const Error& e) {
-      bad(path, std::string("is not valid: ") + e.what());
-    }
-  }
-
-  // A positive finite number (a learning rate).
-  void positive(const ordered_json& obj, const char* key, const std::string& name, double& out) const {
-    if (const ordered_json* v = find(obj, key)) {
-      if (!v->is_number() || !(v->get<double>() > 0) || !std::isfinite(v->get<double>()))
-        bad(name, "must be a positive finite number, got " + v->dump());
-      out = v->get<double>();
-    }
-  }
+  const ordered_json* object(const ordered_json& obj, const char* key) const { return JsonReader::object(obj, key, key); }
 
   // A stored path back to an absolute one, from the session file's directory.
   std::string path(const std::string& p) const {
@@ -202,10 +133,6 @@ const OptionTable<TrainSettings>& train_option_table() {
     return t;
   }();
   return rows;
-}
-
-int64_t default_budget(const std::string& feature_map, int64_t head_dim) {
-  return feature_map == "hedgehog" ? 2 * head_dim : head_dim;
 }
 
 DistillOptions distill_options_of(const TrainSettings& t) {

@@ -19,6 +19,7 @@
 // d = head dimension; "budget" is the default mean feature dimension of a strategy. feature_map_names()
 // (feature_map.h) lists the rows' names.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,9 @@ const MapFamily& map_family(const std::string& name);
 
 // The names of the trainable families, in the table's order.
 std::vector<std::string> trainable_map_names();
+
+// The budget a strategy allocates by default for `map` at head dimension d (linearize's, and a new
+// model's in the workbench): budget_per_head_dim x d.
+int64_t default_budget(const std::string& map, int64_t head_dim);
 
 }  // namespace attnscope

@@ -30,9 +30,6 @@ DistillLoss parse_distill_loss(const std::string& name);  // else Error (quantit
 const char* distill_loss_name(DistillLoss loss);
 std::vector<std::string> distill_loss_names();  // kl, softmax, l2, output, direct
 
-// The maps distill can train.
-std::vector<std::string> trainable_feature_maps();  // learned-prf, hedgehog, t2r, flex-stationary, flex-nonstationary
-
 struct DistillOptions {
   // What the maps learn from.
   std::string capture;      // capture directory (required, except for direct with a model)
@@ -43,7 +40,7 @@ struct DistillOptions {
   std::string model;        // direct: the model; "" = the capture's model
   std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h); unset: f32 on the CPU, bf16 on CUDA
   // The maps.
-  std::string feature_map = "learned-prf";  // one of trainable_feature_maps()
+  std::string feature_map = "learned-prf";  // one of trainable_map_names() (attention/map_family.h)
   std::string init;                         // "" = the map's default
   bool tied = true;                         // hedgehog, t2r: one layer for queries and keys
   std::string activation = "exp";           // hedgehog: exp | softmax

@@ -65,9 +65,6 @@ struct TrainSettings {
 // read through them. The form's controls set these rows.
 const OptionTable<TrainSettings>& train_option_table();
 
-// The budget a model starts from (linearize's default: 2 x head dim for hedgehog, else head dim).
-int64_t default_budget(const std::string& feature_map, int64_t head_dim);
-
 // The form as distill's options on the session's capture: stage 1, with features = 0 when
 // from_allocation (the caller gives the DoF view's allocation file); no capture yet.
 DistillOptions distill_options_of(const TrainSettings& train);
