@@ -161,7 +161,9 @@ TEST_F(HybridWindowTest, SoftmaxWindowShowsCoresHybridMapAndEverythingFollows) {
       if (a > 0) kl += a * (std::log(a) - std::log(h));
     }
     EXPECT_NEAR(kp->graph(0)->data()->at(i)->value, kl, 1e-12) << i;
-    if (i < 8) EXPECT_EQ(kp->graph(0)->data()->at(i)->value, 0.0) << i;
+    if (i < 8) {
+      EXPECT_EQ(kp->graph(0)->data()->at(i)->value, 0.0) << i;
+    }
   }
 
   // The titles and the info line say it is the hybrid.
