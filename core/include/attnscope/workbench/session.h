@@ -27,6 +27,7 @@
 #include "attnscope/base/device.h"
 #include "attnscope/distill/distill_options.h"
 #include "attnscope/pipeline/linearize.h"
+#include "attnscope/pipeline/report.h"
 
 namespace attnscope {
 
@@ -107,5 +108,11 @@ void save_session(const std::string& path, const Session& session);
 // error here (the workbench says so and recomputes), nor is a missing run folder (the Train tab says
 // so).
 Session load_session(const std::string& path);
+
+// The report of the session (the workbench's Export report) on `texts`: its model, capture (length,
+// windows, seed), DoF sampling, lambda, budget, multiple and analysis (the map, M, window, windows
+// used, rows sampled, mixers) as `attnscope report` takes them: read back through the command line
+// report_option_table() writes, so the job runs exactly what that command line says.
+ReportOptions report_options_of(const Session& s, const std::vector<std::string>& texts);
 
 }  // namespace attnscope
