@@ -131,7 +131,7 @@ inline const OptionDef untied{"--untied", "tied", "hedgehog, t2r: separate layer
 inline const OptionDef activation{"--activation", "activation", "hedgehog: exp | softmax (convert: also softmax-joint)",
                                   "feature_map.activation", OptionKind::Name};
 inline const OptionDef temperature{"--temperature", "temperature", "exp: t in exp(t x)", "feature_map.temperature",
-                                   OptionKind::Number};
+                                   OptionKind::Number, {-1e6, 1e6, false, false}};
 inline const OptionDef window{"--window", "window",
                               "hybrid heads: each query attends its last W keys with softmax weights and older keys through "
                               "the map, with a learned balance per head (0: plain linear attention)",

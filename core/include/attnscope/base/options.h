@@ -96,6 +96,8 @@ struct Option {
   bool flag_value = true;
   // Written back even when it is the options' default (false: left out at the default).
   bool write_default = true;
+  // `get` without only_when's condition (empty: `get`): what the default is compared with.
+  std::function<std::string(const O&)> value;
   // A file value that means "not given" (an integer's unset value: "0"); read as absent.
   std::string unset_text;
   // "" is a value of its own, written as '' (report's --feature-map '': softmax only, where the
@@ -130,6 +132,12 @@ std::string join_commas(const std::vector<T>& values) {
     else s += std::to_string(values[i]);
   }
   return s;
+}
+// A fresh O, made once (out of line: GCC 12 warns about the inlined strings of large options).
+template <class O>
+[[gnu::noinline]] const O& defaults_of() {
+  static const O d{};
+  return d;
 }
 template <class O>
 Option<O> row(const OptionDef& d) {
@@ -324,6 +332,10 @@ Option<O> nest(I O::*member, const Option<I>& inner, const char* prefix = "") {
   r.choices = inner.choices, r.write_default = inner.write_default, r.flag_value = inner.flag_value;
   r.unset_text = inner.unset_text;
   r.empty_given = inner.empty_given;
+  if (inner.value) {
+    const auto value = inner.value;
+    r.value = [member, value](const O& o) { return value(o.*member); };
+  }
   r.key = inner.key;
   if (*prefix && *inner.key) {
     static std::vector<std::unique_ptr<std::string>> keys;  // the joined keys live as long as the program
@@ -372,6 +384,7 @@ Option<O> renamed(const Option<O>& row, const OptionDef& as) {
 template <class O>
 Option<O> only_when(Option<O> row, bool (*given)(const O&)) {
   const auto get = row.get;
+  if (!row.value) row.value = get;
   row.get = [get, given](const O& o) { return given(o) ? get(o) : std::string(); };
   return row;
 }
@@ -439,11 +452,11 @@ const Option<O>* option_for(const OptionTable<O>& table, const std::string& quan
 template <class O>
 std::vector<std::string> option_args(const OptionTable<O>& table, const O& o) {
   std::vector<std::string> args;
-  static const O defaults{};  // what a row left out at its default is compared with
+  const O& defaults = option_detail::defaults_of<O>();  // what a row left out at its default is compared with
   for (const auto& row : table) {
     const std::string v = row.get(o);
     if ((v.empty() && !(row.empty_given && row.kind != OptionKind::Texts && row.kind != OptionKind::Flag)) ||
-        (!row.write_default && v == row.get(defaults)))
+        (!row.write_default && v == (row.value ? row.value : row.get)(defaults)))
       continue;
     if (row.kind == OptionKind::Texts) {
       for (size_t start = 0; start <= v.size();) {
