@@ -92,6 +92,18 @@ void add_format_options(CLI::App* cmd, const std::shared_ptr<FormatOptions>& for
   exclusive(cmd, flags);
 }
 
+const char* option_type_name(OptionKind kind) {
+  switch (kind) {
+    case OptionKind::Whole: return "INT";
+    case OptionKind::Unsigned: return "UINT";
+    case OptionKind::Number: return "NUMBER";
+    case OptionKind::Name: return "NAME";
+    case OptionKind::Wholes: return "INT,...";
+    case OptionKind::Names: return "NAME,...";
+    default: return "TEXT";
+  }
+}
+
 void exclusive(CLI::App* cmd, const std::vector<std::string>& flags) {
   for (size_t i = 0; i < flags.size(); ++i)
     for (size_t j = i + 1; j < flags.size(); ++j) cmd->get_option(flags[i])->excludes(cmd->get_option(flags[j]));

@@ -21,6 +21,7 @@
 #include "attnscope/model/compute_dtype.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_options.h"
+#include "attnscope/run/job_file.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope::cli {
@@ -41,6 +42,9 @@ std::vector<std::string> default_texts();
 void note_quantity_flag(const std::string& quantity, const std::string& flag);
 // The flag that sets `quantity`, "" when none is known.
 std::string option_for_quantity(const std::string& quantity);
+
+// The word the help shows for a value of this kind: INT, UINT, NUMBER, NAME, TEXT, INT,... .
+const char* option_type_name(OptionKind kind);
 
 // Registers every row of a core option table (options.h) on `cmd`, parsing into *o: a bad value is
 // a usage error naming the flag (exit 2); the help shows *o's values as the defaults (what is in it
@@ -88,7 +92,8 @@ void add_option_table(CLI::App* cmd, const OptionTable<O>& table, const std::sha
     } else {
       opt = cmd->add_option_function<std::string>(row.flags, set, row.help);
     }
-    const std::string d = row.get(defaults);
+    opt->type_name(option_type_name(row.kind));
+    const std::string d = (row.value ? row.value : row.get)(defaults);
     if (!d.empty()) opt->default_str(d);
   }
 }
@@ -175,18 +180,18 @@ void add_resumable_job(CLI::App* cmd, const ResumableJob<Options, Result>& j) {
       o->python_module = resources_dir() + "/python/attnscope_linear.py";
     }
     const std::string run = resuming ? *resume : *out;
-    const std::string resume_command = attnscope_command({j.name, "--resume", run});
+    const std::string resume_line = resume_command(j.name, run);
     const std::atomic<bool>* stop_requested = stop_on_interrupt();
     Result r;
     try {
-      run_job(j.kind, j.name, resuming ? resume_command : j.command(*o, run),
+      run_job(j.kind, j.name, resuming ? resume_line : j.command(*o, run),
               [&](Job& job) {
                 const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
                 r = resuming ? j.resume(run, progress) : j.start(*o, run, progress);
               },
               terminal_progress(j.name));
     } catch (const Cancelled&) {
-      std::cerr << "\n" << j.name << ": stopped; continue with: " << resume_command << "\n";
+      std::cerr << "\n" << j.name << ": stopped; continue with: " << resume_line << "\n";
       throw;
     }
     j.print(r);

@@ -44,7 +44,9 @@ void register_convert(CLI::App& app) {
                 << " linear attention trained by " << *job << ")\n";
       return;
     }
-    if (o->map.name.empty()) throw CLI::ValidationError("--feature-map", "give --job RUN, or --feature-map NAME for untrained maps");
+    if (o->map.name.empty())
+      throw CLI::ValidationError(option_for_quantity(attnscope::opt::feature_map.quantity),
+                                 "give --job RUN, or --feature-map NAME for untrained maps");
     const bool fixed = feature_map_has_fixed_size(o->map.name);
     const int64_t features = c->features;
     const std::string& allocation = c->allocation;

@@ -21,11 +21,6 @@ ModelOptions model_of(const Session& s) {
   return m;
 }
 
-std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 }  // namespace
 
 std::vector<std::string> model_args(const Session& s) { return option_args(model_source_option_table(), model_of(s)); }

@@ -133,12 +133,16 @@ std::string join_commas(const std::vector<T>& values) {
   }
   return s;
 }
-// A fresh O, made once (out of line: GCC 12 warns about the inlined strings of large options).
+// A fresh O, made once. (GCC 12 takes the clean-up of a partly made ReportOptions for a read of
+// an uninitialized string: -Wmaybe-uninitialized, a false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <class O>
-[[gnu::noinline]] const O& defaults_of() {
+const O& defaults_of() {
   static const O d{};
   return d;
 }
+#pragma GCC diagnostic pop
 template <class O>
 Option<O> row(const OptionDef& d) {
   Option<O> r;
