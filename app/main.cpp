@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
-#include <map>
 #include <string>
 
 #include "attnscope/base/error.h"
@@ -14,23 +13,10 @@
 namespace {
 
 // Core names the quantity a bad value was given for (error.h); the CLI adds the option that sets
-// it, so the message speaks both the user's terms and the command line's.
+// it, so the message speaks both the user's terms and the command line's. Every flag comes from
+// the commands' option tables (their rows note it: add_option_table).
 std::string with_option(const attnscope::Error& e) {
-  static const std::map<std::string, std::string> option = {
-      {"sequence length", "--seq-len"}, {"number of windows", "--num-seqs"}, {"capture dtype", "--store-dtype"},
-      {"budget", "--budget"},           {"lambda", "--lambda"},              {"multiple", "--multiple-of"},
-      {"sample texts", "--text"},       {"model", "--model"},
-      {"normalization", "--normalize"}, {"strategy", "--strategy"},
-      {"feature map", "--feature-map"}, {"feature dimension", "--features"}, {"loss", "--loss"},
-      {"schedule", "--schedule"}, {"steps", "--steps"}, {"checkpoint interval", "--checkpoint-every"}, {"activation", "--activation"},
-      {"device", "--device"}, {"context", "--contexts"}, {"tokens", "--tokens"}, {"features", "--features"},
-      {"features source", "--features-from"}, {"held-out share", "--heldout-share"}, {"tokenizer", "--tokenizer"},
-      {"weights", "--weights"}};
-  std::string flag = attnscope::cli::option_for_quantity(e.quantity());  // the commands' option tables
-  if (flag.empty()) {
-    const auto it = option.find(e.quantity());
-    if (it != option.end()) flag = it->second;
-  }
+  const std::string flag = attnscope::cli::option_for_quantity(e.quantity());
   return flag.empty() ? e.what() : std::string(e.what()) + " (" + flag + ")";
 }
 

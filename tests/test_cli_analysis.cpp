@@ -158,9 +158,9 @@ TEST(CliAnalysis, DofJsonMatchesAnIndependentEigendecompositionAndSpectraAreReus
 
 TEST(CliAnalysis, DofBadInputsExitOneWithAClearMessage) {
   std::string out;
-  EXPECT_EQ(run("dof --capture " + tiny_capture() + " --lambda abc", &out), 1);
+  EXPECT_EQ(run("dof --capture " + tiny_capture() + " --lambda abc", &out), 2);
   EXPECT_TRUE(contains(out, "abc")) << out;
-  EXPECT_EQ(run("dof --capture " + tiny_capture() + " --lambda -1", &out), 1) << out;
+  EXPECT_EQ(run("dof --capture " + tiny_capture() + " --lambda -1", &out), 2) << out;
   EXPECT_EQ(run("dof --capture /nonexistent/capture --lambda 2^-8", &out), 1);
   EXPECT_TRUE(contains(out, "/nonexistent/capture")) << out;
   EXPECT_EQ(run("dof --spectra " + test::source_dir() + "/README.md --lambda 2^-8", &out), 1) << out;
@@ -210,7 +210,7 @@ TEST(CliAnalysis, AllocatePrintsAlgorithmOneInEveryFormat) {
   }
   EXPECT_EQ(n, 4) << "2 layers x 2 heads";
 
-  EXPECT_EQ(run("allocate --spectra " + sp + " --budget 0", &out), 1) << out;
+  EXPECT_EQ(run("allocate --spectra " + sp + " --budget 0", &out), 2) << out;
   EXPECT_TRUE(contains(out, "budget")) << out;
   EXPECT_EQ(run("allocate --spectra " + sp + " --strategy biggest", &out), 2) << out;
 }

@@ -121,7 +121,7 @@ TEST(Compare, BadBudgetOrMissingTextIsAClearErrorAndNoDirectory) {
   EXPECT_EQ(test::run_command(test::cli_path() + " compare --text" + texts() + " --budget 0 --steps 1 --out " + base +
                                   "/a 2>&1",
                               &out),
-            1);
+            2);
   EXPECT_NE(out.find("budget"), std::string::npos) << out;
   EXPECT_NE(out.find("--budget"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(test::cli_path() + " compare --text " + base + "/missing.txt --budget 16 --steps 1 --out " +
@@ -132,7 +132,7 @@ TEST(Compare, BadBudgetOrMissingTextIsAClearErrorAndNoDirectory) {
   EXPECT_EQ(test::run_command(test::cli_path() + " compare --text" + texts() +
                                   " --budget 16 --steps 1 --features-from dof.json --out " + base + "/c 2>&1",
                               &out),
-            1);
+            2);
   EXPECT_NE(out.find("--features-from"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(test::cli_path() + " compare --budget 16 --out " + base + "/d 2>&1", &out), 2);
   EXPECT_TRUE(fs::is_empty(base)) << "something was left in " << base;

@@ -197,7 +197,7 @@ TEST(EvalConverted, CoreRefusesSoftmaxModelAndBadLengths) {
   EXPECT_EQ(test::run_command(test::cli_path() + " eval --model " + converted_prf64() + " --text " + text_file() +
                                   " --seq-len 32 --speed-lengths 0 2>&1",
                               &out),
-            1)
+            2)
       << out;
   EXPECT_EQ(default_speed_lengths(256), (std::vector<int>{64, 128, 256}));
   EXPECT_EQ(default_speed_lengths(200), (std::vector<int>{64, 128, 200}));

@@ -143,7 +143,7 @@ TEST(SpeedBench, BadTrainOptionsAndDevicesAreClearErrors) {
 
 TEST(SpeedBench, CliErrorsExitOne) {
   std::string out;
-  EXPECT_EQ(test::run_command(test::cli_path() + " bench train --loss nope 2>&1", &out), 1) << out;
+  EXPECT_EQ(test::run_command(test::cli_path() + " bench train --loss nope 2>&1", &out), 2) << out;
   EXPECT_NE(out.find("nope"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(test::cli_path() + " bench generate --contexts 8192 2>&1", &out), 1) << out;
   EXPECT_NE(out.find("--contexts"), std::string::npos) << out;

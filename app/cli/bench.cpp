@@ -56,23 +56,12 @@ void register_generate_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand("generate", "Generation and batch tokens/s and peak memory, softmax against linear "
                                                 "attention, at growing contexts (GPT-2-small shape, random weights)");
   auto o = std::make_shared<GenerateBenchOptions>();
-  auto json = std::make_shared<bool>(false);
-  auto no_batch = std::make_shared<bool>(false);
-  cmd->add_option("--contexts", o->contexts, "context lengths, at most 4096")->delimiter(',')->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "new tokens timed at each context (>= 2)")->capture_default_str();
-  cmd->add_option("--feature-map", o->feature_map, "the converted model's map (untrained)")
-      ->capture_default_str()
-      ->check(feature_map_validator());
-  cmd->add_option("--features", o->features, "feature dimension M per head")->capture_default_str();
-  cmd->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "weights, maps and prompt")->capture_default_str();
-  cmd->add_flag("--no-batch", *no_batch, "skip the batch forward");
-  cmd->add_flag("--json", *json, "machine-readable output");
+  auto fmt = std::make_shared<FormatOptions>();
+  add_option_table(cmd, generate_bench_option_table(), o);
+  add_format_options(cmd, fmt, {OutputFormat::Json});
   cmd->callback([=] {
-    o->batch = !*no_batch;
     const auto rows = bench_generate(*o, terminal_progress("bench generate"));
-    if (*json)
+    if (fmt->format == OutputFormat::Json)
       std::cout << generate_json(rows, *o).dump(2) << "\n";
     else
       print_generate(rows, *o);
@@ -83,21 +72,12 @@ void register_train_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand("train", "Milliseconds per training sample of the distillation losses (GPT-2-small "
                                              "shape: 12 layers x 12 heads, head dimension 64)");
   auto o = std::make_shared<TrainBenchOptions>();
-  auto json = std::make_shared<bool>(false);
-  std::string losses;
-  for (const auto& l : distill_loss_names()) losses += (losses.empty() ? "" : ", ") + l;
-  cmd->add_option("--loss", o->losses, "losses to time: " + losses)->delimiter(',')->capture_default_str();
-  cmd->add_option("-L,--seq-len", o->seq_len, "tokens per sample")->capture_default_str();
-  cmd->add_option("--features", o->features, "feature dimension M per head")->capture_default_str();
-  cmd->add_option("--feature-map", o->feature_map, "trainable map")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "samples per step")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "timed steps (after one warm-up step)")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "maps and inputs")->capture_default_str();
-  cmd->add_flag("--json", *json, "machine-readable output");
+  auto fmt = std::make_shared<FormatOptions>();
+  add_option_table(cmd, train_bench_option_table(), o);
+  add_format_options(cmd, fmt, {OutputFormat::Json});
   cmd->callback([=] {
     const auto rows = bench_train(*o, terminal_progress("bench train"));
-    if (*json) {
+    if (fmt->format == OutputFormat::Json) {
       nlohmann::json out = {{"benchmark", "train"}, {"model", "gpt2-small shape"}, {"layers", 12},
                             {"heads", 12},          {"head_dim", 64},             {"seq_len", o->seq_len},
                             {"features", o->features}, {"feature_map", o->feature_map}, {"batch", o->batch},

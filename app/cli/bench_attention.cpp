@@ -14,24 +14,12 @@ void register_attention_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand("attention", "Causal linear attention kernel against the chunked LibTorch form, the "
                                                  "cumsum form and softmax attention: ms and peak MB per length");
   auto o = std::make_shared<AttentionBenchOptions>();
-  auto json = std::make_shared<bool>(false);
-  auto limit_gb = std::make_shared<double>(double(o->memory_limit_bytes) / double(int64_t(1) << 30));
-  cmd->add_option("-L,--lengths", o->lengths, "sequence lengths")->delimiter(',')->capture_default_str();
-  cmd->add_option("--batch", o->batch, "sequences")->capture_default_str();
-  cmd->add_option("--heads", o->heads, "heads per sequence")->capture_default_str();
-  cmd->add_option("--head-dim", o->head_dim, "head dimension d (of q, k and v)")->capture_default_str();
-  cmd->add_option("--features", o->features, "feature dimension M")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "float32, float64 or bfloat16 (CUDA)")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_flag("--backward", o->backward, "time forward + backward (gradients of every input)");
-  cmd->add_option("--repeats", o->repeats, "timed runs per form and length (the best counts)")->capture_default_str();
-  cmd->add_option("--memory-limit-gb", *limit_gb, "skip a form whose tensors would pass this")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "inputs")->capture_default_str();
-  cmd->add_flag("--json", *json, "machine-readable output");
+  auto fmt = std::make_shared<FormatOptions>();
+  add_option_table(cmd, attention_bench_option_table(), o);
+  add_format_options(cmd, fmt, {OutputFormat::Json});
   cmd->callback([=] {
-    o->memory_limit_bytes = int64_t(*limit_gb * double(int64_t(1) << 30));
     const auto rows = bench_attention(*o, terminal_progress("bench attention"));
-    if (*json) {
+    if (fmt->format == OutputFormat::Json) {
       nlohmann::json out = {{"benchmark", "attention"}, {"batch", o->batch},      {"heads", o->heads},
                             {"head_dim", o->head_dim},  {"features", o->features}, {"dtype", o->dtype},
                             {"device", o->device},      {"backward", o->backward}, {"rows", nlohmann::json::array()}};

@@ -14,38 +14,23 @@ void register_dof_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand("dof", "DoF spectra of one layer, per head: dsyevd, eigvalsh, the certified fast "
                                            "path with its bounds, and the layer batched on a device");
   auto o = std::make_shared<DofBenchOptions>();
-  auto normalize = std::make_shared<std::string>("trace");
-  auto json = std::make_shared<bool>(false);
-  auto no_eigvalsh = std::make_shared<bool>(false);
-  o->settings.samples = 4096;
-  cmd->add_option("-c,--capture", o->capture_dir, "capture directory (attnscope capture)")->required();
-  cmd->add_option("-J,--samples", o->settings.samples, "vectors sampled per head")
-      ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 16));
-  cmd->add_option("-S,--layer", o->layer, "layer to time")->capture_default_str();
-  add_lambda_option(cmd, o->settings.lambda, "lambda the bounds are certified at");
-  cmd->add_option("--tolerance", o->settings.tolerance, "relative bound width the fast path must reach")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--top-k", o->settings.top_k, "the fast path's largest Krylov subspace")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--block", o->settings.block, "Krylov block size")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--normalize", *normalize, "Gram normalizer")->check(CLI::IsMember(dof_normalize_names()))->capture_default_str();
-  cmd->add_option("--seed", o->settings.seed, "seed for sampling the vectors")->capture_default_str();
-  cmd->add_option("--device", o->settings.device, "device of the batched layer: cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_flag("--no-eigvalsh", *no_eigvalsh, "skip LibTorch's eigvalsh per head");
-  cmd->add_flag("--json", *json, "machine-readable output");
+  auto fmt = std::make_shared<FormatOptions>();
+  o->settings.samples = 4096;  // bench dof's default J (the fast path's regime)
+  add_option_table(cmd, dof_bench_option_table(), o);
+  require(cmd, "--capture");
+  add_format_options(cmd, fmt, {OutputFormat::Json});
   cmd->callback([=] {
-    o->settings.normalize = parse_dof_normalize(*normalize);
-    o->eigvalsh = !*no_eigvalsh;
+    const std::string normalize = dof_normalize_name(o->settings.normalize);
     const DofBenchResult r = bench_dof(*o, terminal_progress("bench dof"));
     double dsyevd = 0, fast = 0;
     int fallbacks = 0;
     for (const auto& h : r.heads) dsyevd += h.dsyevd_ms, fast += h.fast_ms, fallbacks += h.fallback;
-    if (*json) {
+    if (fmt->format == OutputFormat::Json) {
       nlohmann::json out = {{"benchmark", "dof"},        {"capture", o->capture_dir},
                             {"layer", o->layer},         {"samples", o->settings.samples},
                             {"lambda", o->settings.lambda}, {"tolerance", o->settings.tolerance},
                             {"top_k", o->settings.top_k}, {"block", o->settings.block},
-                            {"normalize", *normalize},   {"cpu_threads", r.cpu_threads},
+                            {"normalize", normalize},   {"cpu_threads", r.cpu_threads},
                             {"device", r.device},        {"batched_ms", r.batched_ms},
                             {"dsyevd_ms_total", dsyevd}, {"fast_ms_total", fast},
                             {"fallback_heads", fallbacks}, {"heads", nlohmann::json::array()}};

@@ -16,7 +16,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "attnscope/analysis/analysis_options.h"
+#include "attnscope/analysis/dof_options.h"
 #include "attnscope/bench/scale_bench.h"
+#include "attnscope/capture/capture_options.h"
+#include "attnscope/convert/convert_options.h"
+#include "attnscope/distill/distill_options.h"
 #include "attnscope/base/file_tree.h"
 #include "attnscope/base/table.h"
 #include "attnscope/io/text_source.h"
@@ -74,36 +79,18 @@ StepResult run_child(const std::string& step, const std::vector<std::string>& ar
   return r;
 }
 
-struct ScaleOptions {
-  std::vector<std::string> shapes{"gpt2-small", "llama-3.2-1b"};
-  std::vector<std::string> steps{"info", "capture", "spectra", "metrics", "distill", "eval"};
-  std::string dir;
-  int seq_len = 0, num_seqs = 0;  // 0: per shape (gpt2-small 1024 x 8, Llama 256 x 2)
-  int eval_chars = 2000;          // eval reads this many characters of the sample text
-  double timeout = 1800;
-  bool reuse = false;
-  bool json = false;
-};
-
-const std::vector<std::string> kSteps = {"info", "capture", "spectra", "metrics", "distill", "eval"};
-
 }  // namespace
 
 void register_scale_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand(
       "scale", "Time and peak resident memory of info, capture, spectra, metrics, one distill step and eval on "
                "random-weight checkpoints shaped like GPT-2 small, Llama-3.2-1B and Llama-3-8B (stored dtype as published)");
-  auto o = std::make_shared<ScaleOptions>();
-  cmd->add_option("--shapes", o->shapes, "model shapes")->delimiter(',')->check(CLI::IsMember(model_shape_names()))->capture_default_str();
-  cmd->add_option("--steps", o->steps, "what to run on each")->delimiter(',')->check(CLI::IsMember(kSteps))->capture_default_str();
-  cmd->add_option("-d,--dir", o->dir, "folder for the checkpoints (several GB; 16 GB for llama-3-8b) and outputs")->required();
-  cmd->add_option("-L,--seq-len", o->seq_len, "capture window (default: 1024 for gpt2-small, 256 for Llama shapes)");
-  cmd->add_option("-T,--num-seqs", o->num_seqs, "capture windows (default: 8 for gpt2-small, 2 for Llama shapes)");
-  cmd->add_option("--eval-chars", o->eval_chars, "characters of the sample text eval reads")->capture_default_str();
-  cmd->add_option("--timeout", o->timeout, "seconds before a step is stopped and reported as such")->capture_default_str();
-  cmd->add_flag("--reuse", o->reuse, "keep a checkpoint already written in the folder instead of writing it again");
-  cmd->add_flag("--json", o->json, "machine-readable output");
-  cmd->callback([o] {
+  auto o = std::make_shared<ScaleBenchOptions>();
+  auto fmt = std::make_shared<FormatOptions>();
+  add_option_table(cmd, scale_bench_option_table(), o);
+  require(cmd, "--dir");
+  add_format_options(cmd, fmt, {OutputFormat::Json});
+  cmd->callback([o, fmt] {
     fs::create_directories(o->dir);
     const std::string dir = fs::absolute(o->dir).string();
     const std::string tokenizer = default_model() + "/tokenizer.json";
@@ -151,18 +138,51 @@ void register_scale_bench(CLI::App* bench) {
       }
       const std::string cap = dir + "/" + name + ".capture", run = dir + "/" + name + ".distill";
       for (const std::string& step : o->steps) {
+        // Each child's command line, written from its command's option table.
         std::vector<std::string> args;
-        if (step == "info") args = {"info", "--model", model};
-        if (step == "capture")
-          args = {"capture", "--model", model, "--text", text, "--seq-len", std::to_string(L), "--num-seqs", std::to_string(T),
-                  "--batch", "1", "--out", cap};
-        if (step == "spectra") args = {"dof", "--capture", cap, "--out", dir + "/" + name + ".spectra.safetensors"};
-        if (step == "metrics") args = {"metrics", "--capture", cap, "--json"};
+        const auto command = [&args](const char* name, std::vector<std::string> options,
+                                     const std::vector<std::string>& tail = {}) {
+          args = {name};
+          args.insert(args.end(), options.begin(), options.end());
+          args.insert(args.end(), tail.begin(), tail.end());
+        };
+        ModelOptions mo;
+        mo.model = model;
+        if (step == "info") command("info", option_args(model_source_option_table(), mo));
+        if (step == "capture") {
+          CaptureCommand c;
+          c.model = mo;
+          c.texts = {text};
+          c.capture.seq_len = L;
+          c.capture.num_seqs = T;
+          c.capture.batch = 1;
+          command("capture", option_args(capture_command_option_table(), c), out_args(cap));
+        }
+        if (step == "spectra") {
+          DofCommand d;
+          d.capture = cap;
+          command("dof", option_args(dof_command_option_table(), d), out_args(dir + "/" + name + ".spectra.safetensors"));
+        }
+        if (step == "metrics") {
+          MetricsCommand m;
+          m.capture = cap;
+          command("metrics", option_args(metrics_command_option_table(), m), format_args(OutputFormat::Json));
+        }
         if (step == "distill") {
           remove_tree(run);
-          args = {"distill", "--capture", cap, "--features", "64", "--steps", "1", "--out", run};
+          DistillOptions d;
+          d.capture = cap;
+          d.features = 64;
+          d.steps = 1;
+          command("distill", option_args(distill_option_table(), d), out_args(run));
         }
-        if (step == "eval") args = {"eval", "--model", model, "--text", eval_text, "--seq-len", std::to_string(L)};
+        if (step == "eval") {
+          EvalOptions e;
+          e.model = mo;
+          e.texts = {eval_text};
+          e.seq_lens = {L};
+          command("eval", option_args(eval_option_table(), e));
+        }
         std::cerr << name << ": " << step << " ...\n";
         const StepResult r = run_child(step, args, dir + "/" + name + "." + step + ".log", o->timeout);
         const double file_gb = double(ck.weight_bytes) / 1e9;
@@ -174,7 +194,7 @@ void register_scale_bench(CLI::App* bench) {
                                {"peak_rss_bytes", r.peak_rss_bytes}, {"status", r.status}, {"seq_len", L}, {"num_seqs", T}});
       }
     }
-    if (o->json)
+    if (fmt->format == OutputFormat::Json)
       std::cout << out.dump(2) << "\n";
     else
       std::cout << to_markdown(t);

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "attnscope/capture/capture.h"
+#include "attnscope/capture/capture_options.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/job.h"
 #include "common.h"
@@ -10,24 +11,17 @@ namespace attnscope::cli {
 
 void register_capture(CLI::App& app) {
   auto* cmd = app.add_subcommand("capture", "Capture queries, keys and values of every layer and head");
-  auto args = std::make_shared<ModelArgs>();
-  auto texts = std::make_shared<std::vector<std::string>>();
-  auto out = std::make_shared<std::string>();
-  auto opt = std::make_shared<CaptureOptions>();
-  auto dtype = std::make_shared<std::string>("f32");
-  args->add_to(cmd);
-  cmd->add_option("-t,--text", *texts, ".txt or .jsonl (field \"text\") files, or - for standard input")->required();
-  cmd->add_option("-L,--seq-len", opt->seq_len, "tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("-T,--num-seqs", opt->num_seqs, "number of windows")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seed", opt->seed, "seed for drawing the windows")->capture_default_str();
-  cmd->add_option("--store-dtype", *dtype, "the dtype q, k, v are stored in (the model computes in --dtype)")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
-  cmd->add_flag("--pre-rope", opt->pre_rope, "store q and k before the rotary embedding");
-  cmd->add_option("--batch", opt->batch, "windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("-o,--out", *out, "capture directory (replaced only when the capture succeeds)")->required();
+  auto c = std::make_shared<CaptureCommand>();
+  auto output = std::make_shared<OutputOptions>();
+  c->model.model = default_model();
+  add_option_table(cmd, capture_command_option_table(), c);
+  require(cmd, "--text");
+  add_out_option(cmd, output, "capture directory (replaced only when the capture succeeds)", true);
   cmd->callback([=] {
-    opt->dtype = *dtype == "f16" ? DType::F16 : DType::F32;
-    auto docs = read_text_documents(*texts);
-    LoadedModel m = args->load();
+    const CaptureOptions* opt = &c->capture;
+    const std::string* out = &output->out;
+    auto docs = read_text_documents(c->texts);
+    LoadedModel m = load_model_of(c->model);
     // The same job runner as the workbench's, here in the foreground with a terminal bar.
     run_job(JobKind::Capture, "capture " + std::to_string(opt->num_seqs) + " x " + std::to_string(opt->seq_len) + " tokens",
             invocation(),

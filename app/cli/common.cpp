@@ -2,7 +2,8 @@
 
 #include "attnscope/base/command_line.h"
 #include "attnscope/base/error.h"
-#include "attnscope/attention/feature_map.h"
+#include "attnscope/base/option_defs.h"
+#include "attnscope/capture/capture.h"
 
 #include <unistd.h>
 
@@ -66,24 +67,49 @@ std::vector<std::string> default_texts() {
   return files;
 }
 
-void ModelArgs::add_to(CLI::App* cmd, bool with_dtype) {
-  model = default_model();
-  cmd->add_option("-m,--model", model,
-                  "Hugging Face model directory, cached model name (ORG/NAME), or llama2.c .bin")
-      ->capture_default_str();
-  cmd->add_option("--tokenizer", tokenizer,
-                  "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)");
-  if (with_dtype) add_compute_dtype_option(cmd, compute);
+ModelOptions with_default_model(ModelOptions o) {
+  if (o.model.empty()) o.model = default_model();
+  return o;
 }
 
-LoadedModel ModelArgs::load() const { return load_model(model, tokenizer, compute_dtype_of(compute, Device::Cpu)); }
+LoadedModel load_model_of(const ModelOptions& o) { return load_model(with_default_model(o), Device::Cpu); }
 
-void add_compute_dtype_option(CLI::App* cmd, std::optional<at::ScalarType>& compute) {
-  note_quantity_flag(kComputeDtypeQuantity, kComputeDtypeFlag);
-  cmd->add_option_function<std::string>(kComputeDtypeFlag, [&compute](const std::string& v) { compute = parse_compute_dtype(v); },
-                                        kComputeDtypeHelp)
-      ->check(CLI::IsMember(compute_dtype_names()));
+DofSpectra compute_spectra_of(const std::string& capture_dir, const DofSettings& settings) {
+  CaptureStore store(capture_dir);
+  return compute_spectra(store, settings, terminal_progress("dof"));
 }
+
+void add_out_option(CLI::App* cmd, const std::shared_ptr<OutputOptions>& out, const char* help, bool required) {
+  add_option_table(cmd, out_option_table(help), out);
+  if (required) require(cmd, long_flag(opt::out.flags));
+}
+
+void add_format_options(CLI::App* cmd, const std::shared_ptr<FormatOptions>& format, const std::vector<OutputFormat>& formats) {
+  const OptionTable<FormatOptions> table = format_option_table(formats);
+  add_option_table(cmd, table, format);
+  std::vector<std::string> flags;
+  for (const auto& row : table) flags.push_back(row.flag());
+  exclusive(cmd, flags);
+}
+
+const char* option_type_name(OptionKind kind) {
+  switch (kind) {
+    case OptionKind::Whole: return "INT";
+    case OptionKind::Unsigned: return "UINT";
+    case OptionKind::Number: return "NUMBER";
+    case OptionKind::Name: return "NAME";
+    case OptionKind::Wholes: return "INT,...";
+    case OptionKind::Names: return "NAME,...";
+    default: return "TEXT";
+  }
+}
+
+void exclusive(CLI::App* cmd, const std::vector<std::string>& flags) {
+  for (size_t i = 0; i < flags.size(); ++i)
+    for (size_t j = i + 1; j < flags.size(); ++j) cmd->get_option(flags[i])->excludes(cmd->get_option(flags[j]));
+}
+
+void require(CLI::App* cmd, const std::string& flag) { cmd->get_option(flag)->required(); }
 
 namespace {
 std::map<std::string, std::string>& quantity_flags() {
@@ -98,69 +124,6 @@ std::string option_for_quantity(const std::string& quantity) {
   const auto it = quantity_flags().find(quantity);
   return it == quantity_flags().end() ? std::string() : it->second;
 }
-
-CLI::Option* add_lambda_option(CLI::App* cmd, double& lambda, const std::string& help) {
-  return cmd
-      ->add_option_function<std::string>(
-          "--lambda",
-          [&lambda](const std::string& text) { lambda = parse_lambda(text); },  // Error: exit 1, naming it
-          help)
-      ->default_str(lambda_arg(lambda));
-}
-
-CLI::Validator feature_map_validator() {
-  return CLI::Validator(
-      [](std::string& name) -> std::string {
-        if (name.empty()) return {};  // softmax only
-        std::string all;
-        for (const auto& n : feature_map_names()) {
-          if (n == name) return {};
-          all += (all.empty() ? "" : ", ") + n;
-        }
-        return "unknown feature map \"" + name + "\"; choose one of " + all;
-      },
-      "NAME");
-}
-
-void AnalysisArgs::add_to(CLI::App* cmd, bool mixers) {
-  cmd->add_option("--feature-map", opt.feature_map, "also measure this feature map's linear attention (e.g. prf, hedgehog, elu)")
-      ->check(feature_map_validator())->capture_default_str();
-  cmd->add_option("-M,--features", opt.features, "feature dimension M of the feature map")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  add_window_option(cmd, opt);
-  cmd->add_option("--seed", opt.seed, "seed for the feature map and sampled pairs")->capture_default_str();
-  cmd->add_option("--max-seqs", opt.max_seqs, "use the first N windows only (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  if (mixers)
-    cmd->add_option("--mixer-state", opt.mixer_state, "state size N for structured-mixer distances (0 = skip)")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
-  add_scale_options(cmd, opt);
-}
-
-void add_scale_options(CLI::App* cmd, AnalysisOptions& opt) {
-  cmd->add_option("--sample-rows", opt.sample_rows,
-                  "query positions per window at which the row metrics are estimated, with standard errors (0 = every row, "
-                  "exact); the softmax entropies are always exact")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--mixer-tokens", opt.mixer_tokens,
-                  "structured-mixer distances of the map of the first P tokens of the first window (0 = the whole window)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-}
-
-void add_window_option(CLI::App* cmd, AnalysisOptions& opt) {
-  cmd->add_option("--window", opt.window,
-                  "hybrid heads: each query attends its last W keys with softmax weights and older keys through the "
-                  "feature map, one normalizer, balance 1/2 (0 = the feature map alone)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-}
-
-void check_analysis_options(const AnalysisOptions& opt) {
-  if (!opt.feature_map.empty() && opt.features == 0 && !feature_map_has_fixed_size(opt.feature_map))
-    throw CLI::ValidationError("--features", "feature map " + opt.feature_map + " needs a feature dimension: give --features M (e.g. 64)");
-  if (opt.window > 0 && opt.feature_map.empty())
-    throw CLI::ValidationError("--window", "a hybrid head mixes softmax with a feature map's linear attention: give --feature-map too");
-}
-
-void AnalysisArgs::check() const { check_analysis_options(opt); }
 
 const FigureWriter* figure_writer(const std::string& command) {
 #ifdef ATTNSCOPE_HAVE_GUI

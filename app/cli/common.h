@@ -1,5 +1,6 @@
-// What every CLI command shares: the default model, the common --model/--tokenizer options, a
-// terminal progress bar, and registration hooks (one per command file).
+// What every CLI command shares: the registration of core's option tables (every flag of every
+// command is a row of one: option_defs.h's definitions bound to a core options struct), the default
+// model, a terminal progress bar, and registration hooks (one per command file).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -12,12 +13,15 @@
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/command_line.h"
 #include "attnscope/base/options.h"
+#include "attnscope/base/output_options.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/figure.h"
 #include "attnscope/base/job.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/model/compute_dtype.h"
 #include "attnscope/model/model.h"
+#include "attnscope/model/model_options.h"
+#include "attnscope/run/job_file.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope::cli {
@@ -33,32 +37,25 @@ std::string default_model();
 // The sample texts under resources/texts (*.txt, sorted); Error naming the folder when there are none.
 std::vector<std::string> default_texts();
 
-struct ModelArgs {
-  std::string model;
-  std::string tokenizer;
-  std::optional<at::ScalarType> compute;  // --dtype; unset: the CPU's default (compute_dtype.h)
-  // with_dtype: also --dtype (the window computes in float32 and does not take it).
-  void add_to(CLI::App* cmd, bool with_dtype = true);
-  LoadedModel load() const;
-};
-
-// --dtype (compute_dtype.h's one definition) for a command without a core option table.
-void add_compute_dtype_option(CLI::App* cmd, std::optional<at::ScalarType>& compute);
-
 // Remembers that `flag` sets `quantity`, for option_for_quantity (main.cpp adds the flag to an
 // Error about that quantity).
 void note_quantity_flag(const std::string& quantity, const std::string& flag);
 // The flag that sets `quantity`, "" when none is known.
 std::string option_for_quantity(const std::string& quantity);
 
+// The word the help shows for a value of this kind: INT, UINT, NUMBER, NAME, TEXT, INT,... .
+const char* option_type_name(OptionKind kind);
+
 // Registers every row of a core option table (options.h) on `cmd`, parsing into *o: a bad value is
-// a usage error naming the flag (exit 2); the help shows the default of a fresh O.
+// a usage error naming the flag (exit 2); the help shows *o's values as the defaults (what is in it
+// when it is registered). Every flag a command takes comes from here: the rows are the catalogue's
+// definitions (option_defs.h), and each notes the flag of its quantity for core's errors.
 template <class O>
 void add_option_table(CLI::App* cmd, const OptionTable<O>& table, const std::shared_ptr<O>& o) {
-  const O defaults{};
+  const O defaults = *o;
   for (const Option<O>& row : table) {
     note_quantity_flag(row.quantity, row.flag());
-    const auto set = [o, &row](const std::string& text) {
+    const auto set = [o, row](const std::string& text) {
       try {
         row.set(*o, text);
       } catch (const Error& e) {
@@ -79,45 +76,58 @@ void add_option_table(CLI::App* cmd, const OptionTable<O>& table, const std::sha
           ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
       continue;
     }
-    auto* opt = cmd->add_option_function<std::string>(row.flags, set, row.help);
-    const std::string d = row.get(defaults);
+    CLI::Option* opt = nullptr;
+    if (row.kind == OptionKind::Wholes || row.kind == OptionKind::Names) {
+      // "128,512" or repeated: one list.
+      opt = cmd->add_option_function<std::vector<std::string>>(
+                   row.flags,
+                   [set](const std::vector<std::string>& items) {
+                     std::string joined;
+                     for (const std::string& item : items) joined += (joined.empty() ? "" : ",") + item;
+                     set(joined);
+                   },
+                   row.help)
+                ->delimiter(',')
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    } else {
+      opt = cmd->add_option_function<std::string>(row.flags, set, row.help);
+    }
+    opt->type_name(option_type_name(row.kind));
+    const std::string d = (row.value ? row.value : row.get)(defaults);
     if (!d.empty()) opt->default_str(d);
   }
 }
 
-// --lambda: parse_lambda's forms (2^-8, 0.0625, 1e-3) into `lambda` while parsing; a bad value is
-// core's Error (exit 1, the value named). The default shown is `lambda`'s value.
-CLI::Option* add_lambda_option(CLI::App* cmd, double& lambda, const std::string& help);
+// The tables every command shares (output_options.h): -o,--out described for the command (required:
+// a usage error without it), and the output formats a command offers, of which at most one is given.
+void add_out_option(CLI::App* cmd, const std::shared_ptr<OutputOptions>& out, const char* help, bool required);
+void add_format_options(CLI::App* cmd, const std::shared_ptr<FormatOptions>& format, const std::vector<OutputFormat>& formats);
 
-// The DoF options shared by `dof`, `allocate` and `report`.
-struct DofArgs {
-  double lambda = kDefaultLambda;
-  std::string normalize = "trace";
-  DofSettings settings;
-  void add_to(CLI::App* cmd);
-  DofSpectra compute(const std::string& capture_dir);  // with a progress bar
-};
+// The options of `flags` (long forms) exclude one another: giving two is a usage error.
+void exclusive(CLI::App* cmd, const std::vector<std::string>& flags);
+// The option `flag` must be given (a usage error naming it otherwise).
+void require(CLI::App* cmd, const std::string& flag);
 
-// The head-analysis options shared by `metrics`, `maps` and `report`. The feature-map name is
-// checked while parsing (an unknown name is a usage error, exit 2); call check() in the callback
-// for the rules between options.
-struct AnalysisArgs {
-  AnalysisOptions opt;
-  void add_to(CLI::App* cmd, bool mixers = true);
-  void check() const;  // check_analysis_options(opt)
-};
-// --window W (AnalysisOptions::window: hybrid heads), for commands that register their analysis
-// options themselves (report).
-void add_window_option(CLI::App* cmd, AnalysisOptions& opt);
-// --sample-rows and --mixer-tokens (AnalysisOptions::sample_rows, mixer_tokens): how much of a long
-// capture the metrics read, for commands that register their analysis options themselves (report).
-void add_scale_options(CLI::App* cmd, AnalysisOptions& opt);
-// The rules between the analysis options, as usage errors: a map that needs M without --features,
-// --window without a feature map.
-void check_analysis_options(const AnalysisOptions& opt);
+// Runs `check` (core's checks between options, which throw Error naming a quantity): an Error
+// whose quantity a registered flag sets becomes a usage error naming that flag (exit 2); others
+// pass through (exit 1).
+template <class F>
+void check_as_usage(F&& check) {
+  try {
+    check();
+  } catch (const Error& e) {
+    const std::string flag = option_for_quantity(e.quantity());
+    if (flag.empty()) throw;
+    throw CLI::ValidationError(flag, e.what());
+  }
+}
 
-// A CLI11 validator accepting "" (softmax only) or any name core's feature_map_names() lists.
-CLI::Validator feature_map_validator();
+// The model of a command: o.model, or the bundled model when none was given; loaded in o.compute.
+ModelOptions with_default_model(ModelOptions o);
+LoadedModel load_model_of(const ModelOptions& o);
+
+// The spectra of a capture, computed with `settings` and a progress bar.
+DofSpectra compute_spectra_of(const std::string& capture_dir, const DofSettings& settings);
 
 // The figure writer of this build: Qt's in the GUI build when Qt can start (offscreen without a
 // display), else null with a note on stderr saying that only CSV/tables are written.
@@ -152,13 +162,13 @@ struct ResumableJob {
 template <typename Options, typename Result>
 void add_resumable_job(CLI::App* cmd, const ResumableJob<Options, Result>& j) {
   auto o = std::make_shared<Options>();
-  auto out = std::make_shared<std::string>();
-  auto resume = std::make_shared<std::string>();
+  auto dirs = std::make_shared<OutputOptions>();
   add_option_table(cmd, j.table(), o);
-  auto* op = cmd->add_option("-o,--out", *out, j.out_help);
-  auto* rp = cmd->add_option("--resume", *resume, "continue the killed job in this run directory");
-  op->excludes(rp);
+  add_option_table(cmd, resumable_out_option_table(j.out_help, "continue the killed job in this run directory"), dirs);
+  exclusive(cmd, {"--out", "--resume"});
   cmd->callback([=] {
+    const std::string* out = &dirs->out;
+    const std::string* resume = &dirs->resume;
     const bool resuming = !resume->empty();
     if (resuming)
       for (const auto& row : j.table())
@@ -166,28 +176,22 @@ void add_resumable_job(CLI::App* cmd, const ResumableJob<Options, Result>& j) {
           throw CLI::ValidationError(row.flag(), "a resumed run keeps its job.json's options");
     if (!resuming) {
       if (out->empty()) throw CLI::RequiredError("--out");
-      try {
-        j.check(*o);
-      } catch (const Error& e) {
-        const std::string flag = option_for_quantity(e.quantity());
-        if (flag.empty()) throw;
-        throw CLI::ValidationError(flag, e.what());
-      }
+      check_as_usage([&] { j.check(*o); });
       o->python_module = resources_dir() + "/python/attnscope_linear.py";
     }
     const std::string run = resuming ? *resume : *out;
-    const std::string resume_command = attnscope_command({j.name, "--resume", run});
+    const std::string resume_line = resume_command(j.name, run);
     const std::atomic<bool>* stop_requested = stop_on_interrupt();
     Result r;
     try {
-      run_job(j.kind, j.name, resuming ? resume_command : j.command(*o, run),
+      run_job(j.kind, j.name, resuming ? resume_line : j.command(*o, run),
               [&](Job& job) {
                 const ProgressFn progress = sub_progress(job.progress(), 0, 1, stop_requested);
                 r = resuming ? j.resume(run, progress) : j.start(*o, run, progress);
               },
               terminal_progress(j.name));
     } catch (const Cancelled&) {
-      std::cerr << "\n" << j.name << ": stopped; continue with: " << resume_command << "\n";
+      std::cerr << "\n" << j.name << ": stopped; continue with: " << resume_line << "\n";
       throw;
     }
     j.print(r);

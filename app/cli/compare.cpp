@@ -15,28 +15,13 @@ void register_compare(CLI::App& app) {
   auto* cmd = app.add_subcommand("compare", "Run fix, dof and dof-clip end to end at one budget and write paper-style "
                                             "tables (Markdown, LaTeX, CSV, JSON)");
   auto o = std::make_shared<CompareOptions>();
-  auto out = std::make_shared<std::string>();
-  cmd->add_option("-m,--model", o->model, "model directory, HF cache name or llama2.c .bin (default: the bundled model)");
-  add_compute_dtype_option(cmd, o->compute);
-  cmd->add_option("-t,--text", o->texts, ".txt or .jsonl files; the tail (--heldout-share) is held out")->required();
-  cmd->add_option("-C,--budget", o->budget, "cost C: the mean feature dimension per layer")->required();
-  add_lambda_option(cmd, o->lambda, "DoF tolerance lambda (2^-8, 0.0625, 1e-3)");
-  cmd->add_option("--feature-map", o->feature_map, "trainable map: learned-prf | hedgehog | t2r | flex-stationary")
-      ->capture_default_str();
-  cmd->add_option_function<std::string>("--loss", [o](const std::string& v) { o->loss = parse_distill_loss(v); },
-                                         "distillation loss: kl | softmax | l2 | output")
-      ->default_str(distill_loss_name(o->loss));
-  cmd->add_option("--steps", o->steps, "distillation steps per strategy")->capture_default_str();
-  cmd->add_option("--features-from", o->features_from, "where the DoF spectra come from: capture")->capture_default_str();
-  cmd->add_option("--heldout-share", o->heldout_share, "share of the text held out for evaluation")->capture_default_str();
-  cmd->add_option("-L,--seq-len", o->seq_len, "window length (default: the context length, at most 256)");
-  cmd->add_option("-n,--num-seqs", o->num_seqs, "capture windows")->capture_default_str();
-  cmd->add_option("-J,--samples", o->dof_samples, "vectors sampled per head for the DoF")->capture_default_str();
-  cmd->add_option("--closeness-windows", o->closeness_windows, "held-out windows for attention KL")->capture_default_str();
-  cmd->add_option("--min-seconds", o->min_seconds, "each timing runs at least this long")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "capture, maps and mini-batches")->capture_default_str();
-  cmd->add_option("-o,--out", *out, "output directory (written whole or not at all)")->required();
+  auto output = std::make_shared<OutputOptions>();
+  add_option_table(cmd, compare_option_table(), o);
+  require(cmd, "--text");
+  require(cmd, "--budget");
+  add_out_option(cmd, output, "output directory (written whole or not at all)", true);
   cmd->callback([=] {
+    const std::string* out = &output->out;
     if (o->model.empty()) o->model = default_model();
     o->python_module = resources_dir() + "/python/attnscope_linear.py";
     const Comparison c = compare(*o, *out, terminal_progress("compare"));

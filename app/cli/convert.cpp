@@ -7,7 +7,10 @@
 #include <iostream>
 
 #include "attnscope/allocation/allocation_file.h"
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/base/option_defs.h"
 #include "attnscope/convert/convert_job.h"
+#include "attnscope/convert/convert_options.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/base/error.h"
 #include "common.h"
@@ -18,76 +21,58 @@ namespace attnscope::cli {
 
 void register_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand("convert", "Write a converted model: linear attention with a feature map per head (SPEC 7)");
-  auto args = std::make_shared<ModelArgs>();
-  auto o = std::make_shared<ConvertOptions>();
-  auto features = std::make_shared<int64_t>(0);
-  auto allocation = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  auto weights = std::make_shared<std::string>("copy");
-  auto untied = std::make_shared<bool>(false);
-  auto job = std::make_shared<std::string>();
-  args->add_to(cmd);
-  auto* j = cmd->add_option("--job", *job, "a finished distillation run directory: convert with its trained maps");
-  auto* fmo = cmd->add_option("--feature-map", o->map.name, "untrained map of every head (prf, elu, hedgehog, learned-prf, ...)")
-      ->check(feature_map_validator());
-  j->excludes(fmo);
-  auto* f = cmd->add_option("-M,--features", *features, "feature dimension M of every head")->check(CLI::PositiveNumber);
-  auto* a = cmd->add_option("--allocation", *allocation, "per-layer dimensions from `attnscope allocate --json`");
-  f->excludes(a);
-  j->excludes(f);
-  j->excludes(a);
-  auto* w = cmd->add_option("--window", o->window, "untrained hybrid heads: softmax over the last W keys beside the map, "
-                                                  "balance 1/2 (0: plain linear attention)")
-                ->check(CLI::NonNegativeNumber);
-  j->excludes(w);
-  cmd->add_option("--seed", o->map.seed, "seed of the maps' random draws (head (s, h) uses derive_seed(seed, s, h))")
-      ->capture_default_str();
-  cmd->add_option("--init", o->map.init, "initialization (family default when empty)");
-  cmd->add_option("--activation", o->map.activation, "hedgehog: exp | softmax | softmax-joint")->capture_default_str();
-  cmd->add_flag("--untied", *untied, "hedgehog, t2r: separate query and key maps");
-  cmd->add_option("--temperature", o->map.temperature, "exp: t in exp(t x)")->capture_default_str();
-  cmd->add_option("-o,--out", *out, "output directory (written atomically)")->required();
-  cmd->add_option("--weights", *weights, "copy the original weights, or reference them by path")
-      ->check(CLI::IsMember({"copy", "reference"}))
-      ->capture_default_str();
+  auto c = std::make_shared<ConvertCommand>();
+  auto output = std::make_shared<OutputOptions>();
+  add_option_table(cmd, convert_command_option_table(), c);
+  for (const char* flag : {"--feature-map", "--features", "--allocation", "--window"}) exclusive(cmd, {"--job", flag});
+  exclusive(cmd, {"--features", "--allocation"});
+  add_out_option(cmd, output, "output directory (written atomically)", true);
   cmd->callback([=] {
+    const std::string* job = &c->job;
+    const std::string* out = &output->out;
+    const ConvertOptions* o = &c->convert;
+    const bool copy_weights = c->weights == "copy";
     if (!job->empty()) {
-      ModelArgs a = *args;
-      if (!cmd->get_option("--model")->count()) a.model = distill_run_model(*job);
-      const LoadedModel m = a.load();
+      ModelOptions a = c->model;
+      if (a.model.empty()) a.model = distill_run_model(*job);
+      const LoadedModel m = load_model_of(a);
       ConvertOptions opt = distill_run_convert_options(*job, m.model->config());
-      opt.copy_weights = *weights == "copy";
+      opt.copy_weights = copy_weights;
       opt.python_module = resources_dir() + "/python/attnscope_linear.py";
       convert_model(m, opt, *out);
       std::cout << "wrote " << fs::absolute(*out).lexically_normal().string() << " (" << opt.map.name
                 << " linear attention trained by " << *job << ")\n";
       return;
     }
-    if (o->map.name.empty()) throw CLI::ValidationError("--feature-map", "give --job RUN, or --feature-map NAME for untrained maps");
+    if (o->map.name.empty())
+      throw CLI::ValidationError(option_for_quantity(attnscope::opt::feature_map.quantity),
+                                 "give --job RUN, or --feature-map NAME for untrained maps");
     const bool fixed = feature_map_has_fixed_size(o->map.name);
-    if (!fixed && *features == 0 && allocation->empty())
-      throw CLI::ValidationError("--features", "feature map " + o->map.name + " needs --features M or --allocation FILE");
-    LoadedModel m = args->load();
-    const ModelConfig& c = m.model->config();
+    const int64_t features = c->features;
+    const std::string& allocation = c->allocation;
+    if (!fixed && features == 0 && allocation.empty())
+      throw CLI::ValidationError(option_for_quantity(attnscope::opt::features.quantity),
+                                 "feature map " + o->map.name + " needs --features M or --allocation FILE");
+    LoadedModel m = load_model_of(c->model);
+    const ModelConfig& cfg = m.model->config();
     ConvertOptions opt = *o;
-    opt.map.tied = !*untied;
-    opt.copy_weights = *weights == "copy";
+    opt.copy_weights = copy_weights;
     opt.python_module = resources_dir() + "/python/attnscope_linear.py";
-    if (!allocation->empty()) {
-      const AllocationFile a = read_allocation_file(*allocation, c.n_layer, c.n_head);
+    if (!allocation.empty()) {
+      const AllocationFile a = read_allocation_file(allocation, cfg.n_layer, cfg.n_head);
       opt.dims = a.dims;
       if (a.strategy) opt.strategy = alloc_strategy_name(*a.strategy);
       opt.lambda = a.lambda;
       opt.budget = a.budget;
     } else {
-      const int64_t M = *features > 0 ? *features : 0;
-      opt.dims.assign(c.n_layer, std::vector<int64_t>(c.n_head, M));
+      const int64_t M = features > 0 ? features : 0;
+      opt.dims.assign(cfg.n_layer, std::vector<int64_t>(cfg.n_head, M));
       opt.strategy = "fix";
       opt.budget = M;
     }
     convert_model(m, opt, *out);
     std::cout << "wrote " << fs::absolute(*out).lexically_normal().string() << " (" << o->map.name
-              << " linear attention, " << c.n_layer << " layers x " << c.n_head << " heads)\n";
+              << " linear attention, " << cfg.n_layer << " layers x " << cfg.n_head << " heads)\n";
   });
 }
 

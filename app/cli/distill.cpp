@@ -19,14 +19,16 @@ void register_distill(CLI::App& app) {
   auto* cmd = app.add_subcommand("distill", "Train feature maps layerwise on a capture, or directly in the model on a "
                                             "text (a job in a run directory)");
   auto o = std::make_shared<DistillOptions>();
-  auto out = std::make_shared<std::string>();
-  auto resume = std::make_shared<std::string>();
+  auto dirs = std::make_shared<OutputOptions>();
   add_option_table(cmd, distill_option_table(), o);
-  auto* op = cmd->add_option("-o,--out", *out, "run directory to create");
-  auto* rp = cmd->add_option("--resume", *resume, "continue the killed job in this run directory (with --device: "
-                                                  "on that device, else on the job's)");
-  op->excludes(rp);
+  add_option_table(cmd,
+                   resumable_out_option_table("run directory to create", "continue the killed job in this run directory "
+                                                                         "(with --device: on that device, else on the job's)"),
+                   dirs);
+  exclusive(cmd, {"--out", "--resume"});
   cmd->callback([=] {
+    const std::string* out = &dirs->out;
+    const std::string* resume = &dirs->resume;
     const bool resuming = !resume->empty();
     if (!resuming && out->empty()) throw CLI::RequiredError("--out");
     // Every option of a resumed run is its job.json's: one given here would be silently ignored.
@@ -35,13 +37,7 @@ void register_distill(CLI::App& app) {
         if (row.flag() != "--device" && cmd->count(row.flag()))
           throw CLI::ValidationError(row.flag(), "a resumed run keeps its job.json's options (only --device may change)");
     if (!resuming) {
-      try {
-        check_distill_options(*o);  // before any work: a usage error naming the option
-      } catch (const Error& e) {
-        const std::string flag = option_for_quantity(e.quantity());
-        if (flag.empty()) throw;
-        throw CLI::ValidationError(flag, e.what());
-      }
+      check_as_usage([&] { check_distill_options(*o); });  // before any work: a usage error naming the option
     }
     const std::optional<Device> device =
         resuming && cmd->count("--device") ? std::optional<Device>(o->device) : std::nullopt;

@@ -8,41 +8,11 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/analysis/dof_json.h"
+#include "attnscope/analysis/dof_options.h"
 #include "attnscope/base/error.h"
 #include "common.h"
 
 namespace attnscope::cli {
-
-void DofArgs::add_to(CLI::App* cmd) {
-  add_lambda_option(cmd, lambda, "tolerance lambda: 2^-8, 0.0625 or 1e-3");
-  cmd->add_option("-J,--samples", settings.samples, "vectors sampled from the queries and keys of each head")
-      ->capture_default_str()->check(CLI::Range(int64_t(2), int64_t(1) << 20));
-  cmd->add_option("--max-samples", settings.max_samples,
-                  "cap on J per head: a head whose DoF moves by more than 10% between J/2 and J is computed again at 2J, "
-                  "4J, ... up to this (<= --samples: no doubling)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--normalize", normalize, "Gram normalizer n in Sigma = G / n")
-      ->check(CLI::IsMember(dof_normalize_names()))->capture_default_str();
-  cmd->add_option("--seed", settings.seed, "seed for sampling the vectors")->capture_default_str();
-  cmd->add_option("--exact-limit", settings.exact_limit,
-                  "largest J with a full eigendecomposition; above, the certified fast path (block Krylov bounds)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--top-k", settings.top_k,
-                  "the fast path's largest Krylov subspace; a head not within --tolerance by then is solved exactly")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--tolerance", settings.tolerance,
-                  "relative width (upper - lower) / DoF the fast path must reach at --lambda")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--device", settings.device, "cpu, cuda or cuda:N; cuda solves every head of a layer at once")
-      ->capture_default_str();
-}
-
-DofSpectra DofArgs::compute(const std::string& capture_dir) {
-  settings.normalize = parse_dof_normalize(normalize);
-  settings.lambda = lambda;  // the fast path certifies its bounds there
-  CaptureStore store(capture_dir);
-  return compute_spectra(store, settings, terminal_progress("dof"));
-}
 
 namespace {
 
@@ -117,24 +87,21 @@ void print_text(const nlohmann::ordered_json& j) {
 
 void register_dof(CLI::App& app) {
   auto* cmd = app.add_subcommand("dof", "Degrees of freedom of every head at a tolerance lambda");
-  auto args = std::make_shared<DofArgs>();
-  auto capture = std::make_shared<std::string>();
-  auto spectra_in = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  auto json = std::make_shared<bool>(false);
-  auto* c = cmd->add_option("-c,--capture", *capture, "capture directory (attnscope capture)");
-  auto* s = cmd->add_option("--spectra", *spectra_in, "reuse spectra saved by an earlier `dof --out` (no recomputation)");
-  c->excludes(s);
-  args->add_to(cmd);
-  cmd->add_option("-o,--out", *out, "save the spectra (.safetensors) for later lambdas, `allocate` and the GUI");
-  cmd->add_flag("--json", *json, "machine-readable output");
+  auto d = std::make_shared<DofCommand>();
+  auto output = std::make_shared<OutputOptions>();
+  auto format = std::make_shared<FormatOptions>();
+  add_option_table(cmd, dof_command_option_table(), d);
+  exclusive(cmd, {"--capture", "--spectra"});
+  add_out_option(cmd, output, "save the spectra (.safetensors) for later lambdas, `allocate` and the GUI", false);
+  add_format_options(cmd, format, {OutputFormat::Json});
   cmd->callback([=] {
-    const double lambda = args->lambda;
-    if (capture->empty() && spectra_in->empty()) fail("dof", "give --capture DIR or --spectra FILE");
-    const DofSpectra sp = spectra_in->empty() ? args->compute(*capture) : load_spectra(*spectra_in);
+    const double lambda = d->settings.lambda;
+    const std::string* out = &output->out;
+    if (d->capture.empty() && d->spectra.empty()) fail("dof", "give --capture DIR or --spectra FILE");
+    const DofSpectra sp = d->spectra.empty() ? compute_spectra_of(d->capture, d->settings) : load_spectra(d->spectra);
     if (!out->empty()) save_spectra(*out, sp);
     const auto j = dof_to_json(sp, lambda);
-    if (*json) {
+    if (format->format == OutputFormat::Json) {
       std::cout << j.dump(2) << "\n";
       return;
     }

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/base/option_defs.h"
+#include "attnscope/convert/convert_options.h"
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_eval_json.h"
 #include "attnscope/base/error.h"
@@ -43,40 +45,24 @@ void print_table(const ConvertedEvaluation& e) {
 void register_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Mean next-token loss (nats) and perplexity on a text; on a converted model, "
                                          "the comparison with its original (closeness and speed)");
-  auto args = std::make_shared<ModelArgs>();
-  auto texts = std::make_shared<std::vector<std::string>>();
-  auto seq_lens = std::make_shared<std::vector<int>>();
-  auto json = std::make_shared<bool>(false);
-  auto speed_lengths = std::make_shared<std::vector<int>>();
-  auto windows = std::make_shared<int>(4);
-  auto min_seconds = std::make_shared<double>(0.2);
-  args->add_to(cmd);
-  cmd->add_option("-t,--text", *texts, ".txt or .jsonl files, or - for standard input")->required();
-  cmd->add_option("-L,--seq-len", *seq_lens,
-                  "window lengths in tokens, e.g. 128,512 (default: the context length); each is evaluated")
-      ->delimiter(',');
-  cmd->add_option("--speed-lengths", *speed_lengths,
-                  "converted models: sequence lengths to time (default 64, 128, ... up to the context length or 4096)")
-      ->delimiter(',');
-  cmd->add_option("--closeness-windows", *windows,
-                  "converted models: windows of the text for attention KL and output error")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--min-seconds", *min_seconds, "converted models: each timing runs at least this long")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--json", *json, "machine-readable output");
+  auto o = std::make_shared<EvalOptions>();
+  auto format = std::make_shared<FormatOptions>();
+  o->model.model = default_model();
+  add_option_table(cmd, eval_option_table(), o);
+  require(cmd, "--text");
+  add_format_options(cmd, format, {OutputFormat::Json});
   cmd->callback([=] {
-    auto docs = read_text_documents(*texts);
-    LoadedModel m = args->load();
+    const bool json = format->format == OutputFormat::Json;
+    auto docs = read_text_documents(o->texts);
+    LoadedModel m = load_model_of(o->model);
     const std::vector<int64_t> ids = encode_documents(*m.tokenizer, docs);
     const int n_ctx = m.model->config().n_ctx;
-    std::vector<int> lengths = *seq_lens;
+    std::vector<int> lengths = o->seq_lens;
     if (lengths.empty()) lengths.push_back(n_ctx);
     for (int L : lengths)
-      if (L < 2 || L > n_ctx)
-        throw CLI::ValidationError("--seq-len", std::to_string(L) + " is outside 2.." + std::to_string(n_ctx) +
-                                                    " (the context length)");
+      if (L > n_ctx)
+        throw CLI::ValidationError(option_for_quantity(opt::seq_len.quantity), std::to_string(L) + " is outside 2.." +
+                                                                                   std::to_string(n_ctx) + " (the context length)");
     // One result per length; the first carries the timings. With one length the JSON is that
     // result (SPEC 7); with several, the first's fields and "by_length" with all of them.
     nlohmann::json all = nlohmann::json::array();
@@ -84,29 +70,26 @@ void register_eval(CLI::App& app) {
       const int L = lengths[i];
       nlohmann::json j;
       if (m.model->feature_maps()) {
-        ConvertedEvalOptions o;
-        o.seq_len = L;
-        o.closeness_windows = *windows;
-        o.speed_lengths = *speed_lengths;
-        o.min_seconds = *min_seconds;
-        o.speed = i == 0;
-        const ConvertedEvaluation e = evaluate_converted(*m.model, ids, o, terminal_progress("eval"));
+        ConvertedEvalOptions c = o->converted;
+        c.seq_len = L;
+        c.speed = i == 0;
+        const ConvertedEvaluation e = evaluate_converted(*m.model, ids, c, terminal_progress("eval"));
         if (e.beyond_trained_length())
           std::cerr << "eval: warning: the maps were trained on " << e.trained_length << "-token windows and are evaluated at "
                     << L << " tokens; maps break beyond the length they were trained at (see the positions table)\n";
         j = converted_eval_to_json(e);
-        if (!*json) print_table(e);
+        if (!json) print_table(e);
       } else {
         const double loss = m.model->mean_loss(ids, L, terminal_progress("eval"));
         j = {{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", ids.size()}, {"seq_len", L}};
-        if (!*json)
+        if (!json)
           std::cout << "tokens      " << ids.size() << "\nseq_len     " << L << "\nloss        " << loss
                     << " nats/token\nperplexity  " << std::exp(loss) << "\n";
       }
-      if (!*json && i + 1 < lengths.size()) std::cout << "\n";
+      if (!json && i + 1 < lengths.size()) std::cout << "\n";
       all.push_back(j);
     }
-    if (*json) {
+    if (json) {
       nlohmann::json out = all[0];
       if (all.size() > 1) out["by_length"] = all;
       std::cout << out.dump(2) << "\n";

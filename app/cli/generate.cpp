@@ -10,22 +10,16 @@ namespace attnscope::cli {
 
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Greedy generation: print the prompt and its continuation");
-  auto args = std::make_shared<ModelArgs>();
-  auto prompt = std::make_shared<std::string>();
-  auto steps = std::make_shared<int>(0);
-  auto new_tokens = std::make_shared<int>(0);
-  args->add_to(cmd);
-  cmd->add_option("-p,--prompt", *prompt, "prompt text (may be empty)");
-  auto* s = cmd->add_option("-n,--steps", *steps, "total tokens in the output, prompt included (as llama2.c -n)")
-                ->check(CLI::PositiveNumber);
-  auto* n = cmd->add_option("--new-tokens", *new_tokens, "tokens to generate after the prompt")
-                ->check(CLI::PositiveNumber);
-  s->excludes(n);
+  auto o = std::make_shared<GenerateOptions>();
+  o->model.model = default_model();
+  add_option_table(cmd, generate_option_table(), o);
+  exclusive(cmd, {"--steps", "--new-tokens"});
   cmd->callback([=] {
-    if (*steps == 0 && *new_tokens == 0) *steps = 256;
-    LoadedModel m = args->load();
+    if (o->steps == 0 && o->new_tokens == 0) o->steps = GenerateOptions::kDefaultSteps;
+    const int steps = int(o->steps), new_tokens = int(o->new_tokens);
+    LoadedModel m = load_model_of(o->model);
     const Tokenizer& tok = *m.tokenizer;
-    std::vector<int64_t> ids = tok.encode_for_model(*prompt);
+    std::vector<int64_t> ids = tok.encode_for_model(o->prompt);
     const bool bos = !ids.empty() && ids.front() == tok.bos_id() && tok.adds_bos();
     const bool unconditioned = ids.empty();
     if (unconditioned) {
@@ -33,7 +27,7 @@ void register_generate(CLI::App& app) {
       ids.push_back(tok.eos_id());  // GPT-2 style: <|endoftext|> starts an unconditioned sample
     }
     const int counted = int(ids.size()) - (bos ? 1 : 0);
-    const int todo = *new_tokens > 0 ? *new_tokens : std::max(0, *steps - counted);
+    const int todo = new_tokens > 0 ? new_tokens : std::max(0, steps - counted);
     // llama2.c's models separate stories with BOS; HF models end a text with EOS.
     const int64_t stop = tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id();
     // Stream: print what each new token adds to the decoded text (decoding the whole sequence

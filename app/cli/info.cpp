@@ -23,11 +23,13 @@ std::string positions(const ModelConfig& c) {
 
 void register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Describe a model: architecture, layers, heads, sizes, tokenizer");
-  auto args = std::make_shared<ModelArgs>();
-  auto json = std::make_shared<bool>(false);
-  args->add_to(cmd, /*with_dtype=*/false);  // headers only: nothing computes
-  cmd->add_flag("--json", *json, "machine-readable output");
-  cmd->callback([args, json] {
+  auto args = std::make_shared<ModelOptions>();
+  auto format = std::make_shared<FormatOptions>();
+  args->model = default_model();
+  add_option_table(cmd, model_source_option_table(), args);  // headers only: nothing computes, no --dtype
+  add_format_options(cmd, format, {OutputFormat::Json});
+  cmd->callback([args, format] {
+    const bool json = format->format == OutputFormat::Json;
     const ModelInfo m = inspect_model(args->model, args->tokenizer);
     const ModelConfig& c = m.config;
     nlohmann::ordered_json stored = nlohmann::ordered_json::object();
@@ -71,7 +73,7 @@ void register_info(CLI::App& app) {
     // What killed writers left beside the model (a convert or pretrain that died mid-way).
     const std::vector<std::string> debris = killed_writer_debris(m.path);
     j["killed_writer_debris"] = debris;
-    if (*json) {
+    if (json) {
       std::cout << j.dump(2) << "\n";
       return;
     }

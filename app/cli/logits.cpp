@@ -36,19 +36,18 @@ std::vector<int64_t> parse_ids(const std::string& s) {
 
 void register_logits(CLI::App& app) {
   auto* cmd = app.add_subcommand("logits", "Write logits [n, vocab] for a text or id list to a safetensors file");
-  auto args = std::make_shared<ModelArgs>();
-  auto text = std::make_shared<std::string>();
-  auto ids_arg = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  args->add_to(cmd);
-  auto* t = cmd->add_option("--text", *text, "text, tokenized as the model expects (BOS added when it uses one)");
-  auto* i = cmd->add_option("--ids", *ids_arg, "comma-separated token ids, used verbatim (no BOS added)");
-  t->excludes(i);
-  cmd->add_option("-o,--out", *out, "output .safetensors (tensors ids int64 [n], logits float32 [n, vocab])")
-      ->required();
+  auto o = std::make_shared<LogitsOptions>();
+  auto output = std::make_shared<OutputOptions>();
+  o->model.model = default_model();
+  add_option_table(cmd, logits_option_table(), o);
+  exclusive(cmd, {"--text", "--ids"});
+  add_out_option(cmd, output, "output .safetensors (tensors ids int64 [n], logits float32 [n, vocab])", true);
   cmd->callback([=] {
+    const std::string* text = &o->text;
+    const std::string* ids_arg = &o->ids;
+    const std::string* out = &output->out;
     if (text->empty() && ids_arg->empty()) fail("logits", "give --text or --ids");
-    LoadedModel m = args->load();
+    LoadedModel m = load_model_of(o->model);
     std::vector<int64_t> ids = ids_arg->empty() ? m.tokenizer->encode_for_model(*text) : parse_ids(*ids_arg);
     if (ids.empty()) fail("--text", "the text has no tokens");
     const auto& c = m.model->config();

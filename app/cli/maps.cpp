@@ -5,6 +5,7 @@
 
 #include "attnscope/capture/capture.h"
 #include "attnscope/base/error.h"
+#include "attnscope/analysis/analysis_options.h"
 #include "attnscope/analysis/map_export.h"
 #include "common.h"
 
@@ -12,22 +13,18 @@ namespace attnscope::cli {
 
 void register_maps(CLI::App& app) {
   auto* cmd = app.add_subcommand("maps", "Softmax and linearized attention maps of one head, as CSV and PNG");
-  auto capture = std::make_shared<std::string>();
-  auto args = std::make_shared<AnalysisArgs>();
-  auto layer = std::make_shared<int>(0), head = std::make_shared<int>(0), seq = std::make_shared<int>(0);
-  auto out = std::make_shared<std::string>();
-  cmd->add_option("-c,--capture", *capture, "capture directory")->required();
-  cmd->add_option("--layer", *layer, "layer (from 0)")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--head", *head, "head (from 0)")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seq", *seq, "window of the capture (from 0)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  args->add_to(cmd, /*mixers=*/false);
-  cmd->add_option("-o,--out", *out, "output prefix: PREFIX_softmax.csv/.png, PREFIX_linear.*, PREFIX_diff.*")->required();
+  auto m = std::make_shared<MapsCommand>();
+  auto output = std::make_shared<OutputOptions>();
+  add_option_table(cmd, maps_command_option_table(), m);
+  for (const char* flag : {"--capture", "--layer", "--head"}) require(cmd, flag);
+  add_out_option(cmd, output, "output prefix: PREFIX_softmax.csv/.png, PREFIX_linear.*, PREFIX_diff.*", true);
   cmd->callback([=] {
-    args->check();
+    check_as_usage([&] { check_analysis_options(m->analysis); });
+    const std::string* out = &output->out;
     const std::filesystem::path parent = std::filesystem::absolute(*out).parent_path();
     if (!std::filesystem::is_directory(parent)) fail(*out, "the output directory does not exist");
-    CaptureStore store(*capture);
-    for (const auto& f : write_head_maps(store, *layer, *head, *seq, args->opt, *out, figure_writer("maps")))
+    CaptureStore store(m->capture);
+    for (const auto& f : write_head_maps(store, int(m->layer), int(m->head), int(m->seq), m->analysis, *out, figure_writer("maps")))
       std::cerr << "wrote " << f << "\n";
   });
 }

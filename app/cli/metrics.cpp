@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnscope/capture/capture.h"
+#include "attnscope/analysis/analysis_options.h"
 #include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/head_analysis_table.h"
 #include "common.h"
@@ -11,30 +12,27 @@ namespace attnscope::cli {
 
 void register_metrics(CLI::App& app) {
   auto* cmd = app.add_subcommand("metrics", "Entropy, monotonicity, linear-map errors and mixer distances of every head");
-  auto capture = std::make_shared<std::string>();
-  auto args = std::make_shared<AnalysisArgs>();
-  auto format = std::make_shared<std::string>("text");
-  cmd->add_option("-c,--capture", *capture, "capture directory")->required();
-  args->add_to(cmd);
-  auto* g = cmd->add_option_group("format");
-  g->add_flag_callback("--json", [format] { *format = "json"; }, "JSON");
-  g->add_flag_callback("--csv", [format] { *format = "csv"; }, "CSV");
-  g->require_option(0, 1);
+  auto m = std::make_shared<MetricsCommand>();
+  auto fmt = std::make_shared<FormatOptions>();
+  add_option_table(cmd, metrics_command_option_table(), m);
+  require(cmd, "--capture");
+  add_format_options(cmd, fmt, {OutputFormat::Json, OutputFormat::Csv});
   cmd->callback([=] {
-    args->check();
-    CaptureStore store(*capture);
-    const auto heads = analyze_capture(store, args->opt, terminal_progress("metrics"));
-    if (*format == "json") {
+    check_as_usage([&] { check_analysis_options(m->analysis); });
+    const AnalysisOptions& opt = m->analysis;
+    CaptureStore store(m->capture);
+    const auto heads = analyze_capture(store, opt, terminal_progress("metrics"));
+    if (fmt->format == OutputFormat::Json) {
       nlohmann::ordered_json j;
-      j["capture"] = *capture;
-      if (!args->opt.feature_map.empty()) {
-        j["feature_map"] = {{"name", args->opt.feature_map}, {"features", args->opt.features}};
-        if (args->opt.window > 0) j["feature_map"]["window"] = args->opt.window;
+      j["capture"] = m->capture;
+      if (!opt.feature_map.empty()) {
+        j["feature_map"] = {{"name", opt.feature_map}, {"features", opt.features}};
+        if (opt.window > 0) j["feature_map"]["window"] = opt.window;
       }
       j["heads"] = head_analysis_json(heads);
       std::cout << j.dump(2) << "\n";
       return;
-    } else if (*format == "csv") {
+    } else if (fmt->format == OutputFormat::Csv) {
       std::cout << to_csv(head_analysis_table(heads));
     } else {
       std::cout << to_markdown(head_analysis_table(heads));

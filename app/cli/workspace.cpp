@@ -33,23 +33,16 @@ std::string holds(const WorkspaceFolder& f) {
 
 void register_workspace(CLI::App& app) {
   auto* cmd = app.add_subcommand("workspace", "List (or clean) the workbench's capture cache: size, age, contents");
-  struct Args {
-    std::string root;
-    bool clean = false, json = false;
-    double older_than = 0;
-  };
-  auto a = std::make_shared<Args>();
-  cmd->add_option("--root", a->root, "the workspace folder (default: $XDG_CACHE_HOME or ~/.cache, /attnscope/workspace)");
-  cmd->add_flag("--clean", a->clean, "remove the folders (all, or those older than --older-than)");
-  cmd->add_option("--older-than", a->older_than, "with --clean: only folders last modified more than DAYS days ago")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--json", a->json, "machine-readable output");
-  cmd->callback([a] {
+  auto a = std::make_shared<WorkspaceOptions>();
+  auto fmt = std::make_shared<FormatOptions>();
+  add_option_table(cmd, workspace_option_table(), a);
+  add_format_options(cmd, fmt, {OutputFormat::Json});
+  cmd->callback([a, fmt] {
     const std::string root = a->root.empty() ? default_workspace_root() : a->root;
     const std::vector<WorkspaceFolder> folders =
         a->clean ? clean_workspace(root, {}, a->older_than) : list_workspace(root);
     const std::vector<WorkspaceFolder> left = a->clean ? list_workspace(root) : folders;
-    if (a->json) {
+    if (fmt->format == OutputFormat::Json) {
       nlohmann::ordered_json j;
       j["root"] = root;
       auto list = nlohmann::ordered_json::array();

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "attnscope/base/error.h"
+#include "attnscope/workbench/gui_options.h"
 #include "attnscope/workbench/session.h"
 #include "figure_export.h"
 #include "cli/common.h"
@@ -33,14 +34,6 @@ namespace attnscope::cli {
 
 namespace {
 
-struct GuiArgs {
-  ModelArgs model;
-  std::vector<std::string> texts;
-  std::string session, screenshot, view = "heads";
-  int seq_len = 0, num_seqs = 0;
-  int timeout_s = 600;
-};
-
 bool has_display() {
   for (const char* var : {"DISPLAY", "WAYLAND_DISPLAY"})
     if (const char* v = std::getenv(var); v && *v) return true;
@@ -49,7 +42,7 @@ bool has_display() {
 
 // Saves a picture of the window once the first analysis is in; quits the event loop with 0, or
 // with 1 and *failure set on an error, a failed save or the timeout.
-void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) {
+void arm_screenshot(gui::MainWindow& w, const GuiOptions& a, std::string* failure) {
   const QString path = QString::fromStdString(a.screenshot);
   const View view = parse_view(a.view);
   // Queued: an error shown before the event loop runs (QApplication::exit does nothing then) ends
@@ -96,12 +89,12 @@ void arm_screenshot(gui::MainWindow& w, const GuiArgs& a, std::string* failure) 
       shoot();
     });
   }
-  QTimer::singleShot(a.timeout_s * 1000, &w, [quit_with, a] {
-    quit_with("the first analysis did not finish within " + std::to_string(a.timeout_s) + " s");
+  QTimer::singleShot(int(a.timeout * 1000), &w, [quit_with, a] {
+    quit_with("the first analysis did not finish within " + number_arg(a.timeout) + " s");
   });
 }
 
-void run_gui(GuiArgs& a) {
+void run_gui(GuiOptions& a) {
   if (!a.screenshot.empty()) {
     const fs::path parent = fs::absolute(a.screenshot).parent_path();
     if (!fs::is_directory(parent)) fail(a.screenshot, "the folder for the screenshot does not exist");
@@ -171,22 +164,10 @@ void run_gui(GuiArgs& a) {
 
 void register_gui(CLI::App& app) {
   auto* cmd = app.add_subcommand("gui", "Open the attnscope workbench window (or save a screenshot of it)");
-  auto a = std::make_shared<GuiArgs>();
-  a->model.add_to(cmd, /*with_dtype=*/false);
-  cmd->add_option("-t,--text", a->texts, "sample text files (default: resources/texts/*.txt)");
-  cmd->add_option("--session", a->session, "open a saved session (.attnscope) instead")->excludes("--text");
-  cmd->add_option("-L,--seq-len", a->seq_len, "tokens per window of the first capture (default: the last used)")
-      ->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("-T,--num-seqs", a->num_seqs, "windows of the first capture (default: the last used)")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--screenshot", a->screenshot,
-                  "wait for the first analysis, save a PNG of the whole window to FILE and exit (works without a display)");
-  cmd->add_option("--view", a->view, "the view shown (and in the screenshot)")
-      ->check(CLI::IsMember(view_names()))
-      ->capture_default_str();
-  cmd->add_option("--timeout", a->timeout_s, "seconds --screenshot waits for the first analysis")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  auto a = std::make_shared<GuiOptions>();
+  a->model.model = default_model();
+  add_option_table(cmd, gui_option_table(), a);  // the window computes in float32: no --dtype
+  exclusive(cmd, {"--session", "--text"});
   cmd->callback([a] { run_gui(*a); });
 }
 

@@ -449,7 +449,7 @@ void Workbench::load_spectra_file(const std::string& path) {
   supersede(&spectra_job_);
   auto store = capture_;
   start(
-      JobKind::Spectra, "load DoF spectra", attnscope_command({"dof", "--spectra", path, "--json"}),
+      JobKind::Spectra, "load DoF spectra", load_spectra_command(path),
       [this, path, store](Job& job) -> Apply {
         job.progress()(0, "reading " + path);
         auto sp = std::make_shared<const DofSpectra>(load_spectra(path));
@@ -629,25 +629,11 @@ int Workbench::export_report(const QString& out_dir_q) {
       write_text_file(text_file_, session_.text);
       texts = {text_file_};
     }
-    // The options `attnscope report` would parse from report_command (it has no --pre-rope).
-    ReportOptions o;
-    o.model = session_.model;
-    o.tokenizer = session_.tokenizer;
-    o.texts = texts;
-    o.capture.seq_len = session_.capture.seq_len;
-    o.capture.num_seqs = session_.capture.num_seqs;
-    o.capture.seed = session_.capture.seed;
-    o.dof = session_.dof;
-    o.lambda = session_.lambda;
-    o.analysis = ReportOptions::default_report_analysis();
-    o.analysis.feature_map = session_.analysis.feature_map;
-    o.analysis.features = session_.analysis.features;
-    o.analysis.max_seqs = session_.analysis.max_seqs;
-    o.analysis.mixer_state = session_.analysis.mixer_state;
-    o.budget = session_.budget;
-    o.multiple = session_.multiple;
+    // What the job runs and its command line, from one ReportOptions: `attnscope report` parses that
+    // command line into exactly these options.
+    const ReportOptions o = report_options_of(session_, texts);
     return start(
-        JobKind::Report, "report -> " + base_name(out), report_command(session_, texts, out),
+        JobKind::Report, "report -> " + base_name(out), report_command(o, out),
         [this, o, out](Job& job) -> Apply {
           const UiThreadFigureWriter figures([&job] { return job.cancel_requested(); });
           const ReportResult r = write_report(o, out, &figures, job.progress());

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/capture/capture.h"
@@ -316,6 +317,25 @@ TEST_F(WorkbenchPipeline, ExportReportWritesFiguresDrawnOnTheUiThread) {
   for (const auto& e : fs::directory_iterator(out + "/figures")) pngs += e.path().extension() == ".png";
   EXPECT_GE(pngs, 3);
   EXPECT_TRUE(messages.first().at(0).toString().endsWith("/index.md"));
+}
+
+// Issue 25's defect: Export report built its options field by field and dropped the session's
+// hybrid window, while the job's command line passed --window. One ReportOptions now makes both:
+// the report measures the hybrid heads the command line names.
+TEST_F(WorkbenchPipeline, ExportedReportRunsTheHybridWindowItsCommandLineNames) {
+  open_and_wait();
+  wb_->set_feature_map("hedgehog", 16, 8);
+  const std::string out = test::temp_dir("report_hybrid") + "/report";
+  const int id = wb_->export_report(QString::fromStdString(out));
+  ASSERT_NE(id, 0);
+  ASSERT_TRUE(wait_until([&] { return wb_->runner().find(id)->status().finished(); }, 300000));
+  ASSERT_EQ(wb_->runner().find(id)->state(), JobState::Succeeded) << wb_->runner().find(id)->status().error;
+  const std::string command = wb_->runner().find(id)->status().command;
+  EXPECT_NE(command.find("--feature-map hedgehog --features 16 --window 8"), std::string::npos) << command;
+  const auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+  ASSERT_TRUE(metrics.contains("feature_map")) << metrics.dump();
+  EXPECT_EQ(metrics["feature_map"]["name"], "hedgehog");
+  EXPECT_EQ(metrics["feature_map"]["window"], 8) << "the report ran without the window its command line names";
 }
 
 TEST_F(WorkbenchPipeline, OldWorkspacesArePrunedRecentOnesKept) {

@@ -1,7 +1,9 @@
 // Options (options.h): ranges, parsing in range, and the JSON form of a row's value.
 #include "attnscope/base/options.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace attnscope {
 
@@ -40,6 +42,47 @@ int64_t parse_whole_in_range(const OptionDef& d, const std::string& text) {
   return v;
 }
 
+int parse_int_in_range(const OptionDef& d, const std::string& text) {
+  const int64_t v = parse_whole_in_range(d, text);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) out_of_range(d, std::to_string(v));
+  return int(v);
+}
+
+namespace {
+std::vector<std::string> split_commas(const OptionDef& d, const std::string& text, const char* what) {
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    items.push_back(text.substr(start, end - start));
+    if (end == text.size()) break;
+    start = end + 1;
+  }
+  for (const std::string& item : items)
+    if (item.empty()) fail_value(d.quantity, "'" + text + "' is not a comma-separated list of " + what);
+  return items;
+}
+}  // namespace
+
+std::vector<int64_t> parse_wholes_in_range(const OptionDef& d, const std::string& text) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_commas(d, text, "integers")) out.push_back(parse_whole_in_range(d, item));
+  return out;
+}
+
+void check_choice(const OptionDef& d, const std::string& name, const std::vector<std::string>& choices) {
+  if (std::find(choices.begin(), choices.end(), name) != choices.end()) return;
+  std::string all;
+  for (const auto& c : choices) all += (all.empty() ? "" : ", ") + c;
+  fail_value(d.quantity, "'" + name + "' is unknown (valid: " + all + ")");
+}
+
+std::vector<std::string> parse_names(const OptionDef& d, const std::string& text, const std::vector<std::string>& choices) {
+  std::vector<std::string> out = split_commas(d, text, "names");
+  if (!choices.empty())
+    for (const std::string& name : out) check_choice(d, name, choices);
+  return out;
+}
+
 std::string join_lines(const std::vector<std::string>& values) {
   std::string s;
   for (size_t i = 0; i < values.size(); ++i) s += (i ? "\n" : "") + values[i];
@@ -64,6 +107,18 @@ void put(nlohmann::ordered_json& j, const char* key, OptionKind kind, const std:
       for (size_t start = 0; !value.empty() && start <= value.size();) {
         const size_t end = std::min(value.find('\n', start), value.size());
         v.push_back(value.substr(start, end - start));
+        start = end + 1;
+      }
+      break;
+    }
+    case OptionKind::Wholes:
+    case OptionKind::Names: {
+      v = nlohmann::ordered_json::array();
+      for (size_t start = 0; !value.empty() && start <= value.size();) {
+        const size_t end = std::min(value.find(',', start), value.size());
+        const std::string item = value.substr(start, end - start);
+        if (kind == OptionKind::Wholes) v.push_back(std::stoll(item));
+        else v.push_back(item);
         start = end + 1;
       }
       break;
@@ -113,6 +168,27 @@ std::vector<std::string> texts_of(const nlohmann::json& v, OptionKind kind, cons
     case OptionKind::Flag:
       if (!v.is_boolean()) bad("must be true or false");
       return {v.get<bool>() ? "1" : ""};
+    case OptionKind::Wholes: {
+      const std::string want = "must be an array of integers in " + range.describe(true);
+      if (!v.is_array() || v.empty()) bad(want);
+      std::string joined;
+      for (const auto& e : v) {
+        if (!e.is_number_integer()) bad(want);
+        const double d = e.is_number_unsigned() ? double(e.get<uint64_t>()) : double(e.get<int64_t>());
+        if (!range.contains(d)) bad(want + ", got " + e.dump());
+        joined += (joined.empty() ? "" : ",") + e.dump();
+      }
+      return {joined};
+    }
+    case OptionKind::Names: {
+      if (!v.is_array() || v.empty()) bad("must be an array of names");
+      std::string joined;
+      for (const auto& e : v) {
+        if (!e.is_string() || e.get<std::string>().empty()) bad("must be an array of names");
+        joined += (joined.empty() ? "" : ",") + e.get<std::string>();
+      }
+      return {joined};
+    }
     case OptionKind::Texts: {
       if (!v.is_array()) bad("must be an array of strings");
       std::vector<std::string> out;

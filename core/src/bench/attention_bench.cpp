@@ -121,8 +121,8 @@ std::vector<AttentionSpeed> bench_attention(const AttentionBenchOptions& o, cons
   if (o.dtype == "float32") dtype = at::kFloat;
   else if (o.dtype == "float64") dtype = at::kDouble;
   else if (o.dtype == "bfloat16") dtype = at::kBFloat16;
-  else fail_value("dtype", "'" + o.dtype + "' is not one of float32, float64, bfloat16");
-  if (dtype == at::kBFloat16 && !device.is_cuda()) fail_value("dtype", "bfloat16 runs on CUDA only (the CPU kernels take float32 and float64)");
+  else fail_value("benchmark dtype", "'" + o.dtype + "' is not one of float32, float64, bfloat16");
+  if (dtype == at::kBFloat16 && !device.is_cuda()) fail_value("benchmark dtype", "bfloat16 runs on CUDA only (the CPU kernels take float32 and float64)");
   for (int64_t L : o.lengths)
     if (L < 1) fail_value("length", std::to_string(L) + " must be >= 1");
   if (o.batch < 1 || o.heads < 1 || o.head_dim < 1 || o.features < 1 || o.repeats < 1)

@@ -104,11 +104,11 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
 }
 
 std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const ProgressFn& progress) {
-  if (o.contexts.empty()) fail_value("contexts", "none given");
+  if (o.contexts.empty()) fail_value("context", "none given");
   const int largest = *std::max_element(o.contexts.begin(), o.contexts.end());
   if (largest > 4096) fail_value("context", std::to_string(largest) + " exceeds 4096, the benchmark model's context length");
   if (o.vocab < 2) fail_value("vocabulary size", std::to_string(o.vocab) + " must be >= 2");
-  if (o.features < 1) fail_value("features", std::to_string(o.features) + " must be >= 1");
+  if (o.features < 1) fail_value("feature dimension", std::to_string(o.features) + " must be >= 1");
   const at::Device device = parse_device(o.device);
   const ModelConfig c = gpt2_small_config(std::max(largest, 1), o.vocab);
   const ModelWeights w = weights_on(init_gpt2_weights(c, o.seed), device);
@@ -169,7 +169,7 @@ double train_seconds(const TrainBenchOptions& o, const ModelConfig& c, const at:
 std::vector<TrainSpeed> bench_train(const TrainBenchOptions& o, const ProgressFn& progress) {
   if (o.losses.empty()) fail_value("loss", "none given");
   if (o.seq_len < 2) fail_value("sequence length", std::to_string(o.seq_len) + " must be >= 2");
-  if (o.features < 2) fail_value("features", std::to_string(o.features) + " must be >= 2");
+  if (o.features < 2) fail_value("feature dimension", std::to_string(o.features) + " must be >= 2");
   if (o.batch < 1) fail_value("batch", std::to_string(o.batch) + " must be >= 1");
   if (o.steps < 1) fail_value("steps", std::to_string(o.steps) + " must be >= 1");
   std::vector<DistillLoss> losses;

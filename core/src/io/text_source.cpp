@@ -41,7 +41,7 @@ void read_jsonl(const std::string& path, std::istream& in, std::vector<TextDocum
 }  // namespace
 
 std::vector<TextDocument> read_text_documents(const std::vector<std::string>& paths) {
-  if (paths.empty()) fail_value("sample texts", "are missing: give at least one text file, or - for standard input");
+  if (paths.empty()) fail_value("text", "is missing: give at least one text file, or - for standard input");
   std::vector<TextDocument> docs;
   for (const auto& p : paths) {
     if (p == "-") {

@@ -36,7 +36,7 @@ void write_table(const OutputDir& dir, const std::string& name, const Table& t) 
 }
 
 void check_options(const ReportOptions& o) {
-  if (o.texts.empty()) fail_value("sample texts", "are missing: give at least one text file");
+  if (o.texts.empty()) fail_value("text", "is missing: give at least one text file");
   if (o.budget < 1) fail_value("budget", "must be at least 1, got " + std::to_string(o.budget));
   if (o.multiple < 1) fail_value("multiple", "must be at least 1, got " + std::to_string(o.multiple));
   if (!(o.lambda > 0) || !std::isfinite(o.lambda)) fail_value("lambda", "must be positive and finite");
@@ -179,7 +179,10 @@ ReportResult write_report(const ReportOptions& o, const std::string& out_dir, co
   nlohmann::ordered_json mj;
   mj["capture"] = "capture";
   if (!o.analysis.feature_map.empty())
+  {
     mj["feature_map"] = {{"name", o.analysis.feature_map}, {"features", o.analysis.features}};
+    if (o.analysis.window > 0) mj["feature_map"]["window"] = o.analysis.window;  // as `metrics --json`
+  }
   mj["heads"] = head_analysis_json(r.heads);
   write_text_file(dir.file("metrics.json"), mj.dump(2) + "\n");
   write_table(dir, "metrics", head_analysis_table(r.heads));

@@ -1,6 +1,8 @@
 // job.json (job_file.h).
 #include "attnscope/run/job_file.h"
 
+#include "attnscope/base/option_defs.h"
+
 #include <filesystem>
 
 #include "attnscope/base/command_line.h"
@@ -10,7 +12,7 @@ namespace attnscope {
 std::string job_file(const std::string& run_dir) { return (std::filesystem::path(run_dir) / "job.json").string(); }
 
 std::string resume_command(const char* command, const std::string& run_dir) {
-  return attnscope_command({command, "--resume", run_dir});
+  return attnscope_command({command, long_flag(opt::resume.flags), run_dir});
 }
 
 namespace job_detail {

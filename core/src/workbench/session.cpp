@@ -340,4 +340,19 @@ void read_session_choices(const std::string& text, const std::string& where, Ses
   s.train = c.train;
 }
 
+ReportOptions report_options_of(const Session& s, const std::vector<std::string>& texts) {
+  ReportOptions o;
+  o.model = s.model;
+  o.tokenizer = s.tokenizer;
+  o.texts = texts;
+  o.capture = s.capture;  // the report stores f32 after RoPE: its table has no --store-dtype or --pre-rope
+  o.dof = s.dof;
+  o.lambda = s.lambda;
+  o.dof.lambda = s.lambda;
+  o.budget = s.budget;
+  o.multiple = s.multiple;
+  o.analysis = s.analysis;
+  return through_command_line(report_option_table(), o);
+}
+
 }  // namespace attnscope

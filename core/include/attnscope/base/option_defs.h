@@ -19,13 +19,30 @@ inline constexpr int64_t kMaxWindows = 1 << 20;    // windows of a text
 inline constexpr int64_t kMaxFeatures = 16384;     // kMaxFeatureDim (attention/feature_map.h)
 inline constexpr int64_t kMaxRank = 4096;
 inline constexpr double kMaxLr = 1e3;
+inline constexpr int64_t kMaxIndex = 1 << 20;     // a layer or head number
+inline constexpr int64_t kMaxVocab = 1 << 24;
+inline constexpr double kMaxSeconds = 1e9;
 
 // ---- what to work on ----
 inline const OptionDef model{"-m,--model", "model",
                              "Hugging Face model directory, cached model name (ORG/NAME), or llama2.c .bin",
                              "model", OptionKind::Text};
+inline const OptionDef tokenizer{"--tokenizer", "tokenizer",
+                                 "tokenizer file or directory (llama2.c: default a tokenizer.bin/tok*.bin beside the model)",
+                                 "tokenizer", OptionKind::Text};
 inline const OptionDef texts{"-t,--text", "text", "text files (.txt, .jsonl with a \"text\" field), repeatable; - for standard input",
                              "texts", OptionKind::Texts};
+// logits: the text itself, not a file.
+inline const OptionDef input_text{"--text", "input text", "text, tokenized as the model expects (BOS added when it uses one)",
+                                  "text", OptionKind::Text};
+inline const OptionDef ids{"--ids", "token ids", "comma-separated token ids, used verbatim (no BOS added)", "ids",
+                           OptionKind::Text};
+inline const OptionDef prompt{"-p,--prompt", "prompt", "prompt text (may be empty)", "prompt", OptionKind::Text};
+inline const OptionDef spectra{"--spectra", "spectra", "spectra saved by `attnscope dof --out` (no recomputation)", "spectra",
+                               OptionKind::Text};
+inline const OptionDef job{"--job", "job", "a finished distillation run directory: convert with its trained maps", "job",
+                           OptionKind::Text};
+inline const OptionDef session{"--session", "session", "open a saved session (.attnscope)", "session", OptionKind::Text};
 inline const OptionDef capture{"-c,--capture", "capture", "capture directory (attnscope capture)", "capture", OptionKind::Text};
 inline const OptionDef val_capture{"--val-capture", "validation capture",
                                    "held-out capture for validation (default: a share of the windows)", "val_capture",
@@ -41,11 +58,17 @@ inline const OptionDef no_speed{"--no-speed", "speed measurement",
                                 "skip the speed measurement (tokens/s of the original and the converted model in batch and "
                                 "generation; on a large model on a CPU it takes minutes)",
                                 "speed", OptionKind::Flag};
-inline const OptionDef max_windows{"--max-windows", "number of windows", "capture windows of the training text at most",
+inline const OptionDef num_seqs{"-T,-n,--num-seqs", "number of windows", "windows of the text to capture", "num_seqs",
+                                OptionKind::Whole, whole_range(1, kMaxWindows)};
+inline const OptionDef max_windows{"--max-windows", "largest number of windows", "capture windows of the training text at most",
                                    "max_windows", OptionKind::Whole, whole_range(4, kMaxWindows)};
 inline const OptionDef seed{"--seed", "seed", "seed of every random draw (windows, maps, adapters, mini-batches)", "seed",
                             OptionKind::Unsigned};
-inline const OptionDef device{"--device", "device", "cpu | cuda", "device", OptionKind::Name};
+// report: the capture's windows, beside --seed (the DoF's samples and the maps').
+inline const OptionDef capture_seed{"--capture-seed", "capture seed", "seed for drawing the windows", "capture_seed",
+                                    OptionKind::Unsigned};
+inline const OptionDef device{"--device", "device", "cpu | cuda (where a device index is taken: cuda:N)", "device",
+                              OptionKind::Name};
 inline const OptionDef compute_dtype{
     "--dtype", "compute dtype",
     "f32 | bf16 | f16 | f64: the dtype each layer's projections and MLP compute in (default f32 on the CPU, bf16 on "
@@ -53,17 +76,66 @@ inline const OptionDef compute_dtype{
     "float32 (float64 with f64)",
     "dtype", OptionKind::Name};
 
+// ---- capture ----
+inline const OptionDef store_dtype{"--store-dtype", "capture dtype",
+                                   "the dtype q, k, v are stored in: f32 | f16 (the model computes in --dtype)", "store_dtype",
+                                   OptionKind::Name};
+inline const OptionDef pre_rope{"--pre-rope", "pre-rope", "store q and k before the rotary embedding", "pre_rope",
+                                OptionKind::Flag};
+
+// ---- the DoF spectra and the allocation ----
+inline const OptionDef max_samples{"--max-samples", "sample cap",
+                                   "cap on J per head: a head whose DoF moves by more than 10% between J/2 and J is computed "
+                                   "again at 2J, 4J, ... up to this (<= --samples: no doubling)",
+                                   "max_samples", OptionKind::Whole, whole_range(0, kMaxSamples)};
+inline const OptionDef normalize{"--normalize", "normalization", "Gram normalizer n in Sigma = G / n: trace | max | samples | none",
+                                 "normalize", OptionKind::Name};
+inline const OptionDef exact_limit{"--exact-limit", "exact limit",
+                                   "largest J with a full eigendecomposition; above, the certified fast path (block Krylov bounds)",
+                                   "exact_limit", OptionKind::Whole, whole_range(1, kMaxSamples)};
+inline const OptionDef top_k{"--top-k", "subspace size",
+                             "the fast path's largest Krylov subspace; a head not within --tolerance by then is solved exactly",
+                             "top_k", OptionKind::Whole, whole_range(1, kMaxSamples)};
+inline const OptionDef tolerance{"--tolerance", "tolerance",
+                                 "relative width (upper - lower) / DoF the fast path must reach at --lambda", "tolerance",
+                                 OptionKind::Number, positive_range()};
+inline const OptionDef block{"--block", "block size", "Krylov block size: columns added to the subspace per step", "block",
+                             OptionKind::Whole, whole_range(1, kMaxSamples)};
+inline const OptionDef multiple_of{"--multiple-of", "multiple", "round every dimension to a multiple of this", "multiple",
+                                   OptionKind::Whole, whole_range(1, kMaxFeatures)};
+
+// ---- the head analysis ----
+inline const OptionDef max_seqs{"--max-seqs", "windows used", "use the first N windows of the capture only (0 = all)",
+                                "max_seqs", OptionKind::Whole, whole_range(0, kMaxWindows)};
+inline const OptionDef mixer_state{"--mixer-state", "mixer state size", "state size N for structured-mixer distances (0 = skip)",
+                                   "mixer_state", OptionKind::Whole, whole_range(0, kMaxFeatures)};
+inline const OptionDef sample_rows{"--sample-rows", "sampled rows",
+                                   "query positions per window at which the row metrics are estimated, with standard errors (0 "
+                                   "= every row, exact); the softmax entropies are always exact",
+                                   "sample_rows", OptionKind::Whole, whole_range(0, kMaxTokens)};
+inline const OptionDef mixer_tokens{"--mixer-tokens", "mixer tokens",
+                                    "structured-mixer distances of the map of the first P tokens of the first window (0 = the "
+                                    "whole window)",
+                                    "mixer_tokens", OptionKind::Whole, whole_range(0, kMaxTokens)};
+inline const OptionDef layer{"-S,--layer", "layer", "layer (from 0)", "layer", OptionKind::Whole, whole_range(0, kMaxIndex)};
+inline const OptionDef head{"--head", "head", "head (from 0)", "head", OptionKind::Whole, whole_range(0, kMaxIndex)};
+inline const OptionDef seq{"--seq", "text window", "window of the capture (from 0)", "seq", OptionKind::Whole,
+                           whole_range(0, kMaxWindows)};
+
 // ---- the feature maps and heads ----
 inline const OptionDef feature_map{"--feature-map", "feature map",
-                                   "trainable map: learned-prf | hedgehog | t2r | flex-stationary | flex-nonstationary",
+                                   "feature map of the linear attention (training: learned-prf | hedgehog | t2r | "
+                                   "flex-stationary | flex-nonstationary; measuring: any map, e.g. prf, elu, hedgehog)",
                                    "feature_map.name", OptionKind::Name};
 inline const OptionDef init{"--init", "initialization",
                             "initialization of the map (learned-prf: gaussian | orthogonal; hedgehog: identity | random)",
                             "feature_map.init", OptionKind::Text};
 inline const OptionDef untied{"--untied", "tied", "hedgehog, t2r: separate layers for queries and keys", "feature_map.tied",
                               OptionKind::Flag};
-inline const OptionDef activation{"--activation", "activation", "hedgehog: exp | softmax", "feature_map.activation",
-                                  OptionKind::Name};
+inline const OptionDef activation{"--activation", "activation", "hedgehog: exp | softmax (convert: also softmax-joint)",
+                                  "feature_map.activation", OptionKind::Name};
+inline const OptionDef temperature{"--temperature", "temperature", "exp: t in exp(t x)", "feature_map.temperature",
+                                   OptionKind::Number, {-1e6, 1e6, false, false}};
 inline const OptionDef window{"--window", "window",
                               "hybrid heads: each query attends its last W keys with softmax weights and older keys through "
                               "the map, with a learned balance per head (0: plain linear attention)",
@@ -84,6 +156,39 @@ inline const OptionDef lambda{"--lambda", "lambda", "DoF tolerance lambda (2^-8,
                               {0, 1e300, true, false}};
 inline const OptionDef dof_samples{"-J,--samples", "samples", "vectors sampled per head for the DoF", "dof_samples",
                                    OptionKind::Whole, whole_range(2, kMaxSamples)};
+
+// ---- conversion and evaluation ----
+inline const OptionDef weights{"--weights", "weights", "copy the original weights, or reference them by path: copy | reference",
+                               "weights", OptionKind::Name};
+inline const OptionDef closeness_windows{"--closeness-windows", "closeness windows",
+                                         "converted models: windows of the text for attention KL and output error",
+                                         "closeness_windows", OptionKind::Whole, whole_range(1, kMaxWindows)};
+inline const OptionDef speed_lengths{"--speed-lengths", "speed length",
+                                     "converted models: sequence lengths to time, e.g. 64,128 (default 64, 128, ... up to the "
+                                     "context length or 4096)",
+                                     "speed_lengths", OptionKind::Wholes, whole_range(2, kMaxTokens)};
+inline const OptionDef min_seconds{"--min-seconds", "minimum seconds", "each timing runs at least this long (seconds)",
+                                   "min_seconds", OptionKind::Number, {0, kMaxSeconds, false, false}};
+inline const OptionDef features_from{"--features-from", "features source", "where the DoF spectra come from: capture",
+                                     "features_from", OptionKind::Name};
+
+// ---- generation ----
+inline const OptionDef output_tokens{"-n,--steps", "output tokens",
+                                     "total tokens in the output, prompt included (as llama2.c -n; default 256)", "steps",
+                                     OptionKind::Whole, whole_range(1, kMaxTokens)};
+inline const OptionDef new_tokens{"--new-tokens", "new tokens", "tokens to generate after the prompt", "new_tokens",
+                                  OptionKind::Whole, whole_range(1, kMaxTokens)};
+
+// ---- pretraining a model ----
+inline const OptionDef vocab{"--vocab", "vocabulary size", "vocabulary size (pretrain: of the BPE tokenizer, at least 300)",
+                             "vocab", OptionKind::Whole, whole_range(2, kMaxVocab)};
+inline const OptionDef layers{"--layers", "layers", "layers", "layers", OptionKind::Whole, whole_range(1, 64)};
+inline const OptionDef heads{"--heads", "attention heads", "attention heads", "heads", OptionKind::Whole, whole_range(1, 64)};
+inline const OptionDef d_model{"--d-model", "hidden size", "hidden size", "d_model", OptionKind::Whole, whole_range(8, 8192)};
+inline const OptionDef context{"--context", "context length", "context length", "context", OptionKind::Whole,
+                               whole_range(8, 65536)};
+inline const OptionDef eval_every{"--eval-every", "evaluation interval", "steps between held-out evaluations", "eval_every",
+                                  OptionKind::Whole, whole_range(1, kMaxSteps)};
 
 // ---- training ----
 inline const OptionDef loss{"--loss", "loss",
@@ -120,5 +225,65 @@ inline const OptionDef finetune_steps{"--finetune-steps", "finetune steps", "sta
 inline const OptionDef finetune_lr{"--finetune-lr", "finetune learning rate",
                                    "stage 2: learning rate of the adapters and the maps", "finetune_lr", OptionKind::Number,
                                    {0, kMaxLr, true, false}};
+
+// ---- benchmarks ----
+inline const OptionDef contexts{"--contexts", "context", "context lengths, at most 4096", "contexts", OptionKind::Wholes,
+                                whole_range(2, kMaxTokens)};
+inline const OptionDef tokens{"--tokens", "tokens", "new tokens timed at each context (>= 2)", "tokens", OptionKind::Whole,
+                              whole_range(2, kMaxTokens)};
+inline const OptionDef no_batch{"--no-batch", "batch forward", "skip the batch forward", "no_batch", OptionKind::Flag};
+inline const OptionDef lengths{"-L,--lengths", "length", "sequence lengths", "lengths", OptionKind::Wholes,
+                               whole_range(1, kMaxTokens)};
+inline const OptionDef bench_heads{"--heads", "heads per sequence", "heads per sequence", "heads", OptionKind::Whole,
+                                   whole_range(1, kMaxBatch)};
+inline const OptionDef head_dim{"--head-dim", "head dimension", "head dimension d (of q, k and v)", "head_dim",
+                                OptionKind::Whole, whole_range(1, kMaxFeatures)};
+inline const OptionDef bench_dtype{"--dtype", "benchmark dtype", "float32 | float64 | bfloat16 (CUDA)", "dtype",
+                                   OptionKind::Name};
+inline const OptionDef backward{"--backward", "backward", "time forward + backward (gradients of every input)", "backward",
+                                OptionKind::Flag};
+inline const OptionDef repeats{"--repeats", "repeats", "timed runs per form and length (the best counts)", "repeats",
+                               OptionKind::Whole, whole_range(1, 1 << 20)};
+inline const OptionDef memory_limit_gb{"--memory-limit-gb", "memory limit", "skip a form whose tensors would pass this (GB)",
+                                       "memory_limit_gb", OptionKind::Number, positive_range(1 << 20)};
+inline const OptionDef no_eigvalsh{"--no-eigvalsh", "eigvalsh", "skip LibTorch's eigvalsh per head", "no_eigvalsh",
+                                   OptionKind::Flag};
+inline const OptionDef shapes{"--shapes", "shape", "model shapes: gpt2-small | llama-3.2-1b | llama-3-8b", "shapes",
+                              OptionKind::Names};
+inline const OptionDef scale_steps{"--steps", "scale steps", "what to run on each: info | capture | spectra | metrics | distill | eval",
+                                   "steps", OptionKind::Names};
+inline const OptionDef dir{"-d,--dir", "folder", "folder for the checkpoints (several GB; 16 GB for llama-3-8b) and outputs",
+                           "dir", OptionKind::Text};
+inline const OptionDef eval_chars{"--eval-chars", "eval characters", "characters of the sample text eval reads", "eval_chars",
+                                  OptionKind::Whole, whole_range(1, 1 << 30)};
+inline const OptionDef reuse{"--reuse", "reuse", "keep a checkpoint already written in the folder instead of writing it again",
+                             "reuse", OptionKind::Flag};
+
+// ---- the window and the workspace ----
+inline const OptionDef screenshot{"--screenshot", "screenshot",
+                                  "wait for the first analysis, save a PNG of the whole window to FILE and exit (works "
+                                  "without a display)",
+                                  "screenshot", OptionKind::Text};
+inline const OptionDef view{"--view", "view", "the view shown (and in the screenshot): heads | metrics | dof | jobs | training",
+                            "view", OptionKind::Name};
+inline const OptionDef timeout{"--timeout", "timeout", "seconds before giving up (gui --screenshot: on the first analysis; "
+                               "bench scale: on a step, which is reported as such)",
+                               "timeout", OptionKind::Number, positive_range(kMaxSeconds)};
+inline const OptionDef root{"--root", "workspace folder",
+                            "the workspace folder (default: $XDG_CACHE_HOME or ~/.cache, /attnscope/workspace)", "root",
+                            OptionKind::Text};
+inline const OptionDef clean{"--clean", "clean", "remove the folders (all, or those older than --older-than)", "clean",
+                             OptionKind::Flag};
+inline const OptionDef older_than{"--older-than", "age", "with --clean: only folders last modified more than DAYS days ago",
+                                  "older_than", OptionKind::Number, {0, kMaxSeconds, false, false}};
+
+// ---- where a command writes, and what it prints ----
+inline const OptionDef out{"-o,--out", "output", "output file or directory", "", OptionKind::Text};
+inline const OptionDef resume{"--resume", "resumed run", "continue the killed job in this run directory", "",
+                              OptionKind::Text};
+inline const OptionDef json{"--json", "JSON", "machine-readable output (JSON)", "", OptionKind::Flag};
+inline const OptionDef csv{"--csv", "CSV", "CSV", "", OptionKind::Flag};
+inline const OptionDef markdown{"--markdown", "Markdown", "Markdown tables", "", OptionKind::Flag};
+inline const OptionDef latex{"--latex", "LaTeX", "LaTeX tables", "", OptionKind::Flag};
 
 }  // namespace attnscope::opt

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attnscope/base/command_line.h"
@@ -38,6 +39,8 @@ enum class OptionKind {
   Name,      // one word of a name table (JSON string)
   Flag,      // present or not (JSON true/false)
   Texts,     // repeated, one value each time (JSON array of strings)
+  Wholes,    // comma-separated integers, each in the range: "128,512" (JSON array of integers)
+  Names,     // comma-separated words of a name table: "l2,softmax" (JSON array of strings)
 };
 
 // The values a number takes: lo..hi, each end closed unless open.
@@ -50,6 +53,8 @@ struct Range {
   std::string describe(bool whole) const;
 };
 inline Range whole_range(int64_t lo, int64_t hi) { return {double(lo), double(hi), false, false}; }
+// Real numbers above lo (open) up to hi (closed): (0, hi].
+inline Range positive_range(double hi = std::numeric_limits<double>::infinity()) { return {0, hi, true, false}; }
 
 // An option as the user meets it, once for every command that takes it.
 struct OptionDef {
@@ -58,8 +63,15 @@ struct OptionDef {
   const char* help;
   const char* key;       // its key in job.json and session files, a path ("optimizer.lr"); "" = none
   OptionKind kind;
-  Range range{};         // Whole, Number: the values it takes
+  Range range{};         // Whole, Number, Wholes: the values it takes
 };
+
+// `d` with the values one command takes (a narrower or wider range; 0 for "not given" where the
+// command reads it so): the same option, its flags, quantity, help and key.
+inline OptionDef with_range(OptionDef d, Range r) {
+  d.range = r;
+  return d;
+}
 
 // One row of a command's option table: a definition bound to the command's options O.
 template <class O>
@@ -84,8 +96,13 @@ struct Option {
   bool flag_value = true;
   // Written back even when it is the options' default (false: left out at the default).
   bool write_default = true;
+  // `get` without only_when's condition (empty: `get`): what the default is compared with.
+  std::function<std::string(const O&)> value;
   // A file value that means "not given" (an integer's unset value: "0"); read as absent.
   std::string unset_text;
+  // "" is a value of its own, written as '' (report's --feature-map '': softmax only, where the
+  // default is a map); false: "" is "not given".
+  bool empty_given = false;
 
   std::string flag() const { return long_flag(flags); }
 };
@@ -98,7 +115,34 @@ namespace option_detail {
 [[noreturn]] void out_of_range(const OptionDef& d, const std::string& text);
 double parse_in_range(const OptionDef& d, const std::string& text);  // Number
 int64_t parse_whole_in_range(const OptionDef& d, const std::string& text);
+int parse_int_in_range(const OptionDef& d, const std::string& text);  // also within int's range
+// "128,512": each in the range; Error with the quantity for an empty list or item.
+std::vector<int64_t> parse_wholes_in_range(const OptionDef& d, const std::string& text);
+// "l2,softmax": each one of `choices` (any word when there are none).
+std::vector<std::string> parse_names(const OptionDef& d, const std::string& text, const std::vector<std::string>& choices);
+// `name` one of `choices`, else Error with the quantity listing them.
+void check_choice(const OptionDef& d, const std::string& name, const std::vector<std::string>& choices);
 std::string join_lines(const std::vector<std::string>& values);
+template <class T>
+std::string join_commas(const std::vector<T>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) s += ",";
+    if constexpr (std::is_same_v<T, std::string>) s += values[i];
+    else s += std::to_string(values[i]);
+  }
+  return s;
+}
+// A fresh O, made once. (GCC 12 takes the clean-up of a partly made ReportOptions for a read of
+// an uninitialized string: -Wmaybe-uninitialized, a false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <class O>
+const O& defaults_of() {
+  static const O d{};
+  return d;
+}
+#pragma GCC diagnostic pop
 template <class O>
 Option<O> row(const OptionDef& d) {
   Option<O> r;
@@ -114,6 +158,15 @@ Option<O> bind(const OptionDef& d, int64_t O::*field, std::optional<int64_t> uns
   Option<O> r = option_detail::row<O>(d);
   r.get = [field, unset](const O& o) { return unset && o.*field == *unset ? std::string() : std::to_string(o.*field); };
   r.set = [field, d](O& o, const std::string& v) { o.*field = option_detail::parse_whole_in_range(d, v); };
+  if (unset) r.unset_text = std::to_string(*unset);
+  return r;
+}
+// An int field (Whole), as the int64_t one.
+template <class O>
+Option<O> bind(const OptionDef& d, int O::*field, std::optional<int64_t> unset = std::nullopt) {
+  Option<O> r = option_detail::row<O>(d);
+  r.get = [field, unset](const O& o) { return unset && o.*field == *unset ? std::string() : std::to_string(o.*field); };
+  r.set = [field, d](O& o, const std::string& v) { o.*field = option_detail::parse_int_in_range(d, v); };
   if (unset) r.unset_text = std::to_string(*unset);
   return r;
 }
@@ -170,10 +223,23 @@ Option<O> bind(const OptionDef& d, std::string O::*field, std::vector<std::strin
   r.choices = choices;
   r.get = [field](const O& o) { return o.*field; };
   r.set = [field, d, choices](O& o, const std::string& v) {
-    if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
-      std::string all;
-      for (const auto& c : choices) all += (all.empty() ? "" : ", ") + c;
-      fail_value(d.quantity, "'" + v + "' is unknown (valid: " + all + ")");
+    if (!choices.empty()) option_detail::check_choice(d, v, choices);
+    o.*field = v;
+  };
+  return r;
+}
+// Text checked by `check` (Error with the definition's quantity for a bad value): a device name
+// with an index (cuda:1), a feature map or "" for none.
+template <class O>
+Option<O> bind_checked(const OptionDef& d, std::string O::*field, void (*check)(const std::string&)) {
+  Option<O> r = option_detail::row<O>(d);
+  r.get = [field](const O& o) { return o.*field; };
+  r.set = [field, d, check](O& o, const std::string& v) {
+    try {
+      check(v);
+    } catch (const Error& e) {
+      if (!e.quantity().empty()) throw;
+      throw Error(e.what(), d.quantity);
     }
     o.*field = v;
   };
@@ -187,6 +253,46 @@ Option<O> bind(const OptionDef& d, bool O::*field, bool when_given) {
   r.set = [field, when_given](O& o, const std::string&) { o.*field = when_given; };
   r.clear = [field, when_given](O& o) { o.*field = !when_given; };
   r.flag_value = when_given;
+  return r;
+}
+// A flag that sets `field` to `value` (--json sets the format to JSON); given when the field holds
+// it, cleared back to the options' default.
+template <class O, class E>
+Option<O> bind_value(const OptionDef& d, E O::*field, E value) {
+  Option<O> r = option_detail::row<O>(d);
+  r.kind = OptionKind::Flag;
+  r.get = [field, value](const O& o) { return o.*field == value ? std::string("1") : std::string(); };
+  r.set = [field, value](O& o, const std::string&) { o.*field = value; };
+  r.clear = [field](O& o) { o.*field = O{}.*field; };
+  return r;
+}
+// Comma-separated integers (Wholes), each in the definition's range: "--seq-len 128,512" where a
+// command takes several.
+template <class O, class T>
+Option<O> bind_list(const OptionDef& d, std::vector<T> O::*field) {
+  static_assert(std::is_integral_v<T>, "a list of integers");
+  Option<O> r = option_detail::row<O>(d);
+  r.kind = OptionKind::Wholes;
+  r.get = [field](const O& o) { return option_detail::join_commas(o.*field); };
+  r.set = [field, d](O& o, const std::string& v) {
+    std::vector<T> out;
+    for (int64_t x : option_detail::parse_wholes_in_range(d, v)) {
+      if (x < int64_t(std::numeric_limits<T>::min()) || x > int64_t(std::numeric_limits<T>::max()))
+        option_detail::out_of_range(d, std::to_string(x));
+      out.push_back(T(x));
+    }
+    o.*field = out;
+  };
+  return r;
+}
+// Comma-separated names (Names), each one of `choices`: "--loss l2,softmax".
+template <class O>
+Option<O> bind_list(const OptionDef& d, std::vector<std::string> O::*field, std::vector<std::string> choices) {
+  Option<O> r = option_detail::row<O>(d);
+  r.kind = OptionKind::Names;
+  r.choices = choices;
+  r.get = [field](const O& o) { return option_detail::join_commas(o.*field); };
+  r.set = [field, d, choices](O& o, const std::string& v) { o.*field = option_detail::parse_names(d, v, choices); };
   return r;
 }
 // Repeated text (Texts): each value appended.
@@ -229,6 +335,11 @@ Option<O> nest(I O::*member, const Option<I>& inner, const char* prefix = "") {
   r.flags = inner.flags, r.quantity = inner.quantity, r.help = inner.help, r.kind = inner.kind, r.range = inner.range;
   r.choices = inner.choices, r.write_default = inner.write_default, r.flag_value = inner.flag_value;
   r.unset_text = inner.unset_text;
+  r.empty_given = inner.empty_given;
+  if (inner.value) {
+    const auto value = inner.value;
+    r.value = [member, value](const O& o) { return value(o.*member); };
+  }
   r.key = inner.key;
   if (*prefix && *inner.key) {
     static std::vector<std::unique_ptr<std::string>> keys;  // the joined keys live as long as the program
@@ -244,6 +355,12 @@ Option<O> nest(I O::*member, const Option<I>& inner, const char* prefix = "") {
     r.clear = [member, clear](O& o) { clear(o.*member); };
   }
   return r;
+}
+
+// Every row of `table` (of the job I that O holds as `member`), appended to `into`.
+template <class O, class I>
+void nest_rows(OptionTable<O>& into, I O::*member, const OptionTable<I>& table, const char* prefix = "") {
+  for (const Option<I>& row : table) into.push_back(nest(member, row, prefix));
 }
 
 // `row` under another definition: `as` gives the flags, quantity, help and key (its kind and range
@@ -271,6 +388,7 @@ Option<O> renamed(const Option<O>& row, const OptionDef& as) {
 template <class O>
 Option<O> only_when(Option<O> row, bool (*given)(const O&)) {
   const auto get = row.get;
+  if (!row.value) row.value = get;
   row.get = [get, given](const O& o) { return given(o) ? get(o) : std::string(); };
   return row;
 }
@@ -293,6 +411,13 @@ Option<O> described(Option<O> row, const char* help) {
   return row;
 }
 
+// `row` whose "" is a value (written as ''): report's --feature-map '' (softmax only).
+template <class O>
+Option<O> with_empty_value(Option<O> row) {
+  row.empty_given = true;
+  return row;
+}
+
 // `row` written back only when it differs from the options' default (knobs that do not change
 // the result, such as a batch size for speed).
 template <class O>
@@ -310,6 +435,13 @@ const Option<O>* find_option(const OptionTable<O>& table, const std::string& fla
     if (r.flag() == flag) return &r;
   return nullptr;
 }
+// The row whose long flag is `flag`; Error when the table has none (a programming error: the
+// tables are static).
+template <class O>
+const Option<O>& option_by_flag(const OptionTable<O>& table, const std::string& flag) {
+  if (const Option<O>* r = find_option(table, flag)) return *r;
+  fail("option table", "no option " + flag);
+}
 // The row that sets `quantity`; nullptr when none.
 template <class O>
 const Option<O>* option_for(const OptionTable<O>& table, const std::string& quantity) {
@@ -324,10 +456,12 @@ const Option<O>* option_for(const OptionTable<O>& table, const std::string& quan
 template <class O>
 std::vector<std::string> option_args(const OptionTable<O>& table, const O& o) {
   std::vector<std::string> args;
-  const O defaults{};
+  const O& defaults = option_detail::defaults_of<O>();  // what a row left out at its default is compared with
   for (const auto& row : table) {
     const std::string v = row.get(o);
-    if (v.empty() || (!row.write_default && v == row.get(defaults))) continue;
+    if ((v.empty() && !(row.empty_given && row.kind != OptionKind::Texts && row.kind != OptionKind::Flag)) ||
+        (!row.write_default && v == (row.value ? row.value : row.get)(defaults)))
+      continue;
     if (row.kind == OptionKind::Texts) {
       for (size_t start = 0; start <= v.size();) {
         const size_t end = std::min(v.find('\n', start), v.size());
@@ -341,6 +475,32 @@ std::vector<std::string> option_args(const OptionTable<O>& table, const O& o) {
     if (row.kind != OptionKind::Flag) args.push_back(v);
   }
   return args;
+}
+
+// The arguments `args` (as option_args writes them: "--flag value", "--flag" for a flag) read into
+// `o` through the table's rows, as the CLI parses them; Error for a flag the table does not have
+// or a value its row refuses.
+template <class O>
+void read_option_args(const OptionTable<O>& table, const std::vector<std::string>& args, O& o) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Option<O>* row = find_option(table, args[i]);
+    if (!row) fail("command line", "no option " + args[i]);
+    if (row->kind == OptionKind::Flag) {
+      row->set(o, "1");
+      continue;
+    }
+    if (i + 1 >= args.size()) fail("command line", args[i] + " needs a value");
+    row->set(o, args[++i]);
+  }
+}
+
+// `o` as its command line gives it back: what a front end that shows the command line runs, so
+// that both agree (options the table has no row for are the defaults, as for the CLI).
+template <class O>
+O through_command_line(const OptionTable<O>& table, const O& o) {
+  O back;
+  read_option_args(table, option_args(table, o), back);
+  return back;
 }
 
 // `attnscope COMMAND` with every option of the table (shell-quoted), then `tail` (e.g. --out RUN).

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -29,6 +30,9 @@ struct AttentionBenchOptions {
   int64_t memory_limit_bytes = int64_t(8) << 30;
   uint64_t seed = 0;
 };
+
+// Every option of `attnscope bench attention` (bench_options.cpp).
+const OptionTable<AttentionBenchOptions>& attention_bench_option_table();
 
 // The forms, in the order of the table.
 enum class AttentionForm { Kernel, ChunkedAten, Cumsum, Softmax };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnscope/analysis/dof.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -17,6 +18,9 @@ struct DofBenchOptions {
   DofSettings settings;     // samples (J), normalize, seed, lambda, tolerance, top_k, block, device
   bool eigvalsh = true;     // also time LibTorch's CPU eigvalsh per head
 };
+
+// Every option of `attnscope bench dof` (bench_options.cpp); J in 2..65536.
+const OptionTable<DofBenchOptions>& dof_bench_option_table();
 
 struct DofBenchHead {
   int head = 0;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -33,5 +34,21 @@ struct ShapedCheckpoint {
 // `tokenizer_json` copied beside it (any tokenizer whose vocabulary fits the model's).
 ShapedCheckpoint write_shaped_checkpoint(ModelShape shape, const std::string& dir, const std::string& tokenizer_json,
                                          uint64_t seed = 0, const ProgressFn& progress = nullptr);
+
+// What `attnscope bench scale` runs on each checkpoint (its children are attnscope's own commands):
+// info, capture, spectra, metrics, distill, eval.
+std::vector<std::string> scale_bench_step_names();
+
+struct ScaleBenchOptions {
+  std::vector<std::string> shapes{"gpt2-small", "llama-3.2-1b"};  // model_shape_names()
+  std::vector<std::string> steps = scale_bench_step_names();
+  std::string dir;                // checkpoints and outputs (required)
+  int seq_len = 0, num_seqs = 0;  // 0: per shape (gpt2-small 1024 x 8, Llama 256 x 2)
+  int eval_chars = 2000;          // eval reads this many characters of the sample text
+  double timeout = 1800;          // seconds before a step is stopped
+  bool reuse = false;             // keep a checkpoint already in dir
+};
+// Every option of `attnscope bench scale` (bench_options.cpp).
+const OptionTable<ScaleBenchOptions>& scale_bench_option_table();
 
 }  // namespace attnscope

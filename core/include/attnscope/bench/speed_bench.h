@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -29,6 +30,9 @@ struct GenerateBenchOptions {
   std::string device = "cpu";
   uint64_t seed = 0;
 };
+
+// Every option of `attnscope bench generate` (bench_options.cpp).
+const OptionTable<GenerateBenchOptions>& generate_bench_option_table();
 
 struct ContextSpeed {
   int context = 0;
@@ -69,6 +73,9 @@ struct TrainBenchOptions {
   std::string device = "cpu";
   uint64_t seed = 0;
 };
+
+// Every option of `attnscope bench train` (bench_options.cpp).
+const OptionTable<TrainBenchOptions>& train_bench_option_table();
 
 struct TrainSpeed {
   std::string loss;

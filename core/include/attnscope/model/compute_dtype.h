@@ -1,6 +1,6 @@
-// --dtype, one definition for every command that runs a model: the row of a job's option table
-// (compute_dtype_option), and the same flag, words and check where the CLI adds it by hand
-// (app/cli/common: ModelArgs and add_compute_dtype_option). The names are model.h's one table.
+// --dtype, one definition (option_defs.h) for every command that runs a model: the row of its option
+// table (compute_dtype_option; model_options.h's for the commands that nest ModelOptions). The
+// names are model.h's one table.
 #pragma once
 #include <c10/core/ScalarType.h>
 

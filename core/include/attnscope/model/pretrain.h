@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -37,6 +38,14 @@ struct PretrainOptions {
   int eval_every = 100;
   uint64_t seed = 0;
 };
+
+// `attnscope pretrain`: the text and the options. Its table (pretrain_options.cpp): --text, --vocab,
+// --layers, --heads, --d-model, --context, --steps, --batch, --lr, --eval-every, --seed.
+struct PretrainCommand {
+  std::vector<std::string> texts;
+  PretrainOptions pretrain;
+};
+const OptionTable<PretrainCommand>& pretrain_option_table();
 
 struct PretrainReport {
   int64_t train_tokens = 0, heldout_tokens = 0;

@@ -23,6 +23,7 @@
 
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/distill/distill_options.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope {
@@ -46,6 +47,10 @@ struct CompareOptions {
   uint64_t seed = 0;
   std::string python_module;            // attnscope_linear.py, copied into each converted model
 };
+
+// Every option of `attnscope compare` (compare_options.cpp): the catalogue's definitions bound to
+// CompareOptions.
+const OptionTable<CompareOptions>& compare_option_table();
 
 struct StrategyResult {
   std::string strategy;          // fix | dof | dof-clip

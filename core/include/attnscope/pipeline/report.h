@@ -29,6 +29,7 @@
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/figure.h"
 #include "attnscope/analysis/head_analysis.h"
+#include "attnscope/base/options.h"
 #include "attnscope/base/progress.h"
 #include "attnscope/base/table.h"
 
@@ -50,6 +51,12 @@ struct ReportOptions {
   // mixers of state size 16.
   static AnalysisOptions default_report_analysis();
 };
+
+// Every option of `attnscope report` ReportOptions holds (report_options.cpp): the model's, the
+// capture's (its seed as --capture-seed), the DoF's (--lambda sets both lambda and dof.lambda: the
+// fast path certifies where the report reads), the allocation's and the analysis' (but its seed);
+// the CLI registers them, the workbench writes its report's command line from them.
+const OptionTable<ReportOptions>& report_option_table();
 
 // Everything the report wrote, as objects (the GUI shows them without reading the files back).
 struct ReportResult {

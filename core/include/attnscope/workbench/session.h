@@ -27,6 +27,7 @@
 #include "attnscope/base/device.h"
 #include "attnscope/distill/distill_options.h"
 #include "attnscope/pipeline/linearize.h"
+#include "attnscope/pipeline/report.h"
 
 namespace attnscope {
 
@@ -112,5 +113,11 @@ std::string session_choices_text(const Session& session);
 // Those choices, read by the session file's reader into `session` (its model, texts, capture and run
 // stay). Error naming `where` and the key, as for a session file.
 void read_session_choices(const std::string& text, const std::string& where, Session& session);
+
+// The report of the session (the workbench's Export report) on `texts`: its model, capture (length,
+// windows, seed), DoF sampling, lambda, budget, multiple and analysis (the map, M, window, windows
+// used, rows sampled, mixers) as `attnscope report` takes them: read back through the command line
+// report_option_table() writes, so the job runs exactly what that command line says.
+ReportOptions report_options_of(const Session& s, const std::vector<std::string>& texts);
 
 }  // namespace attnscope

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/options.h"
+
 namespace attnscope {
 
 // $XDG_CACHE_HOME/attnscope/workspace, else $HOME/.cache/attnscope/workspace (what the window uses).
@@ -34,6 +36,14 @@ std::vector<WorkspaceFolder> clean_workspace(const std::string& root, const std:
                                              double older_than_days = 0);
 // Removes one folder of the workspace; Error when `folder` is not directly under `root`.
 void remove_workspace_folder(const std::string& root, const std::string& folder);
+
+// `attnscope workspace`: list the folders of root (default_workspace_root() when ""), or remove them.
+struct WorkspaceOptions {
+  std::string root;
+  bool clean = false;
+  double older_than = 0;  // days; with clean
+};
+const OptionTable<WorkspaceOptions>& workspace_option_table();
 
 // "1.3 GB", "420 MB", "12 kB", "512 B" (powers of 1000).
 std::string human_bytes(uint64_t bytes);
