@@ -205,4 +205,64 @@ TEST(Capture, BadRequestsFailAndLeaveExistingOutputIntact) {
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "left behind: " << e.path();
 }
 
+// Issue 26: a short text. Where T is a default (the workbench, `capture` without --num-seqs) the
+// windows the text has are taken; an explicit T is strict and the error says what would fit, and
+// what it says fits does fit. Not one window is an error either way.
+TEST(Capture, AShortTextGivesTheWindowsItHasOrSaysWhatWouldFit) {
+  REQUIRE_STORIES(bin);
+  LoadedModel m = load_model(bin);
+  const std::vector<TextDocument> docs = {test::sample_documents().front()};
+  const int L = 256, n_ctx = m.model->config().n_ctx;
+  // How many windows the text has, found by asking: T = A is accepted, T = A + 1 refused.
+  int A = 0;
+  for (int T = 1; T < 1000; ++T) {
+    try {
+      draw_windows(*m.tokenizer, n_ctx, docs, opts(L, T, 3));
+      A = T;
+    } catch (const Error&) {
+      break;
+    }
+  }
+  ASSERT_GE(A, 1);
+  ASSERT_LT(A, 999) << "the first sample text should be short at L = 256";
+
+  CaptureOptions lenient = opts(L, A + 5, 3);
+  lenient.fewer_windows_ok = true;
+  const auto taken = draw_windows(*m.tokenizer, n_ctx, docs, lenient);
+  EXPECT_EQ(taken, draw_windows(*m.tokenizer, n_ctx, docs, opts(L, A, 3))) << "all the windows, in text order";
+  for (const auto& w : taken) EXPECT_EQ(int(w.size()), L);
+  // The store says how many it holds.
+  const std::string dir = test::temp_dir("cap") + "/short";
+  EXPECT_EQ(capture_to_dir(m, docs, lenient, dir).num_seqs(), A);
+  EXPECT_EQ(CaptureStore(dir).ids().size(0), A);
+
+  // Strict: the error names the text, the count, and two ways that fit.
+  const int T = A + 5;
+  std::string message;
+  try {
+    draw_windows(*m.tokenizer, n_ctx, docs, opts(L, T, 3));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find(docs[0].source), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(A) + " windows fit"), std::string::npos) << message;
+  const std::string marker = std::to_string(T) + " windows of ";
+  const size_t at = message.find(marker, message.find("fit"));
+  ASSERT_NE(at, std::string::npos) << message;
+  const int fits_len = std::stoi(message.substr(at + marker.size()));
+  EXPECT_LT(fits_len, L);
+  EXPECT_EQ(draw_windows(*m.tokenizer, n_ctx, docs, opts(fits_len, T, 3)).size(), size_t(T)) << message;
+
+  // Not one window: refused even where fewer are taken.
+  CaptureOptions tiny = opts(L, 8, 3);
+  tiny.fewer_windows_ok = true;
+  try {
+    draw_windows(*m.tokenizer, n_ctx, {{"tiny.txt", "Once upon a time."}}, tiny);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not one window fits"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace test_capture

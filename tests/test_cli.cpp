@@ -150,6 +150,41 @@ TEST(Cli, CaptureRejectsBadInputWithoutTouchingOutput) {
   EXPECT_TRUE(contains(out, "bad.jsonl:1")) << out;
 }
 
+// Issue 26: `capture` without --num-seqs takes the windows a short text has and says so; an explicit
+// --num-seqs is exact, and its error says what would fit. Without a terminal, a job's progress is a
+// plain line every ATTNSCOPE_PROGRESS_SECONDS (30 by default), so a log is never silent.
+TEST(Cli, CaptureOfAShortTextTakesItsWindowsUnlessTheNumberIsGiven) {
+  const std::string work = test::temp_dir("cli_short"), model = test::source_dir() + "/resources/models/brown-gpt2-mini";
+  const std::string text = test::source_dir() + "/resources/texts/brown_fiction_ck29.txt";
+  std::string out;
+  ASSERT_EQ(run("capture --model " + model + " --text " + text + " --seq-len 256 --out " + work + "/cap", &out), 0) << out;
+  EXPECT_TRUE(contains(out, "4 x 256 tokens")) << out;
+  EXPECT_TRUE(contains(out, "4 windows of 256 tokens: the text is short")) << out;
+  std::ifstream manifest(work + "/cap/manifest.json");
+  EXPECT_EQ(nlohmann::json::parse(manifest)["num_seqs"], 4);
+
+  EXPECT_EQ(run("capture --model " + model + " --text " + text + " --seq-len 256 --num-seqs 8 --out " + work + "/exact", &out), 1);
+  EXPECT_TRUE(contains(out, "brown_fiction_ck29.txt")) << out;
+  EXPECT_TRUE(contains(out, "4 windows fit")) << out;
+  EXPECT_FALSE(fs::exists(work + "/exact"));
+
+  // The progress lines of a job without a terminal (run_command's output is a pipe).
+  ASSERT_EQ(test::run_command("ATTNSCOPE_PROGRESS_SECONDS=0.01 " + cli() + " dof --capture " + work + "/cap --out " +
+                                  work + "/spectra.safetensors",
+                              &out),
+            0)
+      << out;
+  EXPECT_TRUE(contains(out, "dof: ")) << out;
+  EXPECT_TRUE(contains(out, "%")) << out;
+  EXPECT_EQ(test::run_command("ATTNSCOPE_PROGRESS_SECONDS=soon " + cli() + " dof --capture " + work + "/cap --out " +
+                                  work + "/spectra2.safetensors",
+                              &out),
+            1)
+      << out;
+  EXPECT_TRUE(contains(out, "ATTNSCOPE_PROGRESS_SECONDS=soon")) << out;
+  EXPECT_FALSE(fs::exists(work + "/spectra2.safetensors"));
+}
+
 TEST(Cli, EvalReportsPerplexityConsistentWithLoss) {
   std::string out;
   const std::string text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";

@@ -82,6 +82,17 @@ TEST(Linearize, RunsEveryStageAndItsReportMatchesAnIndependentEvaluation) {
     EXPECT_NE(std::find(phases.begin(), phases.end(), want), phases.end()) << want << " in " << j["phases"];
   EXPECT_NE(md.find("Where the time went"), std::string::npos);
   EXPECT_NE(test::read_file(out + "/log.txt").find("speed at 64 tokens: started"), std::string::npos);
+  // `jobs` reads any run (issue 25: the status words are run_status.h's): the linearize run and its
+  // stage 2, a finetune run; the CLI says which model a run directory stands for.
+  ASSERT_EQ(test::run_command(test::cli_path() + " jobs " + out + " " + out + "/stage2 2>&1", &log), 0) << log;
+  EXPECT_NE(log.find("| linearize | learned-prf | stage 2: 4/4 | finished |"), std::string::npos) << log;
+  EXPECT_NE(log.find("| finetune |  | 4/4 | finished |"), std::string::npos) << log;
+  char ppl[32];
+  std::snprintf(ppl, sizeof ppl, "%.2f", std::exp(at64["final_loss"].get<double>()));
+  EXPECT_NE(log.find(out + ": Finished: held-out perplexity " + ppl + " at 64 tokens"), std::string::npos) << log;
+  EXPECT_NE(log.find(out + "/stage2: Finished: 4 steps"), std::string::npos) << log;
+  ASSERT_EQ(test::run_command(test::cli_path() + " info --model " + out + " 2>&1", &log), 0) << log;
+  EXPECT_NE(log.find(out + " is a linearize run: its final model"), std::string::npos) << log;
   // A finished run is not resumed.
   EXPECT_EQ(linearize_cli(" --resume " + out, &log), 1) << log;
 }

@@ -153,6 +153,11 @@ ModelPanel::ModelPanel(QWidget* parent) : QWidget(parent) {
   pre_rope_->setToolTip(tr("Capture q and k before the rotary position embedding. Off (the default): after RoPE, "
                            "which is what attention sees. Models without RoPE are not affected."));
   cl->addWidget(pre_rope_);
+  capture_note_ = new QLabel(cap_box);
+  capture_note_->setWordWrap(true);
+  capture_note_->setStyleSheet("color: #8a5a00;");  // amber: worth reading, not an error
+  capture_note_->hide();
+  cl->addWidget(capture_note_);
   capture_ = new QPushButton(tr("Capture"), this);
   capture_->setToolTip(tr("Run the model over the text and keep every head's queries, keys and values (in the background)"));
   capture_->setMinimumHeight(36);
@@ -227,6 +232,13 @@ void ModelPanel::set_busy(bool busy) {
   capture_->setEnabled(!busy);
   capture_->setText(busy ? tr("Capturing…") : tr("Capture"));
 }
+
+void ModelPanel::set_capture_note(const QString& note) {
+  capture_note_->setText(note);
+  capture_note_->setVisible(!note.isEmpty());
+}
+
+QString ModelPanel::capture_note() const { return capture_note_->text(); }
 
 void ModelPanel::add_files() {
   const QStringList picked = QFileDialog::getOpenFileNames(this, tr("Add text files"), QString(),

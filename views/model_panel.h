@@ -31,6 +31,10 @@ class ModelPanel : public QWidget {
   void set_capture_options(const CaptureOptions& options);
   void set_max_seq_len(int n_ctx);  // the model's context length caps L
   void set_busy(bool busy);          // disables Capture while a capture runs
+  // A line under the capture settings about the last capture (e.g. "4 windows of 256 tokens: the
+  // text is short"); empty hides it.
+  void set_capture_note(const QString& note);
+  QString capture_note() const;
 
   QPushButton* capture_button() const { return capture_; }
   QString model_path() const { return model_path_; }
@@ -53,6 +57,7 @@ class ModelPanel : public QWidget {
   QPlainTextEdit* editor_;
   QSpinBox *num_seqs_, *seq_len_, *seed_;
   QCheckBox* pre_rope_;
+  QLabel* capture_note_;
   QPushButton* capture_;
   CaptureOptions base_;  // what the panel does not show (dtype, batch) passes through
   QString model_path_, summary_raw_;

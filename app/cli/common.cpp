@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <thread>
+#include <mutex>
+#include <condition_variable>
 #ifdef ATTNSCOPE_HAVE_GUI
 #include "figure_export.h"
 #endif
@@ -72,7 +75,11 @@ ModelOptions with_default_model(ModelOptions o) {
   return o;
 }
 
-LoadedModel load_model_of(const ModelOptions& o) { return load_model(with_default_model(o), Device::Cpu); }
+LoadedModel load_model_of(const ModelOptions& o) {
+  LoadedModel m = load_model(with_default_model(o), Device::Cpu);
+  if (!m.note.empty()) std::cerr << m.note << "\n";  // a run directory given as the model: which model it is
+  return m;
+}
 
 DofSpectra compute_spectra_of(const std::string& capture_dir, const DofSettings& settings) {
   CaptureStore store(capture_dir);
@@ -151,13 +158,67 @@ const std::atomic<bool>* stop_on_interrupt() {
   return &stop_requested;
 }
 
+namespace {
+// Without a terminal (a log file, a pipe, a batch job): the last progress the job reported, as one
+// plain line every `period`, from a thread of its own, so a phase that reports nothing for minutes
+// (a long evaluation, the speed measurement) is still seen to be running. The thread stops when the
+// returned function is destroyed.
+struct Heartbeat {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false, reported = false;
+  double fraction = 0;
+  std::string what;
+  std::thread thread;
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+};
+}  // namespace
+
+ProgressFn heartbeat_progress(const std::string& label, std::chrono::milliseconds period) {
+  auto hb = std::make_shared<Heartbeat>();
+  const auto start = std::chrono::steady_clock::now();
+  hb->thread = std::thread([beat = hb.get(), label, period, start] {
+    std::unique_lock<std::mutex> lock(beat->mu);
+    while (!beat->cv.wait_for(lock, period, [beat] { return beat->stop; })) {
+      if (!beat->reported) continue;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "%s: %d%% %s (%.0f s)\n", label.c_str(), int(beat->fraction * 100 + 0.5), beat->what.c_str(), secs);
+      std::fflush(stderr);
+    }
+  });
+  return [hb](double f, const std::string& what) {
+    std::lock_guard<std::mutex> lock(hb->mu);
+    hb->reported = true;
+    hb->fraction = f;
+    hb->what = what;
+  };
+}
+
 ProgressFn terminal_progress(const std::string& label) {
-  if (!isatty(STDERR_FILENO)) return nullptr;
   struct State {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     bool shown = false;
   };
   auto st = std::make_shared<State>();
+  if (!isatty(STDERR_FILENO)) {
+    // ATTNSCOPE_PROGRESS_SECONDS: the period of those lines (30 by default).
+    double period = 30;
+    if (const char* env = std::getenv("ATTNSCOPE_PROGRESS_SECONDS")) {
+      char* end = nullptr;
+      const double v = std::strtod(env, &end);
+      if (end == env || *end || !(v > 0) || v > 86400)
+        throw Error("ATTNSCOPE_PROGRESS_SECONDS=" + std::string(env) + ": not a number of seconds in (0, 86400]");
+      period = v;
+    }
+    return heartbeat_progress(label, std::chrono::milliseconds(int64_t(period * 1000)));
+  }
   return [st, label](double f, const std::string& what) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - st->start).count();
     if (secs < 1.0 && f < 1.0) return;

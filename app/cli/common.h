@@ -2,6 +2,7 @@
 // command is a row of one: option_defs.h's definitions bound to a core options struct), the default
 // model, a terminal progress bar, and registration hooks (one per command file).
 #pragma once
+#include <chrono>
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <iostream>
@@ -21,7 +22,7 @@
 #include "attnscope/model/compute_dtype.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_options.h"
-#include "attnscope/run/job_file.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/base/progress.h"
 
 namespace attnscope::cli {
@@ -138,8 +139,12 @@ const FigureWriter* figure_writer(const std::string& command);
 // stays whole for --resume; a second signal acts as usual (the default handler is back).
 const std::atomic<bool>* stop_on_interrupt();
 
-// A one-line bar on stderr, shown only on a terminal and only once the work has run a second.
+// A one-line bar on stderr once the work has run a second; without a terminal, a plain line with
+// the last progress every 30 s (heartbeat_progress).
 ProgressFn terminal_progress(const std::string& label);
+// "LABEL: 42% WHAT (312 s)" on stderr every `period` once the job has reported, until the returned
+// function is destroyed.
+ProgressFn heartbeat_progress(const std::string& label, std::chrono::milliseconds period);
 
 // A command that runs one resumable job in a run directory (finetune, linearize): the options of
 // its table, --out RUN for a new run or --resume RUN (which keeps job.json's options: an option

@@ -32,6 +32,7 @@ void register_info(CLI::App& app) {
     const bool json = format->format == OutputFormat::Json;
     const ModelInfo m = inspect_model(args->model, args->tokenizer);
     const ModelConfig& c = m.config;
+    if (!m.note.empty()) std::cerr << m.note << "\n";
     nlohmann::ordered_json stored = nlohmann::ordered_json::object();
     std::string stored_text;
     int64_t stored_total = 0;

@@ -24,6 +24,7 @@ void register_report(CLI::App& app) {
   cmd->callback([=] {
     check_as_usage([&] { check_analysis_options(r->analysis); });
     ReportOptions o = *r;
+    o.capture.fewer_windows_ok = cmd->get_option("--num-seqs")->count() == 0;  // given: exactly that many
     if (o.texts.empty()) o.texts = default_texts();
     const FigureWriter* figures = figure_writer("report");
     // The same job runner as the workbench's, here in the foreground with a terminal bar.

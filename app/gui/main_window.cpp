@@ -667,10 +667,20 @@ void MainWindow::on_capture_ready() {
     heads_->select(s.layer, s.head);
     metrics_->select(s.layer, s.head);
     dof_->select(s.layer, s.head);
-    capture_label_->setText(QString("captured %1 × %2 tokens").arg(cap->num_seqs()).arg(cap->seq_len()));
+    if (cap->num_seqs() < s.capture.num_seqs) {
+      // Fewer windows than asked: the text is short (the capture took what it has).
+      const QString note = tr("%1 windows of %2 tokens: the text is short").arg(cap->num_seqs()).arg(cap->seq_len());
+      capture_label_->setText(note);
+      model_panel_->set_capture_note(note);
+      statusBar()->showMessage(note, 15000);
+    } else {
+      capture_label_->setText(QString("captured %1 × %2 tokens").arg(cap->num_seqs()).arg(cap->seq_len()));
+      model_panel_->set_capture_note({});
+    }
   } else {
     heads_->set_thumbnails({});
     capture_label_->setText(tr("nothing captured"));
+    model_panel_->set_capture_note({});
   }
   applying_ = false;
   model_panel_->set_busy(workbench_->capture_running());

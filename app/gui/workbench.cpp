@@ -345,7 +345,8 @@ int Workbench::capture() {
     if (!model_) throw Error("No model is open: open a model first (File > Open model folder).");
     if (session_.texts.empty() && QString::fromStdString(session_.text).trimmed().isEmpty())
       throw Error("No sample text: add a text file or type some text in the editor.");
-    const CaptureOptions opt = session_.capture;
+    CaptureOptions opt = session_.capture;
+    opt.fewer_windows_ok = true;  // the window's T is a most: a short text gives the windows it has (issue 26)
     const int n_ctx = model_->model->config().n_ctx;
     if (opt.seq_len > n_ctx)
       attnscope::fail_value("sequence length", std::to_string(opt.seq_len) + " exceeds the model's context length " +

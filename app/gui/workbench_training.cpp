@@ -18,7 +18,7 @@
 #include "attnscope/distill/distill.h"
 #include "attnscope/pipeline/linearize.h"
 #include "attnscope/base/error.h"
-#include "attnscope/run/job_file.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"

@@ -2,6 +2,7 @@
 // definitions (option_defs.h) bound to each benchmark's options.
 #include "attnscope/analysis/dof_options.h"
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/option_defs.h"
 #include "attnscope/bench/attention_bench.h"
 #include "attnscope/bench/dof_bench.h"
@@ -44,7 +45,7 @@ const OptionTable<TrainBenchOptions>& train_bench_option_table() {
       described(bind_list(opt::loss, &T::losses, distill_loss_names()), "losses to time, comma-separated: kl, softmax, l2, output, direct"),
       described(bind(opt::seq_len, &T::seq_len), "tokens per sample"),
       described(bind(opt::features, &T::features), "feature dimension M per head"),
-      described(bind(opt::feature_map, &T::feature_map, trainable_feature_maps()), "trainable map"),
+      described(bind(opt::feature_map, &T::feature_map, trainable_map_names()), "trainable map"),
       described(bind(opt::batch, &T::batch), "samples per step"),
       described(bind(opt::steps, &T::steps), "timed steps (after one warm-up step)"),
       bench_device_row(&T::device, "cpu, cuda or cuda:N"),

@@ -66,14 +66,20 @@ std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
   const bool bos = tok.adds_bos() && tok.bos_id() >= 0;
   const int64_t body = opt.seq_len - (bos ? 1 : 0);
   const int64_t available = int64_t(stream.size()) / body;
-  if (available < opt.num_seqs)
-    fail(text_origin(docs),
-         "the text has " + std::to_string(stream.size()) + " tokens: " + std::to_string(available) +
-             " windows of " + std::to_string(opt.seq_len) + ", fewer than the " + std::to_string(opt.num_seqs) +
-             " asked for");
+  if (available < opt.num_seqs && (!opt.fewer_windows_ok || available < 1)) {
+    // What would fit: the windows there are at this length, or the length at which T windows fit.
+    const int64_t fits_len = int64_t(stream.size()) / opt.num_seqs + (bos ? 1 : 0);
+    std::string fits = available >= 1 ? std::to_string(available) + " windows fit at " + std::to_string(opt.seq_len) + " tokens"
+                                      : std::string("not one window fits");
+    if (fits_len >= 2) fits += ", or " + std::to_string(opt.num_seqs) + " windows of " + std::to_string(fits_len) + " tokens";
+    fail(text_origin(docs), "the text has " + std::to_string(stream.size()) + " tokens: " + std::to_string(available) +
+                                " windows of " + std::to_string(opt.seq_len) + ", fewer than the " +
+                                std::to_string(opt.num_seqs) + " asked for; " + fits + ", or give more text");
+  }
+  const int64_t T = std::min<int64_t>(opt.num_seqs, available);
   // The first T of a seeded shuffle of the window indices (random.h: the same windows everywhere).
   std::vector<int64_t> idx = shuffle_indices(available, opt.seed);
-  idx.resize(opt.num_seqs);
+  idx.resize(size_t(T));
   std::sort(idx.begin(), idx.end());
   std::vector<std::vector<int64_t>> windows;
   for (int64_t w : idx) {
@@ -90,7 +96,7 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   if (opt.dtype != DType::F32 && opt.dtype != DType::F16) fail_value("capture dtype", "must be f32 or f16");
   const ModelConfig& c = m.model->config();
   const auto windows = draw_windows(*m.tokenizer, c.n_ctx, docs, opt);
-  const int64_t T = opt.num_seqs, L = opt.seq_len, H = c.n_head, d = c.head_dim;
+  const int64_t T = int64_t(windows.size()), L = opt.seq_len, H = c.n_head, d = c.head_dim;
 
   OutputDir out(out_dir);
   const fs::path tmp = out.path();

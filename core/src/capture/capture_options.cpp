@@ -18,7 +18,9 @@ const OptionTable<CaptureOptions>& capture_option_table() {
   using C = CaptureOptions;
   static const OptionTable<C> rows = {
       bind(opt::seq_len, &C::seq_len),
-      bind(opt::num_seqs, &C::num_seqs),
+      // Written only when chosen: at its default T is a most (a short text gives the windows it has).
+      omitted_at_default(described(bind(opt::num_seqs, &C::num_seqs),
+                                   "windows of the text to capture (given: exactly these; by default at most 8, fewer for a short text)")),
       described(bind(opt::seed, &C::seed), "seed for drawing the windows"),
       omitted_at_default(bind(opt::store_dtype, &C::dtype, parse_capture_dtype, capture_dtype_name, capture_dtype_names())),
       bind(opt::pre_rope, &C::pre_rope, true),

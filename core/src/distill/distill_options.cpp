@@ -20,7 +20,7 @@
 #include "attnscope/base/error.h"
 #include "attnscope/base/names.h"
 #include "attnscope/base/option_defs.h"
-#include "attnscope/run/job_file.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/capture/capture.h"
 
 namespace fs = std::filesystem;

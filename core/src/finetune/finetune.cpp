@@ -23,7 +23,7 @@
 #include "attnscope/base/option_defs.h"
 #include "attnscope/distill/distill_options.h"
 #include "attnscope/run/checkpoint.h"
-#include "attnscope/run/job_file.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
@@ -198,7 +198,7 @@ std::string finetune_job_json(FinetuneOptions o, const std::string& command, int
   return job_json("finetune", command, finetune_table(), o, resolved);
 }
 
-FinetuneOptions read_finetune_job(const std::string& run_dir) {
+FinetuneOptions finetune_job_of(const std::string& run_dir) {
   FinetuneOptions o;
   const nlohmann::json j = read_job_json(run_dir, "finetune", finetune_table(), o);
   if (!j.contains("python_module") || !j["python_module"].is_string())
@@ -362,6 +362,8 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
 
 }  // namespace
 
+FinetuneOptions read_finetune_job(const std::string& run_dir) { return finetune_job_of(run_dir); }
+
 const OptionTable<FinetuneOptions>& finetune_option_table() { return finetune_table(); }
 
 std::string finetune_command(const FinetuneOptions& o, const std::string& run_dir) {
@@ -410,7 +412,7 @@ FinetuneResult finetune(const FinetuneOptions& options, const std::string& run_d
 FinetuneResult resume_finetune(const std::string& run_dir, const ProgressFn& progress) {
   if (fs::is_regular_file(fs::path(run_dir) / "report.json"))
     fail(run_dir, "has finished (report.json is written): there is nothing to resume");
-  return run(read_finetune_job(run_dir), run_dir, progress, true);
+  return run(finetune_job_of(run_dir), run_dir, progress, true);
 }
 
 }  // namespace attnscope

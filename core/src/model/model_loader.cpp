@@ -8,6 +8,7 @@
 
 #include "attnscope/base/json_file.h"
 #include "attnscope/formats/converted_model.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/base/error.h"
 #include "model/llama2c.h"
 #include "attnscope/model/model.h"
@@ -118,14 +119,13 @@ Located locate(const std::string& spec, const std::string& tokenizer) {
   m.path = resolve_model_path(spec);
   const fs::path p(m.path);
   // A run of a job that makes a model (linearize, finetune) stands for its final model, RUN/model.
-  if (fs::is_directory(p) && !fs::exists(p / "config.json") && fs::is_regular_file(p / "job.json")) {
-    const nlohmann::json job = read_json_file((p / "job.json").string());
-    const std::string kind = job.contains("kind") && job["kind"].is_string() ? job["kind"].get<std::string>() : "";
+  if (fs::is_directory(p) && !fs::exists(p / "config.json")) {
+    const std::string kind = job_kind(m.path);
     if (kind == "linearize" || kind == "finetune") {
       const fs::path model = p / "model";
       if (!fs::exists(model / "config.json"))
         fail(m.path, "is a " + kind + " run that has not finished: its final model will be " + model.string() +
-                         " (continue the run with: attnscope " + kind + " --resume " + m.path + ")");
+                         " (continue the run with: " + resume_command(kind, m.path) + ")");
       Located final = locate(model.string(), tokenizer);
       final.note = m.path + " is a " + kind + " run: its final model " + final.path;
       return final;

@@ -1,4 +1,5 @@
 // The option table of `attnscope compare` (compare.h).
+#include "attnscope/attention/map_family.h"
 #include "attnscope/base/option_defs.h"
 #include "attnscope/model/compute_dtype.h"
 #include "attnscope/pipeline/compare.h"
@@ -13,7 +14,7 @@ const OptionTable<CompareOptions>& compare_option_table() {
       described(bind(opt::texts, &C::texts), ".txt or .jsonl files; the tail (--heldout-share) is held out"),
       described(bind(opt::budget, &C::budget, 0), "cost C: the mean feature dimension per layer"),
       bind(opt::lambda, &C::lambda, parse_lambda, lambda_arg),
-      bind(opt::feature_map, &C::feature_map, trainable_feature_maps()),
+      bind(opt::feature_map, &C::feature_map, trainable_map_names()),
       described(bind(opt::loss, &C::loss, parse_distill_loss, distill_loss_name, distill_loss_names()),
                 "distillation loss: kl | softmax | l2 | output"),
       described(bind(opt::steps, &C::steps), "distillation steps per strategy"),

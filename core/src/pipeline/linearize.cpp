@@ -25,7 +25,7 @@
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
-#include "attnscope/run/job_file.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/finetune/finetune.h"
 #include "attnscope/io/text_source.h"
@@ -477,10 +477,11 @@ LinearizeResult resume_linearize(const std::string& out_dir, const ProgressFn& p
 }
 
 bool is_linearize_run(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "job.json");
-  if (!in) return false;
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("kind") && j["kind"] == "linearize";
+  try {
+    return job_kind(dir) == "linearize";
+  } catch (const Error&) {
+    return false;  // a job.json that does not read is not a linearize run's (its reader says why)
+  }
 }
 
 LinearizeOptions read_linearize_job(const std::string& out_dir) { return read_job_file(out_dir); }

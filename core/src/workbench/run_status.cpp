@@ -9,6 +9,8 @@
 
 #include "attnscope/base/error.h"
 #include "attnscope/distill/distill_options.h"
+#include "attnscope/finetune/finetune.h"
+#include "attnscope/formats/job_file.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/run/run_metrics.h"
 
@@ -39,7 +41,7 @@ std::string run_status_text(const RunStatus& s) {
                             : s.finetune_step > 0 ? "stage 2 (finetune) step " + of(s.finetune_step, s.finetune_steps)
                                                   : "stage 1 (distill) step " + of(s.step, s.steps);
   switch (*s.state) {
-    case RunState::Running: return (s.linearize ? "Linearizing: " : "Training: ") + where;
+    case RunState::Running: return (s.linearize ? "Linearizing: " : s.finetune ? "Finetuning: " : "Training: ") + where;
     case RunState::Killed: {
       std::string text = "Stopped at " + where;
       if (s.linearize) return text + ": Resume continues that stage";
@@ -81,7 +83,11 @@ int64_t checkpoint_step(const std::string& run_dir) {
 RunStatus read_run_status(const std::string& dir) {
   RunStatus s;
   s.state = run_state(dir);
-  s.linearize = is_linearize_run(dir);
+  const std::string kind = job_kind(dir);
+  if (!kind.empty() && kind != "distill" && kind != "finetune" && kind != "linearize")
+    fail(job_file(dir), "its kind '" + kind + "' is not distill, finetune or linearize");
+  s.linearize = kind == "linearize";
+  s.finetune = kind == "finetune";
   if (s.linearize) {
     const LinearizeOptions o = read_linearize_job(dir);
     s.steps = o.stage1.steps;
@@ -91,11 +97,16 @@ RunStatus read_run_status(const std::string& dir) {
     if (const auto report = read_linearize_report(dir); report && !report->lengths.empty()) s.result = report->lengths.back();
     return s;
   }
-  if (!fs::is_regular_file(dir + "/job.json")) return s;  // stopped before it began
-  s.steps = read_distill_job(dir).options.steps;
-  const RunMetrics m = read_run_metrics(dir);
-  s.step = m.last_step();
-  s.validation_kl = final_validation_kl(m);
+  if (kind.empty()) return s;  // stopped before it began
+  if (s.finetune) {
+    s.steps = read_finetune_job(dir).steps;
+    s.step = read_finetune_metrics(dir).last_step();
+  } else {
+    s.steps = read_distill_job(dir).options.steps;
+    const RunMetrics m = read_run_metrics(dir);
+    s.step = m.last_step();
+    s.validation_kl = final_validation_kl(m);
+  }
   try {
     s.checkpoint_step = checkpoint_step(dir);
   } catch (const std::exception& e) {

@@ -352,7 +352,10 @@ ReportOptions report_options_of(const Session& s, const std::vector<std::string>
   o.budget = s.budget;
   o.multiple = s.multiple;
   o.analysis = s.analysis;
-  return through_command_line(report_option_table(), o);
+  ReportOptions back = through_command_line(report_option_table(), o);
+  // As the CLI reads that command line: without --num-seqs (at its default) T is a most.
+  back.capture.fewer_windows_ok = back.capture.num_seqs == CaptureOptions{}.num_seqs;
+  return back;
 }
 
 }  // namespace attnscope

@@ -25,12 +25,16 @@ struct CaptureOptions {
   DType dtype = DType::F32;  // F32 or F16 on disk
   bool pre_rope = false;     // store q, k before RoPE instead of after
   int batch = 4;             // windows per forward pass
+  // T is a most, not a must: a text with fewer windows (at least one) gives them all. For callers
+  // whose T is a default the user never chose (the workbench); `capture --num-seqs T` stays strict.
+  bool fewer_windows_ok = false;
 };
 
 // Tokenizes the documents into one stream (each document followed by EOS when the tokenizer has
 // one), cuts it into non-overlapping windows of L tokens (L-1 after a leading BOS for models that
-// expect one), and draws T of them with a seeded shuffle. Throws Error when L exceeds the context
-// length or the corpus has fewer than T windows.
+// expect one), and draws T of them with a seeded shuffle (all of them when there are fewer and
+// fewer_windows_ok). Throws Error when L exceeds the context length, or the corpus has fewer than T
+// windows (not even one with fewer_windows_ok), saying what would fit.
 std::vector<std::vector<int64_t>> draw_windows(const Tokenizer& tok, int n_ctx,
                                                const std::vector<TextDocument>& docs,
                                                const CaptureOptions& opt);

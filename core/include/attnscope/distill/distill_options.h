@@ -95,7 +95,7 @@ void check_window_fits(int64_t window, int64_t seq_len);
 std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_layers, int num_heads,
                                                const CaptureStore* capture);
 
-// job.json (SPEC 6, run/job_file.h): the options under their keys, and what the job resolved: the
+// job.json (SPEC 6, formats/job_file.h): the options under their keys, and what the job resolved: the
 // dims (per layer when every head of a layer agrees, else per head), the model, the world size,
 // the trained length and AdamW's constants.
 struct DistillJob {

@@ -46,6 +46,8 @@ std::string finetune_command(const FinetuneOptions& o, const std::string& run_di
 // Every check that needs no file: each option by its definition, then what a job needs. Throws
 // Error naming the quantity.
 void check_finetune_options(const FinetuneOptions& o);
+// RUN/job.json of a finetune run, read and checked. Error naming the file.
+FinetuneOptions read_finetune_job(const std::string& run_dir);
 
 struct FinetuneResult {
   int64_t steps = 0;

@@ -12,7 +12,8 @@ namespace attnscope {
 
 struct RunStatus {
   std::optional<RunState> state;  // none: there is no run
-  bool linearize = false;         // a linearize run (stages), else a distill run
+  bool linearize = false;         // a linearize run (stages)
+  bool finetune = false;          // a finetune run; neither: a distill run
   int64_t step = 0, steps = 0;    // (stage 1's) last step and its steps
   int64_t finetune_step = 0, finetune_steps = 0;  // linearize's stage 2
   // Killed distill runs: the last checkpoint's step (0: none yet), or why it cannot be read.
@@ -29,7 +30,8 @@ struct RunStatus {
 std::string run_status_text(const RunStatus& status);
 
 // The status of the run in `dir`, read from its files (job.json, metrics.jsonl, the checkpoint,
-// linearize.json). Error naming a file that is there but does not read.
+// linearize.json) for a distill, finetune or linearize run. Error naming a file that is there but
+// does not read, or a job.json of another kind.
 RunStatus read_run_status(const std::string& dir);
 
 // The step of RUN's checkpoint (0 when there is none). Error naming the checkpoint when its "step"

@@ -30,7 +30,12 @@ template <class O>
 nlohmann::json read_job_json(const std::string& run_dir, const char* kind, const OptionTable<O>& table, O& o);
 
 // `attnscope COMMAND --resume RUN`.
-std::string resume_command(const char* command, const std::string& run_dir);
+std::string resume_command(const std::string& command, const std::string& run_dir);
+
+// RUN/job.json's "kind" (distill, finetune, linearize): "" when RUN has no job.json, "distill" when
+// the file has no kind (hand-written distill jobs, as read_job_json takes them). Error naming the
+// file when it does not read or its kind is not a string.
+std::string job_kind(const std::string& run_dir);
 
 // The path of RUN/job.json.
 std::string job_file(const std::string& run_dir);

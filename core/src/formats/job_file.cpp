@@ -1,5 +1,5 @@
 // job.json (job_file.h).
-#include "attnscope/run/job_file.h"
+#include "attnscope/formats/job_file.h"
 
 #include "attnscope/base/option_defs.h"
 
@@ -11,8 +11,18 @@ namespace attnscope {
 
 std::string job_file(const std::string& run_dir) { return (std::filesystem::path(run_dir) / "job.json").string(); }
 
-std::string resume_command(const char* command, const std::string& run_dir) {
+std::string resume_command(const std::string& command, const std::string& run_dir) {
   return attnscope_command({command, long_flag(opt::resume.flags), run_dir});
+}
+
+std::string job_kind(const std::string& run_dir) {
+  const std::string path = job_file(run_dir);
+  if (!std::filesystem::is_regular_file(path)) return "";
+  const nlohmann::json j = read_json_file(path);
+  if (!j.is_object()) fail(path, "is not a JSON object");
+  if (!j.contains("kind")) return "distill";
+  if (!j["kind"].is_string()) fail(path, "'kind' must be a string");
+  return j["kind"].get<std::string>();
 }
 
 namespace job_detail {
