@@ -201,12 +201,7 @@ ordered_json session_json(const Session& s, const fs::path& base) {
 
 // The session in `text`, read from `file` (named in errors; paths are relative to its directory).
 Session parse_session(const std::string& text, const std::string& file) {
-  ordered_json j;
-  try {
-    j = ordered_json::parse(text);
-  } catch (const ordered_json::exception& e) {
-    fail(file, std::string("not valid JSON: ") + e.what());
-  }
+  const ordered_json j = parse_json_text(text, file);
   if (!j.is_object()) fail(file, "not an attnscope session (not a JSON object)");
   auto format = j.find("format");
   if (format == j.end() || !format->is_string() || format->get<std::string>() != kSessionFormat)

@@ -15,6 +15,8 @@ namespace attnscope {
 // not JSON ("is not valid JSON: ...") or is not an object ("is not a JSON object").
 nlohmann::json read_json_file(const std::string& path);
 nlohmann::ordered_json read_ordered_json_file(const std::string& path);
+// JSON held in memory (a setting, a pasted file) read with the same words, `where` naming it.
+nlohmann::ordered_json parse_json_text(const std::string& text, const std::string& where);
 
 // Typed reads of a JSON object read from `file`, one phrasing for every file: an absent key keeps
 // the caller's value (hand-written files and files of earlier builds need only what they set); a
