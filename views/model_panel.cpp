@@ -243,12 +243,7 @@ QString ModelPanel::capture_note() const { return capture_note_->text(); }
 void ModelPanel::add_files() {
   const QStringList picked = QFileDialog::getOpenFileNames(this, tr("Add text files"), QString(),
                                                            tr("Text (*.txt *.jsonl);;All files (*)"));
-  if (picked.isEmpty()) return;
-  QStringList files = text_files();
-  for (const QString& f : picked)
-    if (!files.contains(f)) files << f;
-  set_texts(files, text());
-  emit textFilesChanged(files);
+  if (!picked.isEmpty()) emit addTextFilesRequested(picked);  // the window checks and lists them
 }
 
 void ModelPanel::remove_files() {

@@ -48,7 +48,8 @@ class ModelPanel : public QWidget {
 
  signals:
   void openModelRequested(const QString& spec);  // a folder, a .bin file or an HF cache name
-  void textFilesChanged(const QStringList& files);
+  void textFilesChanged(const QStringList& files);       // a file was removed from the list
+  void addTextFilesRequested(const QStringList& files);  // Add… picked these (not yet listed)
   void captureRequested();
 
  private:

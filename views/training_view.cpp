@@ -6,6 +6,7 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
+#include <optional>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -74,6 +75,8 @@ struct TrainingView::Impl {
   QRadioButton *from_allocation = nullptr, *fixed = nullptr;
   QLabel *allocation_text = nullptr, *run_label = nullptr, *run_dir = nullptr, *caption = nullptr;
   QPushButton *linearize = nullptr, *train = nullptr, *resume = nullptr, *open_run = nullptr;
+  QPushButton *open_model = nullptr, *save_model = nullptr;
+  QLabel* model_path = nullptr;
   PlotPanel *loss_panel = nullptr, *finetune_panel = nullptr, *kl_panel = nullptr;
   QTableWidget* table_widget = nullptr;
   QToolButton* table_button = nullptr;
@@ -89,6 +92,15 @@ struct TrainingView::Impl {
   bool prefer_allocation = true;
   // The form as last set: its values where the form has no control.
   TrainSettings held;
+  // While a run runs its settings are frozen (the form shows what runs); an allocation that arrives
+  // meanwhile is applied when it ends.
+  bool frozen = false;
+  std::optional<std::pair<QString, bool>> pending_allocation;
+
+  std::vector<QWidget*> inputs() const {
+    return {map, loss, schedule, device, steps, batch, checkpoint, features, window, seq_len, finetune_steps, rank,
+            lr, lr_alpha, from_allocation, fixed};
+  }
 
   explicit Impl(TrainingView* v) : view(v) {}
 
@@ -247,6 +259,26 @@ struct TrainingView::Impl {
     buttons->addWidget(open_run);
     buttons->addWidget(resume);
     form->addRow(buttons);
+    // The run's final model: where it is, open it here, keep a copy outside the workspace.
+    model_path = new QLabel(box);
+    model_path->setObjectName("train_final_model");
+    model_path->setWordWrap(true);
+    model_path->setFont(small);
+    model_path->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    model_path->hide();
+    form->addRow(model_path);
+    auto* model_buttons = new QHBoxLayout;
+    open_model = new QPushButton(tr("Open model"), box);
+    open_model->setObjectName("open_final_model_button");
+    open_model->setToolTip(tr("Open the run's final model in the workbench (its heads, metrics and maps)"));
+    save_model = new QPushButton(tr("Save model as…"), box);
+    save_model->setObjectName("save_final_model_button");
+    save_model->setToolTip(tr("Copy the run's final model to a folder of your choice: the workspace is pruned after 14 days"));
+    model_buttons->addWidget(open_model);
+    model_buttons->addWidget(save_model);
+    form->addRow(model_buttons);
+    open_model->setEnabled(false);
+    save_model->setEnabled(false);
     box->setMinimumWidth(300);
     box->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Preferred);
     return box;
@@ -498,6 +530,8 @@ TrainingView::TrainingView(QWidget* parent) : QWidget(parent), d_(new Impl(this)
   connect(d_->train, &QPushButton::clicked, this, &TrainingView::trainRequested);
   connect(d_->resume, &QPushButton::clicked, this, &TrainingView::resumeRequested);
   connect(d_->open_run, &QPushButton::clicked, this, &TrainingView::openRunRequested);
+  connect(d_->open_model, &QPushButton::clicked, this, &TrainingView::openModelRequested);
+  connect(d_->save_model, &QPushButton::clicked, this, &TrainingView::saveModelRequested);
   set_form(TrainSettings{});  // the CLI's defaults (`attnscope linearize`), until a session sets its own
   d_->draw_curves();
   d_->draw_finetune();
@@ -556,7 +590,28 @@ void TrainingView::set_form(const TrainSettings& f) {
   else d_->fixed->setChecked(true);
 }
 
+void TrainingView::set_frozen(bool frozen) {
+  if (d_->frozen == frozen) return;
+  d_->frozen = frozen;
+  for (QWidget* w : d_->inputs()) w->setEnabled(!frozen);
+  if (frozen) return;
+  if (d_->pending_allocation) {
+    const auto [text, available] = *d_->pending_allocation;
+    d_->pending_allocation.reset();
+    set_allocation(text, available);
+  } else if (d_->allocation_text->property("available").isValid()) {
+    d_->from_allocation->setEnabled(d_->allocation_text->property("available").toBool());
+  }
+}
+
+bool TrainingView::frozen() const { return d_->frozen; }
+
 void TrainingView::set_allocation(const QString& text, bool available) {
+  if (d_->frozen) {
+    d_->pending_allocation = {text, available};
+    return;
+  }
+  d_->allocation_text->setProperty("available", available);
   d_->allocation_text->setText(text);
   d_->from_allocation->setEnabled(available);
   if (!available) d_->fixed->setChecked(true);
@@ -618,6 +673,17 @@ QPushButton* TrainingView::linearize_button() const { return d_->linearize; }
 QPushButton* TrainingView::train_button() const { return d_->train; }
 QPushButton* TrainingView::resume_button() const { return d_->resume; }
 QPushButton* TrainingView::open_run_button() const { return d_->open_run; }
+QPushButton* TrainingView::open_model_button() const { return d_->open_model; }
+QPushButton* TrainingView::save_model_button() const { return d_->save_model; }
+QString TrainingView::final_model_text() const { return d_->model_path->text(); }
+
+void TrainingView::set_final_model(const QString& path) {
+  d_->model_path->setText(path.isEmpty() ? QString() : tr("Final model: %1").arg(path));
+  d_->model_path->setToolTip(path);
+  d_->model_path->setVisible(!path.isEmpty());
+  d_->open_model->setEnabled(!path.isEmpty());
+  d_->save_model->setEnabled(!path.isEmpty());
+}
 QComboBox* TrainingView::map_box() const { return d_->map; }
 QSpinBox* TrainingView::steps_box() const { return d_->steps; }
 QSpinBox* TrainingView::features_box() const { return d_->features; }

@@ -45,8 +45,16 @@ class TrainingView : public QWidget {
   // What "DoF view's allocation" means now ("dof, C = 64, λ = 2^-8: M = 48 64 80 64"); `available`
   // false (no spectra yet) greys the choice out and picks the fixed M.
   void set_allocation(const QString& text, bool available);
+  // While a run runs: the settings are read-only and stay what the run was started with (an
+  // allocation given meanwhile is shown once the run ends).
+  void set_frozen(bool frozen);
+  bool frozen() const;
   // The current run: its folder, a line about its state, and which buttons apply.
   void set_run(const QString& dir, const QString& status, bool can_linearize, bool can_train, bool can_resume);
+  // The run's final model (a finished linearize or finetune run's RUN/model): shown with Open model
+  // and Save model as…; empty: none (the buttons are disabled).
+  void set_final_model(const QString& path);
+  QString final_model_text() const;
   // "Copy as command" of the figures: the run's `attnscope linearize|distill ...`.
   void set_command(const QString& run_command);
 
@@ -74,6 +82,8 @@ class TrainingView : public QWidget {
   QPushButton* train_button() const;  // "Distill only"
   QPushButton* resume_button() const;
   QPushButton* open_run_button() const;
+  QPushButton* open_model_button() const;
+  QPushButton* save_model_button() const;
   QComboBox* map_box() const;
   QSpinBox* steps_box() const;
   QSpinBox* features_box() const;
@@ -89,7 +99,9 @@ class TrainingView : public QWidget {
   void linearizeRequested();
   void trainRequested();
   void resumeRequested();
-  void openRunRequested();  // "Open run…": the window asks for the folder
+  void openRunRequested();    // "Open run…": the window asks for the folder
+  void openModelRequested();  // "Open model": the run's final model into the workbench
+  void saveModelRequested();  // "Save model as…": the window asks for the folder
 
  private:
   struct Impl;

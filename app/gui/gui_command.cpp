@@ -107,10 +107,13 @@ void run_gui(GuiOptions& a) {
          "`attnscope gui --screenshot FILE.png --view heads|metrics|dof|jobs|training` saves a picture of the window and "
          "`attnscope report --out DIR` writes the whole analysis");
   }
-  if (!a.session.empty() && !fs::is_regular_file(a.session)) fail(a.session, "no such session file");
-  // A session that does not load fails here, naming the file and the problem (the window would
-  // only show it in a message box, and --screenshot wait for an analysis that never starts).
-  if (!a.session.empty()) load_session(a.session);
+  // With --screenshot a session that does not load fails here, naming the file and the problem
+  // (the picture would wait for an analysis that never starts). A window opens anyway and says it
+  // in a message box (and here), so the user can open another.
+  if (!a.session.empty() && !a.screenshot.empty()) {
+    if (!fs::is_regular_file(a.session)) fail(a.session, "no such session file");
+    load_session(a.session);
+  }
 
   views::ensure_runtime_dir();
   static int argc = 1;
@@ -137,8 +140,16 @@ void run_gui(GuiOptions& a) {
     w.model_panel()->set_capture_options(o);
   }
   if (!a.session.empty()) {
-    if (!w.open_session(QString::fromStdString(a.session)))
-      throw Error(failure.empty() ? a.session + ": the session could not be opened" : failure);
+    std::string session_error;
+    const QMetaObject::Connection c = QObject::connect(
+        &w, &gui::MainWindow::errorShown, &w, [&session_error](const QString&, const QString& m) { session_error = m.toStdString(); });
+    const bool opened = w.open_session(QString::fromStdString(a.session));
+    QObject::disconnect(c);
+    if (!opened) {
+      if (!a.screenshot.empty()) throw Error(failure.empty() ? a.session + ": the session could not be opened" : failure);
+      std::cerr << "attnscope: " << (session_error.empty() ? a.session + ": the session could not be opened" : session_error)
+                << " (the window says so; open another session or a model there)\n";
+    }
   } else {
     std::vector<std::string> texts = a.texts;
     if (texts.empty()) {

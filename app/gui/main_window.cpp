@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "attnscope/io/text_source.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
@@ -213,7 +214,7 @@ void MainWindow::build_actions() {
   make("capture", tr("&Capture"), QKeySequence("Ctrl+R"), [this] { capture(); }, QStyle::SP_CustomBase);
   make("recompute_spectra", tr("Recompute &spectra"), QKeySequence(), [this] { workbench_->recompute_spectra(); });
   make("recompute_metrics", tr("Recompute &metrics"), QKeySequence(), [this] { workbench_->recompute_metrics(); });
-  make("cancel_all", tr("Cancel &all jobs"), QKeySequence(Qt::Key_Escape), [this] { workbench_->cancel_all(); },
+  make("cancel_all", tr("Cancel &all jobs"), QKeySequence(Qt::Key_Escape), [this] { cancel_all_jobs(); },
        QStyle::SP_BrowserStop);
 
   const QString tab_names[] = {tr("&Heads"), tr("&Metrics"), tr("&DoF"), tr("&Jobs"), tr("&Train")};
@@ -333,11 +334,20 @@ void MainWindow::connect_views() {
   connect(model_panel_, &views::ModelPanel::openModelRequested, this, [this](const QString& spec) { open_model(spec); });
   connect(model_panel_, &views::ModelPanel::textFilesChanged, this,
           [this](const QStringList& files) { workbench_->set_texts(files, model_panel_->text()); });
+  connect(model_panel_, &views::ModelPanel::addTextFilesRequested, this, &MainWindow::add_text_files);
   connect(model_panel_, &views::ModelPanel::captureRequested, this, &MainWindow::capture);
 
   connect(training_, &views::TrainingView::linearizeRequested, this, &MainWindow::start_linearize);
   connect(training_, &views::TrainingView::trainRequested, this, &MainWindow::start_training);
   connect(training_, &views::TrainingView::resumeRequested, this, [this] { workbench_->resume_distill(); });
+  connect(training_, &views::TrainingView::openModelRequested, this, [this] {
+    if (const QString m = workbench_->final_model(); !m.isEmpty()) open_model(m);
+  });
+  connect(training_, &views::TrainingView::saveModelRequested, this, [this] {
+    const QString out = QFileDialog::getSaveFileName(this, tr("Save the final model as a folder"),
+                                                     QDir::homePath() + "/" + QFileInfo(workbench_->run_dir()).fileName() + "-model");
+    if (!out.isEmpty()) workbench_->save_final_model(out);
+  });
   connect(training_, &views::TrainingView::openRunRequested, this, [this] {
     const QString start = workbench_->run_dir().isEmpty() ? workbench_->workspace_root() : workbench_->run_dir() + "/..";
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a linearize or distill run (a folder with job.json)"), start);
@@ -500,9 +510,19 @@ void MainWindow::open_model(const QString& spec, const QString& tokenizer) {
 }
 
 void MainWindow::add_text_files(const QStringList& files) {
-  QStringList all = model_panel_->text_files();
-  for (const QString& f : files)
-    if (!all.contains(f)) all << f;
+  // Each file read as the capture will read it, when it is added: a missing, empty or malformed
+  // file is refused now with core's message, not at Capture (issue 26).
+  QStringList all = model_panel_->text_files(), refused;
+  for (const QString& f : files) {
+    if (all.contains(f)) continue;
+    try {
+      read_text_documents({f.toStdString()});
+      all << f;
+    } catch (const std::exception& e) {
+      refused << QString::fromStdString(e.what());
+    }
+  }
+  if (!refused.isEmpty()) show_error(tr("Add text files"), tr("Not added:\n%1").arg(refused.join('\n')));
   model_panel_->set_texts(all, model_panel_->text());
   workbench_->set_texts(all, model_panel_->text());
 }
@@ -591,6 +611,37 @@ void MainWindow::show_error(const QString& title, const QString& message) {
   box->setTextInteractionFlags(Qt::TextSelectableByMouse);
   box->open();
   emit errorShown(title, message);
+}
+
+QMessageBox* MainWindow::cancel_all_jobs() {
+  // What one key would throw away: a training job loses its steps since the last checkpoint, a
+  // long analysis its minutes. Short jobs (a map, a quick capture) are cancelled at once.
+  constexpr double kLongSeconds = 5;
+  QStringList long_jobs;
+  for (const JobStatus& j : workbench_->jobs()) {
+    if (j.state != JobState::Running && j.state != JobState::Queued) continue;
+    const bool training = j.kind == JobKind::Distill || j.kind == JobKind::Finetune || j.kind == JobKind::Linearize;
+    if (training || j.elapsed_s > kLongSeconds)
+      long_jobs << QString("%1 (%2 s)").arg(QString::fromStdString(j.title)).arg(qRound(j.elapsed_s));
+  }
+  if (long_jobs.isEmpty()) {
+    workbench_->cancel_all();
+    return nullptr;
+  }
+  auto* box = new QMessageBox(QMessageBox::Question, tr("Cancel all jobs"),
+                              tr("Cancel every running job?\n\n%1\n\nA training job resumes from its last checkpoint; "
+                                 "the steps since then are lost.")
+                                  .arg(long_jobs.join('\n')),
+                              QMessageBox::Yes | QMessageBox::No, this);
+  box->button(QMessageBox::Yes)->setText(tr("Cancel jobs"));
+  box->button(QMessageBox::No)->setText(tr("Keep running"));
+  box->setDefaultButton(QMessageBox::No);  // a second Esc or Enter keeps them
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  connect(box, &QMessageBox::finished, this, [this](int result) {
+    if (result == QMessageBox::Yes) workbench_->cancel_all();
+  });
+  box->open();
+  return box;
 }
 
 // ---- events ----
@@ -885,9 +936,11 @@ void MainWindow::update_training() {
   rs.validation_kl = final_validation_kl(m);  // the run's one number
   const QString status = QString::fromStdString(run_status_text(rs));
   const bool idle = !workbench_->training_running();
+  training_->set_frozen(!idle);  // a running job's settings are what the form shows (issue 26)
   const bool can_train = workbench_->capture_store() != nullptr && idle;
   const bool can_linearize = workbench_->model() != nullptr && idle;
   training_->set_run(workbench_->run_dir(), status, can_linearize, can_train, workbench_->can_resume());
+  training_->set_final_model(workbench_->final_model());
   training_->set_curves(m, steps);
   training_->set_finetune_curves(f, ft_steps);
   // The table belongs to the run it was made of: gone with a new run or a resume.

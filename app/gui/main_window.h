@@ -17,6 +17,7 @@
 
 class QAction;
 class QLabel;
+class QMessageBox;
 class QMenu;
 class QProgressBar;
 class QPushButton;
@@ -70,6 +71,10 @@ class MainWindow : public QMainWindow {
   void capture();  // the Capture button: the panel's texts and options
   void start_training();   // the Train view's Distill only button: the form's settings
   void start_linearize();  // the Train view's Linearize button: the form's settings
+  // Cancel all jobs (Esc): at once when every running job is short; a job that has run more than a
+  // few seconds, or any training job, is cancelled only after a confirmation (the dialog is
+  // returned, nullptr when none was needed).
+  QMessageBox* cancel_all_jobs();
 
   void show_view(View view);
   View current_view() const;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "attnscope/convert/converted_model.h"
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/file_tree.h"
@@ -616,6 +617,28 @@ void Workbench::set_feature_map(const QString& name, qint64 features, qint64 win
 }
 
 // ---- report ----
+
+QString Workbench::final_model() const {
+  if (run_dir_.isEmpty() || run_state() != RunState::Finished) return {};
+  const QString model = run_dir_ + "/model";
+  return QFileInfo::exists(model + "/config.json") ? model : QString();
+}
+
+int Workbench::save_final_model(const QString& out_q) {
+  const QString model = final_model();
+  if (model.isEmpty()) {
+    emit error("Save model", "The run has no final model yet: a linearize run has one once it has finished.");
+    return 0;
+  }
+  const std::string src = to_std(model), out = to_std(out_q);
+  return start(
+      JobKind::Convert, "save model -> " + base_name(out), "cp -rL " + shell_quote(src) + " " + shell_quote(out),
+      [this, src, out](Job& job) -> Apply {
+        save_model_copy(src, out, job.progress());
+        return [this, out] { emit message("Model saved to " + to_q(out)); };
+      },
+      nullptr);
+}
 
 int Workbench::export_report(const QString& out_dir_q) {
   try {

@@ -153,6 +153,10 @@ class Workbench : public QObject {
   // Continues the current run: a distill run from its last checkpoint (distill(..., resume = true)),
   // a linearize run at the stage it stopped in (resume_linearize).
   int resume_distill();
+  // The current run's final model (RUN/model of a finished linearize run), "" when there is none.
+  QString final_model() const;
+  // Copies it to `out` as a job (core's save_model_copy: nothing at `out` unless all was copied).
+  int save_final_model(const QString& out);
   // Makes an existing run folder (a distill or a linearize run) the current run: its metrics, state
   // and, for a finished linearize run, its report are read at once. error() for a job.json or
   // linearize.json that cannot be read.

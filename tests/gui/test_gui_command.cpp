@@ -108,4 +108,23 @@ TEST(GuiCommand, ASessionThatDoesNotLoadFailsAtOnceNamingTheFileAndTheProblem) {
   }
 }
 
+// Issue 26: without --screenshot a session that does not load opens the window anyway, which says
+// so (and so does the terminal), instead of exiting before a window is seen.
+TEST(GuiCommand, ASessionThatDoesNotLoadOpensTheWindowThatSaysSo) {
+  const std::string home = test::temp_dir("gui_cmd_bad_session_window");
+  const std::string bad = home + "/broken.attnscope";
+  std::ofstream(bad) << R"({"format": "attnscope.session", "version": 1, "view": "plots"})";
+  std::string out;
+  // Still running after 8 s (timeout's 124): the window is open; before, exit 1 at once.
+  const int rc = test::run_command("timeout 8 env -u DISPLAY -u WAYLAND_DISPLAY HOME='" + home + "' XDG_CONFIG_HOME='" +
+                                       home + "/.config' XDG_CACHE_HOME='" + home +
+                                       "/.cache' QT_QPA_PLATFORM=offscreen OMP_NUM_THREADS=1 '" + test::cli_path() +
+                                       "' gui --session '" + bad + "' 2>&1",
+                                   &out);
+  EXPECT_EQ(rc, 124) << out;
+  EXPECT_NE(out.find(bad), std::string::npos) << out;
+  EXPECT_NE(out.find("'view' is not valid"), std::string::npos) << out;
+  EXPECT_NE(out.find("the window says so"), std::string::npos) << out;
+}
+
 }  // namespace gui_test_gui_command

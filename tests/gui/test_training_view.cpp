@@ -7,6 +7,7 @@
 #include <QLabel>
 #include <QPushButton>
 #include <QRadioButton>
+#include <QMessageBox>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTableWidget>
@@ -351,6 +352,30 @@ TEST_F(TrainingTest, LinearizeDrawsBothStagesAndShowsTheHeldOutTable) {
   EXPECT_EQ(table->rowCount(), int(j.at("lengths").size()));
   EXPECT_EQ(graph_points(graph_named(t->finetune_panel()->plot(), "stage 2 (finetune) cross-entropy")), ce);
   EXPECT_EQ(errors.count(), 0);
+
+  // Issue 26: where the final model is, and keeping it. The tab names RUN/model; Save model as…
+  // copies it byte for byte outside the workspace; Open model opens it in the workbench.
+  EXPECT_EQ(t->final_model_text(), QString::fromStdString("Final model: " + run + "/model"));
+  ASSERT_TRUE(t->save_model_button()->isEnabled());
+  const std::string kept = test::temp_dir("training_saved_model") + "/kept";
+  QSignalSpy messages(w->workbench(), &gui::Workbench::message);
+  ASSERT_GT(w->workbench()->save_final_model(QString::fromStdString(kept)), 0);
+  ASSERT_TRUE(wait_until([&] { return last_job(*w, "convert").state == JobState::Succeeded || errors.count() > 0; }));
+  ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
+  const fs::path model = fs::canonical(run + "/model");
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(model)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    EXPECT_EQ(test::read_file(e.path().string()), test::read_file(kept + "/" + e.path().filename().string())) << e.path();
+  }
+  EXPECT_GE(files, 4);
+  EXPECT_NEAR(load_model(kept).model->mean_loss(std::vector<int64_t>(65, 5), 64),
+              load_model(model.string()).model->mean_loss(std::vector<int64_t>(65, 5), 64), 1e-9);
+  QSignalSpy opened(w->workbench(), &gui::Workbench::modelChanged);
+  QTest::mouseClick(t->open_model_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return opened.count() > 0 || errors.count() > 0; }));
+  EXPECT_EQ(fs::canonical(w->workbench()->model()->path), model);
 }
 
 // Cancel stops a linearize run (here with the DoF view's allocation) in stage 1: no report, no
@@ -378,6 +403,20 @@ TEST_F(TrainingTest, CancelStopsALinearizeRun) {
   ASSERT_EQ(errors.count(), 0) << errors.first().at(1).toString().toStdString();
   EXPECT_TRUE(t->run_label()->text().startsWith("Linearizing: stage 1 (distill) step")) << t->run_label()->text().toStdString();
   EXPECT_FALSE(t->linearize_button()->isEnabled());
+  // Issue 26: Esc (Cancel all jobs) asks before it stops a training job; "Keep running" keeps it.
+  w->action("cancel_all")->trigger();
+  QMessageBox* confirm = nullptr;
+  ASSERT_TRUE(wait_until([&] {
+    for (QMessageBox* b : w->findChildren<QMessageBox*>())
+      if (b->isVisible()) confirm = b;
+    return confirm != nullptr;
+  }));
+  EXPECT_TRUE(confirm->text().contains("Cancel every running job")) << confirm->text().toStdString();
+  EXPECT_EQ(confirm->defaultButton(), confirm->button(QMessageBox::No));
+  QTest::mouseClick(confirm->button(QMessageBox::No), Qt::LeftButton);
+  QTest::qWait(300);
+  ASSERT_TRUE(w->workbench()->training_running());
+  EXPECT_EQ(last_job(*w, "linearize").state, JobState::Running);
   QTest::mouseClick(w->cancel_button(), Qt::LeftButton);
   ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
   EXPECT_EQ(last_job(*w, "linearize").state, JobState::Cancelled);
@@ -388,6 +427,41 @@ TEST_F(TrainingTest, CancelStopsALinearizeRun) {
   EXPECT_TRUE(t->resume_button()->isEnabled());
   EXPECT_TRUE(t->linearize_button()->isEnabled());
   EXPECT_EQ(t->comparison_table()->rowCount(), 0);
+}
+
+// Issue 26: Linearize pressed before the DoF spectra arrive runs a fixed M; when the spectra arrive
+// during the run the form used to flip to "DoF view's allocation", and the saved session recorded
+// that, not what ran. A running job's settings are frozen: the form shows what runs.
+TEST_F(TrainingTest, TheFormKeepsWhatRunsUntilTheRunEnds) {
+  auto w = make_window();
+  capture_bundled(*w, {test::bundled_texts().front(), test::bundled_texts().back()});
+  w->show_view(View::Training);
+  views::TrainingView* t = w->training_view();
+  TrainSettings f = t->form();
+  f.from_allocation = true;  // the form's default choice, which the spectra's absence overrides
+  f.linearize.stage1.window = 8;
+  f.linearize.stage1.steps = 100000;
+  f.linearize.stage1.batch = 2;
+  f.linearize.seq_len = 32;
+  f.linearize.stage2.rank = 2;
+  t->set_form(f);
+  t->set_allocation("(the DoF view's spectra are not computed yet)", false);  // as before the spectra
+  ASSERT_FALSE(t->form().from_allocation);
+  QTest::mouseClick(t->linearize_button(), Qt::LeftButton);
+  ASSERT_TRUE(w->workbench()->training_running());
+  EXPECT_TRUE(t->frozen());
+  EXPECT_FALSE(w->findChild<QSpinBox*>("train_steps")->isEnabled());
+  // The spectra arrive while it runs.
+  QSignalSpy dof(w->workbench(), &gui::Workbench::dofStateChanged);
+  w->workbench()->recompute_spectra();
+  ASSERT_TRUE(wait_until([&] { return dof.count() > 0 && w->workbench()->dof_state(); }));
+  QTest::qWait(100);
+  EXPECT_FALSE(t->form().from_allocation) << "the form flipped to the allocation while the run used a fixed M";
+  EXPECT_EQ(t->form().linearize.stage1.steps, 100000);
+  QTest::mouseClick(w->cancel_button(), Qt::LeftButton);
+  ASSERT_TRUE(wait_until([&] { return !w->workbench()->training_running(); }));
+  EXPECT_FALSE(t->frozen());
+  EXPECT_TRUE(w->findChild<QSpinBox*>("train_steps")->isEnabled());
 }
 
 // Issue 15 item 6: the heads and metrics views draw a learned map (hedgehog, learned-prf, t2r, flex)

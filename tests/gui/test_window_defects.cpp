@@ -375,6 +375,22 @@ TEST_F(WindowDefects, TooFewWindowsNamesEveryTextItCounted) {
   EXPECT_TRUE(message.contains("not one window fits")) << message.toStdString();
 }
 
+// Issue 26: a text file is read when it is added, so an empty or missing one is refused then, with
+// the file and the problem, and the good ones beside it are listed.
+TEST_F(WindowDefects, AnEmptyTextIsRefusedWhenAdded) {
+  auto w = make_window();
+  const QString empty = workspace() + "/empty.txt", missing = workspace() + "/missing.txt";
+  std::ofstream(empty.toStdString()) << " \n\n";
+  const QString good = test::bundled_texts().front();
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  w->add_text_files({empty, good, missing});
+  ASSERT_EQ(errors.count(), 1);
+  const QString message = errors.first().at(1).toString();
+  EXPECT_TRUE(message.contains(empty) && message.contains("empty")) << message.toStdString();
+  EXPECT_TRUE(message.contains(missing)) << message.toStdString();
+  EXPECT_EQ(w->model_panel()->text_files(), QStringList{good});
+}
+
 // Issue 26: one of the bundled model's own texts (brown_fiction_ck29.txt, 1045 tokens) has 4
 // windows of 256; the window's T = 8 is a default the user never chose, so the capture takes the 4
 // and says so in the status bar and the model panel instead of failing.

@@ -9,6 +9,7 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/allocation/allocation_file.h"
 #include "attnscope/base/error.h"
+#include "attnscope/base/file_tree.h"
 #include "attnscope/attention/feature_map_tensors.h"
 #include "attnscope/model/model.h"
 #include "attnscope/base/output_dir.h"
@@ -211,6 +212,30 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
     if (!llama2c && fs::exists(fs::path(original.path) / t)) fs::copy_file(fs::path(original.path) / t, dir.file(t));
   fs::copy_file(o.python_module, dir.file("attnscope_linear.py"));
   write_text_file(dir.file("README.md"), readme(a, c, o.copy_weights));
+  dir.commit();
+}
+
+void save_model_copy(const std::string& model, const std::string& out, const ProgressFn& progress) {
+  std::error_code ec;
+  const fs::path src = fs::canonical(model, ec);  // RUN/model is a link: the model it names
+  if (ec || !fs::is_regular_file(src / "config.json")) fail(model, "is not a model folder (no config.json)");
+  std::vector<TreeFile> files;
+  uint64_t total = 0;
+  walk_files(src.string(), [&](const TreeFile& f) {
+    files.push_back(f);
+    total += f.bytes;
+  });
+  OutputDir dir(out);
+  uint64_t done = 0;
+  for (const TreeFile& f : files) {
+    const fs::path rel = fs::path(f.path).lexically_relative(src);
+    const fs::path to = fs::path(dir.path()) / rel;
+    fs::create_directories(to.parent_path(), ec);
+    if (ec || !fs::copy_file(f.path, to, fs::copy_options::overwrite_existing, ec) || ec)
+      fail(f.path, "cannot be copied to " + (fs::path(out) / rel).string() + (ec ? ": " + ec.message() : ""));
+    done += f.bytes;
+    report_progress(progress, total ? double(done) / double(total) : 1.0, rel.string());
+  }
   dir.commit();
 }
 

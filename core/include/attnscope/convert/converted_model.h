@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/progress.h"
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/formats/converted_model.h"
 #include "attnscope/attention/head_feature_maps.h"
@@ -54,5 +55,11 @@ struct ConvertOptions {
 // Writes the converted model of `original` (loaded from a Hugging Face directory) to `out` through
 // OutputDir: nothing appears at `out` unless everything was written. Throws Error.
 void convert_model(const LoadedModel& original, const ConvertOptions& options, const std::string& out);
+
+// Copies the model folder `model` (a converted model, or a run directory's RUN/model link to one:
+// the link is followed) to `out` through OutputDir, every file byte for byte, so a model kept in
+// the workspace (pruned after 14 days) can be kept elsewhere. Error naming `model` when it is not
+// a model folder (no config.json), or the file that could not be copied; `out` is left as it was.
+void save_model_copy(const std::string& model, const std::string& out, const ProgressFn& progress = nullptr);
 
 }  // namespace attnscope
