@@ -53,6 +53,11 @@ void HeadGrid::set_shape(int layers, int heads) {
   update();
 }
 
+void HeadGrid::set_empty_text(const QString& text) {
+  empty_text_ = text;
+  update();
+}
+
 void HeadGrid::set_thumbnails(std::vector<std::vector<Matrix>> thumbnails) {
   thumbs_ = std::move(thumbnails);
   rebuild_images();
@@ -234,7 +239,8 @@ void HeadGrid::paintEvent(QPaintEvent* event) {
   const int S = layers(), H = heads();
   if (S == 0 || H == 0) {
     p.setPen(fg);
-    p.drawText(rect(), Qt::AlignCenter | Qt::TextWordWrap, tr("No capture yet: the heads appear here"));
+    p.drawText(rect(), Qt::AlignCenter | Qt::TextWordWrap,
+               empty_text_.isEmpty() ? tr("No capture yet: the heads appear here") : empty_text_);
     return;
   }
   p.setPen(fg);

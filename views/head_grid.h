@@ -26,6 +26,8 @@ class HeadGrid : public QWidget {
   void set_metric(const QString& name, std::vector<std::vector<double>> values);
   // The grid's shape before thumbnails or metric values arrive (empty tiles).
   void set_shape(int layers, int heads);
+  // What an empty grid says ("" : "No capture yet: the heads appear here").
+  void set_empty_text(const QString& text);
   void select(int layer, int head);  // no signal
   int selected_layer() const { return layer_; }
   int selected_head() const { return head_; }
@@ -91,6 +93,7 @@ class HeadGrid : public QWidget {
   double lo_ = 0, hi_ = 0;  // the metric's finite range over all heads
   int layer_ = 0, head_ = 0;
   int tile_pref_ = 0;  // set_tile_size
+  QString empty_text_;  // what an empty grid says ("": the default)
 };
 
 // The legend of a HeadGrid's tint: "tint: <metric>", the colour bar, and under its two ends the

@@ -211,12 +211,21 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
 }
 
 void HeadsView::set_shape(int layers, int heads, int windows) {
+  grid_->set_empty_text({});
   grid_->set_shape(layers, heads);
   fit_grid_height();
   widen_pending_ = true;
   widen_grid_pane();
   const QSignalBlocker block(seq_box_);
   seq_box_->setRange(0, std::max(0, windows - 1));
+}
+
+void HeadsView::clear(const QString& note) {
+  set_head_detail(nullptr);
+  set_metrics({});
+  grid_->set_thumbnails({});
+  grid_->set_shape(0, 0);
+  grid_->set_empty_text(note);
 }
 
 void HeadsView::set_feature_maps(const QStringList& names, const QStringList& trainable) {

@@ -35,6 +35,8 @@ class HeadsView : public QWidget {
 
   // After a capture: layers, heads and text windows, and the feature maps offered (feature_map_names()).
   void set_shape(int layers, int heads, int windows);
+  // Nothing of an earlier model or capture: no tiles, values or maps; the grid says `note`.
+  void clear(const QString& note);
   // `trainable`: the maps distill trains (core's trainable_map_names()); shown here at their
   // random initialization, so their titles say "untrained".
   void set_feature_maps(const QStringList& names, const QStringList& trainable = {});

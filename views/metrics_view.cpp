@@ -286,6 +286,22 @@ void MetricsView::set_scatter(const ScatterPoints& points, int layer, int head) 
   p->replot();
 }
 
+void MetricsView::clear(const QString& note) {
+  set_analysis({}, 0, 0, d_->map);
+  for (ValueHeatmap* h : d_->head_grids()) h->show_note(note);
+  d_->mixers->show_note(note);
+  set_note(d_->hist_note, note);
+  d_->hist->plot()->replot();
+  QCustomPlot* p = d_->scatter->plot();
+  p->clearGraphs();
+  d_->points = {};
+  d_->scatter_linear = nullptr;
+  d_->scatter->set_title(tr("weight vs q.k"));
+  set_note(d_->scatter_note, note);
+  p->legend->setVisible(false);
+  p->replot();
+}
+
 void MetricsView::select(int layer, int head) {
   d_->layer = layer, d_->head = head;
   for (ValueHeatmap* h : d_->head_grids()) h->select(layer, head);

@@ -25,6 +25,9 @@ class MetricsView : public QWidget {
   void set_analysis(const std::vector<HeadAnalysis>& heads, int layers, int heads_per_layer,
                     const QString& feature_map);
   void set_scatter(const ScatterPoints& points, int layer, int head);
+  // Nothing of an earlier model or capture: every panel empty, saying `note` ("Computing the
+  // metrics of stories260K…").
+  void clear(const QString& note);
   void select(int layer, int head);  // no signal
   void set_commands(const QString& metrics_command);  // attnscope metrics ... for its figures
 

@@ -14,6 +14,7 @@
 #include <QPushButton>
 #include <QRadioButton>
 #include <QSpinBox>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QToolButton>
@@ -362,7 +363,8 @@ struct TrainingView::Impl {
   }
 
   void build_kl_panel() {
-    kl_panel = new PlotPanel(tr("Stage 1: attention KL per layer (held-out)"), view);
+    kl_panel = new PlotPanel(tr("Stage 1: KL per layer"), view);
+    kl_panel->setToolTip(tr("Stage 1's attention KL per layer, on held-out windows"));
     QCustomPlot* p = kl_panel->plot();
     p->setMinimumSize(260, 200);
     p->xAxis->setLabel(tr("layer"));
@@ -452,6 +454,10 @@ struct TrainingView::Impl {
         table_widget->setItem(r, c, item);
       }
     table_widget->resizeColumnsToContents();
+    // Every column in sight: the table takes the width its columns need (the KL bars give way).
+    const int need = table_widget->horizontalHeader()->length() + 2 * table_widget->frameWidth() +
+                     table_widget->verticalScrollBar()->sizeHint().width();
+    table_widget->setMinimumWidth(std::max(360, need));
     table_button->setEnabled(!table.rows.empty());
   }
 

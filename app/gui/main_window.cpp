@@ -11,6 +11,7 @@
 #include <QDropEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFrame>
 #include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QInputDialog>
@@ -291,6 +292,10 @@ void MainWindow::build_status_bar() {
   cancel_->setObjectName("status_cancel");
   cancel_->setToolTip(tr("Cancel the running job"));
   statusBar()->addWidget(model_label_);
+  auto* between = new QFrame(this);  // the model's line and the capture's do not run together
+  between->setFrameShape(QFrame::VLine);
+  between->setFrameShadow(QFrame::Sunken);
+  statusBar()->addWidget(between);
   statusBar()->addWidget(capture_label_);
   statusBar()->addPermanentWidget(job_label_);
   statusBar()->addPermanentWidget(progress_);
@@ -308,6 +313,11 @@ void MainWindow::build_status_bar() {
 void MainWindow::connect_workbench() {
   Workbench* w = workbench_;
   connect(w, &Workbench::modelChanged, this, &MainWindow::on_model_changed);
+  connect(w, &Workbench::modelOpening, this, [this](const QString& spec) {
+    clear_views(tr("Opening %1…").arg(QFileInfo(spec).fileName().isEmpty() ? spec : QFileInfo(spec).fileName()));
+    model_label_->setText(tr("opening %1…").arg(spec));
+  });
+  connect(w, &Workbench::modelOpenFailed, this, &MainWindow::redraw_results);
   connect(w, &Workbench::captureReady, this, &MainWindow::on_capture_ready);
   connect(w, &Workbench::thumbnailsReady, this, [this] { heads_->set_thumbnails(workbench_->thumbnails()); });
   connect(w, &Workbench::spectraReady, this, &MainWindow::on_spectra_ready);
@@ -635,6 +645,7 @@ QMessageBox* MainWindow::cancel_all_jobs() {
                               QMessageBox::Yes | QMessageBox::No, this);
   box->button(QMessageBox::Yes)->setText(tr("Cancel jobs"));
   box->button(QMessageBox::No)->setText(tr("Keep running"));
+  for (auto b : {QMessageBox::Yes, QMessageBox::No}) box->button(b)->setIcon(QIcon());  // the style's yes/no icons read backwards here
   box->setDefaultButton(QMessageBox::No);  // a second Esc or Enter keeps them
   box->setAttribute(Qt::WA_DeleteOnClose);
   connect(box, &QMessageBox::finished, this, [this](int result) {
@@ -706,11 +717,35 @@ void MainWindow::on_model_changed() {
   update_title();
 }
 
+void MainWindow::clear_views(const QString& note) {
+  applying_ = true;
+  heads_->clear(note);
+  metrics_->clear(note);
+  dof_->set_spectra(nullptr);
+  applying_ = false;
+}
+
+void MainWindow::redraw_results() {
+  if (!workbench_->model()) model_label_->setText(tr("no model"));
+  on_model_changed();
+  on_capture_ready();
+  if (workbench_->spectra()) on_spectra_ready();
+  if (workbench_->dof_state()) on_dof_state();
+  if (workbench_->has_analysis()) on_analysis_ready();
+  if (workbench_->head_detail()) on_head_detail_ready();
+  if (!workbench_->thumbnails().empty()) heads_->set_thumbnails(workbench_->thumbnails());
+}
+
 void MainWindow::on_capture_ready() {
   auto cap = workbench_->capture_store();
   const Session& s = workbench_->session();
+  // A new capture (or none): the values, maps and metrics of the one before go; the views say what
+  // is being computed until this capture's arrive.
+  if (workbench_->model()) {
+    const QString name = QFileInfo(q(workbench_->model()->path)).fileName();
+    clear_views(cap ? tr("Computing the metrics of %1…").arg(name) : tr("No capture of %1 yet: press Capture").arg(name));
+  }
   applying_ = true;
-  heads_->set_head_detail(nullptr);
   update_dof_note(/*new_capture=*/true);
   if (cap) {
     heads_->set_shape(cap->num_layers(), cap->num_heads(), cap->num_seqs());

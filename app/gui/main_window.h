@@ -113,6 +113,10 @@ class MainWindow : public QMainWindow {
 
   void select_head(int layer, int head);
   void on_model_changed();
+  // Every view empty, saying `note`: nothing of the model before stays under a new model's name.
+  void clear_views(const QString& note);
+  // The workbench's current results drawn again (a model that failed to open leaves them as they were).
+  void redraw_results();
   void on_capture_ready();
   void on_analysis_ready();
   void on_head_detail_ready();

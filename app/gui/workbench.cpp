@@ -239,6 +239,8 @@ int Workbench::open_model(const QString& spec_q, const QString& tokenizer_q) {
   Session s = session_;
   s.model = spec;
   s.tokenizer = tokenizer;
+  const bool restoring = restoring_session_;
+  if (!restoring) emit modelOpening(spec_q.trimmed());
   return start(
       JobKind::Model, "open " + base_name(spec), info_command(s),
       [this, spec, tokenizer](Job& job) -> Apply {
@@ -262,8 +264,11 @@ int Workbench::open_model(const QString& spec_q, const QString& tokenizer_q) {
           after_model_loaded();
         };
       },
-      &model_job_, [this](JobState st, bool wanted) {
-        if (wanted && st != JobState::Succeeded) restoring_session_ = false;
+      &model_job_, [this, restoring](JobState st, bool wanted) {
+        if (wanted && st != JobState::Succeeded) {
+          restoring_session_ = false;
+          if (!restoring) emit modelOpenFailed();
+        }
       });
 }
 

@@ -193,6 +193,10 @@ class Workbench : public QObject {
 
  signals:
   void modelChanged();
+  // A new model is being opened (not a session's): the views drop the current model's results;
+  // modelOpenFailed() when it does not open (the current model stays, its results are shown again).
+  void modelOpening(const QString& spec);
+  void modelOpenFailed();
   void captureReady();
   void thumbnailsReady();
   void spectraReady();

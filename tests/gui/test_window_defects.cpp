@@ -28,6 +28,7 @@
 #include "attnscope/workbench/view_data.h"
 #include "attnscope/workbench/workspace.h"
 #include "dof_view.h"
+#include "head_grid.h"
 #include "heads_view.h"
 #include "heatmap_panel.h"
 #include "main_window.h"
@@ -373,6 +374,61 @@ TEST_F(WindowDefects, TooFewWindowsNamesEveryTextItCounted) {
   EXPECT_TRUE(message.contains(QString("the %1 sample texts").arg(texts.size()))) << message.toStdString();
   for (const QString& t : texts) EXPECT_TRUE(message.contains(t)) << t.toStdString() << " missing from " << message.toStdString();
   EXPECT_TRUE(message.contains("not one window fits")) << message.toStdString();
+}
+
+// Issue 26 (worst first): the previous model's numbers stayed under the new model's name, in the
+// heads grid (its 5 x 8 values and tint on the new grid's first tiles) and the metrics view, until
+// the new results came. Now every view is empty from the moment a model is being opened, says what
+// is happening, and shows only the new model's results; a model that fails to open leaves the one
+// before as it was.
+TEST_F(WindowDefects, AModelChangeLeavesNothingOfTheModelBefore) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  auto w = make_window();
+  capture_bundled(*w, 2);
+  views::HeadGrid* grid = w->heads_view()->grid();
+  ASSERT_EQ(grid->layers(), 4);
+  ASSERT_FALSE(grid->metric().isEmpty());
+  auto* entropy = dynamic_cast<views::ValueHeatmap*>(w->metrics_view()->panels().front());
+  ASSERT_NE(entropy, nullptr);
+  ASSERT_EQ(entropy->rows(), 4);
+
+  // A model that does not open: the bundled model's results are drawn again.
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  w->open_model(QString::fromStdString(workspace().toStdString() + "/no-such-model"));
+  EXPECT_EQ(grid->layers(), 0) << "cleared while the model opens";
+  ASSERT_TRUE(wait_until([&] { return errors.count() > 0; }));
+  EXPECT_EQ(grid->layers(), 4);
+  EXPECT_FALSE(grid->metric().isEmpty());
+  EXPECT_EQ(entropy->rows(), 4);
+
+  // Another model: nothing of the bundled one from the first moment.
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(QString::fromStdString(bin));
+  EXPECT_EQ(grid->layers(), 0);
+  EXPECT_TRUE(grid->metric().isEmpty());
+  EXPECT_EQ(entropy->rows(), 0);
+  EXPECT_TRUE(entropy->note().startsWith("Opening stories260K.bin")) << entropy->note().toStdString();
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  EXPECT_EQ(grid->layers(), 0);
+  EXPECT_EQ(entropy->rows(), 0);
+  // Its capture: a 5 x 8 grid whose values are all its own.
+  CaptureOptions o;
+  o.num_seqs = 2;
+  o.seq_len = 64;
+  w->model_panel()->set_capture_options(o);
+  QSignalSpy captured(w->workbench(), &gui::Workbench::captureReady);
+  w->capture();
+  ASSERT_TRUE(wait_until([&] { return captured.count() > 0 || errors.count() > 1; }));
+  EXPECT_EQ(grid->layers(), 5);
+  EXPECT_EQ(grid->heads(), 8);
+  EXPECT_TRUE(grid->metric().isEmpty()) << "no values before this capture's metrics";
+  EXPECT_EQ(entropy->rows(), 0);
+  EXPECT_TRUE(entropy->note().startsWith("Computing the metrics of stories260K.bin")) << entropy->note().toStdString();
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished() || errors.count() > 1; }));
+  EXPECT_EQ(entropy->rows(), 5);
+  EXPECT_EQ(entropy->cols(), 8);
+  EXPECT_FALSE(grid->metric().isEmpty());
 }
 
 // Issue 26: a text file is read when it is added, so an empty or missing one is refused then, with

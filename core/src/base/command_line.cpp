@@ -74,6 +74,12 @@ std::string attnscope_command(const std::vector<std::string>& args) {
   return cmd;
 }
 
+std::string short_number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
 std::string number_arg(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

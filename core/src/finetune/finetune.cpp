@@ -313,7 +313,7 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
       write_checkpoint(rd, trained_tensors(st), o.seed, step + 1, elapsed());
     }
     report_progress(progress, double(step + 1) / double(o.steps),
-                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " + number_arg(l));
+                    "step " + std::to_string(step + 1) + "/" + std::to_string(o.steps) + " loss " + short_number(l));
   }
 
   // Merged weights and the trained maps, written as an ordinary converted model.
@@ -354,8 +354,8 @@ FinetuneResult run(FinetuneOptions o, const std::string& run_dir, const Progress
   rep["val_perplexity"] = std::exp(r.val_loss);
   rep["seconds"] = r.seconds;
   rd.write_report(rep.dump(2) + "\n");
-  rd.log("finished: held-out perplexity " + number_arg(std::exp(r.initial_val_loss)) + " -> " + number_arg(std::exp(r.val_loss)) +
-         " (original " + number_arg(std::exp(r.original_val_loss)) + ")");
+  rd.log("finished: held-out perplexity " + short_number(std::exp(r.initial_val_loss)) + " -> " + short_number(std::exp(r.val_loss)) +
+         " (original " + short_number(std::exp(r.original_val_loss)) + ")");
   rd.clear_running();
   return r;
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "attnscope/base/command_line.h"
 #include "attnscope/base/error.h"
 #include "attnscope/distill/distill_options.h"
 #include "attnscope/finetune/finetune.h"
@@ -22,12 +23,6 @@ namespace {
 std::string fixed2(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
-std::string general4(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
 }
 
@@ -58,7 +53,7 @@ std::string run_status_text(const RunStatus& s) {
         return text;
       }
       std::string text = "Finished: " + std::to_string(s.steps) + " steps";
-      if (std::isfinite(s.validation_kl)) text += ", validation KL " + general4(s.validation_kl) + " (mean of layers)";
+      if (std::isfinite(s.validation_kl)) text += ", validation KL " + short_number(s.validation_kl) + " (mean of layers)";
       return text;
     }
     case RunState::Failed: return "Failed before training began (see the Jobs tab)";

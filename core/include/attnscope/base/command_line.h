@@ -27,6 +27,9 @@ std::string attnscope_command(const std::vector<std::string>& args);
 // A double as an argument that reads back to the same number ("0.02", "1e-05"): the shortest
 // decimal that does; "nan"/"inf" as strtod reads them.
 std::string number_arg(double v);
+// `v` to 4 significant digits ("5.148", "0.0002315"): for progress lines and labels a person
+// reads, never for a value read back.
+std::string short_number(double v);
 // lambda as --lambda takes it and reads back to the same double: "2^-8" for powers of two, "2^-8.25"
 // for the DoF view's quarter steps, else number_arg.
 std::string lambda_arg(double lambda);
