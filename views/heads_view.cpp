@@ -80,7 +80,12 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   grid_scroll_->installEventFilter(this);
 
   // Right: the three maps in step, the choosers, the per-row plot.
-  auto* right = new QWidget(split);
+  // Right: a splitter, the maps and their choosers above, the per-row plot below (drag to give
+  // the maps more room).
+  auto* right_split = new QSplitter(Qt::Vertical, split);
+  right_split->setObjectName("heads_maps_splitter");
+  right_split->setChildrenCollapsible(false);
+  auto* right = new QWidget(right_split);
   auto* rv = new QVBoxLayout(right);
   rv->setContentsMargins(4, 4, 4, 4);
   auto* maps = new QHBoxLayout;
@@ -93,7 +98,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   }
   // The maps take most of the height, up to what square maps of their width need (each panel caps
   // its own height); the per-row plot below takes the rest.
-  rv->addLayout(maps, 3);
+  rv->addLayout(maps, 4);
 
   auto* controls = new QHBoxLayout;
   controls->addWidget(new QLabel(tr("Feature map"), right));
@@ -119,27 +124,28 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
          "feature map, under one normalizer, half and half (a trained model learns the balance per head).\n"
          "off (0): the feature map alone; W at least the text length: softmax itself."));
   controls->addWidget(hybrid_window_box_);
-  controls->addSpacing(12);
-  controls->addWidget(new QLabel(tr("Colour scale"), right));
+  // The second row: how the maps are drawn, and Reset zoom (one row does not fit at 1280 pixels).
+  auto* look = new QHBoxLayout;
+  look->addWidget(new QLabel(tr("Colour scale"), right));
   scale_box_ = new QComboBox(right);
   for (const std::string& name : colour_scale_names()) scale_box_->addItem(scale_title(name), QString::fromStdString(name));
   scale_box_->setToolTip(tr("linear: the weight; log: log10 of the weight; row-normalized: each query row divided by its maximum"));
-  controls->addWidget(scale_box_);
-
   controls->addStretch(1);
   rv->addLayout(controls);
   info_ = new QLabel(right);
   info_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   info_->setWordWrap(true);
-  // The info line with Reset zoom at its end (the choosers' row is full at 1280 pixels).
-  auto* info_row = new QHBoxLayout;
-  info_row->addWidget(info_, 1);
+  look->addWidget(scale_box_);
   reset_zoom_ = new QToolButton(right);
   reset_zoom_->setObjectName("reset_zoom");
   reset_zoom_->setText(tr("Reset zoom"));
   reset_zoom_->setToolTip(tr("Show the whole map again (or double-click a map)"));
-  info_row->addWidget(reset_zoom_, 0, Qt::AlignTop);
-  rv->addLayout(info_row);
+  look->addWidget(reset_zoom_);
+  look->addStretch(1);
+  rv->addLayout(look);
+  info_->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Maximum);  // the height goes to the maps
+  rv->addWidget(info_);
+  rv->addStretch(1);  // what the maps (square, capped) cannot use
 
   kl_ = new PlotPanel(tr("per-row KL and entropy"), right);
   QCustomPlot* kp = kl_->plot();
@@ -173,10 +179,14 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
     }
     return to_csv(t);
   });
-  rv->addWidget(kl_, 1);
+  kl_->setParent(right_split);
+  right_split->addWidget(right);
+  right_split->addWidget(kl_);
+  right_split->setStretchFactor(0, 3);
+  right_split->setStretchFactor(1, 2);
 
   split->addWidget(left);
-  split->addWidget(right);
+  split->addWidget(right_split);
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 3);
   split->setSizes({360, 1240});  // the grid a quarter of the width, whatever the window's size
@@ -299,7 +309,7 @@ void HeadsView::select(int layer, int head) {
   show_in_grid(layer, head);
 }
 
-// Many heads: the grid's pane widens (up to 40% of the view) towards the width its tiles want, so
+// Many heads: the grid's pane widens (up to 3/8 of the view: the maps beside it are what the view is for) towards the width its tiles want, so
 // that the values under them read and more columns show without scrolling sideways. Before the
 // view is laid out the splitter has no width yet: then at the next resize.
 void HeadsView::widen_grid_pane() {
@@ -309,7 +319,7 @@ void HeadsView::widen_grid_pane() {
   const int total = sizes.value(0) + sizes.value(1);
   if (total <= 0 || !split->isVisible()) return;
   widen_pending_ = false;
-  const int want = std::min(grid_->sizeHint().width() + 30, total * 2 / 5);
+  const int want = std::min(grid_->sizeHint().width() + 30, total * 3 / 8);
   if (sizes.value(0) < want) split->setSizes({want, total - want});
 }
 

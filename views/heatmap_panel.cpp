@@ -287,8 +287,10 @@ void HeatmapPanel::reset_zoom() {
 }
 
 int HeatmapPanel::square_height(int width) const {
-  // What surrounds the axis rect's square (the title bar, tick and axis labels, the colour bar's
-  // column), from the last layout's margins; before a layout, a guess.
+  // What surrounds the axis rect's square (the title bar, tick and axis labels, the colour bar),
+  // as the last fit of the square measured it (the axis rect's margins are only final inside a
+  // replot's layout); before one, from the margins there are, or a guess.
+  if (fit_across_ > 0) return std::max(120, width - fit_across_ + fit_down_);
   QCustomPlot* p = plot();
   QCPAxisRect* r = p->axisRect();
   if (r->rect().width() < 8 || p->width() < 8) return std::max(120, width - 150 + 110);
@@ -300,6 +302,15 @@ int HeatmapPanel::square_height(int width) const {
 }
 
 void HeatmapPanel::fit_square() {
+  fit_square_once();
+  // The panel's height follows the measure (next turn of the event loop: not inside a layout).
+  QTimer::singleShot(0, this, [this] {
+    const int cap = square_height(width());
+    if (maximumHeight() != cap) setMaximumHeight(cap);
+  });
+}
+
+void HeatmapPanel::fit_square_once() {
   QCustomPlot* p = plot();
   QCPAxisRect* r = p->axisRect();
   QCPLayoutGrid* layout = p->plotLayout();
@@ -314,6 +325,9 @@ void HeatmapPanel::fit_square() {
     const int w = p->viewport().width() - outer.left() - outer.right() - m.left() - m.right();
     const int h = p->viewport().height() - outer.top() - outer.bottom() - bar - m.top() - m.bottom();
     const int side = std::max(16, std::min(w, h));
+    // What surrounds the square across and down, as laid out now: square_height's measure.
+    fit_across_ = width() - w;
+    fit_down_ = height() - h;
     if (r->maximumSize() == QSize(side, side)) return;
     r->setMaximumSize(side, side);
     colour_scale_->setMaximumSize(side, QWIDGETSIZE_MAX);  // the bar as wide as the map above it
@@ -345,8 +359,9 @@ void HeatmapPanel::update_labels() {
     const int stride = nice_stride(spacing / per_cell);
     for (int i = (c0 + stride - 1) / stride * stride; i < c1; i += stride) {
       const std::string label = i < int(view_->labels.size()) ? view_->labels[size_t(i)] : std::string();
-      // At overview strides the position matters as much as the token.
-      const QString text = stride == 1 ? short_label(label) : QString("%1 %2").arg(i).arg(short_label(label));
+      // Zoomed to one label per cell: the tokens; at overview strides the position alone (short
+      // labels leave the room to the map; hovering a cell names its tokens).
+      const QString text = stride == 1 ? short_label(label) : QString::number(i);
       ticker->addTick(i, text);
     }
   };

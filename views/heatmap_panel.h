@@ -81,7 +81,9 @@ class HeatmapPanel : public PlotPanel {
   void user_range_changed();
   void clamp_axes();
   void mouse_moved(QMouseEvent* event);
-  void fit_square();  // the axis rect's largest square in the plot (after a layout)
+  void fit_square();  // the axis rect's largest square in the plot (after a layout), then the cap
+  void fit_square_once();
+  int fit_across_ = 0, fit_down_ = 0;  // the panel's size less the square's room, as last fitted
   std::string visible_csv() const;
 
   MapKind kind_;

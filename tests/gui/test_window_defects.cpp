@@ -12,6 +12,9 @@
 #include <QPushButton>
 #include <QRadioButton>
 #include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSplitter>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QComboBox>
@@ -429,6 +432,33 @@ TEST_F(WindowDefects, AModelChangeLeavesNothingOfTheModelBefore) {
   EXPECT_EQ(entropy->rows(), 5);
   EXPECT_EQ(entropy->cols(), 8);
   EXPECT_FALSE(grid->metric().isEmpty());
+}
+
+// Issue 26: at 1280 x 800 the Heads and Train tabs scrolled sideways (Reset zoom, the figures'
+// buttons and the colour scale out of sight), and the attention maps drew at about 90 pixels
+// while the per-row plot took most of the pane. Both tabs fit the width; the maps get the room
+// first (a splitter gives the per-row plot what is left, and can be dragged).
+TEST_F(WindowDefects, At1280x800TheTabsFitAndTheMapsLead) {
+  auto w = make_window(QSize(1264, 760));  // a 1280 x 800 screen less the frame and a panel
+  capture_bundled(*w, 2);
+  for (View v : {View::Heads, View::Training}) {
+    w->show_view(v);
+    QTest::qWait(300);
+    auto* scroll = qobject_cast<QScrollArea*>(w->tabs()->currentWidget());
+    ASSERT_NE(scroll, nullptr);
+    EXPECT_EQ(scroll->horizontalScrollBar()->maximum(), 0) << "the " << view_name(v) << " tab scrolls sideways";
+  }
+  w->show_view(View::Heads);
+  QTest::qWait(300);
+  const auto maps = w->heads_view()->findChildren<views::HeatmapPanel*>();
+  ASSERT_EQ(maps.size(), 3);
+  for (views::HeatmapPanel* m : maps) {
+    const QRect r = m->plot()->axisRect()->rect();
+    EXPECT_GE(std::min(r.width(), r.height()), 110) << m->objectName().toStdString() << " draws at " << r.width() << " x " << r.height();
+  }
+  auto* split = w->heads_view()->findChild<QSplitter*>("heads_maps_splitter");
+  ASSERT_NE(split, nullptr);
+  EXPECT_GT(split->sizes().value(0), split->sizes().value(1)) << "the maps' part of the pane is the larger";
 }
 
 // Issue 26: a text file is read when it is added, so an empty or missing one is refused then, with
