@@ -93,6 +93,34 @@ TEST(Job, RunRecordsStatesProgressAndLog) {
   EXPECT_NO_THROW(job.rethrow());
 }
 
+// Issue 26: every long job shows an estimate of the time left, from the rate of its last minute
+// (a job whose phases run at different rates is estimated by the phase it is in). Closed forms.
+TEST(Job, TimeLeftIsTheLastMinutesRate) {
+  std::vector<ProgressSample> steady;
+  for (int t = 0; t <= 10; ++t) steady.push_back({double(t), t / 100.0});
+  EXPECT_NEAR(estimate_seconds_left(steady), 90, 1e-9);  // 0.01 per second, 0.9 to go
+  // A fast phase (half in 10 s), then a slow one (0.001 per second for 100 s): the last 60 s say 400 s.
+  std::vector<ProgressSample> phases = {{0, 0}, {10, 0.5}};
+  for (int t = 20; t <= 110; t += 10) phases.push_back({double(t), 0.5 + (t - 10) * 0.001});
+  EXPECT_NEAR(estimate_seconds_left(phases), (1 - 0.6) / 0.001, 1e-6);
+  EXPECT_NEAR(estimate_seconds_left(phases, 1000), (1 - 0.6) * 110 / 0.6, 1e-6);  // the whole run's rate
+  // Unknown: too early, nothing advanced in the window, done, one sample.
+  EXPECT_EQ(estimate_seconds_left({{0, 0}, {2, 0.5}}), -1);
+  EXPECT_EQ(estimate_seconds_left({{0, 0.2}, {100, 0.3}, {170, 0.3}}), -1);
+  EXPECT_EQ(estimate_seconds_left({{0, 0}, {10, 1}}), -1);
+  EXPECT_EQ(estimate_seconds_left({{5, 0.5}}), -1);
+  EXPECT_EQ(time_left_text(42), "about 40 s left");
+  EXPECT_EQ(time_left_text(200), "about 3 min left");
+  EXPECT_EQ(time_left_text(7200), "about 2.0 h left");
+  EXPECT_EQ(time_left_text(-1), "");
+  // A job reports none before it has run long enough to say.
+  Job job(1, JobKind::Capture, "t", "c");
+  job.run([](Job& j) {
+    j.progress()(0.1, "a");
+    EXPECT_EQ(j.status().seconds_left, -1);
+  });
+}
+
 TEST(Job, FailureKeepsTheMessageAndRethrowsTheSameType) {
   Job job(1, JobKind::Capture, "t", "c");
   job.run([](Job& j) {

@@ -64,7 +64,9 @@ QString progress_text(const JobStatus& j) {
     case JobState::Cancelled: return pct + QObject::tr(" (cancelled)");
     case JobState::Running: break;
   }
-  return j.step.empty() ? pct : pct + QStringLiteral(" · ") + QString::fromStdString(j.step);
+  QString text = j.step.empty() ? pct : pct + QStringLiteral(" · ") + QString::fromStdString(j.step);
+  if (j.seconds_left >= 0) text += QStringLiteral(" · ") + QString::fromStdString(time_left_text(j.seconds_left));
+  return text;
 }
 
 // Sets the item's text only when it changed: no repaint, no flicker for unchanged cells.

@@ -901,6 +901,7 @@ void MainWindow::update_jobs() {
   progress_->setValue(int(shown->fraction * 1000));
   progress_->setFormat(QString("%1%").arg(int(shown->fraction * 100)));
   QString text = q(shown->title) + (shown->step.empty() ? QString() : ": " + q(shown->step));
+  if (shown->seconds_left >= 0) text += ", " + q(time_left_text(shown->seconds_left));
   if (running > 1) text += tr(" (+%1 more running)").arg(running - 1);
   job_label_->setText(text);
 }

@@ -1,5 +1,7 @@
 #include "attnscope/base/job.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "attnscope/base/error.h"
@@ -63,6 +65,14 @@ ProgressFn Job::progress() {
     ProgressFn observer;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (fraction != fraction_ || samples_.empty()) {
+        const double now = elapsed_locked();
+        samples_.push_back({now, fraction});
+        // Two minutes of history is all the estimate reads (and the vector stays small).
+        size_t old = 0;
+        while (old + 2 < samples_.size() && samples_[old].seconds < now - 120) ++old;
+        if (old > 64) samples_.erase(samples_.begin(), samples_.begin() + long(old));
+      }
       fraction_ = fraction;
       if (what != step_) {
         step_ = what;
@@ -95,7 +105,32 @@ JobStatus Job::status() const {
   s.elapsed_s = elapsed_locked();
   s.error = error_;
   s.log = log_;
+  if (state_ == JobState::Running && !samples_.empty()) {
+    std::vector<ProgressSample> now = samples_;
+    now.push_back({s.elapsed_s, fraction_});  // the time since the last report counts too
+    s.seconds_left = estimate_seconds_left(now);
+  }
   return s;
+}
+
+double estimate_seconds_left(const std::vector<ProgressSample>& samples, double window) {
+  if (samples.size() < 2) return -1;
+  const ProgressSample& last = samples.back();
+  if (!(last.fraction < 1)) return -1;
+  size_t first = 0;  // the oldest sample inside the window (the one before it if none is)
+  while (first + 1 < samples.size() - 1 && samples[first + 1].seconds <= last.seconds - window) ++first;
+  const double dt = last.seconds - samples[first].seconds, df = last.fraction - samples[first].fraction;
+  if (dt < 3 || !(df > 0)) return -1;
+  return (1 - last.fraction) * dt / df;
+}
+
+std::string time_left_text(double s) {
+  if (!(s >= 0)) return "";
+  char buf[48];
+  if (s < 90) std::snprintf(buf, sizeof buf, "about %.0f s left", std::max(1.0, std::round(s / 5) * 5));
+  else if (s < 90 * 60) std::snprintf(buf, sizeof buf, "about %.0f min left", std::round(s / 60));
+  else std::snprintf(buf, sizeof buf, "about %.1f h left", s / 3600);
+  return buf;
 }
 
 JobState Job::state() const {

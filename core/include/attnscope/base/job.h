@@ -42,8 +42,21 @@ struct JobStatus {
   double elapsed_s = 0;      // since the work started; frozen once it ends
   std::string error;         // when Failed: the message
   std::vector<std::string> log;  // "[  1.2 s] layer 3/12", oldest first
+  double seconds_left = -1;  // while running: the estimate (estimate_seconds_left); -1 unknown
   bool finished() const { return state == JobState::Succeeded || state == JobState::Failed || state == JobState::Cancelled; }
 };
+
+// A job's progress at a moment: seconds since it started, fraction done.
+struct ProgressSample {
+  double seconds = 0, fraction = 0;
+};
+// The time left at the rate of the last `window` seconds of `samples` (oldest first; the last is
+// now): (1 - f) x dt / df over that stretch, so a job whose phases run at different rates is
+// estimated by the phase it is in. -1 (unknown) before 3 s of samples, when nothing advanced in
+// the window, or once done.
+double estimate_seconds_left(const std::vector<ProgressSample>& samples, double window = 60);
+// "about 40 s left", "about 3 min left", "about 1.5 h left"; "" for an unknown (negative) estimate.
+std::string time_left_text(double seconds_left);
 
 class Job {
  public:
@@ -84,6 +97,7 @@ class Job {
   double fraction_ = 0;
   std::string step_, error_;
   std::vector<std::string> log_;
+  std::vector<ProgressSample> samples_;  // the recent progress (estimate_seconds_left's input)
   Clock::time_point start_{}, end_{};
   std::exception_ptr failure_;
   ProgressFn observer_;  // set by run_job before the work starts: the CLI's terminal bar
