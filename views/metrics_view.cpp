@@ -2,6 +2,7 @@
 
 #include <QApplication>
 #include <QGridLayout>
+#include <QLabel>
 #include <QMouseEvent>
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@ struct MetricsView::Impl {
                *kl = nullptr, *mixers = nullptr;
   PlotPanel *hist = nullptr, *scatter = nullptr;
   QCPItemText *hist_note = nullptr, *scatter_note = nullptr;
+  QLabel* linear_side = nullptr;
   int S = 0, H = 0;
   QString map;
   ScatterPoints points;
@@ -64,9 +66,18 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
   auto* grid = new QGridLayout(this);
   grid->setContentsMargins(4, 4, 4, 4);
   grid->setSpacing(6);
+  // The linear side named once, above the panels (in their titles it was cut: "untrained hedgehog
+  // + wi…"); the titles say "linear".
+  d_->linear_side = new QLabel(this);
+  d_->linear_side->setObjectName("metrics_linear_side");
+  d_->linear_side->setWordWrap(true);
+  d_->linear_side->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Fixed);  // one line's height, never the panels'
+  grid->addWidget(d_->linear_side, 0, 0, 1, 4);
+  grid->setRowStretch(1, 1);  // the two rows of panels share the height; the line keeps its own
+  grid->setRowStretch(2, 1);
   auto heat = [&](const QString& title, const QString& label, int row, int col) {
     auto* h = new ValueHeatmap(title, label, this);
-    grid->addWidget(h, row, col);
+    grid->addWidget(h, row + 1, col);  // row 0: the line naming the linear side
     return h;
   };
   d_->sm_entropy = heat(tr("softmax entropy"), tr("entropy (nats)"), 0, 0);
@@ -96,7 +107,7 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     legend_below(p);
     d_->hist_note = add_note(p);
   }
-  grid->addWidget(d_->hist, 1, 1);
+  grid->addWidget(d_->hist, 2, 1);
   d_->hist->set_csv([this] {
     if (d_->hist_softmax.counts.empty()) fail("per-head entropy", "no values to export");
     Table t;
@@ -115,12 +126,13 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
     QCustomPlot* p = d_->scatter->plot();
     p->xAxis->setLabel(tr("q.k / sqrt(d)"));
     p->yAxis->setLabel(tr("attention weight"));
-    p->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    // The legend in one line under the plot: inside it covered the densest points (issue 26).
+    legend_below(p);
     p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     d_->scatter_note = add_note(p);
     set_note(d_->scatter_note, tr("Select a head to see its scores against its weights"));
   }
-  grid->addWidget(d_->scatter, 1, 2);
+  grid->addWidget(d_->scatter, 2, 2);
   d_->scatter->set_csv([this] {
     if (d_->points.score.empty()) fail("monotonicity scatter", "no points to export");
     Table t;
@@ -149,7 +161,7 @@ MetricsView::MetricsView(QWidget* parent) : QWidget(parent), d_(new Impl) {
 MetricsView::~MetricsView() { delete d_; }
 
 void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layers, int heads_per_layer,
-                               const QString& feature_map) {
+                               const QString& feature_map, const QString& description) {
   d_->S = layers, d_->H = heads_per_layer;
   d_->map = feature_map;
   const int S = layers, H = heads_per_layer;
@@ -168,6 +180,11 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   d_->lin_mono->set_title(tr("%1 monotonicity").arg(map));
   d_->lin_discordant->set_title(tr("%1 discordant pairs").arg(map));
   d_->kl->set_title(tr("KL(softmax || %1)").arg(map));
+  const QString described = description.isEmpty() ? feature_map : description;
+  d_->linear_side->setText(
+      feature_map.isEmpty()
+          ? tr("<b>Linear side:</b> none chosen (pick a feature map in the Heads view to compare it with softmax)")
+          : tr("<b>Linear side:</b> %1, chosen in the Heads view").arg(described.toHtmlEscaped()));
 
   const bool linear = f.has_linear && !feature_map.isEmpty();
   auto draw = [&](ValueHeatmap* h, const ValueGrid& g, int decimals) { h->set_values(g.values, rows, cols, g.lo, g.hi, decimals); };

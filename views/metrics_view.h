@@ -21,9 +21,11 @@ class MetricsView : public QWidget {
   explicit MetricsView(QWidget* parent = nullptr);
   ~MetricsView() override;
 
-  // analyze_capture()'s result, layer-major; `feature_map` names the linear map ("" = softmax only).
+  // analyze_capture()'s result, layer-major; `feature_map` names the linear map in the panels'
+  // titles and legends ("" = softmax only), `description` says all of it once above them
+  // ("untrained hedgehog + window 64"; "" = the name).
   void set_analysis(const std::vector<HeadAnalysis>& heads, int layers, int heads_per_layer,
-                    const QString& feature_map);
+                    const QString& feature_map, const QString& description = {});
   void set_scatter(const ScatterPoints& points, int layer, int head);
   // Nothing of an earlier model or capture: every panel empty, saying `note` ("Computing the
   // metrics of stories260K…").

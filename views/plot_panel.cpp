@@ -23,21 +23,67 @@ namespace attnscope::views {
 
 namespace {
 
-// The panel's title, cut with an ellipsis where the panel is narrow (four panels side by side must
-// not force the window wider than the screen); the whole title is then its tooltip.
+// The panel's title: one line where it fits, else two (broken between words; four panels side by
+// side must not force the window wider than the screen), and only then cut with an ellipsis, the
+// whole title being the tooltip.
 class ElidedLabel : public QLabel {
  public:
   using QLabel::QLabel;
-  QSize minimumSizeHint() const override { return {fontMetrics().horizontalAdvance(QStringLiteral("Ab…")), QLabel::minimumSizeHint().height()}; }
+  QSize minimumSizeHint() const override {
+    return {fontMetrics().horizontalAdvance(QStringLiteral("Ab…")), lines_ * fontMetrics().lineSpacing()};
+  }
+  QSize sizeHint() const override { return {QLabel::sizeHint().width(), lines_ * fontMetrics().lineSpacing()}; }
+
+  // One line or two for the text at this width (after a resize or a new title).
+  void fit() {
+    const int lines = fontMetrics().elidedText(text(), Qt::ElideRight, contentsRect().width()) == text() ? 1 : 2;
+    if (lines != lines_) {
+      lines_ = lines;
+      setMinimumHeight(lines * fontMetrics().lineSpacing());
+      updateGeometry();
+    }
+  }
 
  protected:
+  void resizeEvent(QResizeEvent* e) override {
+    QLabel::resizeEvent(e);
+    fit();
+  }
   void paintEvent(QPaintEvent*) override {
     QPainter painter(this);
     const QRect r = contentsRect();
-    const QString shown = fontMetrics().elidedText(text(), Qt::ElideRight, r.width());
-    setToolTip(shown == text() ? QString() : text());
-    style()->drawItemText(&painter, r, Qt::AlignLeft | Qt::AlignVCenter, palette(), isEnabled(), shown, foregroundRole());
+    const QFontMetrics fm = fontMetrics();
+    QString first = text(), second;
+    if (fm.elidedText(first, Qt::ElideRight, r.width()) != first) {
+      // The most words that fit on the first line; the rest on the second.
+      const QStringList words = text().split(' ');
+      int n = 0;
+      QString line;
+      while (n < words.size()) {
+        const QString next = line.isEmpty() ? words[n] : line + ' ' + words[n];
+        if (n > 0 && fm.elidedText(next, Qt::ElideRight, r.width()) != next) break;  // elidedText's own measure
+        line = next;
+        ++n;
+      }
+      first = line;
+      second = QStringList(words.mid(n)).join(' ');
+    }
+    const QString first_shown = fm.elidedText(first, Qt::ElideRight, r.width());
+    const QString second_shown = second.isEmpty() ? QString() : fm.elidedText(second, Qt::ElideRight, r.width());
+    const bool whole = first_shown == first && second_shown == second && (second.isEmpty() || height() >= 2 * fm.lineSpacing());
+    setToolTip(whole ? QString() : text());
+    if (second.isEmpty() || height() < 2 * fm.lineSpacing()) {
+      style()->drawItemText(&painter, r, Qt::AlignLeft | Qt::AlignVCenter, palette(), isEnabled(),
+                            fm.elidedText(text(), Qt::ElideRight, r.width()), foregroundRole());
+      return;
+    }
+    const QRect top(r.left(), r.top(), r.width(), fm.lineSpacing()), bottom(r.left(), r.top() + fm.lineSpacing(), r.width(), fm.lineSpacing());
+    style()->drawItemText(&painter, top, Qt::AlignLeft | Qt::AlignVCenter, palette(), isEnabled(), first_shown, foregroundRole());
+    style()->drawItemText(&painter, bottom, Qt::AlignLeft | Qt::AlignVCenter, palette(), isEnabled(), second_shown, foregroundRole());
   }
+
+ private:
+  int lines_ = 1;
 };
 
 // Two overlapping pages in the button text colour: the copy icon where the icon theme has none
@@ -63,6 +109,7 @@ PlotPanel::PlotPanel(const QString& title, QWidget* parent) : QWidget(parent) {
   layout->setSpacing(2);
   auto* top = new QHBoxLayout;
   title_ = new ElidedLabel(title, this);
+  title_->setObjectName("plot_title");
   QFont f = title_->font();
   f.setBold(true);
   title_->setFont(f);
@@ -95,7 +142,10 @@ PlotPanel::PlotPanel(const QString& title, QWidget* parent) : QWidget(parent) {
   style_plot(plot_);
 }
 
-void PlotPanel::set_title(const QString& title) { title_->setText(title); }
+void PlotPanel::set_title(const QString& title) {
+  title_->setText(title);
+  static_cast<ElidedLabel*>(title_)->fit();  // one line or two for the new title
+}
 QString PlotPanel::title() const { return title_->text(); }
 void PlotPanel::set_csv(std::function<std::string()> csv) { csv_ = std::move(csv); }
 void PlotPanel::set_command(const QString& command) {

@@ -96,7 +96,7 @@ void ValueHeatmap::update_hint() {
   QString text = footnote_text_;
   if (!values_.empty() && !texts_.empty() && font_px_ < kMinTextPx) {
     if (!text.isEmpty()) text += '\n';
-    text += tr("values: hover, or wheel to zoom");
+    text += tr("values: hover or zoom");  // short: it sits under a narrow map
   }
   QCustomPlot* p = plot();
   if (!footnote_) {

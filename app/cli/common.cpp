@@ -169,6 +169,7 @@ struct Heartbeat {
   bool stop = false, reported = false;
   double fraction = 0;
   std::string what;
+  std::vector<ProgressSample> samples;  // for the time left (base/job.h)
   std::thread thread;
   ~Heartbeat() {
     {
@@ -189,12 +190,20 @@ ProgressFn heartbeat_progress(const std::string& label, std::chrono::millisecond
     while (!beat->cv.wait_for(lock, period, [beat] { return beat->stop; })) {
       if (!beat->reported) continue;
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::fprintf(stderr, "%s: %d%% %s (%.0f s)\n", label.c_str(), int(beat->fraction * 100 + 0.5), beat->what.c_str(), secs);
+      std::vector<ProgressSample> now = beat->samples;
+      now.push_back({secs, beat->fraction});
+      const std::string left = time_left_text(estimate_seconds_left(now));
+      std::fprintf(stderr, "%s: %d%% %s (%.0f s%s%s)\n", label.c_str(), int(beat->fraction * 100 + 0.5), beat->what.c_str(),
+                   secs, left.empty() ? "" : ", ", left.c_str());
       std::fflush(stderr);
     }
   });
-  return [hb](double f, const std::string& what) {
+  return [hb, start](double f, const std::string& what) {
     std::lock_guard<std::mutex> lock(hb->mu);
+    if (hb->samples.empty() || hb->samples.back().fraction != f) {
+      hb->samples.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), f});
+      if (hb->samples.size() > 4096) hb->samples.erase(hb->samples.begin(), hb->samples.begin() + 2048);
+    }
     hb->reported = true;
     hb->fraction = f;
     hb->what = what;

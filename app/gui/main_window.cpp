@@ -804,7 +804,8 @@ void MainWindow::on_analysis_ready() {
   const auto learned = trainable_map_names();
   if (std::find(learned.begin(), learned.end(), a.feature_map) != learned.end()) map = tr("untrained %1").arg(map);
   if (!map.isEmpty() && a.window > 0) map += tr(" + window %1").arg(a.window);
-  metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), map);
+  // The panels' titles name the map; the line above them says all of it.
+  metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), q(a.feature_map), map);
   update_metrics_for_grid();
   update_commands();
 }

@@ -252,6 +252,11 @@ TEST_F(MetricsViewTest, ScatterDrawsTheGivenPoints) {
   EXPECT_EQ(want_lin.size(), 54u);
   EXPECT_EQ(p->plot()->graph(0)->lineStyle(), QCPGraph::lsNone);
   EXPECT_EQ(p->plot()->graph(1)->name(), "hedgehog");
+  // Issue 26: the legend covered the densest points; it sits under the plot.
+  v.show();
+  p->plot()->replot();
+  EXPECT_FALSE(p->plot()->axisRect()->insetLayout()->elements(false).contains(p->plot()->legend));
+  EXPECT_FALSE(QRectF(p->plot()->axisRect()->rect()).intersects(QRectF(p->plot()->legend->outerRect())));
 }
 
 // Clicking a heatmap cell selects that head (signal) and frames it in every heatmap.

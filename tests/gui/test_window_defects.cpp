@@ -459,6 +459,26 @@ TEST_F(WindowDefects, At1280x800TheTabsFitAndTheMapsLead) {
   auto* split = w->heads_view()->findChild<QSplitter*>("heads_maps_splitter");
   ASSERT_NE(split, nullptr);
   EXPECT_GT(split->sizes().value(0), split->sizes().value(1)) << "the maps' part of the pane is the larger";
+
+  // The metrics view of an untrained hybrid: every title whole ("untrained hedgehog + wi…" was cut),
+  // the whole description once above the panels.
+  views::HeadsView* hv = w->heads_view();
+  hv->map_box()->setCurrentIndex(hv->map_box()->findData(QString("hedgehog")));
+  hv->features_box()->setValue(16);
+  hv->hybrid_window_box()->setValue(8);
+  QTest::qWait(100);
+  ASSERT_TRUE(wait_until([&] { return w->workbench()->pipeline_finished(); }));
+  w->show_view(View::Metrics);
+  QTest::qWait(300);
+  for (views::PlotPanel* p : w->metrics_view()->panels()) {
+    auto* title = p->findChild<QLabel*>("plot_title");
+    ASSERT_NE(title, nullptr);
+    title->grab();  // painted: a title that had to be cut carries itself whole as its tooltip
+    EXPECT_TRUE(title->toolTip().isEmpty()) << p->title().toStdString() << " is cut at " << title->width() << " x " << title->height() << ": " << title->toolTip().toStdString();
+  }
+  auto* side = w->metrics_view()->findChild<QLabel*>("metrics_linear_side");
+  ASSERT_NE(side, nullptr);
+  EXPECT_TRUE(side->text().contains("untrained hedgehog + window 8")) << side->text().toStdString();
 }
 
 // Issue 26: a text file is read when it is added, so an empty or missing one is refused then, with
