@@ -15,6 +15,8 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
+#include <QElapsedTimer>
+#include <QTimer>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QComboBox>
@@ -23,6 +25,7 @@
 #include <QToolButton>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <qcustomplot.h>
 
 #include "attnscope/distill/distill_options.h"
@@ -479,6 +482,65 @@ TEST_F(WindowDefects, At1280x800TheTabsFitAndTheMapsLead) {
   auto* side = w->metrics_view()->findChild<QLabel*>("metrics_linear_side");
   ASSERT_NE(side, nullptr);
   EXPECT_TRUE(side->text().contains("untrained hedgehog + window 8")) << side->text().toStdString();
+}
+
+// Issue 26: how the window answers while the pipeline runs, on the bundled model or the checkpoint
+// ATTNSCOPE_BENCH_MODEL names (a Llama-3.2-1B shape: `attnscope bench scale --shapes llama-3.2-1b
+// --steps info --dir D` writes one). Reports the UI thread's lateness (a 20 ms timer: what a click
+// waits for) while capture, spectra and metrics run, and how long Cancel all takes to stop them.
+// A measurement for docs/PERFORMANCE.md, not a pass/fail test.
+TEST_F(WindowDefects, DISABLED_BenchmarkResponsivenessWhileJobsRun) {
+  const char* env = std::getenv("ATTNSCOPE_BENCH_MODEL");
+  const QString model = env ? QString(env) : QString::fromStdString(test::bundled_model());
+  auto w = make_window(QSize(1264, 760));
+  w->add_text_files(test::bundled_texts());
+  CaptureOptions o;
+  o.num_seqs = 2;
+  o.seq_len = 256;
+  w->model_panel()->set_capture_options(o);
+  QElapsedTimer clock;
+  clock.start();
+  QSignalSpy opened(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(model);
+  ASSERT_TRUE(wait_until([&] { return opened.count() > 0; }, 600000));
+  std::cout << "model open: " << clock.elapsed() / 1000.0 << " s\n";
+  std::vector<double> late;  // ms beyond the timer's period
+  QElapsedTimer tick;
+  tick.start();
+  QTimer timer;
+  timer.setInterval(20);
+  QObject::connect(&timer, &QTimer::timeout, [&] {
+    late.push_back(std::max(0.0, tick.nsecsElapsed() / 1e6 - 20));
+    tick.restart();
+  });
+  timer.start();
+  clock.restart();
+  w->capture();
+  // Views switched as a user does, while the jobs run.
+  int tab = 0;
+  QTimer clicks;
+  clicks.setInterval(1000);
+  QObject::connect(&clicks, &QTimer::timeout, [&] { w->show_view(View((++tab) % 3)); });
+  clicks.start();
+  const double run_for = env ? 60000 : 5000;
+  while (clock.elapsed() < run_for && !w->workbench()->pipeline_finished()) QTest::qWait(50);
+  clicks.stop();
+  timer.stop();
+  std::sort(late.begin(), late.end());
+  if (!late.empty())
+    std::cout << "UI thread lateness over " << late.size() << " ticks in " << clock.elapsed() / 1000.0
+              << " s: median " << late[late.size() / 2] << " ms, p95 " << late[late.size() * 95 / 100] << " ms, max "
+              << late.back() << " ms\n";
+  int running = 0;
+  for (const JobStatus& j : w->workbench()->jobs()) running += !j.finished();
+  clock.restart();
+  w->workbench()->cancel_all();
+  ASSERT_TRUE(wait_until([&] {
+    for (const JobStatus& j : w->workbench()->jobs())
+      if (!j.finished()) return false;
+    return true;
+  }, 600000));
+  std::cout << "cancel all (" << running << " running): " << clock.elapsed() << " ms until every job stopped\n";
 }
 
 // Issue 26: a text file is read when it is added, so an empty or missing one is refused then, with
