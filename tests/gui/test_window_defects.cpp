@@ -28,6 +28,8 @@
 #include <iostream>
 #include <qcustomplot.h>
 
+#include "attnscope/analysis/dof.h"
+#include "attnscope/attention/map_family.h"
 #include "attnscope/distill/distill_options.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/workbench/session.h"
@@ -541,6 +543,24 @@ TEST_F(WindowDefects, DISABLED_BenchmarkResponsivenessWhileJobsRun) {
     return true;
   }, 600000));
   std::cout << "cancel all (" << running << " running): " << clock.elapsed() << " ms until every job stopped\n";
+}
+
+// Issue 26: a budget of 124 set on the bundled model (head dim 32) gave stories260K (head dim 8)
+// M = 401 in layer 0, and the Train form offered it. A new model starts from its own budget (the
+// map's default for its head dim) and the default lambda.
+TEST_F(WindowDefects, ANewModelStartsFromItsOwnBudgetAndLambda) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  auto w = make_window();
+  capture_bundled(*w, 2);
+  ASSERT_TRUE(w->workbench()->set_dof_settings(0.25, 124, AllocStrategy::Dof));
+  ASSERT_EQ(w->workbench()->session().budget, 124);
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(QString::fromStdString(bin));
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  const Session& s = w->workbench()->session();
+  EXPECT_EQ(s.budget, default_budget(s.train.linearize.stage1.feature_map, 8));
+  EXPECT_EQ(s.lambda, kDefaultLambda);
 }
 
 // Issue 26: a text file is read when it is added, so an empty or missing one is refused then, with
