@@ -135,10 +135,9 @@ void check_cli_names_the_flag(const OptionTable<O>& table, const char* command) 
   }
 }
 
-// Every row given a value that is not its default; written as JSON through the rows and read back
-// into fresh options, every row reads the same.
+// Options with every row given a value that is not its default (two texts for a texts row).
 template <class O>
-void check_json_round_trip(const OptionTable<O>& table, const char* command) {
+O every_row_changed(const OptionTable<O>& table) {
   O o;
   for (const Option<O>& row : table) {
     if (row.kind == OptionKind::Texts) {
@@ -148,6 +147,14 @@ void check_json_round_trip(const OptionTable<O>& table, const char* command) {
     }
     row.set(o, other_value(row, o));
   }
+  return o;
+}
+
+// Every row given a value that is not its default; written as JSON through the rows and read back
+// into fresh options, every row reads the same.
+template <class O>
+void check_json_round_trip(const OptionTable<O>& table, const char* command) {
+  const O o = every_row_changed(table);
   const nlohmann::ordered_json j = options_json(table, o);
   O back;
   read_options_json(table, nlohmann::json::parse(j.dump()), back, "job.json");
@@ -304,15 +311,7 @@ TEST(Options, JobJsonAndTheSessionReadBackWhatTheyWrote) {
 // written from (what the workbench's command lines promise), for every table.
 template <class O>
 void check_command_line_round_trip(const OptionTable<O>& table, const char* command) {
-  O o;
-  for (const Option<O>& row : table) {
-    if (row.kind == OptionKind::Texts) {
-      row.set(o, "a text.txt");
-      row.set(o, "another.txt");
-      continue;
-    }
-    row.set(o, other_value(row, o));
-  }
+  const O o = every_row_changed(table);
   const O back = through_command_line(table, o);
   for (const Option<O>& row : table)
     EXPECT_EQ(row.get(back), row.get(o)) << command << " " << row.flag() << ": " << command_for(command, table, o);

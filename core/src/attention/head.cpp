@@ -53,4 +53,21 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
   return (ea * lin + eb * window.y) / (ea + eb);
 }
 
+at::Tensor decay_log_cumsum(const at::Tensor& log_a) {
+  const at::Tensor bad = at::logical_or(log_a > 0, at::isnan(log_a));
+  if (bad.any().item<bool>()) fail_value("decay", "log a must be <= 0 (a in (0, 1]): got a value above 0 or NaN");
+  return log_a.to(at::kDouble).cumsum(-1).to(log_a.scalar_type());
+}
+
+at::Tensor fixed_decay_lambda(const at::Tensor& delta, int64_t length) {
+  const at::Tensor log_a = at::log_sigmoid(delta.to(at::kDouble)).unsqueeze(-1);  // [..., 1]
+  const at::Tensor steps = at::arange(1, length + 1, delta.options().dtype(at::kDouble));
+  return (log_a * steps).to(delta.scalar_type());
+}
+
+DecayedFeatures decayed_features(const Features& phi_q, const Features& phi_k, const at::Tensor& lambda) {
+  const at::Tensor l = lambda.unsqueeze(-1).to(phi_k.log_scale.scalar_type());
+  return {Features(phi_q.values, phi_q.log_scale + l), Features(phi_k.values, phi_k.log_scale - l)};
+}
+
 }  // namespace attnscope

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attnscope/attention/features.h"
+
 namespace attnscope {
 
 // SPEC 7's head types: softmax (exact, no map), hybrid (a window beside a map), linear (a map).
@@ -53,5 +55,30 @@ struct HeadPart {
 // max(a, b). The window part's lse must be finite (key i is in its own window). gamma as in
 // HeadLogTerms.
 at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, const at::Tensor& gamma);
+
+// Decayed heads (SPEC 5; paper 003's SSD and RetNet mixers): the map's weight of key j for query
+// i is multiplied by exp(Lambda_i - Lambda_j), Lambda_i = sum_{t <= i} log a_t, a_t in (0, 1].
+// No new kernel: the decay is a log scale, -Lambda_j on each key's features and +Lambda_i on each
+// query's. In a linear head the query's scale cancels (the row's Lambda_i drops out of the
+// normalization); in a hybrid head it weighs the decayed linear part against the window part, as
+// the rule says (the window's keys are not decayed). So linear_map, linear_attention_output,
+// hybrid_map, hybrid_attention_output and the recurrent form run decayed heads unchanged on
+// decayed_features. a = 1 (log a = 0) is the head without decay exactly.
+
+// Lambda [..., L]: the cumulative sum of log a [..., L] (each <= 0) over positions, accumulated in
+// float64 (at L = 16K a float32 running sum drifts by more than the decay it carries), returned in
+// log_a's dtype. Error (quantity "decay") for a log a > 0 or NaN.
+at::Tensor decay_log_cumsum(const at::Tensor& log_a);
+
+// A fixed decay per head (RetNet): log a = log sigmoid(delta) at every position; delta [...] (one
+// per head) -> Lambda [..., L] = (i + 1) log sigmoid(delta), exact at any length.
+at::Tensor fixed_decay_lambda(const at::Tensor& delta, int64_t length);
+
+// The features of a decayed head: queries' log scales + Lambda_i, keys' - Lambda_j. phi_q, phi_k
+// [..., L, M]; lambda [..., L].
+struct DecayedFeatures {
+  Features q, k;
+};
+DecayedFeatures decayed_features(const Features& phi_q, const Features& phi_k, const at::Tensor& lambda);
 
 }  // namespace attnscope
