@@ -369,13 +369,17 @@ int Workbench::capture() {
     }
     const std::string out = to_std(ws + "/capture");
     auto model = model_;
+    // T is a most here (a short text gives the windows it has): the title says so.
     const std::string title =
-        "capture " + std::to_string(opt.num_seqs) + " x " + std::to_string(opt.seq_len) + " tokens";
+        "capture up to " + std::to_string(opt.num_seqs) + " x " + std::to_string(opt.seq_len) + " tokens";
     return start(
         JobKind::Capture, title, capture_command(session_, files, out),
         [this, model, files, opt, out, ws, typed_file](Job& job) -> Apply {
           const auto docs = read_text_documents(files);
           auto store = std::make_shared<const CaptureStore>(capture_to_dir(*model, docs, opt, out, job.progress()));
+          if (store->num_seqs() < opt.num_seqs)
+            job.log(std::to_string(store->num_seqs()) + " windows of " + std::to_string(opt.seq_len) +
+                    " tokens: the text is short (" + std::to_string(opt.num_seqs) + " at most)");
           return [this, store, ws, typed_file] {
             workspace_dir_ = ws;
             if (!typed_file.empty()) text_file_ = typed_file;

@@ -608,6 +608,14 @@ TEST_F(WindowDefects, AShortTextIsCapturedWithTheWindowsItHas) {
   EXPECT_EQ(w->statusBar()->currentMessage(), note);
   // The form keeps what the user set: the next capture on a longer text takes 8 again.
   EXPECT_EQ(w->model_panel()->capture_options().num_seqs, 8);
+  // The Jobs tab says it too: a most in the title, what was taken in the log.
+  JobStatus capture;
+  for (const JobStatus& j : w->workbench()->jobs())
+    if (j.kind == JobKind::Capture) capture = j;
+  EXPECT_EQ(capture.title, "capture up to 8 x 256 tokens");
+  bool said = false;
+  for (const std::string& line : capture.log) said = said || line.find("4 windows of 256 tokens: the text is short") != std::string::npos;
+  EXPECT_TRUE(said);
 }
 
 // Defect 8: every capture stayed under ~/.cache forever. Core lists, sizes and cleans the
