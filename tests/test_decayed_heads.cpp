@@ -15,8 +15,16 @@
 #include "attnscope/attention/attention.h"
 #include "attnscope/attention/head.h"
 #include "attnscope/base/error.h"
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/formats/converted_json.h"
 #include "attnscope/kernels/linear_attention.h"
+#include "attnscope/model/model.h"
 #include "test_support.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
 namespace test_decayed_heads {
@@ -228,6 +236,113 @@ TEST(DecayedHeads, FixedDecayIsExactAndBadDecaysAreRefused) {
   for (double bad : {0.5, std::nan("")}) {
     const std::string msg = test::error_of([&] { decay_log_cumsum(at::tensor({-0.1, bad}, at::kDouble)); });
     EXPECT_NE(msg.find("decay"), std::string::npos) << msg;
+  }
+}
+
+// A converted model with fixed-decay heads (SPEC 7: "decay": "fixed", layers.{s}.heads.{h}.
+// decay.delta): written by convert, read back, run in the batch form, token by token and from a
+// prompt, and by attnscope_linear.py in plain PyTorch; delta -> +inf is the undecayed model. Plain
+// linear heads and hybrid heads (window 4).
+TEST(DecayedHeads, AConvertedModelWithFixedDecayRunsInEveryForm) {
+  const std::string cli = test::cli_path(), tmp = test::temp_dir("decayed_model");
+  const std::string bundled = test::source_dir() + "/resources/models/brown-gpt2-mini";
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 733 + 5) % 4096);
+  const at::Tensor batch_ids = at::tensor(ids, at::kLong).view({1, -1});
+  for (int64_t W : {int64_t(0), int64_t(4)}) {
+    SCOPED_TRACE("window " + std::to_string(W));
+    const std::string plain = tmp + "/plain_w" + std::to_string(W), decayed = tmp + "/decayed_w" + std::to_string(W);
+    std::string o;
+    ASSERT_EQ(test::run_command(cli + " convert --model " + bundled + " --feature-map hedgehog --features 16 --seed 11" +
+                                    (W ? " --window " + std::to_string(W) : std::string()) + " --out " + plain + " 2>&1", &o), 0) << o;
+    LoadedModel original = load_model(bundled);
+    LoadedModel m = load_model(plain);
+    auto maps = std::make_shared<HeadFeatureMaps>(*m.model->feature_maps());
+    const at::Tensor undecayed = m.model->forward(batch_ids);
+    // delta -> +inf: a -> 1, today's model.
+    for (int s = 0; s < 4; ++s) maps->decay_delta.push_back(at::full({4}, 60.0, at::kFloat));
+    m.model->set_feature_maps(maps);
+    EXPECT_LT((m.model->forward(batch_ids) - undecayed).abs().max().item<double>(), 1e-5);
+    // Real decays, from none to strong (a = sigmoid(-2) = 0.12), and they change the model.
+    at::manual_seed(3);
+    maps->decay_delta.clear();
+    for (int s = 0; s < 4; ++s) maps->decay_delta.push_back(at::rand({4}) * 6 - 2);
+    m.model->set_feature_maps(maps);
+    const at::Tensor batch = m.model->forward(batch_ids);
+    EXPECT_GT((batch - undecayed).abs().max().item<double>(), 1e-2);
+    EXPECT_LT((m.model->forward_recurrent(batch_ids) - batch).abs().max().item<double>(), 1e-4);
+    // Generation from a prompt (prefill, then steps) is the batch form's argmax.
+    const auto gen = m.model->generate_greedy({ids[0], ids[1], ids[2], ids[3], ids[4]}, 6);
+    std::vector<int64_t> seq(ids.begin(), ids.begin() + 5);
+    for (int t = 0; t < 6; ++t) {
+      const at::Tensor lg = m.model->forward(at::tensor(seq, at::kLong).view({1, -1}));
+      seq.push_back(lg[0][-1].argmax().item<int64_t>());
+    }
+    EXPECT_EQ(gen, seq);
+    // Written and read back: the same logits.
+    ConvertOptions co;
+    co.maps = maps;
+    co.map = convert::parse_header(convert::read_config(plain), plain, 4, 4).map;
+    co.dims = std::vector<std::vector<int64_t>>(4, std::vector<int64_t>(4, 16));
+    co.window = W;
+    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
+    convert_model(original, co, decayed);
+    const auto cfg = nlohmann::json::parse(test::read_file(decayed + "/config.json"));
+    EXPECT_EQ(cfg["attnscope"]["decay"], "fixed");
+    LoadedModel back = load_model(decayed);
+    EXPECT_LT((back.model->forward(batch_ids) - batch).abs().max().item<double>(), 1e-6);
+    // What the readers refuse, naming the file: a decay this build does not run, deltas without
+    // "decay" (a stale file), "decay" without deltas.
+    {
+      const std::string bad = tmp + "/bad_w" + std::to_string(W);
+      ASSERT_EQ(test::run_command("cp -r '" + decayed + "' '" + bad + "'", &o), 0) << o;
+      auto with = [&](const nlohmann::json& decay) {
+        nlohmann::json c = cfg;
+        if (decay.is_null()) c["attnscope"].erase("decay");
+        else c["attnscope"]["decay"] = decay;
+        std::ofstream(bad + "/config.json") << c.dump();
+        return test::error_of([&] { load_model(bad); });
+      };
+      std::string msg = with("gated");
+      EXPECT_NE(msg.find("attnscope.decay"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("gated"), std::string::npos) << msg;
+      msg = with(nullptr);
+      EXPECT_NE(msg.find("feature_maps.safetensors"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("decay.delta"), std::string::npos) << msg;
+      const std::string plain_cfg = test::read_file(plain + "/config.json");
+      std::ofstream(bad + "/config.json") << plain_cfg;
+      ASSERT_EQ(test::run_command("cp '" + plain + "/feature_maps.safetensors' '" + bad + "/'", &o), 0) << o;
+      msg = with("fixed");
+      EXPECT_NE(msg.find("layers.0.heads.0.decay.delta"), std::string::npos) << msg;
+    }
+    // attnscope_linear.py computes the same logits in plain PyTorch.
+    const std::string python = test::python_with_torch();
+    if (python.empty()) continue;
+    ASSERT_EQ(test::run_command(cli + " logits --model " + decayed + " --ids " + [&] {
+      std::string t;
+      for (size_t i = 0; i < ids.size(); ++i) t += (i ? "," : "") + std::to_string(ids[i]);
+      return t;
+    }() + " --out " + decayed + "/ref.safetensors 2>&1", &o), 0) << o;
+    std::ofstream(tmp + "/check.py") << "import sys, torch; sys.path.insert(0, '" + decayed + "'); import attnscope_linear as a\n"
+                                        "m = a.load('" + decayed + "')\n"
+                                        "ref = a.read_safetensors('" + decayed + "/ref.safetensors')\n"
+                                        "ids = ref['ids'].view(1, -1)\n"
+                                        "got = m(ids)[0]\n"
+                                        "cache = m.new_cache()\n"
+                                        "rec = torch.cat([m(ids[:, t:t + 1], cache, t) for t in range(ids.shape[1])], 1)[0]\n"
+                                        "for row in m.maps:\n"
+                                        "    for head in row: head.log_a = None\n"
+                                        "plain = m(ids)[0]\n"
+                                        "print('maxdiff', float((got - ref['logits']).abs().max()), float((rec - got).abs().max()),\n"
+                                        "      float((plain - ref['logits']).abs().max()))\n";
+    ASSERT_EQ(test::run_command(python + " " + tmp + "/check.py 2>&1", &o), 0) << o;
+    std::istringstream in(o.substr(o.find("maxdiff")));
+    std::string word;
+    double diff = 1, rec = 1, without = 0;
+    in >> word >> diff >> rec >> without;
+    EXPECT_LT(diff, 1e-4) << o;
+    EXPECT_LT(rec, 1e-4) << o;
+    EXPECT_GT(without, 1e-2) << "the runner's decay changes nothing: " << o;  // the comparison has power
   }
 }
 

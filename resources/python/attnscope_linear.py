@@ -34,6 +34,12 @@ i - j >= W, normalized by the row's sum, with g = sigmoid(gamma) from the head's
 layers.{s}.heads.{h}.gamma in feature_maps.safetensors (hybrid_attention). Their recurrent state
 is S, z over the keys older than the window plus a ring of the last W keys and values.
 
+Decayed heads (attnscope.decay "fixed"; SPEC 5, paper 003's RetNet/SSD mixers): the map's weight of
+key j for query i is multiplied by exp(Lambda_i - Lambda_j), Lambda_i = (i + 1) log a with
+a = sigmoid(delta) from the head's scalar layers.{s}.heads.{h}.decay.delta: the keys' log scales
+carry - Lambda_j and the queries' + Lambda_i (decay_lambda, attend), so the same linear and hybrid
+paths run them; each row reads its keys relative to the largest scale it can see.
+
 Architectures: GPT-2, GPT-NeoX (Pythia), the Llama family: Llama (grouped-query attention, llama3 rope scaling), Mistral, Qwen2, Qwen3. Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
 flex-nonstationary (signed kernel values are used raw, as attnscope's batch form does).
@@ -455,6 +461,12 @@ def parse_header(config, file, n_layer, n_head):
             "temperature": float(fm["temperature"]) if _is_number(fm.get("temperature")) else 1.0}
     rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims")
     spec["window"] = parse_window(a.get("window"), where + ".window")
+    decay = a.get("decay", "none")
+    if decay == "gated":
+        _fail(where + ".decay", '"gated" heads are not read by this build (fixed and none are)')
+    if decay not in ("fixed", "none"):
+        _fail(where + ".decay", "'%s' is not fixed or none" % (decay,))
+    spec["decay"] = decay
     return spec, rows
 
 
@@ -579,13 +591,33 @@ def read_feature_maps(file, spec, dims, shape):
                 m.window = window
                 m.gamma = _head_gamma(tensors, file, s, h, window)
                 used += 1
+            if spec.get("decay") == "fixed":
+                m.log_a = torch.nn.functional.logsigmoid(_head_scalar(tensors, file, s, h, "decay.delta",
+                                                                      'config.json\'s attnscope.decay is "fixed"'))
+                used += 1
             row.append(m)
         maps.append(row)
     if used != len(tensors):
-        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.%s"
-              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1,
-                 "{feature_map.*, gamma}" if window > 0 else "feature_map.*"))
+        own = ["feature_map.*"] + (["gamma"] if window > 0 else []) + (["decay.delta"] if spec.get("decay") == "fixed" else [])
+        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.{%s}"
+              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1, ", ".join(own)))
     return maps
+
+
+def _head_scalar(tensors, file, s, h, what, why):
+    """Head (s, h)'s scalar tensor layers.{s}.heads.{h}.WHAT as float64, checked (float32, finite)."""
+    name = "layers.%d.heads.%d.%s" % (s, h, what)
+    where = "%s (layer %d head %d)" % (file, s, h)
+    if name not in tensors:
+        _fail(where, "missing tensor '%s': %s" % (name, why))
+    t = tensors[name]
+    if list(t.shape) != []:
+        _fail(where, "tensor '%s' has shape %s, it is a scalar (shape [])" % (name, _shape_str(t.shape)))
+    if t.dtype != torch.float32:
+        _fail(where, "tensor '%s' is not float32" % name)
+    if not bool(torch.isfinite(t).all()):
+        _fail(where, "tensor '%s' holds NaN or inf" % name)
+    return t.to(torch.float64)
 
 
 def _head_gamma(tensors, file, s, h, window):
@@ -620,6 +652,7 @@ class FeatureMap:
         self.features = features
         self.window = 0  # hybrid heads (attnscope.window W > 0): W and gamma, set by read_feature_maps
         self.gamma = None
+        self.log_a = None  # decayed heads (attnscope.decay "fixed"): log a = logsigmoid(delta), set by read_feature_maps
 
     def query(self, x):
         return self._apply(x, "q")
@@ -693,36 +726,56 @@ def linear_attention(fq, fk, v, state=None):
     """
     vq, _ = fq
     vk, lk = fk
-    c = lk.max(1, keepdim=True).values
+    L = vk.shape[1]
+    # Each row reads its keys relative to c_i, the largest key log scale it can see (as attnscope's
+    # kernel): with decay, later keys' scales are far above earlier rows' keys.
+    c = torch.cummax(lk, 1).values  # [B, L, 1]
     if state:
         c = torch.maximum(c, state["c"])
-    vk = vk * torch.exp(lk - c)
-    kern = vq @ vk.transpose(1, 2)
-    L = kern.shape[-1]
-    kern = kern * torch.ones(L, L, dtype=kern.dtype).tril()
+    expo = (lk.transpose(1, 2) - c).masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf)
+    kern = (vq @ vk.transpose(1, 2)) * torch.exp(expo)
     num, den = kern @ v, kern.sum(-1, keepdim=True)
     if state:
-        keep = torch.exp(state["c"] - c)
-        S, z = state["S"] * keep, state["z"] * keep.squeeze(-1)
-        num = num + vq @ S
-        den = den + (vq * z.unsqueeze(1)).sum(-1, keepdim=True)
+        keep = torch.exp(state["c"] - c)  # [B, L, 1]
+        num = num + (vq @ state["S"]) * keep
+        den = den + (vq * state["z"].unsqueeze(1)).sum(-1, keepdim=True) * keep
     if state is not None:
-        S_new = vk.transpose(1, 2) @ v
-        z_new = vk.sum(1)
+        c_new = c[:, -1:]  # [B, 1, 1]: the largest scale of every key so far
+        vks = vk * torch.exp(lk - c_new)
+        S_new, z_new = vks.transpose(1, 2) @ v, vks.sum(1)
         if state:
-            S_new, z_new = S_new + S, z_new + z
-        state.update(S=S_new, z=z_new, c=c)
+            keep = torch.exp(state["c"] - c_new)
+            S_new, z_new = S_new + state["S"] * keep, z_new + state["z"] * keep.squeeze(-1)
+        state.update(S=S_new, z=z_new, c=c_new)
     # A query with no positive weight (ReLU-type maps) is 0/0: that head contributes 0, as in attnscope.
     y = num / den
     return torch.where(torch.isnan(y), torch.zeros_like(y), y)
 
 
+def decay_lambda(m, first, n, dtype):
+    """Lambda_i = (i + 1) log a of positions first .. first + n - 1, [n, 1] (SPEC 5's decayed heads;
+    zeros for a head without decay)."""
+    if m.log_a is None:
+        return torch.zeros(n, 1, dtype=dtype)
+    return (torch.arange(first + 1, first + n + 1, dtype=torch.float64) * m.log_a).to(dtype).view(n, 1)
+
+
 def attend(m, q, k, v, state=None):
     """One head's attention output [B, L, d_v] from its queries and keys after RoPE (float64, what
-    softmax attention would use): linear attention with the head's map, or hybrid with a window."""
+    softmax attention would use): linear attention with the head's map, or hybrid with a window. A
+    decayed head multiplies the map's weight of key j for query i by exp(Lambda_i - Lambda_j): the
+    keys' log scales - Lambda_j, the queries' + Lambda_i (which cancels in a linear head's row).
+    `state` also counts the positions seen (its "pos")."""
+    first = state.get("pos", 0) if state is not None else 0
     if m.window > 0:
-        return hybrid_attention(q, k, v, m, state)
-    return linear_attention(m.query(q), m.key(k), v, state)
+        y = hybrid_attention(q, k, v, m, state, first)
+    else:
+        (vq, lq), (vk, lk) = m.query(q), m.key(k)
+        lam = decay_lambda(m, first, q.shape[1], q.dtype)
+        y = linear_attention((vq, lq + lam), (vk, lk - lam), v, state)
+    if state is not None:
+        state["pos"] = first + q.shape[1]
+    return y
 
 
 def _log_abs(x):
@@ -741,7 +794,7 @@ def _linear_part(sign1, log1, y1, sign2, log2, y2):
     return sign, log + top, num / den.unsqueeze(-1)
 
 
-def hybrid_attention(q, k, v, m, state=None):
+def hybrid_attention(q, k, v, m, state=None, first=0):
     """Hybrid attention (SPEC 5, LoLCATs): q, k [B, L, d] after RoPE, v [B, L, d_v], float64; m the
     head's FeatureMap with window W = m.window > 0 and balance gamma = m.gamma.
 
@@ -775,12 +828,15 @@ def hybrid_attention(q, k, v, m, state=None):
 
     # ---- linear part, per row: sign, log of its weight over exp(log(1 - g) + query log scale), output
     vq, lq = m.query(q)
-    lq = lq.squeeze(-1)
+    lq = (lq + decay_lambda(m, first, L, q.dtype)).squeeze(-1)  # query i at position first + i
     sign = torch.zeros(B, L, dtype=q.dtype)
     log = torch.full((B, L), -math.inf, dtype=q.dtype)
     y_lin = torch.zeros(B, L, dv, dtype=q.dtype)
     n_lin = K - W  # keys j <= r + L - 1 - W: the only ones some query here reads linearly
-    fk = m.key(keys[:, :n_lin]) if n_lin > 0 else None
+    fk = None
+    if n_lin > 0:  # key j of `keys` sits at position first - r + j
+        vk0, lk0 = m.key(keys[:, :n_lin])
+        fk = (vk0, lk0 - decay_lambda(m, first - r, n_lin, q.dtype))
     if n_lin > 0:
         vk, lk = fk
         dot = vq @ vk.transpose(1, 2)  # [B, L, n_lin]

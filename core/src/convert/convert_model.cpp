@@ -166,6 +166,8 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
       }
       if (maps->window > 0)
         tensors.emplace_back(convert::gamma_name(s, h), maps->gamma[s][h].detach().to(at::kCPU, at::kFloat).clone());
+      if (!maps->decay_delta.empty())
+        tensors.emplace_back(convert::decay_delta_name(s, h), maps->decay_delta[s][h].detach().to(at::kCPU, at::kFloat).clone());
     }
 
   const bool sharded = !llama2c && !fs::exists(src / "model.safetensors") && fs::exists(src / "model.safetensors.index.json");
@@ -188,6 +190,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
   if (maps->window > 0) a["window"] = maps->window;
+  if (!maps->decay_delta.empty()) a["decay"] = "fixed";
   if (o.trained_length > 0) a["trained_length"] = o.trained_length;
   if (o.finetune_rank > 0) a["finetune"] = {{"rank", o.finetune_rank}, {"steps", o.finetune_steps}};
   a["source"] = convert::source_record(src.lexically_normal().string());

@@ -48,6 +48,13 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
       fail(where + ".window", "is not a whole number of tokens (0: plain linear attention)");
     h.window = a["window"];
   }
+  if (a.contains("decay")) {
+    if (!a["decay"].is_string()) fail(where + ".decay", "must be \"fixed\" or \"none\"");
+    const std::string decay = a["decay"];
+    if (decay == "gated") fail(where + ".decay", "\"gated\" heads are not read by this build (fixed and none are)");
+    if (decay != "fixed" && decay != "none") fail(where + ".decay", "'" + decay + "' is not fixed or none");
+    h.fixed_decay = decay == "fixed";
+  }
   return h;
 }
 

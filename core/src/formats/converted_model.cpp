@@ -39,6 +39,7 @@ std::string tensor_prefix(int s, int h) {
 }
 
 std::string gamma_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".gamma"; }
+std::string decay_delta_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".decay.delta"; }
 
 }  // namespace convert
 
@@ -62,7 +63,8 @@ std::string converted_weights_dir(const std::string& dir) {
 
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
-                                                   int n_layer, int n_head, int64_t head_dim, int64_t window) {
+                                                   int n_layer, int n_head, int64_t head_dim, int64_t window,
+                                                   bool fixed_decay) {
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
   if (int(dims.size()) != n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(n_layer));
   SafetensorsFile st(file);
@@ -85,13 +87,14 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
       lin->maps[s].push_back(std::shared_ptr<FeatureMap>(std::move(map)));
     }
   }
-  lin->window = window;
-  if (window > 0) {
+  // One finite number per head, [H] float32 per layer: hybrid heads' balances, fixed decays' deltas.
+  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs) {
+    std::vector<at::Tensor> layers;
     for (int s = 0; s < n_layer; ++s) {
       at::Tensor g = at::empty({n_head}, at::kFloat);
       for (int h = 0; h < n_head; ++h) {
-        const std::string name = convert::gamma_name(s, h);
-        if (!st.contains(name)) fail(file, "has no " + name + ": a hybrid head (window " + std::to_string(window) + ") needs its balance");
+        const std::string name = name_of(s, h);
+        if (!st.contains(name)) fail(file, "has no " + name + ": " + needs);
         const at::Tensor t = st.tensor(name);
         if (t.numel() != 1 || t.dim() > 1 || !at::isfinite(t).all().item<bool>())
           fail(file, name + " must be one finite number, got shape " + std::to_string(t.dim()) + "-d with " +
@@ -99,20 +102,26 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
         g[h] = t.reshape({}).to(at::kFloat);
         ++used;
       }
-      lin->gamma.push_back(g);
+      layers.push_back(g);
     }
-  }
+    return layers;
+  };
+  lin->window = window;
+  if (window > 0) lin->gamma = per_head(convert::gamma_name, "a hybrid head (window " + std::to_string(window) + ") needs its balance");
+  if (fixed_decay) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta");
   if (used != st.entries().size())
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
-                   std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) +
-                   (window > 0 ? "}.{feature_map.*, gamma}" : "}.feature_map.* (gamma tensors belong to hybrid heads: the window is 0)"));
+                   std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) + "}.{feature_map.*" +
+                   (window > 0 ? ", gamma" : "") + (fixed_decay ? ", decay.delta" : "") +
+                   "} (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\")");
   return lin;
 }
 
 std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, int n_layer, int n_head, int64_t head_dim) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
   const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, n_layer, n_head);
-  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, n_layer, n_head, head_dim, hdr.window);
+  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, n_layer, n_head, head_dim, hdr.window,
+                                 hdr.fixed_decay);
   maps->trained_length = hdr.trained_length;
   return maps;
 }

@@ -201,6 +201,10 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
   for (int64_t h = 0; h < H; ++h) {
     fq[h] = maps[h]->scaled_query_features(q.select(1, h));
     fk[h] = maps[h]->scaled_key_features(k.select(1, h));
+    if (!lin.decay_delta.empty()) {  // decayed heads (head.h): Lambda on the features' log scales
+      const DecayedFeatures d = decayed_features(fq[h], fk[h], fixed_decay_lambda(lin.decay_delta[size_t(layer)][h].to(q.device()), q.size(2)));
+      fq[h] = d.q, fk[h] = d.k;
+    }
   }
   const at::Tensor gamma = hybrid ? lin.gamma[size_t(layer)].to(q.device()) : at::Tensor();
   std::map<int64_t, std::vector<int64_t>> groups;  // M -> the heads with that many features
@@ -436,7 +440,10 @@ class Recurrent {
     hook.on_layer = [&](const AttentionActivations& a) {
       for (int64_t h = 0; h < c_.n_head; ++h) {
         const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));
-        const at::Tensor values = fk.values, scales = fk.log_scale.to(fk.values.scalar_type()), v = a.v.select(1, h);
+        const at::Tensor values = fk.values, v = a.v.select(1, h);
+        at::Tensor scales = fk.log_scale.to(fk.values.scalar_type());
+        if (!lin_.decay_delta.empty())  // keys' log scales - Lambda_j, as the batch form has them
+          scales = scales - fixed_decay_lambda(lin_.decay_delta[size_t(a.layer)][h], values.size(1)).view({1, -1, 1}).to(scales.device(), scales.scalar_type());
         Head& st = state_[a.layer][h];
         const int64_t L = values.size(1), older = lin_.window > 0 ? std::max<int64_t>(0, L - lin_.window) : L;
         if (older > 0) st.sums = kernels::final_state(values.narrow(1, 0, older), scales.narrow(1, 0, older), v.narrow(1, 0, older));
@@ -457,8 +464,8 @@ class Recurrent {
       std::vector<at::Tensor> ys;
       for (int64_t h = 0; h < c_.n_head; ++h)
         ys.push_back(map_head_type(lin_.window) == HeadType::Hybrid
-                         ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h)
-                         : head_step(state_[s][h], *lin_.maps[s][h], p, h));
+                         ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lambda_at(s, h, pos))
+                         : head_step(state_[s][h], *lin_.maps[s][h], p, h, lambda_at(s, h, pos)));
       return at::stack(ys, 1);  // [B, H, d]
     });
   }
@@ -469,19 +476,32 @@ class Recurrent {
     at::Tensor k, v, fk, ls;       // hybrid heads: the ring, oldest first: [B, n, d], [B, n, d], [B, n, M], [B, n, 1]
   };
 
-  // Adds this token's key and value to the head's sums and reads its query: y [B, d].
-  static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h) {
+  // Lambda at position pos of head (s, h) (decayed heads: (pos + 1) log sigmoid(delta), exact at
+  // any position); 0 without decay.
+  double lambda_at(int s, int64_t h, int64_t pos) const {
+    if (lin_.decay_delta.empty()) return 0;
+    const double delta = lin_.decay_delta[size_t(s)][h].item<double>();
+    const double log_a = delta >= 0 ? -std::log1p(std::exp(-delta)) : delta - std::log1p(std::exp(delta));
+    return double(pos + 1) * log_a;
+  }
+
+  // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`:
+  // the decay's Lambda at this position (0 without decay), taken off the key's log scale.
+  static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h, double lambda) {
     const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]; its own scale cancels
     const Features fk = map.scaled_key_features(p.k.select(1, h));
     return zero_undefined_rows(kernels::recurrent_step(st.sums, fq.values.squeeze(1), fk.values.squeeze(1),
-                                                       fk.log_scale.squeeze(1).squeeze(1).to(fq.values.scalar_type()),
+                                                       (fk.log_scale.squeeze(1).squeeze(1) - lambda).to(fq.values.scalar_type()),
                                                        p.v.select(1, h).squeeze(1)));
   }
 
   // A hybrid head's token: the key leaving the ring (position pos - W) joins the sums, which the
   // query reads with their log normalizer; this token's key joins the ring, which the query reads
   // with softmax weights; one normalizer over both (SPEC 5). y [B, d].
-  at::Tensor hybrid_step(Head& st, const FeatureMap& map, const at::Tensor& gamma, const Projected& p, int64_t h) const {
+  // With decay (lambda: Lambda at this position) the keys enter the ring with log scale - Lambda_j
+  // and the linear part's log normalizer gains + Lambda_i, the query's share of exp(Lambda_i - Lambda_j).
+  at::Tensor hybrid_step(Head& st, const FeatureMap& map, const at::Tensor& gamma, const Projected& p, int64_t h,
+                         double lambda) const {
     const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
     const Features fq = map.scaled_query_features(q), fk = map.scaled_key_features(k);
     const auto dtype = fq.values.scalar_type();
@@ -493,12 +513,12 @@ class Recurrent {
       at::Tensor lse;
       linear.y = kernels::recurrent_step(st.sums, fq.values.squeeze(1), st.fk.select(1, 0), st.ls.select(1, 0).squeeze(-1),
                                          st.v.select(1, 0), &lse).unsqueeze(1);
-      linear.lse = (lse.view({B, 1, 1}) + fq.log_scale).to(dtype);
+      linear.lse = (lse.view({B, 1, 1}) + fq.log_scale + lambda).to(dtype);
       auto rest = [&](const at::Tensor& t) { return t.narrow(1, 1, t.size(1) - 1); };
       st.k = rest(st.k), st.v = rest(st.v), st.fk = rest(st.fk), st.ls = rest(st.ls);
     }
     auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 1) : t; };
-    st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, fk.log_scale.to(dtype));
+    st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, (fk.log_scale - lambda).to(dtype));
     const WindowPart win = sliding_window_attention(q, st.k, st.v, lin_.window);
     return combine_head_parts({win.y, win.lse}, linear, gamma).squeeze(1);
   }
@@ -561,6 +581,15 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
         if (!maps->gamma[s].defined() || maps->gamma[s].sizes() != at::IntArrayRef{c.n_head} ||
             !at::isfinite(maps->gamma[s]).all().item<bool>())
           fail("linear attention", "layer " + std::to_string(s) + ": gamma must hold one finite balance per head (" +
+                                       std::to_string(c.n_head) + ")");
+    }
+    if (!maps->decay_delta.empty()) {
+      if (int(maps->decay_delta.size()) != c.n_layer)
+        fail("linear attention", "decayed heads need a delta for each of the " + std::to_string(c.n_layer) + " layers");
+      for (int s = 0; s < c.n_layer; ++s)
+        if (!maps->decay_delta[s].defined() || maps->decay_delta[s].sizes() != at::IntArrayRef{c.n_head} ||
+            !at::isfinite(maps->decay_delta[s]).all().item<bool>())
+          fail("linear attention", "layer " + std::to_string(s) + ": decay delta must hold one finite number per head (" +
                                        std::to_string(c.n_head) + ")");
     }
   }

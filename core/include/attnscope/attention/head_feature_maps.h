@@ -20,6 +20,9 @@ struct HeadFeatureMaps {
   // float32 per layer (empty when window is 0). A trainer may set requires_grad on them.
   int64_t window = 0;
   std::vector<at::Tensor> gamma;
+  // Decayed heads (SPEC 5, head.h), fixed decay: a = sigmoid(delta[s][h]) at every position;
+  // delta[s] [H] float32 per layer; empty: no decay.
+  std::vector<at::Tensor> decay_delta;
 };
 
 // Hybrid heads' balances for a model of n_layer x n_head heads: gamma = 0 (g = 1/2), as LoLCATs

@@ -15,6 +15,7 @@ struct ConvertedHeader {
   std::vector<std::vector<int64_t>> dims;  // [S][H], expanded from per-layer dims
   int64_t trained_length = 0;              // "trained_length", 0 when absent
   int64_t window = 0;                      // "window": hybrid heads; 0 when absent (plain linear)
+  bool fixed_decay = false;                // "decay": "fixed" (SPEC 5's decayed heads, a = sigmoid(delta))
 };
 
 namespace convert {
@@ -22,6 +23,7 @@ namespace convert {
 nlohmann::json read_config(const std::string& dir);  // DIR/config.json; Error naming it
 std::string tensor_prefix(int s, int h);  // "layers.{s}.heads.{h}.feature_map."
 std::string gamma_name(int s, int h);     // "layers.{s}.heads.{h}.gamma"
+std::string decay_delta_name(int s, int h);  // "layers.{s}.heads.{h}.decay.delta"
 
 // The "feature_map" object and dims from the maps' spec and per-head sizes.
 nlohmann::ordered_json feature_map_json(const FeatureMapSpec& spec);

@@ -28,7 +28,8 @@ std::string converted_weights_dir(const std::string& dir);
 // Error naming the file and head.
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
-                                                   int n_layer, int n_head, int64_t head_dim, int64_t window = 0);
+                                                   int n_layer, int n_head, int64_t head_dim, int64_t window = 0,
+                                                   bool fixed_decay = false);  // also layers.{s}.heads.{h}.decay.delta
 
 // Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
 // model's shape (n_layer x n_head heads of head_dim). Throws Error naming the file and head
