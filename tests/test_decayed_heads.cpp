@@ -315,6 +315,22 @@ TEST(DecayedHeads, AConvertedModelWithFixedDecayRunsInEveryForm) {
       msg = with("fixed");
       EXPECT_NE(msg.find("layers.0.heads.0.decay.delta"), std::string::npos) << msg;
     }
+    // Stage 2 keeps the decay and trains it with the maps (the deltas move; the model still runs).
+    if (W == 0) {
+      const std::string run = tmp + "/finetune";
+      ASSERT_EQ(test::run_command(cli + " finetune --model " + decayed + " --text " + test::source_dir() +
+                                      "/resources/texts/brown_news_ca44.txt --steps 3 --rank 2 --batch 2 --seq-len 32 --map-lr 0.05 --out " +
+                                      run + " 2>&1", &o), 0) << o;
+      const auto tuned_cfg = nlohmann::json::parse(test::read_file(run + "/model/config.json"));
+      EXPECT_EQ(tuned_cfg["attnscope"]["decay"], "fixed");
+      LoadedModel tuned = load_model(run + "/model");
+      ASSERT_FALSE(tuned.model->feature_maps()->decay_delta.empty());
+      double moved = 0;
+      for (int l = 0; l < 4; ++l)
+        moved = std::max(moved, (tuned.model->feature_maps()->decay_delta[size_t(l)] - maps->decay_delta[size_t(l)]).abs().max().item<double>());
+      EXPECT_GT(moved, 1e-4) << "finetune left every delta where it was";
+      EXPECT_TRUE(at::isfinite(tuned.model->forward(batch_ids)).all().item<bool>());
+    }
     // attnscope_linear.py computes the same logits in plain PyTorch.
     const std::string python = test::python_with_torch();
     if (python.empty()) continue;

@@ -599,8 +599,9 @@ def read_feature_maps(file, spec, dims, shape):
         maps.append(row)
     if used != len(tensors):
         own = ["feature_map.*"] + (["gamma"] if window > 0 else []) + (["decay.delta"] if spec.get("decay") == "fixed" else [])
-        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.{%s}"
-              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1, ", ".join(own)))
+        _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.%s"
+              % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1,
+                 own[0] if len(own) == 1 else "{" + ", ".join(own) + "}"))
     return maps
 
 
@@ -768,7 +769,7 @@ def attend(m, q, k, v, state=None):
     `state` also counts the positions seen (its "pos")."""
     first = state.get("pos", 0) if state is not None else 0
     if m.window > 0:
-        y = hybrid_attention(q, k, v, m, state, first)
+        y = hybrid_attention(q, k, v, m, state)
     else:
         (vq, lq), (vk, lk) = m.query(q), m.key(k)
         lam = decay_lambda(m, first, q.shape[1], q.dtype)
@@ -794,7 +795,7 @@ def _linear_part(sign1, log1, y1, sign2, log2, y2):
     return sign, log + top, num / den.unsqueeze(-1)
 
 
-def hybrid_attention(q, k, v, m, state=None, first=0):
+def hybrid_attention(q, k, v, m, state=None):
     """Hybrid attention (SPEC 5, LoLCATs): q, k [B, L, d] after RoPE, v [B, L, d_v], float64; m the
     head's FeatureMap with window W = m.window > 0 and balance gamma = m.gamma.
 
@@ -815,6 +816,7 @@ def hybrid_attention(q, k, v, m, state=None, first=0):
     W = m.window
     B, L, d = q.shape
     dv = v.shape[-1]
+    first = state.get("pos", 0) if state is not None else 0  # the position of q's first token (attend counts)
     gamma = m.gamma.to(q.dtype)
     log_g = torch.nn.functional.logsigmoid(gamma)
     log_1mg = torch.nn.functional.logsigmoid(-gamma)

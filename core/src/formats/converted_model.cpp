@@ -110,10 +110,14 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   if (window > 0) lin->gamma = per_head(convert::gamma_name, "a hybrid head (window " + std::to_string(window) + ") needs its balance");
   if (fixed_decay) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta");
   if (used != st.entries().size())
+  {
+    const std::string own = window > 0 || fixed_decay ? std::string("{feature_map.*") + (window > 0 ? ", gamma" : "") +
+                                                            (fixed_decay ? ", decay.delta" : "") + "}"
+                                                      : "feature_map.*";
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
-                   std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) + "}.{feature_map.*" +
-                   (window > 0 ? ", gamma" : "") + (fixed_decay ? ", decay.delta" : "") +
-                   "} (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\")");
+                   std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) + "}." + own +
+                   " (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\")");
+  }
   return lin;
 }
 
