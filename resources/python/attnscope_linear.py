@@ -592,8 +592,8 @@ def read_feature_maps(file, spec, dims, shape):
                 m.gamma = _head_gamma(tensors, file, s, h, window)
                 used += 1
             if spec.get("decay") == "fixed":
-                m.log_a = torch.nn.functional.logsigmoid(_head_scalar(tensors, file, s, h, "decay.delta",
-                                                                      'config.json\'s attnscope.decay is "fixed"'))
+                m.log_a = torch.nn.functional.logsigmoid(_head_scalar(
+                    tensors, file, s, h, "decay.delta", 'config.json\'s attnscope.decay is "fixed"', "a head's decay delta"))
                 used += 1
             row.append(m)
         maps.append(row)
@@ -605,15 +605,16 @@ def read_feature_maps(file, spec, dims, shape):
     return maps
 
 
-def _head_scalar(tensors, file, s, h, what, why):
-    """Head (s, h)'s scalar tensor layers.{s}.heads.{h}.WHAT as float64, checked (float32, finite)."""
+def _head_scalar(tensors, file, s, h, what, why, kind):
+    """Head (s, h)'s scalar tensor layers.{s}.heads.{h}.WHAT as float64, checked (float32, finite);
+    `why` says why it must be there, `kind` what it is ("a hybrid head's gamma")."""
     name = "layers.%d.heads.%d.%s" % (s, h, what)
     where = "%s (layer %d head %d)" % (file, s, h)
     if name not in tensors:
         _fail(where, "missing tensor '%s': %s" % (name, why))
     t = tensors[name]
     if list(t.shape) != []:
-        _fail(where, "tensor '%s' has shape %s, it is a scalar (shape [])" % (name, _shape_str(t.shape)))
+        _fail(where, "tensor '%s' has shape %s, %s is a scalar (shape [])" % (name, _shape_str(t.shape), kind))
     if t.dtype != torch.float32:
         _fail(where, "tensor '%s' is not float32" % name)
     if not bool(torch.isfinite(t).all()):
@@ -623,19 +624,9 @@ def _head_scalar(tensors, file, s, h, what, why):
 
 def _head_gamma(tensors, file, s, h, window):
     """Head (s, h)'s hybrid balance gamma (g = sigmoid(gamma)) as a float64 scalar, checked."""
-    name = "layers.%d.heads.%d.gamma" % (s, h)
-    where = "%s (layer %d head %d)" % (file, s, h)
-    if name not in tensors:
-        _fail(where, "missing tensor '%s': config.json's attnscope.window is %d, so every head is hybrid and needs its gamma"
-              % (name, window))
-    t = tensors[name]
-    if list(t.shape) != []:
-        _fail(where, "tensor '%s' has shape %s, a hybrid head's gamma is a scalar (shape [])" % (name, _shape_str(t.shape)))
-    if t.dtype != torch.float32:
-        _fail(where, "tensor '%s' is not float32" % name)
-    if not bool(torch.isfinite(t).all()):
-        _fail(where, "tensor '%s' holds NaN or inf" % name)
-    return t.to(torch.float64)
+    return _head_scalar(tensors, file, s, h, "gamma",
+                        "config.json's attnscope.window is %d, so every head is hybrid and needs its gamma" % window,
+                        "a hybrid head's gamma")
 
 
 def _shift(logits):

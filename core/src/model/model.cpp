@@ -574,24 +574,17 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
         check_head(m->name(), maps->window);
       }
     }
-    if (map_head_type(maps->window) == HeadType::Hybrid) {
-      if (int(maps->gamma.size()) != c.n_layer)
-        fail("linear attention", "hybrid heads need a balance gamma for each of the " + std::to_string(c.n_layer) + " layers");
+    // One finite number per head in every layer: hybrid heads' balances, decayed heads' deltas.
+    auto per_head = [&](const std::vector<at::Tensor>& t, const std::string& heads, const std::string& what) {
+      if (int(t.size()) != c.n_layer)
+        fail("linear attention", heads + " need " + what + " for each of the " + std::to_string(c.n_layer) + " layers");
       for (int s = 0; s < c.n_layer; ++s)
-        if (!maps->gamma[s].defined() || maps->gamma[s].sizes() != at::IntArrayRef{c.n_head} ||
-            !at::isfinite(maps->gamma[s]).all().item<bool>())
-          fail("linear attention", "layer " + std::to_string(s) + ": gamma must hold one finite balance per head (" +
+        if (!t[s].defined() || t[s].sizes() != at::IntArrayRef{c.n_head} || !at::isfinite(t[s]).all().item<bool>())
+          fail("linear attention", "layer " + std::to_string(s) + ": " + what + " must be one finite number per head (" +
                                        std::to_string(c.n_head) + ")");
-    }
-    if (!maps->decay_delta.empty()) {
-      if (int(maps->decay_delta.size()) != c.n_layer)
-        fail("linear attention", "decayed heads need a delta for each of the " + std::to_string(c.n_layer) + " layers");
-      for (int s = 0; s < c.n_layer; ++s)
-        if (!maps->decay_delta[s].defined() || maps->decay_delta[s].sizes() != at::IntArrayRef{c.n_head} ||
-            !at::isfinite(maps->decay_delta[s]).all().item<bool>())
-          fail("linear attention", "layer " + std::to_string(s) + ": decay delta must hold one finite number per head (" +
-                                       std::to_string(c.n_head) + ")");
-    }
+    };
+    if (map_head_type(maps->window) == HeadType::Hybrid) per_head(maps->gamma, "hybrid heads", "a balance gamma");
+    if (!maps->decay_delta.empty()) per_head(maps->decay_delta, "decayed heads", "a decay delta");
   }
   linear_ = std::move(maps);
 }
