@@ -302,8 +302,11 @@ int HeatmapPanel::square_height(int width) const {
 }
 
 void HeatmapPanel::fit_square() {
+  const int across = fit_across_, down = fit_down_;
   fit_square_once();
-  // The panel's height follows the measure (next turn of the event loop: not inside a layout).
+  // The panel's height follows the measure when it changed (next turn of the event loop: not
+  // inside a layout); a replot that measures the same (panning, zooming) schedules nothing.
+  if (fit_across_ == across && fit_down_ == down) return;
   QTimer::singleShot(0, this, [this] {
     const int cap = square_height(width());
     if (maximumHeight() != cap) setMaximumHeight(cap);

@@ -428,7 +428,14 @@ class KvCache {
 class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
-      : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {}
+      : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {
+    // Decayed heads' log a, read once (fixed_decay_lambda at one position: Lambda_0 = log a), not
+    // per token.
+    for (const at::Tensor& delta : lin_.decay_delta) {
+      const at::Tensor log_a = fixed_decay_lambda(delta.detach().to(at::kCPU, at::kDouble), 1).squeeze(-1).contiguous();
+      log_a_.emplace_back(log_a.data_ptr<double>(), log_a.data_ptr<double>() + log_a.numel());
+    }
+  }
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
   // token-by-token steps would (kernels::final_state of its keys and values; a hybrid head's last
@@ -479,10 +486,7 @@ class Recurrent {
   // Lambda at position pos of head (s, h) (decayed heads: (pos + 1) log sigmoid(delta), exact at
   // any position); 0 without decay.
   double lambda_at(int s, int64_t h, int64_t pos) const {
-    if (lin_.decay_delta.empty()) return 0;
-    const double delta = lin_.decay_delta[size_t(s)][h].item<double>();
-    const double log_a = delta >= 0 ? -std::log1p(std::exp(-delta)) : delta - std::log1p(std::exp(delta));
-    return double(pos + 1) * log_a;
+    return log_a_.empty() ? 0.0 : double(pos + 1) * log_a_[size_t(s)][size_t(h)];
   }
 
   // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`:
@@ -527,6 +531,7 @@ class Recurrent {
   const ModelWeights& w_;
   const HeadFeatureMaps& lin_;
   std::vector<std::vector<Head>> state_;
+  std::vector<std::vector<double>> log_a_;  // decayed heads: log sigmoid(delta) [layer][head]; empty: none
 };
 
 }  // namespace
