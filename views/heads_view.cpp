@@ -1,6 +1,7 @@
 #include "heads_view.h"
 
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -124,6 +125,11 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
          "feature map, under one normalizer, half and half (a trained model learns the balance per head).\n"
          "off (0): the feature map alone; W at least the text length: softmax itself."));
   controls->addWidget(hybrid_window_box_);
+  decay_box_ = new QCheckBox(tr("Decay"), right);
+  decay_box_->setObjectName("decay");
+  decay_box_->setToolTip(tr("Decayed heads: the map's weight of key j in row i times a^(i-j), with each head's a fitted "
+                            "to its softmax attention by lag (where training with --decay fixed starts)"));
+  controls->addWidget(decay_box_);
   // The second row: how the maps are drawn, and Reset zoom (one row does not fit at 1280 pixels).
   auto* look = new QHBoxLayout;
   look->addWidget(new QLabel(tr("Colour scale"), right));
@@ -208,6 +214,7 @@ HeadsView::HeadsView(QWidget* parent) : QWidget(parent) {
   connect(map_box_, &QComboBox::currentIndexChanged, this, &HeadsView::on_map_chosen);
   connect(features_box_, &QSpinBox::valueChanged, this, &HeadsView::on_map_chosen);
   connect(hybrid_window_box_, &QSpinBox::valueChanged, this, &HeadsView::on_map_chosen);
+  connect(decay_box_, &QCheckBox::toggled, this, &HeadsView::on_map_chosen);
   connect(seq_box_, &QSpinBox::valueChanged, this, [this](int seq) { emit seqChanged(seq); });
   connect(scale_box_, &QComboBox::currentIndexChanged, this, [this] {
     const ColourScale s = scale();
@@ -364,6 +371,7 @@ void HeadsView::show_region(const MapRegion& region) {
 QString HeadsView::feature_map() const { return map_box_->currentData().toString(); }
 qint64 HeadsView::features() const { return features_box_->value(); }
 qint64 HeadsView::hybrid_window() const { return hybrid_window_box_->value(); }
+bool HeadsView::decayed() const { return decay_box_->isChecked(); }
 int HeadsView::seq() const { return seq_box_->value(); }
 ColourScale HeadsView::scale() const { return parse_colour_scale(scale_box_->currentData().toString().toStdString()); }
 GridMetric HeadsView::metric() const {
@@ -373,12 +381,12 @@ GridMetric HeadsView::metric() const {
 
 void HeadsView::on_map_chosen() {
   update_titles();
-  emit mapChanged(feature_map(), features(), hybrid_window());
+  emit mapChanged(feature_map(), features(), hybrid_window(), decayed());
 }
 
-void HeadsView::set_feature_map(const QString& name, qint64 features, qint64 window) {
+void HeadsView::set_feature_map(const QString& name, qint64 features, qint64 window, bool decayed) {
   {
-    const QSignalBlocker b1(map_box_), b2(features_box_), b3(hybrid_window_box_);
+    const QSignalBlocker b1(map_box_), b2(features_box_), b3(hybrid_window_box_), b4(decay_box_);
     int i = map_box_->findData(name);
     if (i < 0 && !name.isEmpty()) {  // a session may name a map the list does not have yet
       map_box_->addItem(name, name);
@@ -387,6 +395,7 @@ void HeadsView::set_feature_map(const QString& name, qint64 features, qint64 win
     map_box_->setCurrentIndex(std::max(0, i));
     features_box_->setValue(int(features));
     hybrid_window_box_->setValue(int(std::min<qint64>(window, hybrid_window_box_->maximum())));
+    decay_box_->setChecked(decayed);
   }
   update_titles();
   update_info();
@@ -447,7 +456,8 @@ QString HeadsView::map_label() const {
   const QString map = feature_map();
   if (map.isEmpty()) return {};
   const QString m = features() > 0 ? tr("%1 M=%2").arg(map).arg(features()) : map;
-  return hybrid_window() > 0 ? tr("%1 + window %2").arg(m).arg(hybrid_window()) : m;
+  const QString d = decayed() ? tr("%1, decayed").arg(m) : m;
+  return hybrid_window() > 0 ? tr("%1 + window %2").arg(d).arg(hybrid_window()) : d;
 }
 
 void HeadsView::update_titles() {
@@ -465,6 +475,7 @@ void HeadsView::update_titles() {
   diff_->set_title(tr("difference"));
   // The window mixes softmax into a feature map's attention: nothing to mix without one.
   hybrid_window_box_->setEnabled(!feature_map().isEmpty());
+  decay_box_->setEnabled(!feature_map().isEmpty());
 }
 
 void HeadsView::update_kl() {
@@ -532,6 +543,7 @@ void HeadsView::update_info() {
                                        : tr("feature map %1").arg(feature_map());
   if (!feature_map().isEmpty() && features() > 0) map += tr(" (M = %1)").arg(features());
   if (hybrid) map += tr(", softmax window %1").arg(hybrid_window());
+  if (!feature_map().isEmpty() && decayed()) map += tr(", decay fitted per head");
   QString text = tr("layer %1, head %2, text window %3  ·  L = %4 tokens, head dim %5  ·  %6")
                      .arg(view_->layer).arg(view_->head).arg(view_->seq).arg(view_->length()).arg(view_->head_dim).arg(map);
   // "row sums ≤ 0", not "non-positive row sums": a line too long for the view would break at the hyphen.

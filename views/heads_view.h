@@ -20,6 +20,7 @@
 #include "plot_panel.h"
 
 class QComboBox;
+class QCheckBox;
 class QSpinBox;
 class QToolButton;
 class QLabel;
@@ -53,10 +54,11 @@ class HeadsView : public QWidget {
   QString feature_map() const;
   qint64 features() const;
   qint64 hybrid_window() const;  // W of the hybrid map; 0 = the feature map alone
+  bool decayed() const;          // the map decayed by each head's fitted decay (SPEC 5's fixed decay)
   int seq() const;               // the text window shown
   ColourScale scale() const;
   GridMetric metric() const;
-  void set_feature_map(const QString& name, qint64 features, qint64 window);
+  void set_feature_map(const QString& name, qint64 features, qint64 window, bool decayed = false);
   void set_seq(int seq);
   void set_scale(ColourScale scale);
   void set_metric(GridMetric metric);
@@ -72,6 +74,7 @@ class HeadsView : public QWidget {
   QComboBox* map_box() const { return map_box_; }
   QSpinBox* features_box() const { return features_box_; }
   QSpinBox* hybrid_window_box() const { return hybrid_window_box_; }
+  QCheckBox* decay_box() const { return decay_box_; }
   QSpinBox* seq_box() const { return seq_box_; }
   QComboBox* metric_box() const { return metric_box_; }
   QToolButton* reset_zoom_button() const { return reset_zoom_; }
@@ -85,7 +88,7 @@ class HeadsView : public QWidget {
  signals:
   void headSelected(int layer, int head);
   // The linear map: feature map, M and the hybrid's window W.
-  void mapChanged(const QString& feature_map, qint64 features, qint64 window);
+  void mapChanged(const QString& feature_map, qint64 features, qint64 window, bool decayed);
   void seqChanged(int seq);
   void scaleChanged(attnscope::ColourScale scale);
   void metricChanged(attnscope::GridMetric metric);
@@ -111,6 +114,7 @@ class HeadsView : public QWidget {
   PlotPanel* kl_;
   QComboBox *map_box_, *scale_box_, *metric_box_;
   QSpinBox *features_box_, *hybrid_window_box_, *seq_box_;
+  QCheckBox* decay_box_;
   QToolButton* reset_zoom_;
   QLabel* info_;
   QStringList trainable_;

@@ -70,6 +70,7 @@ std::string full_precision(double v) {
 struct TrainingView::Impl {
   TrainingView* view;
   QComboBox *map = nullptr, *loss = nullptr, *schedule = nullptr, *device = nullptr;
+  QComboBox *decay = nullptr, *decay_init = nullptr;
   QSpinBox *steps = nullptr, *batch = nullptr, *checkpoint = nullptr, *features = nullptr, *window = nullptr;
   QSpinBox *seq_len = nullptr, *finetune_steps = nullptr, *rank = nullptr;
   QDoubleSpinBox *lr = nullptr, *lr_alpha = nullptr;
@@ -99,8 +100,8 @@ struct TrainingView::Impl {
   std::optional<std::pair<QString, bool>> pending_allocation;
 
   std::vector<QWidget*> inputs() const {
-    return {map, loss, schedule, device, steps, batch, checkpoint, features, window, seq_len, finetune_steps, rank,
-            lr, lr_alpha, from_allocation, fixed};
+    return {map, loss, schedule, device, steps, batch, checkpoint, features, window, decay, decay_init, seq_len,
+            finetune_steps, rank, lr, lr_alpha, from_allocation, fixed};
   }
 
   explicit Impl(TrainingView* v) : view(v) {}
@@ -164,6 +165,20 @@ struct TrainingView::Impl {
                           "through the trained map, one normalizer, a balance learned per head.\n"
                           "off (0): plain linear attention. Needs learned-prf or hedgehog, and a loss other than l2."));
     form->addRow(tr("Softmax window"), window);
+    decay = new QComboBox(box);
+    decay->setObjectName("train_decay");
+    decay->addItems(q_list(decay_names()));
+    decay->setToolTip(tr("Decayed heads: the map's weight of key j in row i times a^(i-j), a = sigmoid(delta) learned per "
+                         "head (RetNet's decay): a constant-memory head that forgets.\nnone: no decay."));
+    form->addRow(tr("Decay"), decay);
+    decay_init = new QComboBox(box);
+    decay_init->setObjectName("train_decay_init");
+    decay_init->addItems(q_list(decay_init_names()));
+    decay_init->setToolTip(tr("fit: each head starts at the decay that best matches its captured attention by lag\n"
+                              "none: each head starts without decay"));
+    form->addRow(tr("Decay start"), decay_init);
+    QObject::connect(decay, &QComboBox::currentTextChanged, decay_init,
+                     [this](const QString& d) { decay_init->setEnabled(!frozen && d != QLatin1String(decay_name(Decay::None))); });
 
     steps = new QSpinBox(box);
     steps->setObjectName("train_steps");
@@ -567,6 +582,8 @@ TrainSettings TrainingView::form() const {
   f.from_allocation = d_->from_allocation->isChecked();
   s1.features = d_->features->value();
   s1.window = d_->window->value();
+  s1.decay = parse_decay(d_->decay->currentText().toStdString());
+  s1.decay_init = parse_decay_init(d_->decay_init->currentText().toStdString());
   f.linearize.seq_len = d_->seq_len->value();
   f.linearize.stage2.steps = d_->finetune_steps->value();
   f.linearize.stage2.rank = d_->rank->value();
@@ -588,6 +605,9 @@ void TrainingView::set_form(const TrainSettings& f) {
   spin(d_->checkpoint, s1.checkpoint_every);
   if (s1.features > 0) spin(d_->features, s1.features);  // 0: no fixed M chosen yet, the box keeps its value
   spin(d_->window, s1.window);
+  select_or_add(d_->decay, QString::fromLatin1(decay_name(s1.decay)));
+  select_or_add(d_->decay_init, QString::fromLatin1(decay_init_name(s1.decay_init)));
+  d_->decay_init->setEnabled(!d_->frozen && s1.decay != Decay::None);
   spin(d_->seq_len, f.linearize.seq_len);
   spin(d_->finetune_steps, f.linearize.stage2.steps);
   spin(d_->rank, f.linearize.stage2.rank);
@@ -601,6 +621,7 @@ void TrainingView::set_frozen(bool frozen) {
   d_->frozen = frozen;
   for (QWidget* w : d_->inputs()) w->setEnabled(!frozen);
   if (frozen) return;
+  d_->decay_init->setEnabled(d_->decay->currentText() != QLatin1String(decay_name(Decay::None)));
   if (d_->pending_allocation) {
     const auto [text, available] = *d_->pending_allocation;
     d_->pending_allocation.reset();

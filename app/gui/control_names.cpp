@@ -19,6 +19,8 @@ constexpr Control kControls[] = {
     // Hybrid heads' W: the Train form's (distill's quantity); the heads view's "Softmax window"
     // cannot hold a bad value, and a session's is named by its key.
     {"window", "Train > Softmax window"},
+    {"decay", "Train > Decay"},
+    {"decay initialization", "Train > Decay start"},
     {"steps", "Train > Steps"},
     {"learning rate", "Train > Learning rate"},
     {"alpha learning rate", "Train > LR of alpha"},

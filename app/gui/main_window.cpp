@@ -372,9 +372,9 @@ void MainWindow::connect_views() {
   connect(heads_, &views::HeadsView::headSelected, this, &MainWindow::select_head);
   connect(metrics_, &views::MetricsView::headSelected, this, &MainWindow::select_head);
   connect(dof_, &views::DofView::headSelected, this, &MainWindow::select_head);
-  connect(heads_, &views::HeadsView::mapChanged, this, [this](const QString& map, qint64 features, qint64 window) {
+  connect(heads_, &views::HeadsView::mapChanged, this, [this](const QString& map, qint64 features, qint64 window, bool decayed) {
     if (applying_) return;
-    workbench_->set_feature_map(map, features, window);
+    workbench_->set_feature_map(map, features, window, decayed);
     update_commands();
   });
   connect(heads_, &views::HeadsView::seqChanged, this, [this](int seq) {
@@ -439,7 +439,8 @@ void MainWindow::restore_settings() {
         read_session_choices(saved.toStdString(), "the saved settings", c);
         workbench_->set_capture_options(c.capture);
         workbench_->set_dof_settings(c.lambda, c.budget, c.strategy);
-        workbench_->set_feature_map(q(c.analysis.feature_map), c.analysis.features, c.analysis.window);
+        workbench_->set_feature_map(q(c.analysis.feature_map), c.analysis.features, c.analysis.window,
+                                    c.analysis.decay != Decay::None);
         workbench_->set_colour_scale(c.colour_scale);
         workbench_->set_metric(c.metric);
         workbench_->set_train_settings(c.train);
@@ -459,7 +460,7 @@ void MainWindow::show_choices() {
   const Session& s = workbench_->session();
   applying_ = true;
   model_panel_->set_capture_options(s.capture);
-  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features, s.analysis.window);
+  heads_->set_feature_map(q(s.analysis.feature_map), s.analysis.features, s.analysis.window, s.analysis.decay != Decay::None);
   heads_->set_scale(s.colour_scale);
   heads_->set_metric(s.metric);
   dof_->set_controls(s.lambda, s.budget, s.strategy);
@@ -803,6 +804,7 @@ void MainWindow::on_analysis_ready() {
   QString map = q(a.feature_map);
   const auto learned = trainable_map_names();
   if (std::find(learned.begin(), learned.end(), a.feature_map) != learned.end()) map = tr("untrained %1").arg(map);
+  if (!map.isEmpty() && a.decay != Decay::None) map += tr(", decayed");
   if (!map.isEmpty() && a.window > 0) map += tr(" + window %1").arg(a.window);
   // The panels' titles name the map; the line above them says all of it.
   metrics_->set_analysis(workbench_->analysis(), cap->num_layers(), cap->num_heads(), q(a.feature_map), map);

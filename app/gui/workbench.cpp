@@ -612,14 +612,16 @@ void Workbench::set_seq(int seq) {
   start_maps();
 }
 
-void Workbench::set_feature_map(const QString& name, qint64 features, qint64 window) {
+void Workbench::set_feature_map(const QString& name, qint64 features, qint64 window, bool decayed) {
   const std::string map = to_std(name);
+  const Decay decay = decayed ? Decay::Fixed : Decay::None;
   if (map == session_.analysis.feature_map && features == session_.analysis.features &&
-      window == session_.analysis.window)
+      window == session_.analysis.window && decay == session_.analysis.decay)
     return;
   session_.analysis.feature_map = map;
   session_.analysis.features = features;
   session_.analysis.window = window;
+  session_.analysis.decay = decay;
   if (!capture_) return;
   schedule_metrics();
   start_maps();

@@ -113,7 +113,7 @@ class Workbench : public QObject {
   void set_seq(int seq);  // the text window (captured sequence) of the maps and thumbnails
   // The linear map of the maps and metrics: the feature map, its M and the hybrid's window W (0:
   // the map alone). A change recomputes the metrics and the selected head's maps.
-  void set_feature_map(const QString& name, qint64 features, qint64 window);
+  void set_feature_map(const QString& name, qint64 features, qint64 window, bool decayed = false);
   // DoF at lambda, convergence and Algorithm 1 under (budget, strategy), synchronously: O(S H J),
   // instant, so the sliders redraw as they move. Stored in the session; dofStateChanged().
   // Empty (and error()) without spectra or for a bad budget.

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 namespace attnscope {
 
@@ -50,6 +51,18 @@ void check_window(const AnalysisOptions& opt) { check_head(opt.feature_map, opt.
 at::Tensor measured_map(const AnalysisOptions& opt, const Features& pq, const Features& pk, const at::Tensor& q,
                         const at::Tensor& k, const LinearMap& lm) {
   return opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
+}
+
+// An untrained decayed head (opt.decay fixed): the features with Lambda_i = (i + 1) log a, a fitted
+// to the head's softmax over its windows q, k [T, L, d] (fit_decay_to_softmax, within the model's
+// window W). The features as they are without decay.
+std::pair<Features, Features> decayed_for_analysis(const AnalysisOptions& opt, const Features& fq, const Features& fk,
+                                                   const at::Tensor& q, const at::Tensor& k, int64_t W) {
+  if (opt.decay == Decay::None) return {fq, fk};
+  const double log_a = fit_decay_to_softmax(q.dim() == 2 ? q.unsqueeze(0) : q, k.dim() == 2 ? k.unsqueeze(0) : k, W).item<double>();
+  const at::Tensor lambda = at::arange(1, q.size(-2) + 1, fq.log_scale.options()) * log_a;
+  const DecayedFeatures f = decayed_features(fq, fk, lambda);
+  return {f.q, f.k};
 }
 
 at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
@@ -217,7 +230,8 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, c
     // Scaled features: phi itself under- or overflows at the norms real heads reach.
     auto phi = head_feature_map(opt, d, s, h, q, k);
     const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
-    const Features fq(pq.values.to(at::kDouble), pq.log_scale.to(at::kDouble)), fk(pk.values.to(at::kDouble), pk.log_scale.to(at::kDouble));
+    Features fq(pq.values.to(at::kDouble), pq.log_scale.to(at::kDouble)), fk(pk.values.to(at::kDouble), pk.log_scale.to(at::kDouble));
+    std::tie(fq, fk) = decayed_for_analysis(opt, fq, fk, q, k, W);
     const LinearRows lr = linear_rows(fq, fk, pos);
     HeadMetricsInput li;
     li.map = opt.window > 0 ? hybrid_rows(fq, fk, q, k, pos, opt.window) : lr.map;
@@ -303,7 +317,10 @@ HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, cons
   m.softmax = softmax_map(q, k, store.sliding_window());
   if (!opt.feature_map.empty()) {
     auto phi = head_feature_map(opt, store.head_dim(), layer, head, Q.select(1, head), K.select(1, head));
-    const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
+    Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
+    // The decay fitted over the windows the analysis reads (as the metrics' fit).
+    std::tie(pq, pk) = decayed_for_analysis(opt, pq, pk, select_seqs(Q.select(1, head), opt.max_seqs).to(at::kDouble),
+                                            select_seqs(K.select(1, head), opt.max_seqs).to(at::kDouble), store.sliding_window());
     const LinearMap lm = linear_map(pq, pk);
     m.linear = measured_map(opt, pq, pk, q, k, lm);
     m.nonpositive_row_fraction = lm.nonpositive_row_fraction;

@@ -1,13 +1,16 @@
 #include "attnscope/analysis/structured_mixers.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "attnscope/attention/attention.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/tensor_checks.h"
 
@@ -334,6 +337,61 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
   const double sweep = rel((A - semiseparable_sweep(A, o.state_size)).pow(2).sum().item<double>());
   out.semiseparable = std::min({sweep, out.causal_low_rank, out.ssd, out.ssd_d});
   return out;
+}
+
+at::Tensor attention_mean_lag(const at::Tensor& A) {
+  if (A.dim() < 2 || A.size(-1) != A.size(-2)) fail_value("attention", "must be [..., L, L]");
+  const int64_t L = A.size(-1);
+  const at::Tensor a = A.to(at::kDouble).tril();
+  const at::Tensor pos = at::arange(L, a.options());
+  const at::Tensor lag = (pos.unsqueeze(1) - pos.unsqueeze(0)).clamp_min(0);  // [L, L]
+  const at::Tensor mass = a.sum(-1);
+  return ((a * lag).sum(-1) / mass.clamp_min(1e-300)).masked_fill(mass <= 0, 0.0);
+}
+
+at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag) {
+  if (mean_lag.dim() < 1 || mean_lag.size(-1) < 1) fail_value("mean lag", "must be [..., L] with L >= 1");
+  const int64_t L = mean_lag.size(-1);
+  const at::Tensor mu = mean_lag.to(at::kDouble).reshape({-1, L});  // [N, L]
+  const at::Tensor pos = at::arange(L, mu.options());
+  if (at::isnan(mu).any().item<bool>() || (mu < 0).any().item<bool>() || (mu > pos + 1e-9).any().item<bool>())
+    fail_value("mean lag", "must lie in [0, i] in row i (and not be NaN)");
+  const at::Tensor target = mu.mean(-1);  // [N]
+  const at::Tensor lag = pos;             // l = 0 .. L-1
+  const at::Tensor allowed = lag.unsqueeze(0) <= pos.unsqueeze(1);  // [rows i, lags l]: l <= i
+  // The model's mean lag averaged over rows, at theta [N]: row i's law is e^(theta l) over l <= i.
+  const auto model_lag = [&](const at::Tensor& theta) {
+    const at::Tensor logits = (theta.view({-1, 1, 1}) * lag.view({1, 1, L})).masked_fill(allowed.logical_not().unsqueeze(0),
+                                                                                        -std::numeric_limits<double>::infinity());
+    return (at::softmax(logits, -1) * lag.view({1, 1, L})).sum(-1).mean(-1);  // [N]
+  };
+  constexpr double kLowest = -30.0;
+  at::Tensor lo = at::full_like(target, kLowest), hi = at::zeros_like(target);
+  for (int it = 0; it < 80; ++it) {  // the model's lag increases with theta: keep the root in [lo, hi]
+    const at::Tensor mid = (lo + hi) / 2;
+    const at::Tensor above = model_lag(mid) > target;
+    hi = at::where(above, mid, hi);
+    lo = at::where(above, lo, mid);
+  }
+  at::Tensor theta = (lo + hi) / 2;
+  // The ends: no decay fits (A's lag at or above the uniform's; also L = 1, where every theta fits),
+  // or even the strongest decay's lag is above A's.
+  const at::Tensor none = model_lag(at::zeros_like(target)) <= target;
+  theta = at::where(none, at::zeros_like(theta), theta);
+  theta = at::where(none.logical_not() & (model_lag(at::full_like(target, kLowest)) >= target), at::full_like(theta, kLowest), theta);
+  std::vector<int64_t> shape(mean_lag.sizes().begin(), mean_lag.sizes().end() - 1);
+  return theta.reshape(shape);
+}
+
+at::Tensor fit_decay_to_softmax(const at::Tensor& q, const at::Tensor& k, int64_t window) {
+  at::NoGradGuard no_grad;
+  const int64_t T = q.size(0);
+  at::Tensor lag_sum;
+  for (int64_t t = 0; t < T; ++t) {
+    const at::Tensor lag = attention_mean_lag(softmax_map(q[t], k[t], window));
+    lag_sum = lag_sum.defined() ? lag_sum + lag : lag;
+  }
+  return fit_decay_by_lag(lag_sum.cpu() / double(T));
 }
 
 }  // namespace attnscope

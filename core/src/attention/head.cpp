@@ -3,11 +3,14 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
 #include "attnscope/attention/map_family.h"
 #include "attnscope/base/error.h"
+#include "attnscope/base/names.h"
 
 namespace attnscope {
 namespace {
@@ -51,6 +54,25 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
   // Where the linear part has no weight (a = -inf) its output is 0/0: read as 0 (weight 0 anyway).
   const at::Tensor lin = at::where(at::isfinite(a), linear.y, at::zeros_like(linear.y));
   return (ea * lin + eb * window.y) / (ea + eb);
+}
+
+namespace {
+constexpr Named<Decay> kDecays[] = {{Decay::None, "none"}, {Decay::Fixed, "fixed"}};
+constexpr Named<DecayInit> kDecayInits[] = {{DecayInit::Fit, "fit"}, {DecayInit::None, "none"}};
+}  // namespace
+
+Decay parse_decay(const std::string& name) { return parse_name(kDecays, name, "decay"); }
+const char* decay_name(Decay decay) { return name_of(kDecays, decay); }
+std::vector<std::string> decay_names() { return names_of(kDecays); }
+DecayInit parse_decay_init(const std::string& name) { return parse_name(kDecayInits, name, "decay initialization"); }
+const char* decay_init_name(DecayInit init) { return name_of(kDecayInits, init); }
+std::vector<std::string> decay_init_names() { return names_of(kDecayInits); }
+
+double delta_of_log_decay(double log_a) {
+  if (!(log_a <= 0)) fail_value("decay", "log a must be <= 0 (a in (0, 1])");
+  if (log_a == 0) return kUndecayedDelta;
+  // log(1 - a) = log(-expm1(log a)): exact for a near 1.
+  return std::min(kUndecayedDelta, log_a - std::log(-std::expm1(log_a)));
 }
 
 at::Tensor decay_log_cumsum(const at::Tensor& log_a) {

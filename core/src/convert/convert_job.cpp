@@ -62,7 +62,8 @@ ConvertOptions distill_run_convert_options(const std::string& run, const ModelCo
   o.trained_length = job.trained_length;
   std::ifstream in(job.file);
   o.job_json = nlohmann::json::parse(in).dump();  // read_distill_job has read it whole
-  o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), o.map, o.dims, c.n_layer, c.n_head, c.head_dim, d.window);
+  o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), o.map, o.dims, c.n_layer, c.n_head, c.head_dim, d.window,
+                             d.decay == Decay::Fixed);
   return o;
 }
 

@@ -183,7 +183,8 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
         if (values) st.val_v = v.index_select(0, idx).contiguous().to(device);
       }
     }
-    init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.sliding_window(), st);
+    init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.sliding_window(), st,
+                     resume ? at::Tensor() : st.q, resume ? at::Tensor() : st.k);
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;
   }

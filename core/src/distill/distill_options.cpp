@@ -38,6 +38,7 @@ using Row = Option<DistillOptions>;
 using O = DistillOptions;
 
 bool has_strategy(const O& o) { return o.strategy.has_value(); }
+bool has_decay(const O& o) { return o.decay != Decay::None; }
 
 // The table: every option of `attnscope distill` DistillOptions holds, in the order the command
 // line is written; each is a definition of the catalogue (option_defs.h) bound to its field.
@@ -64,6 +65,8 @@ const OptionTable<O>& table() {
       bind(opt::untied, &O::tied, false),
       bind(opt::activation, &O::activation, std::vector<std::string>{"exp", "softmax"}),
       bind(opt::window, &O::window, 0),
+      bind(opt::decay, &O::decay, parse_decay, decay_name, decay_names()),
+      only_when(bind(opt::decay_init, &O::decay_init, parse_decay_init, decay_init_name, decay_init_names()), has_decay),
       bind(opt::features, &O::features, 0),
       bind(opt::allocation, &O::allocation),
       bind(opt::strategy, &O::strategy, parse_alloc_strategy, alloc_strategy_name, alloc_strategy_names()),
@@ -146,6 +149,12 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
     check_head(o.feature_map, o.window);  // the one rule of a head's settings (attention/head.h)
     if (o.loss == DistillLoss::L2)
       fail_value("window", "the l2 loss fits kernel values, not a hybrid head's weights: use kl, softmax, output or direct");
+  }
+  if (o.decay != Decay::None) {
+    if (o.loss == DistillLoss::L2)
+      fail_value("decay", "fixed does not train with the l2 loss (it fits kernel values, not a decayed head's weights): use kl, softmax, output or direct");
+    if (o.decay_init == DecayInit::Fit && o.capture.empty())
+      fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
   }
   if (o.features != 0) check_map_dims(o, {{o.features}});
 }

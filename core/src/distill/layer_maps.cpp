@@ -11,6 +11,7 @@
 
 #include "attnscope/distill/layer_maps.h"
 
+#include "attnscope/analysis/structured_mixers.h"
 #include "attnscope/base/error.h"
 #include "attnscope/attention/head.h"
 #include "attnscope/attention/head_feature_maps.h"
@@ -24,7 +25,9 @@ namespace attnscope {
 
 std::string feature_map_tensor_name(int layer, int head, const std::string& param) {
   // A hybrid head's balance sits beside its map (SPEC 7), not in it.
-  return param == kGammaParam ? convert::gamma_name(layer, head) : convert::tensor_prefix(layer, head) + param;
+  if (param == kGammaParam) return convert::gamma_name(layer, head);
+  if (param == kDecayParam) return convert::decay_delta_name(layer, head);
+  return convert::tensor_prefix(layer, head) + param;
 }
 
 namespace {
@@ -89,6 +92,7 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
   static_cast<StackedMaps&>(m) = init_stacked_maps(spec, seeds);
   m.window = o.window;
   if (o.window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
+  if (o.decay == Decay::Fixed) m.params.emplace_back(kDecayParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
   return m;
 }
 
@@ -120,18 +124,27 @@ std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, con
   return groups;
 }
 
-at::Tensor layer_gamma(const std::vector<HeadGroup>& layer) {
+at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name) {
   std::vector<at::Tensor> parts;
-  std::vector<int64_t> where;  // where[h]: head h's place in the concatenation of the groups' gammas
+  std::vector<int64_t> where;  // where[h]: head h's place in the concatenation of the groups' values
   int64_t n = 0;
   for (const auto& g : layer) n += int64_t(g.heads.size());
   where.assign(size_t(n), -1);
   int64_t at_ = 0;
   for (const auto& g : layer) {
-    parts.push_back(g.maps.param(kGammaParam));
+    parts.push_back(g.maps.param(name));
     for (int64_t h : g.heads) where[size_t(h)] = at_++;
   }
   return at::cat(parts).index_select(0, at::tensor(where, at::kLong).to(parts[0].device()));
+}
+
+void fit_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& q, const at::Tensor& k, int64_t softmax_window) {
+  at::NoGradGuard no_grad;
+  const at::Tensor log_a = fit_decay_to_softmax(q, k, softmax_window);  // [H]
+  for (HeadGroup& g : layer)
+    for (auto& [name, delta] : g.maps.params)
+      if (name == kDecayParam)
+        for (size_t i = 0; i < g.heads.size(); ++i) delta[int64_t(i)].fill_(delta_of_log_decay(log_a[g.heads[i]].item<double>()));
 }
 
 std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups) {
@@ -148,7 +161,9 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
         heads[size_t(g.heads[i])] = g.maps.trainable_head_map(int64_t(i));
       }
     lin->maps.push_back(std::move(heads));
-    if (lin->window > 0) lin->gamma.push_back(layer_gamma(layer));  // differentiable: direct training reaches gamma
+    // Differentiable: direct training reaches gamma and delta.
+    if (lin->window > 0) lin->gamma.push_back(layer_head_param(layer, kGammaParam));
+    if (layer[0].maps.has_param(kDecayParam)) lin->decay_delta.push_back(layer_head_param(layer, kDecayParam));
   }
   return lin;
 }
@@ -181,9 +196,16 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
   const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
   const MapFeatures form = map_family(m.map).features;
+  // Decayed heads (SPEC 5, head.h): Lambda [H, L] on the features' log scales, queries + Lambda_i and
+  // keys - Lambda_j (the l2 loss is refused with decay: check_distill_options).
+  const bool decayed = m.has_param(kDecayParam);
+  const at::Tensor lambda = decayed ? fixed_decay_lambda(m.param(kDecayParam), L).to(q.scalar_type()).unsqueeze(-1)
+                                    : at::Tensor();  // [H, L, 1]
+  if (decayed && loss == DistillLoss::L2) fail_value("decay", "the l2 loss does not train decayed heads");
   if (form == MapFeatures::Signed) {
-    const auto [vq, lsq] = stacked_fourier_features(m, q);
-    const auto [vk, lsk] = stacked_fourier_features(m, k);
+    auto [vq, lsq] = stacked_fourier_features(m, q);
+    auto [vk, lsk] = stacked_fourier_features(m, k);
+    if (decayed) lsq = lsq + lambda.squeeze(-1), lsk = lsk - lambda.squeeze(-1);
     const at::Tensor kv = at::relu(at::matmul(vq, vk.transpose(-1, -2)));  // clamped at 0: SPEC 5
     if (loss == DistillLoss::L2) {
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");
@@ -213,13 +235,16 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
       // Khat exp(-c): exp(-c) capped at e^80 so that a row with a very negative maximum stays finite.
       return (khat * at::exp((-c).clamp_max(80.0)) - at::exp(s_ij - c)).pow(2).mean();
     }
-    const at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2));
+    at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2));
+    if (decayed)  // exp(Lambda_i - Lambda_j) <= 1 on j <= i: no overflow
+      khat = khat * at::exp((lambda - lambda.transpose(-1, -2)).masked_fill(causal.logical_not(), -INFINITY));
     if (m.window == 0) return relu_row_loss(khat.masked_fill(causal.logical_not(), 0.0), target_log_a(), seen, loss, v);
     // A hybrid head's rows are all defined (key i is in its own window); a kernel value of 0 has its
     // log floored at log(1e-30), as log_kernel's (no gradient through it, as through the ReLU).
     log_khat = at::log(khat.clamp_min(1e-30));
   } else {
-    const at::Tensor lq = stacked_log_features(m, q, MapSide::Query), lk = stacked_log_features(m, k, MapSide::Key);
+    at::Tensor lq = stacked_log_features(m, q, MapSide::Query), lk = stacked_log_features(m, k, MapSide::Key);
+    if (decayed) lq = lq + lambda, lk = lk - lambda;
     if (loss == DistillLoss::L2) {
       // Only the sampled pairs: log Khat_ij = logsumexp_m(lq_im + lk_jm) on [B, H, P, M], no L x L.
       if (!pairs.defined() || pairs.numel() == 0) fail("distill", "l2 needs sampled pairs");

@@ -58,10 +58,12 @@ GroupState group_state(HeadGroup group) {
 }
 
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t softmax_window, LayerState& st) {
+                      int64_t softmax_window, LayerState& st, const at::Tensor& q, const at::Tensor& k) {
   st.heads = int64_t(head_dims.size());
   st.groups.clear();
-  for (HeadGroup& hg : init_layer_groups(o, layer, head_dims, d)) {
+  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d);
+  if (o.decay != Decay::None && o.decay_init == DecayInit::Fit && q.defined()) fit_layer_decay(groups, q, k, softmax_window);
+  for (HeadGroup& hg : groups) {
     hg.maps.softmax_window = softmax_window;
     st.groups.push_back(group_state(std::move(hg)));
   }
@@ -243,8 +245,9 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
     maps->maps.push_back(std::move(heads));
     if (layer[0].maps.window > 0) {
       maps->window = layer[0].maps.window;
-      maps->gamma.push_back(layer_gamma(layer).detach().clone());
+      maps->gamma.push_back(layer_head_param(layer, kGammaParam).detach().clone());
     }
+    if (layer[0].maps.has_param(kDecayParam)) maps->decay_delta.push_back(layer_head_param(layer, kDecayParam).detach().clone());
   }
   r.maps = maps;
   rep["mean_val_kl"] = sum_kl / double(S);

@@ -67,6 +67,8 @@ const OptionTable<LO>& table() {
       then(described(stage1_row("--features"), "one M for every head (instead of a strategy)"),
            +[](LO& o) { o.stage1.strategy.reset(); }),
       stage1_row("--window"),
+      stage1_row("--decay"),
+      stage1_row("--decay-init"),
       then(described(stage1_row("--allocation"), "an allocation file (instead of a strategy)"),
            +[](LO& o) { o.stage1.strategy.reset(); }),
       described(stage1_row("--strategy"), "Algorithm 1 on the capture's DoF: fix | dof | dof-clip | per-head"),

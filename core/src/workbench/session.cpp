@@ -113,7 +113,8 @@ const OptionTable<TrainSettings>& train_option_table() {
     const auto& lin = linearize_option_table();
     // The session's keys: one word each, as the form names them.
     const std::pair<const char*, const char*> lin_rows[] = {
-        {"--feature-map", "feature_map"}, {"--window", "window"},   {"--features", "features"},
+        {"--feature-map", "feature_map"}, {"--window", "window"},   {"--decay", "decay"},
+        {"--decay-init", "decay_init"},   {"--features", "features"},
         {"--loss", "loss"},               {"--steps", "steps"},     {"--lr", "lr"},
         {"--batch", "batch"},             {"--seq-len", "seq_len"}, {"--finetune-steps", "finetune_steps"},
         {"--rank", "rank"},               {"--finetune-lr", "finetune_lr"}, {"--kl-weight", "kl_weight"},

@@ -17,6 +17,7 @@
 #include "attnscope/analysis/head_metrics.h"
 #include "attnscope/base/progress.h"
 #include "attnscope/analysis/structured_mixers.h"
+#include "attnscope/attention/head.h"
 
 namespace attnscope {
 
@@ -26,6 +27,8 @@ struct AnalysisOptions {
   int64_t window = 0;       // hybrid heads (SPEC 5): softmax over the last W keys beside the map, balance 1/2;
                             // 0 = the map alone; W >= L: softmax's map exactly. Negative, or beside a map
                             // whose kernel values can be negative (head.h's check_head): Error ("window")
+  Decay decay = Decay::None;  // fixed: each head's map decayed by the decay fitted to its softmax by lag
+                             // (fit_decay_to_softmax: where training's --decay-init fit starts)
   uint64_t seed = 0;        // feature-map draws (combined with layer and head) and sampled pairs
   int max_seqs = 0;         // use the first n windows of the capture (0 = all)
   int64_t mixer_state = 0;  // N for the structured-mixer distances (0 = skip them; first window)

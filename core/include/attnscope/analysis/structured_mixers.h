@@ -68,4 +68,23 @@ struct MixerDistances {
 // its causal part is all zero, state_size < 1, iterations < 0 or tolerance < 0.
 MixerDistances mixer_distances(const at::Tensor& A, const MixerFitOptions& options);
 
+// The decay-only head closest to an attention map by lag (SPEC 5's fixed decay; training's
+// --decay-init fit): the a in (0, 1] that maximizes sum_i sum_{j <= i} A_ij log P_a(i, j),
+// P_a(i, j) = a^(i-j) / sum_{j' <= i} a^(i-j') (a decayed head whose map is constant), i.e. the
+// lag's truncated geometric law fitted to A by maximum likelihood. In theta = log a that law is an
+// exponential family (the lag its statistic), so the likelihood is concave in theta and its optimum
+// is where the model's mean lag, averaged over the rows, equals A's: found by bisection in float64.
+// A's mean lag at or above the uniform's (i/2 in row i: attention to old keys, e.g. a sink at the
+// first token) gives a = 1.
+// attention_mean_lag: A [..., L, L] (causal; entries above the diagonal are ignored) -> each row's
+// A-weighted mean lag sum_j A_ij (i - j) / sum_j A_ij, [..., L] float64 (a row with no weight gives 0).
+at::Tensor attention_mean_lag(const at::Tensor& A);
+// mean_lag [..., L] (row i of length-L windows, e.g. averaged over windows) -> log a [...] float64
+// in [-30, 0] (-30: the last key only). Error for NaN, a negative lag or one above the row's i.
+at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag);
+// The fit of the heads of q, k [T, ..., L, d] (T windows): each window's softmax attention (within
+// the model's sliding window `window`, 0 = none), its mean lag per row averaged over the windows,
+// fitted -> log a [...] float64. One window's [..., L, L] at a time.
+at::Tensor fit_decay_to_softmax(const at::Tensor& q, const at::Tensor& k, int64_t window);
+
 }  // namespace attnscope

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnscope/attention/features.h"
 
@@ -64,6 +65,27 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
 // the rule says (the window's keys are not decayed). So linear_map, linear_attention_output,
 // hybrid_map, hybrid_attention_output and the recurrent form run decayed heads unchanged on
 // decayed_features. a = 1 (log a = 0) is the head without decay exactly.
+
+// The decay a head's linear part carries, one name table: none | fixed (a = sigmoid(delta), one
+// delta per head: RetNet's retention decay).
+enum class Decay { None, Fixed };
+Decay parse_decay(const std::string& name);  // else Error (quantity "decay")
+const char* decay_name(Decay decay);
+std::vector<std::string> decay_names();
+
+// How training starts a decayed head, one name table: fit (the decay fitted to the head's captured
+// attention by lag, fit_decay_by_lag in analysis/structured_mixers.h) | none (delta =
+// kUndecayedDelta).
+enum class DecayInit { Fit, None };
+DecayInit parse_decay_init(const std::string& name);  // else Error (quantity "decay initialization")
+const char* decay_init_name(DecayInit init);
+std::vector<std::string> decay_init_names();
+
+// The delta of a head that starts without decay: a = sigmoid(10) = 1 - 4.5e-5, a weight of 0.9 at a
+// lag of 2,300 tokens.
+constexpr double kUndecayedDelta = 10.0;
+// delta = log a - log(1 - a) of log a <= 0, capped at kUndecayedDelta (a = 1 has no finite delta).
+double delta_of_log_decay(double log_a);
 
 // Lambda [..., L]: the cumulative sum of log a [..., L] (each <= 0) over positions, accumulated in
 // float64 (at L = 16K a float32 running sum drifts by more than the decay it carries), returned in

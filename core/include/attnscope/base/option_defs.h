@@ -140,6 +140,14 @@ inline const OptionDef window{"--window", "window",
                               "hybrid heads: each query attends its last W keys with softmax weights and older keys through "
                               "the map, with a learned balance per head (0: plain linear attention)",
                               "window", OptionKind::Whole, whole_range(0, kMaxTokens)};
+inline const OptionDef decay{"--decay", "decay",
+                             "decayed heads: none | fixed (the map's weight of key j in row i times a^(i-j), a = "
+                             "sigmoid(delta) learned per head: RetNet's decay)",
+                             "decay", OptionKind::Name};
+inline const OptionDef decay_init{"--decay-init", "decay initialization",
+                                  "where a decayed head starts: fit (the decay that best matches the head's captured "
+                                  "attention by lag) | none (a = 1 - 1/(64 L))",
+                                  "decay_init", OptionKind::Name};
 inline const OptionDef features{"-M,--features", "feature dimension", "feature dimension M of every head", "features",
                                 OptionKind::Whole, whole_range(1, kMaxFeatures)};
 inline const OptionDef allocation{"--allocation", "allocation",

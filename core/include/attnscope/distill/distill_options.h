@@ -13,6 +13,7 @@
 #include "attnscope/base/options.h"
 #include "attnscope/base/device.h"
 #include "attnscope/analysis/dof.h"
+#include "attnscope/attention/head.h"
 #include "attnscope/run/adamw.h"
 
 namespace attnscope {
@@ -45,6 +46,8 @@ struct DistillOptions {
   bool tied = true;                         // hedgehog, t2r: one layer for queries and keys
   std::string activation = "exp";           // hedgehog: exp | softmax
   int64_t window = 0;                       // hybrid heads (SPEC 5): softmax over the last W keys beside the map; 0: plain linear
+  Decay decay = Decay::None;                // decayed heads (SPEC 5): a delta per head, trained with the map
+  DecayInit decay_init = DecayInit::Fit;    // fit: from the capture (needs one) | none
   // Their feature dimensions: exactly one of features, allocation, strategy.
   int64_t features = 0;                   // M for every head
   std::string allocation;                 // an allocation file (allocation_file.h)

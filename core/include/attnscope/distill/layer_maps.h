@@ -37,8 +37,12 @@ struct HeadFeatureMaps;
 // The stacked parameter of hybrid heads' balances gamma [H] (LayerMaps::params, with window > 0).
 constexpr const char* kGammaParam = "gamma";
 
+// The stacked parameter of decayed heads' deltas [H] (LayerMaps::params with DistillOptions::decay
+// fixed): a = sigmoid(delta) (SPEC 5).
+constexpr const char* kDecayParam = "decay.delta";
+
 // SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}" (and
-// "layers.{s}.heads.{h}.gamma" for kGammaParam).
+// "layers.{s}.heads.{h}.gamma" for kGammaParam, "layers.{s}.heads.{h}.decay.delta" for kDecayParam).
 std::string feature_map_tensor_name(int layer, int head, const std::string& param);
 
 // One layer's maps (or one group of its heads): every parameter stacked over the H heads.
@@ -72,9 +76,14 @@ struct HeadGroup {
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
                                          int64_t d);
 
-// Hybrid heads: the layer's balances gamma [H] in head order, gathered from its groups
-// (differentiable in the groups' kGammaParam).
-at::Tensor layer_gamma(const std::vector<HeadGroup>& layer);
+// A per-head parameter of the layer's groups (kGammaParam, kDecayParam) as [H] in head order,
+// gathered from its groups (differentiable in theirs).
+at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name);
+
+// Decayed heads' start (DistillOptions::decay_init fit): each head's delta from fit_decay_to_softmax
+// (analysis/structured_mixers.h) on q, k [T, H, L, d] (the layer's captured windows, every head;
+// within the teacher's sliding window).
+void fit_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& q, const at::Tensor& k, int64_t softmax_window);
 
 // Every head's trainable_head_map (groups[s] is layer s's groups): the model runs with the
 // trainable maps in place, and gradients reach their parameters.

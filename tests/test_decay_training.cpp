@@ -1,0 +1,363 @@
+// Training decayed heads (issue 27, `--decay fixed`): the decay fitted to a head's attention by lag
+// (fit_decay_by_lag) against a closed case and a brute-force likelihood over a fine grid; the
+// layerwise losses of decayed heads against a float64 pair-by-pair reference written here (plain
+// loops) for every map form and for hybrid heads, with the gradient reaching delta; and distill's
+// runs: the deltas start at the fit, train, are written under SPEC 7's names, resume exactly, and
+// convert to a model that says "decay": "fixed" and runs the same in the batch and recurrent forms.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnscope/analysis/structured_mixers.h"
+#include "attnscope/attention/head.h"
+#include "attnscope/base/error.h"
+#include "attnscope/base/job.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/layer_maps.h"
+#include "attnscope/formats/converted_json.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/model/model.h"
+#include "attnscope/run/run_dir.h"
+#include "test_support.h"
+#include "tiny_models.h"
+
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_decay_training {
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+// P_a(i, j) = a^(i-j) / sum_{j' <= i} a^(i-j'), float64 by loops: the decay-only head.
+at::Tensor decay_only_map(double a, int64_t L) {
+  at::Tensor P = at::zeros({L, L}, at::kDouble);
+  auto p = P.accessor<double, 2>();
+  for (int64_t i = 0; i < L; ++i) {
+    double z = 0;
+    for (int64_t j = 0; j <= i; ++j) z += std::pow(a, double(i - j));
+    for (int64_t j = 0; j <= i; ++j) p[i][j] = std::pow(a, double(i - j)) / z;
+  }
+  return P;
+}
+
+// The mean over rows of sum_j A_ij log P_theta(i, j), by loops (the fit's objective, written
+// directly: no mean lag, no bisection).
+double log_likelihood(const at::Tensor& A, double theta) {
+  const int64_t L = A.size(0);
+  auto a = A.accessor<double, 2>();
+  double total = 0;
+  for (int64_t i = 0; i < L; ++i) {
+    double mx = 0, z = 0;  // log-sum-exp of theta * l over l = 0..i; theta <= 0, so l = 0 is the max
+    for (int64_t l = 0; l <= i; ++l) z += std::exp(theta * double(l) - mx);
+    const double log_z = std::log(z);
+    for (int64_t j = 0; j <= i; ++j) total += a[i][j] * (theta * double(i - j) - log_z);
+  }
+  return total / double(L);
+}
+
+std::map<std::string, at::Tensor> read_tensors(const std::string& file) {
+  SafetensorsFile f(file);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
+  return out;
+}
+
+// Float64 reference of a decayed head's layerwise losses (kl and output), pair by pair in the log
+// domain: phi from the map's own features (core's FeatureMap), log w_ij = log max(phi(q_i).phi(k_j), 0)
+// + (i - j) log a, or in a hybrid head log g + s_ij on the last W keys and log(1 - g) + that on the
+// older. t2r's kernel is formed directly (no log domain), so its values are floored at 1e-30
+// (distill.h): a hybrid's kernel value, a linear head's Ahat.
+struct Losses {
+  double kl = 0, output = 0;
+};
+Losses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3), dv = v.size(3);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const bool relu = maps.map == "t2r";  // its kernel is formed directly, with the floors distill.h names
+  Losses r;
+  int64_t rows = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    auto fm = maps.head_map(h);
+    const double log_a = -std::log1p(std::exp(-maps.param(kDecayParam)[h].item<double>()));
+    const double g = maps.window > 0 ? 1 / (1 + std::exp(-maps.param(kGammaParam)[h].item<double>())) : 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const at::Tensor qd = q[b][h].to(at::kDouble), kd = k[b][h].to(at::kDouble), vd = v[b][h].to(at::kDouble);
+      const at::Tensor pq = fm->query_features(qd), pk = fm->key_features(kd);
+      auto Q = qd.accessor<double, 2>();
+      auto K = kd.accessor<double, 2>();
+      auto V = vd.accessor<double, 2>();
+      auto PQ = pq.accessor<double, 2>();
+      auto PK = pk.accessor<double, 2>();
+      std::vector<double> s, lw;
+      for (int64_t i = 0; i < L; ++i) {
+        s.assign(size_t(i + 1), 0.0);
+        lw.assign(size_t(i + 1), ninf);
+        double mx = ninf, mw = ninf;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0, f = 0;
+          for (int64_t c = 0; c < d; ++c) dot += Q[i][c] * K[j][c];
+          for (int64_t m = 0; m < pq.size(1); ++m) f += PQ[i][m] * PK[j][m];
+          s[size_t(j)] = dot / std::sqrt(double(d));
+          mx = std::max(mx, s[size_t(j)]);
+          const double log_lin = (f > 0 ? std::log(f) : ninf) + log_a * double(i - j);
+          if (maps.window == 0) lw[size_t(j)] = log_lin;
+          else if (i - j < maps.window) lw[size_t(j)] = std::log(g) + s[size_t(j)];
+          else lw[size_t(j)] = std::log(1 - g) + (relu ? std::max(log_lin, std::log(1e-30)) : log_lin);
+          mw = std::max(mw, lw[size_t(j)]);
+        }
+        double z = 0, zh = 0;
+        for (int64_t j = 0; j <= i; ++j) z += std::exp(s[size_t(j)] - mx), zh += std::exp(lw[size_t(j)] - mw);
+        std::vector<double> y(size_t(dv), 0.0), yh(size_t(dv), 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double log_p = s[size_t(j)] - mx - std::log(z), log_ph = lw[size_t(j)] - mw - std::log(zh);
+          const double a = std::exp(log_p), ah = std::exp(log_ph);
+          r.kl += a * (log_p - (relu ? std::max(log_ph, std::log(1e-30)) : log_ph));
+          for (int64_t c = 0; c < dv; ++c) y[size_t(c)] += a * V[j][c], yh[size_t(c)] += ah * V[j][c];
+        }
+        for (int64_t c = 0; c < dv; ++c) r.output += (y[size_t(c)] - yh[size_t(c)]) * (y[size_t(c)] - yh[size_t(c)]);
+        ++rows;
+      }
+    }
+  }
+  r.kl /= double(rows);
+  r.output /= double(rows * dv);
+  return r;
+}
+
+DistillOptions decay_options(int64_t steps) {
+  DistillOptions o;
+  o.capture = test::bundled_capture();
+  o.val_capture = o.capture;  // every window of the capture trains (and the fit reads them all)
+  o.feature_map = "learned-prf";
+  o.loss = DistillLoss::Kl;
+  o.features = 16;
+  o.steps = steps;
+  o.seed = 5;
+  o.batch = 2;
+  o.decay = Decay::Fixed;
+  o.schedule = LrSchedule::Cosine;
+  return o;
+}
+
+}  // namespace
+
+// A decay-only map is fitted back to its own decay, from weak to strong.
+TEST(DecayFit, RecoversTheDecayOfADecayOnlyMap) {
+  for (double a : {0.3, 0.8, 0.97, 0.995}) {
+    const at::Tensor P = decay_only_map(a, 200);
+    const double fitted = fit_decay_by_lag(attention_mean_lag(P)).item<double>();
+    EXPECT_NEAR(fitted, std::log(a), 1e-7 * std::max(1.0, -std::log(a))) << "a = " << a;
+  }
+  // Several heads at once (leading dimensions kept): [2, 3, L] -> [2, 3].
+  const at::Tensor maps = at::stack({decay_only_map(0.5, 64), decay_only_map(0.9, 64), decay_only_map(0.99, 64)})
+                              .unsqueeze(0).expand({2, 3, 64, 64});
+  const at::Tensor fitted = fit_decay_by_lag(attention_mean_lag(maps));
+  ASSERT_EQ(fitted.sizes().vec(), (std::vector<int64_t>{2, 3}));
+  EXPECT_NEAR(fitted[1][2].item<double>(), std::log(0.99), 1e-7);
+  EXPECT_NEAR(fitted[0][0].item<double>(), std::log(0.5), 1e-7);
+}
+
+// On attention maps that are not decay-only (random rows, a mix of local and far keys), the fit is
+// the maximum of the likelihood: no theta of a fine grid does better, and the best grid point is
+// next to it.
+TEST(DecayFit, IsTheMaximumLikelihoodOverAFineGrid) {
+  for (uint64_t seed : {1, 2, 3}) {
+    at::manual_seed(seed);
+    const int64_t L = 96;
+    const at::Tensor pos = at::arange(L, at::kDouble);
+    const at::Tensor locality = -(pos.unsqueeze(1) - pos.unsqueeze(0)).abs() * (0.05 * double(seed));
+    const at::Tensor scores = at::randn({L, L}, at::kDouble) * 2 + locality;
+    const at::Tensor A = at::softmax(scores.masked_fill(at::ones({L, L}, at::kBool).triu(1), -INFINITY), -1);
+    const double fitted = fit_decay_by_lag(attention_mean_lag(A)).item<double>();
+    const double at_fit = log_likelihood(A, fitted);
+    double best = -1e300, best_theta = 0;
+    for (double theta = -3.0; theta <= 0.0; theta += 1e-3) {
+      const double ll = log_likelihood(A, theta);
+      if (ll > best) best = ll, best_theta = theta;
+    }
+    EXPECT_GE(at_fit, best - 1e-9) << "seed " << seed;
+    EXPECT_NEAR(fitted, best_theta, 2e-3) << "seed " << seed;
+    EXPECT_LT(fitted, 0) << "seed " << seed;
+  }
+}
+
+// The extremes real heads produce: a sink on the first token (no decay fits: a = 1, delta at its
+// cap), the last key only (the strongest decay), L = 1 (nothing to fit: a = 1), and bad input.
+TEST(DecayFit, ExtremesAndBadInput) {
+  const int64_t L = 50;
+  at::Tensor sink = at::zeros({L, L}, at::kDouble);
+  sink.select(1, 0).fill_(1.0);
+  EXPECT_EQ(fit_decay_by_lag(attention_mean_lag(sink)).item<double>(), 0.0);
+  EXPECT_EQ(delta_of_log_decay(0.0), kUndecayedDelta);
+  EXPECT_EQ(fit_decay_by_lag(attention_mean_lag(at::eye(L, at::kDouble))).item<double>(), -30.0);
+  EXPECT_EQ(fit_decay_by_lag(attention_mean_lag(at::ones({1, 1}, at::kDouble))).item<double>(), 0.0);
+  // delta is log a - log(1 - a), exact near a = 1 and capped there.
+  EXPECT_NEAR(delta_of_log_decay(std::log(0.25)), std::log(0.25 / 0.75), 1e-12);
+  EXPECT_NEAR(delta_of_log_decay(-1e-3), std::log(std::exp(-1e-3) / -std::expm1(-1e-3)), 1e-9);
+  EXPECT_EQ(delta_of_log_decay(-1e-9), kUndecayedDelta);
+  EXPECT_NE(test::error_of([] { fit_decay_by_lag(at::tensor({0.0, std::nan("")}, at::kDouble)); }).find("mean lag"), std::string::npos);
+  EXPECT_NE(test::error_of([] { fit_decay_by_lag(at::tensor({0.0, 1.5}, at::kDouble)); }).find("mean lag"), std::string::npos);
+  EXPECT_NE(test::error_of([] { delta_of_log_decay(0.1); }).find("decay"), std::string::npos);
+}
+
+// The layerwise losses of decayed heads equal the float64 reference for every form of map
+// (exponential features, ReLU features) and for hybrid heads; a = 1 is the undecayed loss exactly.
+TEST(DecayTraining, LayerLossOfDecayedHeadsMatchesAFloat64Reference) {
+  const int64_t B = 2, H = 3, L = 40, d = 8;
+  const at::Tensor q = test::seeded_randn({B, H, L, d}, 1, 1.5).to(at::kFloat), k = test::seeded_randn({B, H, L, d}, 2, 1.5).to(at::kFloat);
+  const at::Tensor v = test::seeded_randn({B, H, L, 4}, 3).to(at::kFloat);
+  for (const std::string map : {"learned-prf", "hedgehog", "t2r"})
+    for (int64_t W : {int64_t(0), int64_t(5)}) {
+      SCOPED_TRACE(map + " window " + std::to_string(W));
+      DistillOptions o;
+      o.feature_map = map;
+      o.window = W;
+      o.decay = Decay::Fixed;
+      o.seed = 4;
+      LayerMaps m = init_layer_maps(o, 0, H, d, 16);
+      for (auto& [name, t] : m.params) {
+        if (name == kDecayParam) t.copy_(at::tensor({-1.0f, 1.5f, 4.0f}));  // a = 0.27, 0.82, 0.98
+        if (name == kGammaParam) t.copy_(at::tensor({0.5f, -1.0f, 0.0f}));
+      }
+      const Losses ref = reference(m, q, k, v);
+      const double kl = layer_loss(m, q, k, DistillLoss::Kl).item<double>();
+      const double out = layer_loss(m, q, k, DistillLoss::Output, {}, v).item<double>();
+      EXPECT_NEAR(kl, ref.kl, 2e-4 * std::max(1.0, ref.kl));
+      EXPECT_NEAR(out, ref.output, 2e-4 * std::max(1e-2, ref.output));
+      // The gradient reaches delta (the decay is learned).
+      for (auto& [name, t] : m.params) t.requires_grad_(true);
+      layer_loss(m, q, k, DistillLoss::Kl).backward();
+      EXPECT_GT(m.param(kDecayParam).grad().abs().sum().item<double>(), 0.0);
+    }
+  // a -> 1 (delta large): the loss of the same maps without decay.
+  DistillOptions o;
+  o.feature_map = "hedgehog";
+  o.seed = 4;
+  LayerMaps plain = init_layer_maps(o, 0, H, d, 16);
+  o.decay = Decay::Fixed;
+  LayerMaps decayed = init_layer_maps(o, 0, H, d, 16);
+  for (auto& [name, t] : decayed.params)
+    if (name == kDecayParam) t.fill_(40.0);
+  EXPECT_NEAR(layer_loss(decayed, q, k, DistillLoss::Kl).item<double>(), layer_loss(plain, q, k, DistillLoss::Kl).item<double>(), 1e-6);
+}
+
+// Strong decay at the extremes: Lambda down to about -1e4 (delta = -4: log a = -4.02 over 2048
+// positions), where a linear-domain kernel would underflow to 0 after a few keys: the loss stays in
+// the log domain and equals the log-domain reference.
+TEST(DecayTraining, StrongDecayOverALongWindowMatchesTheReference) {
+  const int64_t L = 2048, d = 8;
+  const at::Tensor q = test::seeded_randn({1, 1, L, d}, 7, 3.0).to(at::kFloat), k = test::seeded_randn({1, 1, L, d}, 8, 3.0).to(at::kFloat);
+  const at::Tensor v = test::seeded_randn({1, 1, L, 2}, 9).to(at::kFloat);
+  DistillOptions o;
+  o.feature_map = "learned-prf";
+  o.decay = Decay::Fixed;
+  LayerMaps m = init_layer_maps(o, 0, 1, d, 8);
+  for (auto& [name, t] : m.params)
+    if (name == kDecayParam) t.fill_(-4.0);
+  const double kl = layer_loss(m, q, k, DistillLoss::Kl).item<double>();
+  const Losses ref = reference(m, q, k, v);
+  ASSERT_TRUE(std::isfinite(kl));
+  EXPECT_GT(ref.kl, 300.0);  // far from softmax's spread rows: log Ahat reaches -4 x the lag, beyond any floor
+  EXPECT_NEAR(kl, ref.kl, 1e-3 * ref.kl);
+}
+
+// distill --decay fixed: the deltas start at the fit of each head's captured attention, train, and
+// are written as layers.{s}.heads.{h}.decay.delta; a killed run resumes to the uninterrupted one; the
+// run converts to a model that says "decay": "fixed" with those deltas, whose batch and recurrent
+// forms agree.
+TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
+  const std::string root = test::temp_dir("decay_distill");
+  const DistillOptions o = decay_options(12);
+  {
+    DistillOptions start = o;
+    start.steps = 1;
+    start.lr = start.lr_alpha = 1e-12;  // one step that moves nothing: the initial deltas
+    distill(start, root + "/start");
+  }
+  // The fit, computed here from the capture by the definition: each head's attention, mean lag per
+  // row over the capture's windows (loops), fitted, as delta.
+  const CaptureStore cap(o.capture);
+  const auto start = read_tensors(root + "/start/feature_maps.safetensors");
+  for (int s : {0, cap.num_layers() - 1}) {
+    const at::Tensor q = cap.layer_tensor(s, "q").to(at::kDouble), k = cap.layer_tensor(s, "k").to(at::kDouble);
+    const int64_t T = q.size(0), L = q.size(2);
+    for (int h : {0, cap.num_heads() - 1}) {
+      at::Tensor lag = at::zeros({L}, at::kDouble);
+      for (int64_t t = 0; t < T; ++t) {
+        const at::Tensor sc = at::matmul(q[t][h], k[t][h].t()) / std::sqrt(double(q.size(3)));
+        const at::Tensor A = at::softmax(sc.masked_fill(at::ones({L, L}, at::kBool).triu(1), -INFINITY), -1);
+        for (int64_t i = 0; i < L; ++i) {
+          double m = 0;
+          for (int64_t j = 0; j <= i; ++j) m += A[i][j].item<double>() * double(i - j);
+          lag[i] += m / double(T);
+        }
+      }
+      // Compared as log a = log sigmoid(delta): near a = 1 delta itself is steep (and capped).
+      const double expected = fit_decay_by_lag(lag).item<double>();
+      const double got = -std::log1p(std::exp(-start.at(convert::decay_delta_name(s, h)).item<double>()));
+      EXPECT_NEAR(got, std::min(expected, -std::log1p(std::exp(-kUndecayedDelta))), 1e-4 * std::abs(expected) + 1e-6)
+          << "layer " << s << " head " << h;
+    }
+  }
+  distill(o, root + "/whole");
+  const auto whole = read_tensors(root + "/whole/feature_maps.safetensors");
+  double moved = 0;
+  for (int s = 0; s < cap.num_layers(); ++s)
+    for (int h = 0; h < cap.num_heads(); ++h) {
+      const std::string name = convert::decay_delta_name(s, h);
+      ASSERT_TRUE(whole.count(name)) << name;
+      moved = std::max(moved, (whole.at(name) - start.at(name)).abs().item<double>());
+    }
+  EXPECT_GT(moved, 1e-3);  // the deltas learn
+  // Killed at step 7 (checkpoint at 5), resumed: the uninterrupted run's tensors.
+  DistillOptions ck = o;
+  ck.checkpoint_every = 5;
+  distill(ck, root + "/whole5");
+  const ProgressFn kill_at_7 = [](double, const std::string& what) {
+    if (what.rfind("step 7/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(distill(ck, root + "/killed", kill_at_7), Cancelled);
+  resume_distill(root + "/killed");
+  const auto a = read_tensors(root + "/whole5/feature_maps.safetensors"), b = read_tensors(root + "/killed/feature_maps.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/killed/job.json"))["decay"], "fixed");
+
+  // Converted: "decay": "fixed", the trained deltas, batch = recurrent.
+  std::string out;
+  ASSERT_EQ(test::run_command(test::cli_path() + " convert --job " + root + "/whole --out " + root + "/model 2>&1", &out), 0) << out;
+  const auto cfg = nlohmann::json::parse(test::read_file(root + "/model/config.json"));
+  EXPECT_EQ(cfg["attnscope"]["decay"], "fixed");
+  const auto converted = read_tensors(root + "/model/feature_maps.safetensors");
+  EXPECT_EQ(converted.at(convert::decay_delta_name(1, 2)).item<double>(), whole.at(convert::decay_delta_name(1, 2)).item<double>());
+  LoadedModel m = load_model(root + "/model");
+  const at::Tensor ids = cap.ids().narrow(0, 0, 1).narrow(1, 0, 48);
+  EXPECT_LT((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-4);
+}
+
+// What a user gets wrong, refused before any work with the option's name.
+TEST(DecayTraining, BadDecayOptionsAreClearErrors) {
+  const std::string root = test::temp_dir("decay_errors"), cli = test::cli_path();
+  std::string out;
+  const std::string base = cli + " distill --capture " + test::bundled_capture() + " --features 8 --steps 2 ";
+  EXPECT_EQ(test::run_command(base + "--decay sometimes --out " + root + "/a 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("--decay"), std::string::npos) << out;
+  EXPECT_NE(out.find("none, fixed"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(base + "--decay fixed --loss l2 --out " + root + "/b 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("decay"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/b"));
+  EXPECT_EQ(test::run_command(base + "--decay fixed --decay-init guess --out " + root + "/c 2>&1", &out), 2) << out;
+  EXPECT_NE(out.find("--decay-init"), std::string::npos) << out;
+}
+
+}  // namespace test_decay_training
