@@ -25,6 +25,8 @@
 #include "attnscope/distill/layer_maps.h"
 #include "attnscope/formats/converted_json.h"
 #include "attnscope/io/safetensors.h"
+#include "attnscope/io/text_source.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/model/model.h"
 #include "attnscope/run/run_dir.h"
 #include "test_support.h"
@@ -358,6 +360,52 @@ TEST(DecayTraining, BadDecayOptionsAreClearErrors) {
   EXPECT_FALSE(fs::exists(root + "/b"));
   EXPECT_EQ(test::run_command(base + "--decay fixed --decay-init guess --out " + root + "/c 2>&1", &out), 2) << out;
   EXPECT_NE(out.find("--decay-init"), std::string::npos) << out;
+}
+
+}  // namespace test_decay_training
+
+namespace test_decay_training {
+
+// linearize --decay fixed: stage 1 trains decayed heads, the converted and final models say
+// "decay": "fixed", and the report's "untrained map" is the untrained maps with the decays distill
+// started from (fitted to the capture): its loss equals that model evaluated here.
+TEST(DecayTraining, LinearizeCarriesTheDecayToTheFinalModelAndItsReport) {
+  const std::string out = test::temp_dir("decay_linearize") + "/out";
+  const std::string model = test::source_dir() + "/resources/models/brown-gpt2-mini";
+  std::string texts, log;
+  for (const auto& e : fs::directory_iterator(test::source_dir() + "/resources/texts"))
+    if (e.path().extension() == ".txt") texts += " --text " + e.path().string();
+  ASSERT_EQ(test::run_command(test::cli_path() + " linearize --model " + model + texts +
+                                  " --seq-len 64 --window 8 --feature-map hedgehog --decay fixed --max-windows 8 --steps 4"
+                                  " --finetune-steps 2 --batch 2 --rank 2 --seed 3 --no-speed --out " + out + " 2>&1", &log), 0) << log;
+  for (const char* m : {"/converted", "/model"})
+    EXPECT_EQ(nlohmann::json::parse(test::read_file(out + m + "/config.json"))["attnscope"]["decay"], "fixed") << m;
+  const auto j = nlohmann::json::parse(test::read_file(out + "/linearize.json"));
+  const auto& at64 = j["lengths"].back();
+  ASSERT_EQ(at64["seq_len"], 64);
+  // The untrained maps (distill's initialization: seed 3, the trained dims) with the fitted deltas.
+  LoadedModel original = load_model(model), stage1 = load_model(out + "/converted");
+  const ModelConfig& c = original.model->config();
+  std::vector<std::vector<int64_t>> dims;
+  for (const auto& layer : stage1.model->feature_maps()->maps) {
+    dims.emplace_back();
+    for (const auto& m : layer) dims.back().push_back(m->feature_dim());
+  }
+  FeatureMapSpec spec;
+  spec.name = "hedgehog";
+  spec.seed = 3;
+  auto fresh = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, 8));
+  const CaptureStore cap(out + "/capture");
+  for (int s = 0; s < c.n_layer; ++s) fresh->decay_delta.push_back(fitted_decay_delta(cap, s));
+  const std::vector<int64_t> ids = encode_documents(*original.tokenizer, read_text_documents({out + "/texts/heldout.txt"}));
+  Model untrained(c, original.model->weights());
+  untrained.set_feature_maps(fresh);
+  EXPECT_NEAR(untrained.mean_loss(ids, 64), at64["untrained_loss"].get<double>(), 1e-6);
+  // And the decay matters to it: the same maps without decay give another loss.
+  auto plain = std::make_shared<HeadFeatureMaps>(*fresh);
+  plain->decay_delta.clear();
+  untrained.set_feature_maps(plain);
+  EXPECT_GT(std::abs(untrained.mean_loss(ids, 64) - at64["untrained_loss"].get<double>()), 1e-5);  // 200x the match above
 }
 
 }  // namespace test_decay_training

@@ -232,6 +232,22 @@ TEST(KernelsCuda, HugeKeyLogScalesMatchCpu) {
     }
 }
 
+// Decayed heads (SPEC 5, head.h's decayed_features): the decay reaches the kernel as each key's log
+// scale minus Lambda_j = (j + 1) log a, a rising ramp of slope -log a on top of the features' own
+// scales. Strong decay over 4096 tokens (a = sigmoid(-2.5): Lambda down to about -1.1e4, where a
+// float32 log scale has a spacing of 1e-3) and a weak one (a = sigmoid(8)) in the other head.
+TEST(KernelsCuda, StrongDecayMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dt : {at::kFloat, at::kDouble})
+    for (int64_t L : {64, 4096}) {
+      Inputs in = make_inputs(L, 32, 32, 3.0, 17 + L);
+      const at::Tensor pos = at::arange(1, L + 1, at::kDouble).view({1, 1, L, 1});
+      const at::Tensor log_a = at::log_sigmoid(at::tensor({8.0, -2.5}, at::kDouble)).view({1, 2, 1, 1});
+      in.ls = in.ls - pos * log_a;  // the key's own scale - Lambda_j
+      expect_matches_cpu(in, dt, "decay " + shape_name(L, 32, 32, 2.58 * double(L)));
+    }
+}
+
 // Rows with no weight: keys 0..2 are zero vectors (rows 0..2 see only them) and queries 100 and
 // 150 are zero. Those rows are NaN on both devices, every gradient is finite and equals the CPU's,
 // and the zero-query rows' dq is exactly 0.

@@ -130,7 +130,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   for (int s = 0; s < S; ++s) {
     const bool fit = o.decay != Decay::None && o.decay_init == DecayInit::Fit && cap && !resume;
     init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.sliding_window, layers[size_t(s)],
-                     fit ? cap->layer_tensor(s, "q") : at::Tensor(), fit ? cap->layer_tensor(s, "k") : at::Tensor());
+                     fit ? fitted_decay_delta(*cap, s) : at::Tensor());
     to_device(layers[size_t(s)], device);
   }
   // The softmax model's q, k on held-out windows (it is frozen: they never change).

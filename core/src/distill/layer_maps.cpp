@@ -13,6 +13,7 @@
 
 #include "attnscope/analysis/structured_mixers.h"
 #include "attnscope/base/error.h"
+#include "attnscope/capture/capture.h"
 #include "attnscope/attention/head.h"
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/attention/map_family.h"
@@ -138,13 +139,20 @@ at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* nam
   return at::cat(parts).index_select(0, at::tensor(where, at::kLong).to(parts[0].device()));
 }
 
-void fit_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& q, const at::Tensor& k, int64_t softmax_window) {
+at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer) {
+  const at::Tensor log_a = fit_decay_to_softmax(capture.layer_tensor(layer, "q"), capture.layer_tensor(layer, "k"),
+                                                capture.sliding_window());
+  at::Tensor delta = at::empty({log_a.size(0)}, at::kFloat);
+  for (int64_t h = 0; h < log_a.size(0); ++h) delta[h] = delta_of_log_decay(log_a[h].item<double>());
+  return delta;
+}
+
+void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {
   at::NoGradGuard no_grad;
-  const at::Tensor log_a = fit_decay_to_softmax(q, k, softmax_window);  // [H]
   for (HeadGroup& g : layer)
-    for (auto& [name, delta] : g.maps.params)
+    for (auto& [name, t] : g.maps.params)
       if (name == kDecayParam)
-        for (size_t i = 0; i < g.heads.size(); ++i) delta[int64_t(i)].fill_(delta_of_log_decay(log_a[g.heads[i]].item<double>()));
+        for (size_t i = 0; i < g.heads.size(); ++i) t[int64_t(i)].fill_(delta[g.heads[i]].item<double>());
 }
 
 std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups) {

@@ -58,11 +58,11 @@ GroupState group_state(HeadGroup group) {
 }
 
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t softmax_window, LayerState& st, const at::Tensor& q, const at::Tensor& k) {
+                      int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta) {
   st.heads = int64_t(head_dims.size());
   st.groups.clear();
   std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d);
-  if (o.decay != Decay::None && o.decay_init == DecayInit::Fit && q.defined()) fit_layer_decay(groups, q, k, softmax_window);
+  if (o.decay != Decay::None && decay_delta.defined()) set_layer_decay(groups, decay_delta);
   for (HeadGroup& hg : groups) {
     hg.maps.softmax_window = softmax_window;
     st.groups.push_back(group_state(std::move(hg)));

@@ -63,10 +63,9 @@ void adamw_step(const Optimizer& opt, GroupState& g, int64_t step);
 GroupState group_state(HeadGroup group);
 // Layer s's groups (init_layer_groups) with zero AdamW moments; `softmax_window` is the source
 // model's sliding window (LayerMaps::softmax_window: the layerwise losses' targets apply it).
-// Decayed heads with decay_init fit start from fit_layer_decay on the layer's captured q, k [T, H, L, d]
-// (in a distributed run only the layer's owner has them; the others' start is replaced by the owner's).
+// Decayed heads start at `decay_delta` [H] when given (fitted_decay_delta), else without decay.
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t softmax_window, LayerState& st, const at::Tensor& q = {}, const at::Tensor& k = {});
+                      int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta = {});
 // Moves a layer's maps, AdamW moments and head indices to `device`.
 void to_device(LayerState& st, const at::Device& device);
 // A float32 CPU copy of maps: what callers and files get, whatever the device.

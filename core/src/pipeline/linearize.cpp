@@ -25,6 +25,7 @@
 #include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
+#include "attnscope/distill/layer_maps.h"
 #include "attnscope/formats/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/finetune/finetune.h"
@@ -289,6 +290,13 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   Model untrained(c, m.model->weights());
   auto fresh = std::make_shared<HeadFeatureMaps>(
       make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window));
+  // Decayed heads start where distill started them: fitted to the capture, or without decay.
+  if (o.stage1.decay != Decay::None) {
+    const CaptureStore cap((dir / "capture").string());
+    for (int s = 0; s < c.n_layer; ++s)
+      fresh->decay_delta.push_back(o.stage1.decay_init == DecayInit::Fit ? fitted_decay_delta(cap, s)
+                                                                         : at::full({c.n_head}, kUndecayedDelta, at::kFloat));
+  }
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the
   // converted model (same text, windows, adapters, steps, seed).

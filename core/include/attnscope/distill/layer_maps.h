@@ -31,6 +31,7 @@
 
 namespace attnscope {
 
+class CaptureStore;
 class Model;
 struct HeadFeatureMaps;
 
@@ -80,10 +81,13 @@ std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, con
 // gathered from its groups (differentiable in theirs).
 at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name);
 
-// Decayed heads' start (DistillOptions::decay_init fit): each head's delta from fit_decay_to_softmax
-// (analysis/structured_mixers.h) on q, k [T, H, L, d] (the layer's captured windows, every head;
-// within the teacher's sliding window).
-void fit_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& q, const at::Tensor& k, int64_t softmax_window);
+// Decayed heads' start (DistillOptions::decay_init fit): layer s's delta [H] (float32), each head's
+// fit_decay_to_softmax (analysis/structured_mixers.h) over every window of the capture (one number
+// per head, so the held-out windows are read too), within the model's sliding window. The
+// untrained model linearize reports starts from the same.
+at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer);
+// Sets the groups' deltas to delta [H] (head order).
+void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta);
 
 // Every head's trainable_head_map (groups[s] is layer s's groups): the model runs with the
 // trainable maps in place, and gradients reach their parameters.
