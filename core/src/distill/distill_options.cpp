@@ -65,7 +65,7 @@ const OptionTable<O>& table() {
       bind(opt::untied, &O::tied, false),
       bind(opt::activation, &O::activation, std::vector<std::string>{"exp", "softmax"}),
       bind(opt::window, &O::window, 0),
-      bind(opt::decay, &O::decay, parse_decay, decay_name, decay_names()),
+      omitted_at_default(bind(opt::decay, &O::decay, parse_decay, decay_name, decay_names())),
       only_when(bind(opt::decay_init, &O::decay_init, parse_decay_init, decay_init_name, decay_init_names()), has_decay),
       bind(opt::features, &O::features, 0),
       bind(opt::allocation, &O::allocation),
