@@ -540,10 +540,20 @@ TEST_F(HeadsViewTest, ChoosersEmitTheirSignals) {
   EXPECT_EQ(map_spy.at(1).at(1).toLongLong(), 32);
   EXPECT_EQ(map_spy.at(1).at(2).toLongLong(), 9);
   EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "relu M=32 + window 9");
-  // Without a feature map there is nothing to mix softmax into: the window is greyed out.
+  // Decay (issue 27): one signal with decayed = true, and the title says it.
+  QTest::mouseClick(hv.decay_box(), Qt::LeftButton, {}, QPoint(5, hv.decay_box()->height() / 2));
+  ASSERT_EQ(map_spy.count(), 3);
+  EXPECT_TRUE(map_spy.at(2).at(3).toBool());
+  EXPECT_TRUE(hv.decayed());
+  EXPECT_EQ(hv.panel(MapKind::Linear)->title(), "relu M=32, decayed + window 9");
+  hv.set_feature_map("relu", 32, 9, false);  // a session's choice: no signal
+  EXPECT_EQ(map_spy.count(), 3);
+  EXPECT_FALSE(hv.decayed());
+  // Without a feature map there is nothing to mix softmax into nor to decay: greyed out.
   EXPECT_TRUE(hv.hybrid_window_box()->isEnabled());
   hv.set_feature_map("", 0, 9);
   EXPECT_FALSE(hv.hybrid_window_box()->isEnabled());
+  EXPECT_FALSE(hv.decay_box()->isEnabled());
   hv.set_commands("attnscope maps --layer 0");
   EXPECT_EQ(hv.panel(MapKind::Difference)->command(), "attnscope maps --layer 0");
   EXPECT_EQ(hv.kl_panel()->command(), "attnscope maps --layer 0");

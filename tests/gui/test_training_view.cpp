@@ -4,6 +4,7 @@
 // the run headless; Cancel stops a long run without report.json and Resume finishes it; Linearize
 // from the tab runs core's linearize with the form's values, draws both stages' curves from their
 // metrics.jsonl files and shows linearize.json's held-out perplexities; Cancel stops it.
+#include <QComboBox>
 #include <QLabel>
 #include <QPushButton>
 #include <QRadioButton>
@@ -19,6 +20,7 @@
 #include <qcustomplot.h>
 
 #include "attnscope/distill/distill.h"
+#include "attnscope/pipeline/linearize.h"
 #include "attnscope/base/error.h"
 #include "attnscope/model/model.h"
 #include "attnscope/run/run_metrics.h"
@@ -596,6 +598,30 @@ TEST_F(TrainingTest, PerHeadAllocationAndDirectTrainingFromTheForm) {
   QCPGraph* g = graph_named(w->training_view()->loss_panel()->plot(), "model (next-token loss)");
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(graph_points(g), model_loss);
+}
+
+// Issue 27: the form's Decay and Decay start set stage 1's decay (what linearize runs, its command
+// line), and Decay start is greyed out while there is no decay to start.
+TEST_F(TrainingTest, DecayRowsSetStageOnesDecay) {
+  views::TrainingView t;
+  t.set_choices({"learned-prf", "hedgehog"}, {"cpu"});
+  auto* decay = t.findChild<QComboBox*>("train_decay");
+  auto* start = t.findChild<QComboBox*>("train_decay_init");
+  ASSERT_TRUE(decay && start);
+  EXPECT_EQ(decay->currentText(), "none");
+  EXPECT_FALSE(start->isEnabled());
+  decay->setCurrentText("fixed");
+  EXPECT_TRUE(start->isEnabled());
+  start->setCurrentText("none");
+  const TrainSettings f = t.form();
+  EXPECT_EQ(f.linearize.stage1.decay, Decay::Fixed);
+  EXPECT_EQ(f.linearize.stage1.decay_init, DecayInit::None);
+  const std::string cmd = command_for("linearize", linearize_option_table(), f.linearize, {});
+  EXPECT_NE(cmd.find("--decay fixed --decay-init none"), std::string::npos) << cmd;
+  TrainSettings back;
+  t.set_form(back);
+  EXPECT_EQ(decay->currentText(), "none");
+  EXPECT_FALSE(start->isEnabled());
 }
 
 }  // namespace gui_test_training_view
