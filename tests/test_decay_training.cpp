@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/structured_mixers.h"
 #include "attnscope/attention/head.h"
 #include "attnscope/base/error.h"
@@ -406,6 +407,46 @@ TEST(DecayTraining, LinearizeCarriesTheDecayToTheFinalModelAndItsReport) {
   plain->decay_delta.clear();
   untrained.set_feature_maps(plain);
   EXPECT_GT(std::abs(untrained.mean_loss(ids, 64) - at64["untrained_loss"].get<double>()), 1e-5);  // 200x the match above
+}
+
+}  // namespace test_decay_training
+
+namespace test_decay_training {
+
+// Sampled rows: the estimating equation over a subset of rows recovers a decay-only map's decay
+// exactly; the analysis' decay length per head (metrics, the grid's "fitted decay 1 - a") is the fit
+// over every row of every window, computed here by loops, as 1 / (1 - a).
+TEST(DecayFit, RowsSubsetAndTheAnalysisDecayLength) {
+  const at::Tensor P = decay_only_map(0.9, 120);
+  const at::Tensor rows = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 17, 60, 119}, at::kLong);
+  const at::Tensor lag = attention_mean_lag(P.index_select(0, rows), rows);
+  EXPECT_NEAR(fit_decay_by_lag(lag, rows).item<double>(), std::log(0.9), 1e-7);
+  EXPECT_NEAR(decay_length(std::log(0.9)), 10.0, 1e-9);
+  EXPECT_TRUE(std::isinf(decay_length(0.0)));
+
+  const CaptureStore cap(test::bundled_capture());
+  AnalysisOptions o;
+  o.sample_rows = 0;  // every row
+  const std::vector<HeadAnalysis> heads = analyze_capture(cap, o);
+  for (const HeadAnalysis& a : heads) {
+    if (a.head != 1) continue;
+    const at::Tensor q = cap.layer_tensor(a.layer, "q").to(at::kDouble), k = cap.layer_tensor(a.layer, "k").to(at::kDouble);
+    const int64_t T = q.size(0), L = q.size(2);
+    at::Tensor mean = at::zeros({L}, at::kDouble);
+    for (int64_t t = 0; t < T; ++t) {
+      const at::Tensor sc = at::matmul(q[t][a.head], k[t][a.head].t()) / std::sqrt(double(q.size(3)));
+      const at::Tensor A = at::softmax(sc.masked_fill(at::ones({L, L}, at::kBool).triu(1), -INFINITY), -1);
+      auto acc = A.accessor<double, 2>();
+      for (int64_t i = 0; i < L; ++i) {
+        double m = 0;
+        for (int64_t j = 0; j <= i; ++j) m += acc[i][j] * double(i - j);
+        mean[i] += m / double(T);
+      }
+    }
+    const double want = decay_length(fit_decay_by_lag(mean).item<double>());
+    if (std::isinf(want)) EXPECT_TRUE(std::isinf(a.decay_length)) << "layer " << a.layer;
+    else EXPECT_NEAR(a.decay_length, want, 1e-6 * want) << "layer " << a.layer;
+  }
 }
 
 }  // namespace test_decay_training

@@ -205,6 +205,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, c
     in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = rows.census;
     in.window = W;
     a.softmax = compute_head_metrics(in);
+    a.decay_length = decay_length(fit_decay_by_lag(attention_mean_lag(A, pos).mean(0), pos).item<double>());
     if (rows.sampled) {
       // The entropies are cheap for every row: exact, whatever the sample.
       const at::Tensor ent = softmax_row_entropies(q, k, W);

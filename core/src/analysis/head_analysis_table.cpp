@@ -44,6 +44,7 @@ nlohmann::ordered_json head_analysis_json(const std::vector<HeadAnalysis>& heads
     j["layer"] = a.layer;
     j["head"] = a.head;
     j["softmax"] = metrics_json(a.softmax);
+    j["decay_length"] = number(a.decay_length);  // null: +inf (no decay fits) or not measured
     if (a.linear) j["linear"] = metrics_json(*a.linear);
     if (a.mixers)
       j["mixers"] = {{"state_size", a.mixers->state_size}, {"tokens", a.mixers->tokens}, {"toeplitz", number(a.mixers->toeplitz)},
@@ -57,7 +58,7 @@ nlohmann::ordered_json head_analysis_json(const std::vector<HeadAnalysis>& heads
 
 Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
   Table t;
-  t.header = {"layer", "head", "entropy", "normalized_entropy", "monotonicity", "discordant_fraction"};
+  t.header = {"layer", "head", "entropy", "normalized_entropy", "monotonicity", "discordant_fraction", "decay_length"};
   const bool lin = !heads.empty() && heads.front().linear.has_value();
   const bool mix = !heads.empty() && heads.front().mixers.has_value();
   // The linear-map columns carry the JSON names with a "linear_" prefix where softmax has the same.
@@ -72,7 +73,7 @@ Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
     const HeadMetrics& m = a.softmax;
     std::vector<std::string> row = {std::to_string(a.layer), std::to_string(a.head), f(m.entropy),
                                     f(m.normalized_entropy), f(m.monotonicity ? m.monotonicity->spearman : NAN),
-                                    f(m.monotonicity ? m.monotonicity->discordant_fraction : NAN)};
+                                    f(m.monotonicity ? m.monotonicity->discordant_fraction : NAN), f(a.decay_length)};
     if (lin) {
       const HeadMetrics& l = *a.linear;
       for (double v : {l.entropy, l.monotonicity ? l.monotonicity->spearman : NAN, l.kl.value_or(NAN),

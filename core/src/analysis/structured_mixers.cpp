@@ -339,27 +339,31 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
   return out;
 }
 
-at::Tensor attention_mean_lag(const at::Tensor& A) {
-  if (A.dim() < 2 || A.size(-1) != A.size(-2)) fail_value("attention", "must be [..., L, L]");
+at::Tensor attention_mean_lag(const at::Tensor& A, const at::Tensor& rows) {
+  if (A.dim() < 2 || (!rows.defined() && A.size(-1) != A.size(-2)) || (rows.defined() && rows.numel() != A.size(-2)))
+    fail_value("attention", "must be [..., L, L], or [..., R, L] with R row positions");
   const int64_t L = A.size(-1);
-  const at::Tensor a = A.to(at::kDouble).tril();
-  const at::Tensor pos = at::arange(L, a.options());
-  const at::Tensor lag = (pos.unsqueeze(1) - pos.unsqueeze(0)).clamp_min(0);  // [L, L]
-  const at::Tensor mass = a.sum(-1);
-  return ((a * lag).sum(-1) / mass.clamp_min(1e-300)).masked_fill(mass <= 0, 0.0);
+  const at::Tensor a = A.to(at::kDouble);
+  const at::Tensor i = rows.defined() ? rows.to(at::kCPU, at::kDouble).to(a.device()) : at::arange(L, a.options());
+  const at::Tensor lag = i.unsqueeze(1) - at::arange(L, a.options()).unsqueeze(0);  // [R, L]
+  const at::Tensor w = a.masked_fill(lag < 0, 0.0);  // causal part only
+  const at::Tensor mass = w.sum(-1);
+  return ((w * lag.clamp_min(0)).sum(-1) / mass.clamp_min(1e-300)).masked_fill(mass <= 0, 0.0);
 }
 
-at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag) {
+at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag, const at::Tensor& rows) {
   if (mean_lag.dim() < 1 || mean_lag.size(-1) < 1) fail_value("mean lag", "must be [..., L] with L >= 1");
-  const int64_t L = mean_lag.size(-1);
-  const at::Tensor mu = mean_lag.to(at::kDouble).reshape({-1, L});  // [N, L]
-  const at::Tensor pos = at::arange(L, mu.options());
+  const int64_t R = mean_lag.size(-1);
+  if (rows.defined() && rows.numel() != R) fail_value("mean lag", "must have one value per row position");
+  const at::Tensor mu = mean_lag.to(at::kDouble).cpu().reshape({-1, R});  // [N, R]
+  const at::Tensor pos = rows.defined() ? rows.to(at::kCPU, at::kDouble).reshape({R}) : at::arange(R, mu.options());
+  const int64_t L = int64_t(pos.max().item<double>()) + 1;  // lags 0 .. L-1
   if (at::isnan(mu).any().item<bool>() || (mu < 0).any().item<bool>() || (mu > pos + 1e-9).any().item<bool>())
     fail_value("mean lag", "must lie in [0, i] in row i (and not be NaN)");
   const at::Tensor target = mu.mean(-1);  // [N]
-  const at::Tensor lag = pos;             // l = 0 .. L-1
-  const at::Tensor allowed = lag.unsqueeze(0) <= pos.unsqueeze(1);  // [rows i, lags l]: l <= i
-  // The model's mean lag averaged over rows, at theta [N]: row i's law is e^(theta l) over l <= i.
+  const at::Tensor lag = at::arange(L, mu.options());
+  const at::Tensor allowed = lag.unsqueeze(0) <= pos.unsqueeze(1);  // [rows, lags l]: l <= i
+  // The model's mean lag averaged over the rows, at theta [N]: row i's law is e^(theta l) over l <= i.
   const auto model_lag = [&](const at::Tensor& theta) {
     const at::Tensor logits = (theta.view({-1, 1, 1}) * lag.view({1, 1, L})).masked_fill(allowed.logical_not().unsqueeze(0),
                                                                                         -std::numeric_limits<double>::infinity());
@@ -382,6 +386,8 @@ at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag) {
   std::vector<int64_t> shape(mean_lag.sizes().begin(), mean_lag.sizes().end() - 1);
   return theta.reshape(shape);
 }
+
+double decay_length(double log_a) { return log_a == 0 ? std::numeric_limits<double>::infinity() : -1.0 / std::expm1(log_a); }
 
 at::Tensor fit_decay_to_softmax(const at::Tensor& q, const at::Tensor& k, int64_t window) {
   at::NoGradGuard no_grad;

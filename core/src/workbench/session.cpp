@@ -31,6 +31,7 @@ constexpr Named<View> kViews[] = {
 constexpr Named<GridMetric> kGridMetrics[] = {
     {GridMetric::SoftmaxEntropy, "softmax entropy"},
     {GridMetric::SoftmaxNormalizedEntropy, "softmax normalized entropy"},
+    {GridMetric::SoftmaxDecay, "fitted decay 1 - a"},
     {GridMetric::LinearEntropy, "linear entropy"},
     {GridMetric::LinearMonotonicity, "linear monotonicity"},
     {GridMetric::LinearDiscordant, "linear discordant pairs"},

@@ -60,6 +60,8 @@ HeadValues grid_metric_values(GridMetric metric, const std::vector<HeadAnalysis>
       return per_head(analysis, layers, heads, [](const HeadAnalysis& h) { return h.softmax.entropy; });
     case GridMetric::SoftmaxNormalizedEntropy:
       return per_head(analysis, layers, heads, [](const HeadAnalysis& h) { return h.softmax.normalized_entropy; });
+    case GridMetric::SoftmaxDecay:  // 1 - a = 1 / decay length: 0 where no decay fits, near 1 for the last key only
+      return per_head(analysis, layers, heads, [](const HeadAnalysis& h) { return 1.0 / h.decay_length; });
     case GridMetric::LinearEntropy: return per_head(analysis, layers, heads, linear_entropy);
     case GridMetric::LinearMonotonicity: return per_head(analysis, layers, heads, linear_monotonicity);
     case GridMetric::LinearDiscordant: return per_head(analysis, layers, heads, linear_discordant);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ struct HeadAnalysis {
   HeadMetrics softmax;                   // of the softmax map
   std::optional<HeadMetrics> linear;     // the linear map, against softmax
   std::optional<MixerDistances> mixers;  // of the softmax map of the first window
+  // Tokens 1 / (1 - a) of the decay fitted to the softmax map by lag over the windows' (sampled)
+  // rows (fit_decay_by_lag): how fast a decayed head that matches it forgets; +inf: no decay fits
+  // (attention to old keys, e.g. a sink), NaN: not measured.
+  double decay_length = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The softmax side of each head (HeadAnalysis::softmax and mixers), which no feature-map option

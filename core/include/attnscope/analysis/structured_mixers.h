@@ -78,10 +78,14 @@ MixerDistances mixer_distances(const at::Tensor& A, const MixerFitOptions& optio
 // first token) gives a = 1.
 // attention_mean_lag: A [..., L, L] (causal; entries above the diagonal are ignored) -> each row's
 // A-weighted mean lag sum_j A_ij (i - j) / sum_j A_ij, [..., L] float64 (a row with no weight gives 0).
-at::Tensor attention_mean_lag(const at::Tensor& A);
+// With `rows` (int64 [R], positions in [0, L)) A is [..., R, L], row r being query rows[r].
+at::Tensor attention_mean_lag(const at::Tensor& A, const at::Tensor& rows = {});
 // mean_lag [..., L] (row i of length-L windows, e.g. averaged over windows) -> log a [...] float64
-// in [-30, 0] (-30: the last key only). Error for NaN, a negative lag or one above the row's i.
-at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag);
+// in [-30, 0] (-30: the last key only); with `rows` [R], mean_lag [..., R] holds only those rows
+// (the estimating equation over them). Error for NaN, a negative lag or one above the row's i.
+at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag, const at::Tensor& rows = {});
+// A decay's length in tokens, 1 / (1 - a) (the mean of its geometric law): +inf for log a = 0.
+double decay_length(double log_a);
 // The fit of the heads of q, k [T, ..., L, d] (T windows): each window's softmax attention (within
 // the model's sliding window `window`, 0 = none), its mean lag per row averaged over the windows,
 // fitted -> log a [...] float64. One window's [..., L, L] at a time.

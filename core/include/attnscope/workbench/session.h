@@ -44,7 +44,7 @@ std::vector<std::string> view_names();  // heads, metrics, dof, jobs, training
 //                                                  feature map's linear map (they need one)
 //   DoF                                            at the session's lambda (needs the spectra)
 // Softmax's own monotonicity is not one of them: it is 1 for every head by construction.
-enum class GridMetric { SoftmaxEntropy, SoftmaxNormalizedEntropy, LinearEntropy, LinearMonotonicity,
+enum class GridMetric { SoftmaxEntropy, SoftmaxNormalizedEntropy, SoftmaxDecay, LinearEntropy, LinearMonotonicity,
                         LinearDiscordant, Kl, Dof };
 GridMetric parse_grid_metric(const std::string& name);  // else Error (quantity "grid metric")
 const char* grid_metric_name(GridMetric metric);
