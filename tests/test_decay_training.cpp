@@ -24,6 +24,7 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/layer_maps.h"
+#include "attnscope/finetune/finetune.h"
 #include "attnscope/formats/converted_json.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
@@ -346,6 +347,30 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
   LoadedModel m = load_model(root + "/model");
   const at::Tensor ids = cap.ids().narrow(0, 0, 1).narrow(1, 0, 48);
   EXPECT_LT((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-4);
+
+  // Stage 2 on it: the deltas train with the maps, and a run killed after its first checkpoint
+  // resumes to the uninterrupted one's model, deltas included.
+  FinetuneOptions f;
+  f.model = root + "/model";
+  f.texts = {test::source_dir() + "/resources/texts/brown_fiction_ck29.txt"};
+  f.rank = 2;
+  f.steps = 6;
+  f.seq_len = 32;
+  f.batch = 2;
+  f.checkpoint_every = 3;
+  f.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
+  finetune(f, root + "/ft_whole");
+  const ProgressFn kill_at_5 = [](double, const std::string& what) {
+    if (what.rfind("step 5/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(finetune(f, root + "/ft_killed", kill_at_5), Cancelled);
+  resume_finetune(root + "/ft_killed");
+  const auto fa = read_tensors(root + "/ft_whole/model/feature_maps.safetensors");
+  const auto fb = read_tensors(root + "/ft_killed/model/feature_maps.safetensors");
+  ASSERT_EQ(fa.size(), fb.size());
+  for (const auto& [name, t] : fa) EXPECT_LE((t - fb.at(name)).abs().max().item<double>(), 1e-6) << name;
+  const std::string d = convert::decay_delta_name(2, 1);
+  EXPECT_GT(std::abs(fa.at(d).item<double>() - converted.at(d).item<double>()), 1e-6) << "stage 2 trains the deltas";
 }
 
 // What a user gets wrong, refused before any work with the option's name.
