@@ -169,6 +169,19 @@ TEST(DecayFit, RecoversTheDecayOfADecayOnlyMap) {
   ASSERT_EQ(fitted.sizes().vec(), (std::vector<int64_t>{2, 3}));
   EXPECT_NEAR(fitted[1][2].item<double>(), std::log(0.99), 1e-7);
   EXPECT_NEAR(fitted[0][0].item<double>(), std::log(0.5), 1e-7);
+  // Long windows (16K tokens) and decays near 1, where the law's mean lag is a difference of two
+  // large numbers: each row's mean lag summed here by a loop, the fit exact to 1e-9 in log a.
+  for (double a : {0.99999, 0.999, 0.5}) {
+    const int64_t L = 16384;
+    at::Tensor lag = at::empty({L}, at::kDouble);
+    double num = 0, den = 0;  // sum_l l a^l, sum_l a^l over l <= i, grown row by row
+    for (int64_t i = 0; i < L; ++i) {
+      const double w = std::pow(a, double(i));
+      num += double(i) * w, den += w;
+      lag[i] = num / den;
+    }
+    EXPECT_NEAR(fit_decay_by_lag(lag).item<double>(), std::log(a), 1e-9) << "a = " << a;
+  }
 }
 
 // On attention maps that are not decay-only (random rows, a mix of local and far keys), the fit is

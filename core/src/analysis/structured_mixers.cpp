@@ -357,17 +357,19 @@ at::Tensor fit_decay_by_lag(const at::Tensor& mean_lag, const at::Tensor& rows) 
   if (rows.defined() && rows.numel() != R) fail_value("mean lag", "must have one value per row position");
   const at::Tensor mu = mean_lag.to(at::kDouble).cpu().reshape({-1, R});  // [N, R]
   const at::Tensor pos = rows.defined() ? rows.to(at::kCPU, at::kDouble).reshape({R}) : at::arange(R, mu.options());
-  const int64_t L = int64_t(pos.max().item<double>()) + 1;  // lags 0 .. L-1
   if (at::isnan(mu).any().item<bool>() || (mu < 0).any().item<bool>() || (mu > pos + 1e-9).any().item<bool>())
     fail_value("mean lag", "must lie in [0, i] in row i (and not be NaN)");
   const at::Tensor target = mu.mean(-1);  // [N]
-  const at::Tensor lag = at::arange(L, mu.options());
-  const at::Tensor allowed = lag.unsqueeze(0) <= pos.unsqueeze(1);  // [rows, lags l]: l <= i
-  // The model's mean lag averaged over the rows, at theta [N]: row i's law is e^(theta l) over l <= i.
+  // The model's mean lag averaged over the rows, at theta [N]: row i's law is e^(theta l) over
+  // l = 0..i (n = i + 1 values), whose mean is 1/expm1(-theta) - n/expm1(-n theta) in closed form;
+  // where |n theta| < 1e-3 that difference cancels, and its series i/2 + theta i (i + 2) / 12 (the
+  // uniform's mean and variance; the third cumulant is 0) is exact to ~1e-12.
+  const at::Tensor n = (pos + 1).unsqueeze(0);  // [1, R]
   const auto model_lag = [&](const at::Tensor& theta) {
-    const at::Tensor logits = (theta.view({-1, 1, 1}) * lag.view({1, 1, L})).masked_fill(allowed.logical_not().unsqueeze(0),
-                                                                                        -std::numeric_limits<double>::infinity());
-    return (at::softmax(logits, -1) * lag.view({1, 1, L})).sum(-1).mean(-1);  // [N]
+    const at::Tensor t = theta.unsqueeze(-1);  // [N, 1]
+    const at::Tensor series = (n - 1) / 2 + t * (n - 1) * (n + 1) / 12;
+    const at::Tensor closed = 1 / at::expm1(-t) - n / at::expm1(-n * t);
+    return at::where((n * t).abs() < 1e-3, series, closed).mean(-1);  // [N]
   };
   constexpr double kLowest = -30.0;
   at::Tensor lo = at::full_like(target, kLowest), hi = at::zeros_like(target);
@@ -391,13 +393,16 @@ double decay_length(double log_a) { return log_a == 0 ? std::numeric_limits<doub
 
 at::Tensor fit_decay_to_softmax(const at::Tensor& q, const at::Tensor& k, int64_t window) {
   at::NoGradGuard no_grad;
-  const int64_t T = q.size(0);
-  at::Tensor lag_sum;
-  for (int64_t t = 0; t < T; ++t) {
-    const at::Tensor lag = attention_mean_lag(softmax_map(q[t], k[t], window));
-    lag_sum = lag_sum.defined() ? lag_sum + lag : lag;
-  }
-  return fit_decay_by_lag(lag_sum.cpu() / double(T));
+  const int64_t T = q.size(0), L = q.size(-2);
+  // One [L, L] map at a time: a window's maps of every head at once would be H L^2 floats.
+  const at::Tensor qs = q.reshape({T, -1, L, q.size(-1)}), ks = k.reshape({T, -1, L, k.size(-1)});
+  const int64_t N = qs.size(1);
+  at::Tensor lag_sum = at::zeros({N, L}, at::kDouble);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < N; ++h) lag_sum[h] += attention_mean_lag(softmax_map(qs[t][h], ks[t][h], window)).cpu();
+  std::vector<int64_t> shape(q.sizes().begin() + 1, q.sizes().end() - 2);
+  shape.push_back(L);
+  return fit_decay_by_lag((lag_sum / double(T)).reshape(shape));
 }
 
 }  // namespace attnscope
