@@ -440,6 +440,13 @@ TEST(DecayTraining, LinearizeCarriesTheDecayToTheFinalModelAndItsReport) {
   Model untrained(c, original.model->weights());
   untrained.set_feature_maps(fresh);
   EXPECT_NEAR(untrained.mean_loss(ids, 64), at64["untrained_loss"].get<double>(), 1e-6);
+  // The state per sequence at 64 tokens, counted by hand: each head's S [M, d] and z [M] and its
+  // window's 8 keys and values; the original's keys and values of 64 positions per key-value head.
+  int64_t by_hand = 0;
+  for (const auto& layer : dims)
+    for (int64_t M : layer) by_hand += M * c.head_dim + M + 8 * 2 * c.head_dim;
+  EXPECT_EQ(j["state_bytes"]["converted"].get<int64_t>(), 4 * by_hand);
+  EXPECT_EQ(j["state_bytes"]["original"].get<int64_t>(), 4 * int64_t(c.n_layer) * c.n_kv_head * 64 * 2 * c.head_dim);
   // And the decay matters to it: the same maps without decay give another loss.
   auto plain = std::make_shared<HeadFeatureMaps>(*fresh);
   plain->decay_delta.clear();
@@ -485,6 +492,29 @@ TEST(DecayFit, RowsSubsetAndTheAnalysisDecayLength) {
     if (std::isinf(want)) EXPECT_TRUE(std::isinf(a.decay_length)) << "layer " << a.layer;
     else EXPECT_NEAR(a.decay_length, want, 1e-6 * want) << "layer " << a.layer;
   }
+}
+
+}  // namespace test_decay_training
+
+namespace test_decay_training {
+
+// head_cost against hand counts (d = 8, T = 512, M = 16, W = 16), and stories260K's totals as
+// docs/RESULTS.md states them: 655,360 bytes of key-value cache at 512 tokens (5 layers x 4
+// key-value heads), 23,040 bytes for 40 linear heads of M = 16.
+TEST(HeadCost, EachTypeAgainstHandCounts) {
+  const HeadCost soft = head_cost(HeadType::Softmax, 8, 8, 512);
+  EXPECT_EQ(soft.state_values, 512 * 16);
+  EXPECT_EQ(soft.flops_per_token, 2 * 512 * 16);
+  const HeadCost lin = head_cost(HeadType::Linear, 8, 8, 512, 16);
+  EXPECT_EQ(lin.state_values, 16 * 8 + 16);
+  EXPECT_EQ(lin.flops_per_token, 2 * 8 * 16 + 4 * 16 * 8 + 2 * 16);  // 800
+  EXPECT_EQ(head_cost(HeadType::Linear, 8, 8, 512, 16, 0, true).flops_per_token, 800 + 16 * 8 + 16);
+  const HeadCost hyb = head_cost(HeadType::Hybrid, 8, 8, 512, 16, 16);
+  EXPECT_EQ(hyb.state_values, 144 + 16 * 16);
+  EXPECT_EQ(hyb.flops_per_token, 800 + 2 * 16 * 16);
+  EXPECT_EQ(head_cost(HeadType::Linear, 8, 8, 1 << 20, 16).state_values, 144);  // constant in T
+  EXPECT_EQ(4 * 5 * 4 * soft.state_values, 655360);
+  EXPECT_EQ(4 * 5 * 8 * lin.state_values, 23040);
 }
 
 }  // namespace test_decay_training

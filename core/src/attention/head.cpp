@@ -26,6 +26,17 @@ at::Tensor balance_per_head(const at::Tensor& gamma, const at::Tensor& like) {
 
 }  // namespace
 
+HeadCost head_cost(HeadType type, int64_t d_k, int64_t d_v, int64_t T, int64_t M, int64_t W, bool decayed) {
+  if (type == HeadType::Softmax) return {T * (d_k + d_v), 2 * T * (d_k + d_v)};
+  HeadCost c{M * d_v + M, 2 * d_k * M + 4 * M * d_v + 2 * M};
+  if (decayed) c.flops_per_token += M * d_v + M;
+  if (type == HeadType::Hybrid) {
+    c.state_values += W * (d_k + d_v);
+    c.flops_per_token += 2 * W * (d_k + d_v);
+  }
+  return c;
+}
+
 HeadType map_head_type(int64_t window) { return window > 0 ? HeadType::Hybrid : HeadType::Linear; }
 
 void check_head(const std::string& map, int64_t window) {

@@ -30,6 +30,7 @@
 #include "attnscope/run/run_dir.h"
 #include "attnscope/finetune/finetune.h"
 #include "attnscope/io/text_source.h"
+#include "attnscope/attention/head.h"
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/attention/map_family.h"
 #include "attnscope/model/model.h"
@@ -399,6 +400,21 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
                 fmt_number(s.linear_tokens_per_s, 1), fmt_number(double(s.softmax_peak_bytes) / 1e6, 2),
                 fmt_number(double(s.linear_peak_bytes) / 1e6, 2)});
   md += "## Speed\n\n" + (o.speed ? to_markdown(st) : std::string("Not measured (--no-speed).\n")) + "\n";
+  // What generation keeps per sequence at L tokens (head.h's head_cost), float32: the converted
+  // model's maps' states (and windows' rings) against the original's key-value cache.
+  int64_t converted_values = 0, original_values = 0;
+  for (int s = 0; s < c.n_layer; ++s) {
+    for (int h = 0; h < c.n_head; ++h)
+      converted_values += head_cost(map_head_type(o.stage1.window), c.head_dim, c.head_dim, L, dims[size_t(s)][size_t(h)],
+                                    o.stage1.window, o.stage1.decay != Decay::None).state_values;
+    original_values += int64_t(c.n_kv_head) * head_cost(HeadType::Softmax, c.head_dim, c.head_dim, L).state_values;
+  }
+  const int64_t converted_bytes = 4 * converted_values, original_bytes = 4 * original_values;
+  Table sb;
+  sb.header = {"model", "state per sequence at " + std::to_string(L) + " tokens (float32)", "of the original's"};
+  sb.add_row({"original (key-value cache)", std::to_string(original_bytes) + " bytes", "1"});
+  sb.add_row({"converted", std::to_string(converted_bytes) + " bytes", fmt_number(double(converted_bytes) / double(original_bytes), 4)});
+  md += "## State per sequence\n\n" + to_markdown(sb) + "\n";
   Table ph;
   ph.header = {"phase", "seconds"};
   for (const auto& [name, secs] : phases.done()) ph.add_row({name, fmt_number(secs, 1)});
@@ -409,6 +425,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   j["final_model"] = final_model;
   j["heldout_tokens"] = heldout.size();
   j["heldout_share"] = o.heldout_share;
+  j["state_bytes"] = {{"seq_len", L}, {"original", original_bytes}, {"converted", converted_bytes}};
   j["lengths"] = nlohmann::ordered_json::array();
   for (const auto& x : r.lengths)
     j["lengths"].push_back({{"seq_len", x.seq_len}, {"original_loss", x.original_loss}, {"untrained_loss", x.untrained_loss},

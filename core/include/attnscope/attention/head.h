@@ -24,6 +24,23 @@ enum class HeadType { Softmax, Hybrid, Linear };
 // The type of a head with a map and window W: hybrid when W > 0, else linear.
 HeadType map_head_type(int64_t window);
 
+// What a head keeps per sequence and computes per token at context T in the recurrent form (a count
+// of values: times the bytes of the state's dtype), for the cost of a converted model (issue 28):
+//   softmax  the keys and values of every position: T (d_k + d_v); per token 2 T (d_k + d_v) FLOPs
+//            (the scores and the weighted sum). Under grouped-query attention a key-value head is
+//            shared by its query heads: count it once per key-value head.
+//   linear   S [M, d_v] and z [M]: M d_v + M; per token 2 d_k M (the map's projection) + 4 M d_v + 2 M
+//            (S and z updated, q.S and q.z read), and M d_v + M more with decay (S and z scaled).
+//   hybrid   the linear part and a ring of the last W keys and values: + W (d_k + d_v); + 2 W (d_k +
+//            d_v) FLOPs (the window's softmax). The ring is kept per query head, as the model keeps it.
+// The map's own cost is taken as one projection (2 d_k M); maps with more (untied, Fourier pairs)
+// cost a few d_k M more.
+struct HeadCost {
+  int64_t state_values = 0;
+  int64_t flops_per_token = 0;
+};
+HeadCost head_cost(HeadType type, int64_t d_k, int64_t d_v, int64_t T, int64_t M = 0, int64_t W = 0, bool decayed = false);
+
 // A head's settings: the window W >= 0 (0: a linear head); a hybrid head's map must give kernel
 // values >= 0 (map_family(map).nonnegative_kernel: its linear part is summed, not clamped pair by
 // pair). `map` "" (no map: the softmax side alone) checks the window only. Error with quantity
