@@ -53,18 +53,6 @@ at::Tensor measured_map(const AnalysisOptions& opt, const Features& pq, const Fe
   return opt.window > 0 ? hybrid_map(pq, pk, q, k, {opt.window, at::zeros({}, at::kDouble)}) : lm.map;
 }
 
-// An untrained decayed head (opt.decay fixed): the features with Lambda_i = (i + 1) log a, a fitted
-// to the head's softmax over its windows q, k [T, L, d] (fit_decay_to_softmax, within the model's
-// window W). The features as they are without decay.
-std::pair<Features, Features> decayed_for_analysis(const AnalysisOptions& opt, const Features& fq, const Features& fk,
-                                                   const at::Tensor& q, const at::Tensor& k, int64_t W) {
-  if (opt.decay == Decay::None) return {fq, fk};
-  const double log_a = fit_decay_to_softmax(q.dim() == 2 ? q.unsqueeze(0) : q, k.dim() == 2 ? k.unsqueeze(0) : k, W).item<double>();
-  const at::Tensor lambda = at::arange(1, q.size(-2) + 1, fq.log_scale.options()) * log_a;
-  const DecayedFeatures f = decayed_features(fq, fk, lambda);
-  return {f.q, f.k};
-}
-
 at::Tensor select_seqs(const at::Tensor& t, int max_seqs) {
   return max_seqs > 0 && max_seqs < t.size(0) ? t.narrow(0, 0, max_seqs) : t;
 }
@@ -184,6 +172,22 @@ SampledRows sampled_rows(const AnalysisOptions& opt, int64_t L, int s, int h) {
   return r;
 }
 
+// log a of the decay fitted to a head's softmax rows A [T, R, L] at positions pos [R] (its windows'
+// rows the metrics read): fit_decay_by_lag of their mean lag. HeadAnalysis::decay_length's, and the
+// decay an untrained decayed head is drawn with.
+double fitted_log_decay(const at::Tensor& A, const at::Tensor& pos) {
+  return fit_decay_by_lag(attention_mean_lag(A, pos).mean(0), pos).item<double>();
+}
+
+// An untrained decayed head (opt.decay fixed): the features with Lambda_i = (i + 1) log a. The
+// features as they are without decay.
+std::pair<Features, Features> decayed_for_analysis(const AnalysisOptions& opt, const Features& fq, const Features& fk,
+                                                   double log_a, int64_t L) {
+  if (opt.decay == Decay::None) return {fq, fk};
+  const DecayedFeatures f = decayed_features(fq, fk, at::arange(1, L + 1, fq.log_scale.options()) * log_a);
+  return {f.q, f.k};
+}
+
 // One head of layer s: q, k, v [T, L, d] float64; W the captured model's softmax window (0: none).
 // `step` is called before the linear side and at the end (the cancellation points).
 HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, const at::Tensor& q, const at::Tensor& k,
@@ -196,6 +200,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, c
   const at::Tensor positions = rows.sampled ? pos : at::Tensor();
   // Softmax rows: needed for the softmax side and as the linear side's reference.
   const at::Tensor A = at::softmax(row_scores(q, k, pos, W), -1);
+  const double log_a = fitted_log_decay(A, pos);
   HeadAnalysis a;
   a.layer = s, a.head = h;
   if (auto hit = cache ? cache->find(key, s, h) : std::nullopt) {
@@ -205,7 +210,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, c
     in.map = A, in.q = q, in.k = k, in.seed = opt.seed, in.positions = positions, in.census = rows.census;
     in.window = W;
     a.softmax = compute_head_metrics(in);
-    a.decay_length = decay_length(fit_decay_by_lag(attention_mean_lag(A, pos).mean(0), pos).item<double>());
+    a.decay_length = decay_length(log_a);
     if (rows.sampled) {
       // The entropies are cheap for every row: exact, whatever the sample.
       const at::Tensor ent = softmax_row_entropies(q, k, W);
@@ -232,7 +237,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, c
     auto phi = head_feature_map(opt, d, s, h, q, k);
     const Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
     Features fq(pq.values.to(at::kDouble), pq.log_scale.to(at::kDouble)), fk(pk.values.to(at::kDouble), pk.log_scale.to(at::kDouble));
-    std::tie(fq, fk) = decayed_for_analysis(opt, fq, fk, q, k, W);
+    std::tie(fq, fk) = decayed_for_analysis(opt, fq, fk, log_a, L);
     const LinearRows lr = linear_rows(fq, fk, pos);
     HeadMetricsInput li;
     li.map = opt.window > 0 ? hybrid_rows(fq, fk, q, k, pos, opt.window) : lr.map;
@@ -319,9 +324,13 @@ HeadMaps head_maps(const CaptureStore& store, int layer, int head, int seq, cons
   if (!opt.feature_map.empty()) {
     auto phi = head_feature_map(opt, store.head_dim(), layer, head, Q.select(1, head), K.select(1, head));
     Features pq = phi->scaled_query_features(q), pk = phi->scaled_key_features(k);
-    // The decay fitted over the windows the analysis reads (as the metrics' fit).
-    std::tie(pq, pk) = decayed_for_analysis(opt, pq, pk, select_seqs(Q.select(1, head), opt.max_seqs).to(at::kDouble),
-                                            select_seqs(K.select(1, head), opt.max_seqs).to(at::kDouble), store.sliding_window());
+    if (opt.decay != Decay::None) {  // the decay the metrics fit: the same windows and rows
+      const at::Tensor qs = select_seqs(Q.select(1, head), opt.max_seqs).to(at::kDouble),
+                       ks = select_seqs(K.select(1, head), opt.max_seqs).to(at::kDouble);
+      const at::Tensor pos = sampled_rows(opt, q.size(0), layer, head).pos;
+      const double log_a = fitted_log_decay(at::softmax(row_scores(qs, ks, pos, store.sliding_window()), -1), pos);
+      std::tie(pq, pk) = decayed_for_analysis(opt, pq, pk, log_a, q.size(0));
+    }
     const LinearMap lm = linear_map(pq, pk);
     m.linear = measured_map(opt, pq, pk, q, k, lm);
     m.nonpositive_row_fraction = lm.nonpositive_row_fraction;

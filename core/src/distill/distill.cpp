@@ -184,9 +184,8 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
       }
     }
     // A decayed head's start (a resumed run's comes from its checkpoint; another rank's layer from its owner).
-    const bool fit = o.decay != Decay::None && o.decay_init == DecayInit::Fit && !resume && dist.owns(s);
     init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.sliding_window(), st,
-                     fit ? fitted_decay_delta(cap, s) : at::Tensor());
+                     !resume && dist.owns(s) ? initial_decay_delta(o, &cap, s, cap.num_heads()) : at::Tensor());
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;
   }

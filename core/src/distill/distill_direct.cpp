@@ -128,9 +128,8 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   const int S = c.n_layer;
   std::vector<LayerState> layers(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
-    const bool fit = o.decay != Decay::None && o.decay_init == DecayInit::Fit && cap && !resume;
     init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.sliding_window, layers[size_t(s)],
-                     fit ? fitted_decay_delta(*cap, s) : at::Tensor());
+                     resume ? at::Tensor() : initial_decay_delta(o, cap.get(), s, c.n_head));
     to_device(layers[size_t(s)], device);
   }
   // The softmax model's q, k on held-out windows (it is frozen: they never change).

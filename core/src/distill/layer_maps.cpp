@@ -147,6 +147,13 @@ at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer) {
   return delta;
 }
 
+at::Tensor initial_decay_delta(const DistillOptions& o, const CaptureStore* capture, int layer, int64_t heads) {
+  if (o.decay == Decay::None) return {};
+  if (o.decay_init == DecayInit::None) return at::full({heads}, kUndecayedDelta, at::kFloat);
+  if (!capture) fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
+  return fitted_decay_delta(*capture, layer);
+}
+
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {
   at::NoGradGuard no_grad;
   for (HeadGroup& g : layer)

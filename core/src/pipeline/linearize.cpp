@@ -294,9 +294,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   // Decayed heads start where distill started them: fitted to the capture, or without decay.
   if (o.stage1.decay != Decay::None) {
     const CaptureStore cap((dir / "capture").string());
-    for (int s = 0; s < c.n_layer; ++s)
-      fresh->decay_delta.push_back(o.stage1.decay_init == DecayInit::Fit ? fitted_decay_delta(cap, s)
-                                                                         : at::full({c.n_head}, kUndecayedDelta, at::kFloat));
+    for (int s = 0; s < c.n_layer; ++s) fresh->decay_delta.push_back(initial_decay_delta(o.stage1, &cap, s, c.n_head));
   }
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the

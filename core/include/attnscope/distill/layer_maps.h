@@ -86,6 +86,10 @@ at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* nam
 // per head, so the held-out windows are read too), within the model's sliding window. The
 // untrained model linearize reports starts from the same.
 at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer);
+// Where o's decayed heads of layer s start, delta [H]: fitted_decay_delta for decay_init fit (Error
+// naming the decay initialization without a capture), kUndecayedDelta for none; undefined without
+// decay. Distill's start and linearize's untrained model.
+at::Tensor initial_decay_delta(const DistillOptions& o, const CaptureStore* capture, int layer, int64_t heads);
 // Sets the groups' deltas to delta [H] (head order).
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta);
 
