@@ -303,9 +303,11 @@ TEST(DecayedHeads, AConvertedModelWithFixedDecayRunsInEveryForm) {
         std::ofstream(bad + "/config.json") << c.dump();
         return test::error_of([&] { load_model(bad); });
       };
-      std::string msg = with("gated");
+      std::string msg = with("sometimes");
       EXPECT_NE(msg.find("attnscope.decay"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("gated"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("sometimes"), std::string::npos) << msg;
+      msg = with("gated");  // deltas where gates should be
+      EXPECT_NE(msg.find("layers.0.heads.0.decay.b"), std::string::npos) << msg;
       msg = with(nullptr);
       EXPECT_NE(msg.find("feature_maps.safetensors"), std::string::npos) << msg;
       EXPECT_NE(msg.find("decay.delta"), std::string::npos) << msg;

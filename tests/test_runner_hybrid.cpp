@@ -131,7 +131,7 @@ d, ids_text = sys.argv[1], sys.argv[2]
 sys.path.insert(0, d)
 import attnscope_linear as a
 
-def reference(q, k, v, m, state=None):
+def reference(q, k, v, m, lam=None, state=None):
     """SPEC 5 as written: w_ij = g exp(q_i.k_j / sqrt d) for i - j < W, (1 - g) max(phi(q_i).phi(k_j), 0)
     for i - j >= W, j <= i, normalized by the row's sum: the full L x L matrix, in float64 (each weight
     as its log, the row normalized by softmax so large norms do not overflow)."""
@@ -163,9 +163,9 @@ def seen(q, k):
 
 with torch.no_grad():
     if "--huge" in sys.argv:  # layer by layer, as each layer's scale changes the next one's input
-        def probe(q, k, v, fm, state=None):
+        def probe(q, k, v, fm, lam, state=None):
             seen(q, k)
-            return runner(q, k, v, fm, state)
+            return runner(q, k, v, fm, lam, state)
         a.hybrid_attention = probe
         for s in range(m.n_layer):
             norms.clear()
@@ -180,9 +180,9 @@ with torch.no_grad():
         norms.clear()
     head = []
 
-    def both(q, k, v, fm, state=None):
+    def both(q, k, v, fm, lam, state=None):
         seen(q, k)
-        y = runner(q, k, v, fm, state)
+        y = runner(q, k, v, fm, lam, state)
         if state is None:
             head.append(float((y - reference(q, k, v, fm)).abs().max()))
         return y

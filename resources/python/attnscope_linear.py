@@ -34,11 +34,13 @@ i - j >= W, normalized by the row's sum, with g = sigmoid(gamma) from the head's
 layers.{s}.heads.{h}.gamma in feature_maps.safetensors (hybrid_attention). Their recurrent state
 is S, z over the keys older than the window plus a ring of the last W keys and values.
 
-Decayed heads (attnscope.decay "fixed"; SPEC 5, paper 003's RetNet/SSD mixers): the map's weight of
-key j for query i is multiplied by exp(Lambda_i - Lambda_j), Lambda_i = (i + 1) log a with
-a = sigmoid(delta) from the head's scalar layers.{s}.heads.{h}.decay.delta: the keys' log scales
-carry - Lambda_j and the queries' + Lambda_i (decay_lambda, attend), so the same linear and hybrid
-paths run them; each row reads its keys relative to the largest scale it can see.
+Decayed heads (attnscope.decay "fixed" or "gated"; SPEC 5, paper 003's RetNet/SSD mixers): the map's
+weight of key j for query i is multiplied by exp(Lambda_i - Lambda_j), Lambda_i = sum_{t <= i} log a_t;
+"fixed": a = sigmoid(delta) from the head's scalar layers.{s}.heads.{h}.decay.delta (Lambda_i =
+(i + 1) log a); "gated": a_t = sigmoid(w.x_t + b) from the layer's input x_t (the normed hidden state
+the projections read) with the head's decay.w [d_model] and decay.b []. The keys' log scales carry
+- Lambda_j and the queries' + Lambda_i (decay_lambda, attend), so the same linear and hybrid paths run
+them; each row reads its keys relative to the largest scale it can see.
 
 Architectures: GPT-2, GPT-NeoX (Pythia), the Llama family: Llama (grouped-query attention, llama3 rope scaling), Mistral, Qwen2, Qwen3. Feature maps: prf, prf-orthogonal, prf-hyperbolic, learned-prf, hedgehog
 (exp, softmax, softmax-joint; tied or untied), t2r, elu, relu, exp, taylor2, flex-stationary,
@@ -462,10 +464,8 @@ def parse_header(config, file, n_layer, n_head):
     rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims")
     spec["window"] = parse_window(a.get("window"), where + ".window")
     decay = a.get("decay", "none")
-    if decay == "gated":
-        _fail(where + ".decay", '"gated" heads are not read by this build (fixed and none are)')
-    if decay not in ("fixed", "none"):
-        _fail(where + ".decay", "'%s' is not fixed or none" % (decay,))
+    if decay not in ("fixed", "gated", "none"):
+        _fail(where + ".decay", "'%s' is not none, fixed or gated" % (decay,))
     spec["decay"] = decay
     return spec, rows
 
@@ -595,10 +595,16 @@ def read_feature_maps(file, spec, dims, shape):
                 m.log_a = torch.nn.functional.logsigmoid(_head_scalar(
                     tensors, file, s, h, "decay.delta", 'config.json\'s attnscope.decay is "fixed"', "a head's decay delta"))
                 used += 1
+            if spec.get("decay") == "gated":
+                why = 'config.json\'s attnscope.decay is "gated"'
+                m.gate_b = _head_scalar(tensors, file, s, h, "decay.b", why, "a gate's bias b")
+                m.gate_w = _head_vector(tensors, file, s, h, "decay.w", shape.d_model, why, "a gate's weights w")
+                used += 2
             row.append(m)
         maps.append(row)
     if used != len(tensors):
-        own = ["feature_map.*"] + (["gamma"] if window > 0 else []) + (["decay.delta"] if spec.get("decay") == "fixed" else [])
+        own = ["feature_map.*"] + (["gamma"] if window > 0 else []) + (["decay.delta"] if spec.get("decay") == "fixed" else []) \
+            + (["decay.w", "decay.b"] if spec.get("decay") == "gated" else [])
         _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.%s"
               % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1,
                  own[0] if len(own) == 1 else "{" + ", ".join(own) + "}"))
@@ -615,6 +621,22 @@ def _head_scalar(tensors, file, s, h, what, why, kind):
     t = tensors[name]
     if list(t.shape) != []:
         _fail(where, "tensor '%s' has shape %s, %s is a scalar (shape [])" % (name, _shape_str(t.shape), kind))
+    if t.dtype != torch.float32:
+        _fail(where, "tensor '%s' is not float32" % name)
+    if not bool(torch.isfinite(t).all()):
+        _fail(where, "tensor '%s' holds NaN or inf" % name)
+    return t.to(torch.float64)
+
+
+def _head_vector(tensors, file, s, h, what, n, why, kind):
+    """Head (s, h)'s tensor layers.{s}.heads.{h}.WHAT of shape [n] as float64, checked (float32, finite)."""
+    name = "layers.%d.heads.%d.%s" % (s, h, what)
+    where = "%s (layer %d head %d)" % (file, s, h)
+    if name not in tensors:
+        _fail(where, "missing tensor '%s': %s" % (name, why))
+    t = tensors[name]
+    if list(t.shape) != [n]:
+        _fail(where, "tensor '%s' has shape %s, %s has shape [%d]" % (name, _shape_str(t.shape), kind, n))
     if t.dtype != torch.float32:
         _fail(where, "tensor '%s' is not float32" % name)
     if not bool(torch.isfinite(t).all()):
@@ -645,6 +667,8 @@ class FeatureMap:
         self.window = 0  # hybrid heads (attnscope.window W > 0): W and gamma, set by read_feature_maps
         self.gamma = None
         self.log_a = None  # decayed heads (attnscope.decay "fixed"): log a = logsigmoid(delta), set by read_feature_maps
+        self.gate_w = None  # gated heads (attnscope.decay "gated"): w [d_model] and b, set by read_feature_maps
+        self.gate_b = None
 
     def query(self, x):
         return self._apply(x, "q")
@@ -744,29 +768,36 @@ def linear_attention(fq, fk, v, state=None):
     return torch.where(torch.isnan(y), torch.zeros_like(y), y)
 
 
-def decay_lambda(m, first, n, dtype):
-    """Lambda_i = (i + 1) log a of positions first .. first + n - 1, [n, 1] (SPEC 5's decayed heads;
-    zeros for a head without decay)."""
+def decay_lambda(m, x, first, prev):
+    """Lambda_i of this call's positions first .. first + n - 1, [B, n, 1] float64 (SPEC 5's decayed
+    heads; zeros for a head without decay). x [B, n, D] is the layer's input; `prev` [B, 1] the
+    Lambda of the position before `first` (a gated head's running sum; None at the start)."""
+    B, n = x.shape[0], x.shape[1]
+    if m.gate_w is not None:
+        lam = torch.cumsum(torch.nn.functional.logsigmoid(x.to(torch.float64) @ m.gate_w + m.gate_b), 1)
+        return (lam if prev is None else lam + prev).unsqueeze(-1)
     if m.log_a is None:
-        return torch.zeros(n, 1, dtype=dtype)
-    return (torch.arange(first + 1, first + n + 1, dtype=torch.float64) * m.log_a).to(dtype).view(n, 1)
+        return torch.zeros(B, n, 1, dtype=torch.float64)
+    return (torch.arange(first + 1, first + n + 1, dtype=torch.float64) * m.log_a).view(1, n, 1).expand(B, n, 1)
 
 
-def attend(m, q, k, v, state=None):
+def attend(m, q, k, v, x, state=None):
     """One head's attention output [B, L, d_v] from its queries and keys after RoPE (float64, what
-    softmax attention would use): linear attention with the head's map, or hybrid with a window. A
-    decayed head multiplies the map's weight of key j for query i by exp(Lambda_i - Lambda_j): the
-    keys' log scales - Lambda_j, the queries' + Lambda_i (which cancels in a linear head's row).
-    `state` also counts the positions seen (its "pos")."""
+    softmax attention would use) and the layer's input x [B, L, D] (gated decays read it): linear
+    attention with the head's map, or hybrid with a window. A decayed head multiplies the map's
+    weight of key j for query i by exp(Lambda_i - Lambda_j): the keys' log scales - Lambda_j, the
+    queries' + Lambda_i (which cancels in a linear head's row). `state` also counts the positions
+    seen (its "pos") and keeps the last position's Lambda ("lam")."""
     first = state.get("pos", 0) if state is not None else 0
+    lam = decay_lambda(m, x, first, state.get("lam") if state else None).to(q.dtype)  # [B, L, 1]
     if m.window > 0:
-        y = hybrid_attention(q, k, v, m, state)
+        y = hybrid_attention(q, k, v, m, lam, state)
     else:
         (vq, lq), (vk, lk) = m.query(q), m.key(k)
-        lam = decay_lambda(m, first, q.shape[1], q.dtype)
         y = linear_attention((vq, lq + lam), (vk, lk - lam), v, state)
     if state is not None:
         state["pos"] = first + q.shape[1]
+        state["lam"] = lam[:, -1].to(torch.float64)  # [B, 1]
     return y
 
 
@@ -786,9 +817,10 @@ def _linear_part(sign1, log1, y1, sign2, log2, y2):
     return sign, log + top, num / den.unsqueeze(-1)
 
 
-def hybrid_attention(q, k, v, m, state=None):
+def hybrid_attention(q, k, v, m, lam, state=None):
     """Hybrid attention (SPEC 5, LoLCATs): q, k [B, L, d] after RoPE, v [B, L, d_v], float64; m the
-    head's FeatureMap with window W = m.window > 0 and balance gamma = m.gamma.
+    head's FeatureMap with window W = m.window > 0 and balance gamma = m.gamma; lam [B, L, 1] the
+    decay's Lambda of this call's positions (zeros without decay).
 
     Query i gives key j <= i the weight g exp(q_i.k_j / sqrt d) when i - j < W and
     (1 - g) phi(q_i).phi(k_j) when i - j >= W, normalized by the row's sum; g = sigmoid(gamma). All in
@@ -801,35 +833,35 @@ def hybrid_attention(q, k, v, m, state=None):
     see (memory ~ L (n + W)); the linear part over keys j <= i - W as the L x L kernel, as
     linear_attention does. `state` (a dict, empty at the start) carries earlier calls: S, z, c over
     keys older than the window (linear_attention's bookkeeping) and a ring of the last W raw keys and
-    values; the keys this call pushes out of the ring go into S, z. So a sequence can be fed in
-    pieces, one token at a time at constant memory.
+    values (and their Lambda); the keys this call pushes out of the ring go into S, z. So a sequence
+    can be fed in pieces, one token at a time at constant memory.
     """
     W = m.window
     B, L, d = q.shape
     dv = v.shape[-1]
-    first = state.get("pos", 0) if state is not None else 0  # the position of q's first token (attend counts)
     gamma = m.gamma.to(q.dtype)
     log_g = torch.nn.functional.logsigmoid(gamma)
     log_1mg = torch.nn.functional.logsigmoid(-gamma)
     # Keys this call sees besides the state's: the ring (earlier calls' last r keys), then its own.
     if state and "ring_k" in state:
         keys, vals = torch.cat([state["ring_k"], k], 1), torch.cat([state["ring_v"], v], 1)
+        lams = torch.cat([state["ring_lam"], lam], 1)
     else:
-        keys, vals = k, v
+        keys, vals, lams = k, v, lam
     K = keys.shape[1]
     r = K - L  # query i sits at position r + i of keys
 
     # ---- linear part, per row: sign, log of its weight over exp(log(1 - g) + query log scale), output
     vq, lq = m.query(q)
-    lq = (lq + decay_lambda(m, first, L, q.dtype)).squeeze(-1)  # query i at position first + i
+    lq = (lq + lam).squeeze(-1)  # query i's Lambda
     sign = torch.zeros(B, L, dtype=q.dtype)
     log = torch.full((B, L), -math.inf, dtype=q.dtype)
     y_lin = torch.zeros(B, L, dv, dtype=q.dtype)
     n_lin = K - W  # keys j <= r + L - 1 - W: the only ones some query here reads linearly
     fk = None
-    if n_lin > 0:  # key j of `keys` sits at position first - r + j
+    if n_lin > 0:  # key j of `keys` carries its own Lambda, lams[:, j]
         vk0, lk0 = m.key(keys[:, :n_lin])
-        fk = (vk0, lk0 - decay_lambda(m, first - r, n_lin, q.dtype))
+        fk = (vk0, lk0 - lams[:, :n_lin])
     if n_lin > 0:
         vk, lk = fk
         dot = vq @ vk.transpose(1, 2)  # [B, L, n_lin]
@@ -896,7 +928,7 @@ def hybrid_attention(q, k, v, m, state=None):
                 keep = torch.exp(state["c"] - c_new)
                 S_new, z_new = S_new + state["S"] * keep, z_new + state["z"] * keep.squeeze(-1)
             state.update(S=S_new, z=z_new, c=c_new)
-        state.update(ring_k=keys[:, max(0, K - W):], ring_v=vals[:, max(0, K - W):])
+        state.update(ring_k=keys[:, max(0, K - W):], ring_v=vals[:, max(0, K - W):], ring_lam=lams[:, max(0, K - W):])
     return y
 
 
@@ -973,7 +1005,7 @@ class LinearGPT2(torch.nn.Module):
                 sl = slice(j * d, (j + 1) * d)
                 qh, kh, vh = (t[..., sl].to(torch.float64) for t in (q, k, v))
                 m = self.maps[s][j]
-                heads.append(attend(m, qh, kh, vh, cache[s][j] if cache else None))
+                heads.append(attend(m, qh, kh, vh, h, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
             x = x + a @ w[pre + "attn.c_proj.weight"] + w[pre + "attn.c_proj.bias"]
             h = self._ln(x, pre + "ln_2")
@@ -1063,7 +1095,7 @@ class LinearLlama(torch.nn.Module):
                 kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
                 m = self.maps[s][j]
                 qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
-                heads.append(attend(m, qh, kh, vh, cache[s][j] if cache else None))
+                heads.append(attend(m, qh, kh, vh, h, cache[s][j] if cache else None))
             a = torch.cat(heads, -1).to(torch.float32)
             x = x + self._linear(a, pre + "self_attn.o_proj")
             h = self._rms(x, w[pre + "post_attention_layernorm.weight"])
@@ -1131,7 +1163,7 @@ class LinearNeoX(torch.nn.Module):
             for j in range(H):
                 m = self.maps[s][j]
                 qh, kh, vh = (t[:, :, j].to(torch.float64) for t in (q, k, v))
-                heads.append(attend(m, qh, kh, vh, cache[s][j] if cache else None))
+                heads.append(attend(m, qh, kh, vh, h, cache[s][j] if cache else None))
             a = self._linear(torch.cat(heads, -1).to(torch.float32), pre + "attention.dense")
 
             def mlp(t):

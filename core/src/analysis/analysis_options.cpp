@@ -33,7 +33,8 @@ const OptionTable<AnalysisOptions>& analysis_option_table() {
                   analysis_has_map),
         only_when(omitted_at_default(described(bind(opt::decay, &A::decay, parse_decay, decay_name, decay_names()),
                             "decayed heads: none | fixed (each head's map times a^(i-j), a fitted to the head's "
-                            "softmax by lag: where training's --decay-init fit starts)")),
+                            "softmax by lag: where training's --decay-init fit starts) | gated (untrained, a gate "
+                            "is that fixed decay: w = 0)")),
                   analysis_has_map),
         described(bind(opt::seed, &A::seed), "seed for the feature map and sampled pairs"),
         bind(opt::max_seqs, &A::max_seqs, 0),

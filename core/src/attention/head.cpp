@@ -68,7 +68,7 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
 }
 
 namespace {
-constexpr Named<Decay> kDecays[] = {{Decay::None, "none"}, {Decay::Fixed, "fixed"}};
+constexpr Named<Decay> kDecays[] = {{Decay::None, "none"}, {Decay::Fixed, "fixed"}, {Decay::Gated, "gated"}};
 constexpr Named<DecayInit> kDecayInits[] = {{DecayInit::Fit, "fit"}, {DecayInit::None, "none"}};
 }  // namespace
 
@@ -96,6 +96,14 @@ at::Tensor fixed_decay_lambda(const at::Tensor& delta, int64_t length) {
   const at::Tensor log_a = at::log_sigmoid(delta.to(at::kDouble)).unsqueeze(-1);  // [..., 1]
   const at::Tensor steps = at::arange(1, length + 1, delta.options().dtype(at::kDouble));
   return (log_a * steps).to(delta.scalar_type());
+}
+
+at::Tensor gated_decay_lambda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (x.dim() != 3 || w.dim() != 2 || b.dim() != 1 || x.size(2) != w.size(1) || w.size(0) != b.size(0))
+    fail_value("decay", "a gate needs the layer input x [B, L, D], w [H, D] and b [H]");
+  // log sigmoid of the gate's logit in float64: a_t near 1 (logit ~ 10) keeps log a_t ~ -4.5e-5 exact.
+  const at::Tensor logit = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t()) + b.to(at::kDouble);  // [B, L, H]
+  return decay_log_cumsum(at::log_sigmoid(logit).transpose(1, 2)).to(x.scalar_type());
 }
 
 DecayedFeatures decayed_features(const Features& phi_q, const Features& phi_k, const at::Tensor& lambda) {

@@ -23,6 +23,34 @@ std::vector<at::Tensor> initial_gamma(int n_layer, int n_head) {
   return gamma;
 }
 
+at::Tensor decay_lambda(const HeadFeatureMaps& lin, int layer, const at::Tensor& x) {
+  const int64_t B = x.size(0), L = x.size(1);
+  switch (lin.decay()) {
+    case Decay::None: return {};
+    case Decay::Fixed: {
+      const at::Tensor delta = lin.decay_delta[size_t(layer)].to(x.device(), at::kDouble);
+      return fixed_decay_lambda(delta, L).unsqueeze(0).expand({B, delta.size(0), L});
+    }
+    case Decay::Gated:
+      return gated_decay_lambda(x.to(at::kDouble), lin.decay_w[size_t(layer)].to(x.device()), lin.decay_b[size_t(layer)].to(x.device()));
+  }
+  return {};
+}
+
+at::Tensor decay_log_a_step(const HeadFeatureMaps& lin, int layer, const at::Tensor& x_t) {
+  switch (lin.decay()) {
+    case Decay::None: return {};
+    case Decay::Fixed:
+      return at::log_sigmoid(lin.decay_delta[size_t(layer)].detach().to(x_t.device(), at::kDouble)).unsqueeze(0).expand({x_t.size(0), -1});
+    case Decay::Gated: {
+      const at::Tensor w = lin.decay_w[size_t(layer)].detach().to(x_t.device(), at::kDouble);
+      const at::Tensor b = lin.decay_b[size_t(layer)].detach().to(x_t.device(), at::kDouble);
+      return at::log_sigmoid(at::matmul(x_t.to(at::kDouble), w.t()) + b);
+    }
+  }
+  return {};
+}
+
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
                                       int n_layer, int n_head, int head_dim, int64_t window) {
   if (map_family(spec.name).positional)

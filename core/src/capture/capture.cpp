@@ -96,7 +96,7 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   if (opt.dtype != DType::F32 && opt.dtype != DType::F16) fail_value("capture dtype", "must be f32 or f16");
   const ModelConfig& c = m.model->config();
   const auto windows = draw_windows(*m.tokenizer, c.n_ctx, docs, opt);
-  const int64_t T = int64_t(windows.size()), L = opt.seq_len, H = c.n_head, d = c.head_dim;
+  const int64_t T = int64_t(windows.size()), L = opt.seq_len, H = c.n_head, d = c.head_dim, D = c.d_model;
 
   OutputDir out(out_dir);
   const fs::path tmp = out.path();
@@ -108,6 +108,7 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   for (int s = 0; s < c.n_layer; ++s) {
     std::vector<TensorEntry> layout;
     for (const char* name : {"q", "k", "v"}) layout.push_back({name, opt.dtype, {T, H, L, d}, 0, 0});
+    layout.push_back({"x", opt.dtype, {T, L, D}, 0, 0});  // the layer's input: gated decays train from it
     writers.push_back(std::make_unique<SafetensorsStreamWriter>((tmp / layer_file(s)).string(), layout, meta));
   }
 
@@ -120,15 +121,16 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
     at::Tensor ids = at::tensor(flat).view({nb, L});
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
-      // Rows t0..t0+nb of a [T, H, L, d] tensor are one contiguous block.
-      const uint64_t offset = uint64_t(t0) * H * L * d * elt;
+      // Rows t0..t0+nb of a [T, ...] tensor are one contiguous block.
       auto put = [&](const char* name, const at::Tensor& x) {
         at::Tensor y = x.to(at::kCPU, st).contiguous();
+        const uint64_t offset = uint64_t(t0) * uint64_t(y.numel() / nb) * elt;
         writers[a.layer]->write(name, offset, y.data_ptr(), uint64_t(y.numel()) * elt);
       };
       put("q", opt.pre_rope ? a.q_pre : a.q);
       put("k", opt.pre_rope ? a.k_pre : a.k);
       put("v", a.v);
+      put("x", a.x);
     };
     m.model->hidden_states(ids, &hook);
     report_progress(progress, double(t0 + nb) / T, "windows " + std::to_string(t0 + nb) + "/" + std::to_string(T));
@@ -160,7 +162,7 @@ CaptureStore capture_to_dir(const LoadedModel& m, const std::vector<TextDocument
   j["seed"] = opt.seed;
   j["dtype"] = dtype_name(opt.dtype);
   j["rope"] = opt.pre_rope ? "pre" : "post";
-  j["tensors"] = {{"q", {T, H, L, d}}, {"k", {T, H, L, d}}, {"v", {T, H, L, d}}};
+  j["tensors"] = {{"q", {T, H, L, d}}, {"k", {T, H, L, d}}, {"v", {T, H, L, d}}, {"x", {T, L, D}}};
   j["kv_heads_expanded"] = c.n_kv_head != c.n_head;
   {
     std::ofstream f(tmp / "manifest.json");
@@ -185,6 +187,7 @@ CaptureStore::CaptureStore(const std::string& dir) : dir_(dir) {
   num_seqs_ = m.num_seqs;
   vocab_size_ = m.vocab_size;
   sliding_window_ = m.sliding_window;
+  d_model_ = m.d_model;
   tokenizer_kind_ = m.tokenizer_kind;
   tokenizer_path_ = m.tokenizer_path;
   model_path_ = m.model_path;
@@ -221,6 +224,21 @@ at::Tensor CaptureStore::layer_tensor(int layer, const std::string& which) const
     fail(f.path(), "'" + which + "' of layer " + std::to_string(layer) + ", head " + std::to_string(head) +
                        " contains NaN or infinity");
   }
+  return out;
+}
+
+at::Tensor CaptureStore::layer_inputs(int layer) const {
+  if (layer < 0 || layer >= n_layer_)
+    fail(dir_, "layer " + std::to_string(layer) + " out of range 0.." + std::to_string(n_layer_ - 1));
+  SafetensorsFile f((fs::path(dir_) / layer_file(layer)).string());
+  if (d_model_ == 0 || !f.contains("x"))
+    fail(dir_, "holds no layer inputs x (captured by an attnscope before gated decays): capture it again");
+  const at::Tensor t = f.tensor("x");
+  if (t.sizes().vec() != std::vector<int64_t>{num_seqs_, seq_len_, d_model_})
+    fail(f.path(), "tensor 'x' has an unexpected shape");
+  at::Tensor out = t.to(at::kFloat);
+  if (!at::isfinite(out).all().item<bool>())
+    fail(f.path(), "'x' of layer " + std::to_string(layer) + " contains NaN or infinity");
   return out;
 }
 

@@ -77,6 +77,7 @@ CaptureManifest parse_capture_manifest(std::string_view text, const std::string&
                     " is not a multiple of " + (v1 ? "model.n_kv_head = " : "model.kv_heads = ") + std::to_string(m.n_kv_head));
   if (model.contains("sliding_window"))
     m.sliding_window = int_field(model, "sliding_window", "model.sliding_window", 0, where);
+  if (model.contains("d_model")) m.d_model = int_field(model, "d_model", "model.d_model", 1, where);
   m.model_path = string_field(model, "path", "model.path", false, where);
   const nlohmann::json& tok = object_field(j, "tokenization", "tokenization", where);
   m.tokenizer_kind = string_field(tok, "tokenizer", "tokenization.tokenizer", true, where);

@@ -19,6 +19,9 @@ struct CaptureManifest {
   // softmax map computed from the capture applies; 0 = none (also when absent: captures made
   // before it was recorded, of models without a window).
   int sliding_window = 0;
+  // "model"."d_model": the layer inputs' width (the "x" tensors gated decays train from); 0 when
+  // absent (captures made before attnscope stored the inputs).
+  int d_model = 0;
   int seq_len = 0;     // "seq_len" (L)
   int num_seqs = 0;    // "num_seqs" (T)
   std::string tokenizer_kind;  // "tokenization"."tokenizer"

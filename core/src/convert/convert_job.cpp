@@ -63,7 +63,7 @@ ConvertOptions distill_run_convert_options(const std::string& run, const ModelCo
   std::ifstream in(job.file);
   o.job_json = nlohmann::json::parse(in).dump();  // read_distill_job has read it whole
   o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), o.map, o.dims, c.n_layer, c.n_head, c.head_dim, d.window,
-                             d.decay == Decay::Fixed);
+                             d.decay, c.d_model);
   return o;
 }
 

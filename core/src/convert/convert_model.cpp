@@ -168,6 +168,10 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
         tensors.emplace_back(convert::gamma_name(s, h), maps->gamma[s][h].detach().to(at::kCPU, at::kFloat).clone());
       if (!maps->decay_delta.empty())
         tensors.emplace_back(convert::decay_delta_name(s, h), maps->decay_delta[s][h].detach().to(at::kCPU, at::kFloat).clone());
+      if (!maps->decay_w.empty()) {
+        tensors.emplace_back(convert::decay_w_name(s, h), maps->decay_w[s][h].detach().to(at::kCPU, at::kFloat).contiguous().clone());
+        tensors.emplace_back(convert::decay_b_name(s, h), maps->decay_b[s][h].detach().to(at::kCPU, at::kFloat).clone());
+      }
     }
 
   const bool sharded = !llama2c && !fs::exists(src / "model.safetensors") && fs::exists(src / "model.safetensors.index.json");
@@ -190,7 +194,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
   if (maps->window > 0) a["window"] = maps->window;
-  if (!maps->decay_delta.empty()) a["decay"] = "fixed";
+  if (maps->decay() != Decay::None) a["decay"] = decay_name(maps->decay());
   if (o.trained_length > 0) a["trained_length"] = o.trained_length;
   if (o.finetune_rank > 0) a["finetune"] = {{"rank", o.finetune_rank}, {"steps", o.finetune_steps}};
   a["source"] = convert::source_record(src.lexically_normal().string());

@@ -74,11 +74,11 @@ void share_layer_tensors(DistGroup& dist, std::vector<LayerState>& layers) {
 // One training step of a layer on mini-batch q, k [B, H, L, d]: every group's loss, backward and
 // AdamW; st.last_loss is the head-weighted mean of the groups' losses.
 void train_layer_step(const Optimizer& opt, DistillLoss loss, LayerState& st, const at::Tensor& q, const at::Tensor& k,
-                      const at::Tensor& v, const at::Tensor& pairs, int64_t step /* 0-based */) {
+                      const at::Tensor& v, const at::Tensor& x, const at::Tensor& pairs, int64_t step /* 0-based */) {
   std::vector<double> losses;
   for (GroupState& g : st.groups) {
     const at::Tensor gv = v.defined() ? group_heads(st, g, v) : at::Tensor();
-    const at::Tensor l = layer_loss(g.group.maps, group_heads(st, g, q), group_heads(st, g, k), loss, pairs, gv);
+    const at::Tensor l = layer_loss(g.group.maps, group_heads(st, g, q), group_heads(st, g, k), loss, pairs, gv, x);
     l.backward();
     g.last_loss = l.item<double>();
     losses.push_back(g.last_loss);
@@ -112,9 +112,10 @@ Windows windows_of(const DistillOptions& o, const CaptureStore& cap) {
 }
 
 // Every check that reads a file, before the run directory is touched: the capture, its q and k
-// (shapes, finite values), the validation capture, the dims.
-void check_capture(const CaptureStore& cap, const std::string& where, bool values) {
-  for (int s = 0; s < cap.num_layers(); ++s)
+// (shapes, finite values), the validation capture, the dims; the layer inputs for gated decays.
+void check_capture(const CaptureStore& cap, const std::string& where, bool values, bool inputs) {
+  for (int s = 0; s < cap.num_layers(); ++s) {
+    if (inputs) cap.layer_inputs(s);  // Error naming the store when it has none
     for (const char* name : {"q", "k", "v"}) {
       if (!values && std::string(name) == "v") continue;
       const at::Tensor t = cap.layer_tensor(s, name);
@@ -124,6 +125,7 @@ void check_capture(const CaptureStore& cap, const std::string& where, bool value
       if (!at::isfinite(t).all().item<bool>())
         fail(where, std::string("layer ") + std::to_string(s) + " " + name + " holds NaN or infinity");
     }
+  }
 }
 
 DistillResult train_layers(DistillJob job, const std::string& run_dir, const ProgressFn& progress, bool resume,
@@ -136,10 +138,10 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   job.dims = resume ? job.dims_for(S, cap.num_heads())
                     : distill_dims(o, S, cap.num_heads(), &cap);
   check_training_memory(job.dims, cap.head_dim(), cap.num_seqs(), o.batch, cap.seq_len());
-  const bool values = o.loss == DistillLoss::Output;
-  check_capture(cap, o.capture, values);
+  const bool values = o.loss == DistillLoss::Output, inputs = o.decay == Decay::Gated;
+  check_capture(cap, o.capture, values, inputs);
   Windows win = windows_of(o, cap);
-  if (win.val_capture) check_capture(*win.val_capture, o.val_capture, values);
+  if (win.val_capture) check_capture(*win.val_capture, o.val_capture, values, inputs);
   if (win.val_capture && win.val_capture->sliding_window() != cap.sliding_window())
     fail(o.val_capture, "the validation capture's sliding window (" + std::to_string(win.val_capture->sliding_window()) +
                             ") is not the training capture's (" + std::to_string(cap.sliding_window()) + "): not the same model");
@@ -166,25 +168,29 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
     LayerState& st = layers[size_t(s)];
     st.has_val = win.has_val();
     if (dist.owns(s)) {  // a rank holds only its own layers' windows
-      const bool values = o.loss == DistillLoss::Output;  // only this loss reads v
+      // Only the output loss reads v, only gated decays x.
       const at::Tensor q = cap.layer_tensor(s, "q"), k = cap.layer_tensor(s, "k");
       const at::Tensor v = values ? cap.layer_tensor(s, "v") : at::Tensor();
+      const at::Tensor x = inputs ? cap.layer_inputs(s) : at::Tensor();
       st.q = q.index_select(0, train_t).contiguous().to(device);
       st.k = k.index_select(0, train_t).contiguous().to(device);
       if (values) st.v = v.index_select(0, train_t).contiguous().to(device);
+      if (inputs) st.x = x.index_select(0, train_t).contiguous().to(device);
       if (win.val_capture) {
         st.val_q = win.val_capture->layer_tensor(s, "q").to(device);
         st.val_k = win.val_capture->layer_tensor(s, "k").to(device);
         if (values) st.val_v = win.val_capture->layer_tensor(s, "v").to(device);
+        if (inputs) st.val_x = win.val_capture->layer_inputs(s).to(device);
       } else if (!win.val.empty()) {
         const at::Tensor idx = at::tensor(win.val, at::kLong);
         st.val_q = q.index_select(0, idx).contiguous().to(device);
         st.val_k = k.index_select(0, idx).contiguous().to(device);
         if (values) st.val_v = v.index_select(0, idx).contiguous().to(device);
+        if (inputs) st.val_x = x.index_select(0, idx).contiguous().to(device);
       }
     }
     // A decayed head's start (a resumed run's comes from its checkpoint; another rank's layer from its owner).
-    init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.sliding_window(), st,
+    init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.d_model(), cap.sliding_window(), st,
                      !resume && dist.owns(s) ? initial_decay_delta(o, &cap, s, cap.num_heads()) : at::Tensor());
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;
@@ -222,8 +228,8 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
     for_each_layer(device, S, [&](int64_t s) {
       if (!dist.owns(int(s))) return;
       LayerState& st = layers[size_t(s)];
-      train_layer_step(opt, o.loss, st, st.q.index_select(0, batch), st.k.index_select(0, batch),
-                       st.v.defined() ? st.v.index_select(0, batch) : at::Tensor(), pairs, step);
+      const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, batch) : at::Tensor(); };
+      train_layer_step(opt, o.loss, st, rows(st.q), rows(st.k), rows(st.v), rows(st.x), pairs, step);
     });
     if (share_layer_values(dist, layers, {&LayerState::last_loss, &LayerState::first_loss})) throw Cancelled();
     const double elapsed_s = elapsed();
@@ -345,7 +351,7 @@ double distill_step_seconds(DistillBench& b) {
   const auto one_step = [&](int64_t step) {
     for_each_layer(b.q[0].device(), S, [&](int64_t s) {
       train_layer_step(opt, o.loss, layers[size_t(s)], b.q[size_t(s)], b.k[size_t(s)],
-                       b.v.empty() ? at::Tensor() : b.v[size_t(s)], pairs, step);
+                       b.v.empty() ? at::Tensor() : b.v[size_t(s)], b.x.empty() ? at::Tensor() : b.x[size_t(s)], pairs, step);
     });
   };
   const at::Tensor& some_param = layers[0].groups[0].group.maps.params[0].second;

@@ -128,7 +128,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   const int S = c.n_layer;
   std::vector<LayerState> layers(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
-    init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.sliding_window, layers[size_t(s)],
+    init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.d_model, c.sliding_window, layers[size_t(s)],
                      resume ? at::Tensor() : initial_decay_delta(o, cap.get(), s, c.n_head));
     to_device(layers[size_t(s)], device);
   }
@@ -139,6 +139,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
     hook.on_layer = [&](const AttentionActivations& a) {
       layers[size_t(a.layer)].val_q = a.q.detach().contiguous();
       layers[size_t(a.layer)].val_k = a.k.detach().contiguous();
+      if (o.decay == Decay::Gated) layers[size_t(a.layer)].val_x = a.x.detach().contiguous();
     };
     model.forward(val_w.narrow(0, 0, std::min<int64_t>(kKlWindows, val_w.size(0))), &hook);
     for (LayerState& st : layers) st.initial_val_kl = validate(st, o.loss, at::Tensor()).second;

@@ -152,7 +152,7 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
   }
   if (o.decay != Decay::None) {
     if (o.loss == DistillLoss::L2)
-      fail_value("decay", "fixed does not train with the l2 loss (it fits kernel values, not a decayed head's weights): use kl, softmax, output or direct");
+      fail_value("decay", std::string(decay_name(o.decay)) + " does not train with the l2 loss (it fits kernel values, not a decayed head's weights): use kl, softmax, output or direct");
     if (o.decay_init == DecayInit::Fit && o.capture.empty())
       fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
   }

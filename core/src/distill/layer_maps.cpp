@@ -28,6 +28,8 @@ std::string feature_map_tensor_name(int layer, int head, const std::string& para
   // A hybrid head's balance sits beside its map (SPEC 7), not in it.
   if (param == kGammaParam) return convert::gamma_name(layer, head);
   if (param == kDecayParam) return convert::decay_delta_name(layer, head);
+  if (param == kGateWeightParam) return convert::decay_w_name(layer, head);
+  if (param == kGateBiasParam) return convert::decay_b_name(layer, head);
   return convert::tensor_prefix(layer, head) + param;
 }
 
@@ -78,7 +80,7 @@ namespace {
 
 // Maps for the given heads of a layer, stacked in that order; head h has seed derive_seed(seed, layer, h).
 LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_t>& head_ids, int64_t d,
-                    int64_t features) {
+                    int64_t features, int64_t d_model) {
   FeatureMapSpec spec;
   spec.name = o.feature_map;
   spec.d = d;
@@ -94,6 +96,11 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
   m.window = o.window;
   if (o.window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
   if (o.decay == Decay::Fixed) m.params.emplace_back(kDecayParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
+  if (o.decay == Decay::Gated) {
+    if (d_model < 1) fail("distill", "gated decays need the layer input's width (d_model)");
+    m.params.emplace_back(kGateWeightParam, at::zeros({m.heads, d_model}, at::kFloat));
+    m.params.emplace_back(kGateBiasParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
+  }
   return m;
 }
 
@@ -101,14 +108,15 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
 
 std::shared_ptr<FeatureMap> LayerMaps::trainable_head_map(int64_t head) const { return stacked_head_view(*this, head); }
 
-LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features) {
+LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features,
+                          int64_t d_model) {
   std::vector<int64_t> all(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) all[size_t(h)] = h;
-  return init_maps(o, layer, all, d, features);
+  return init_maps(o, layer, all, d, features, d_model);
 }
 
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
-                                         int64_t d) {
+                                         int64_t d, int64_t d_model) {
   std::vector<HeadGroup> groups;
   std::vector<int64_t> group_m;
   for (int64_t h = 0; h < int64_t(head_dims.size()); ++h) {
@@ -121,7 +129,7 @@ std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, con
     }
     groups[g].heads.push_back(h);
   }
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].maps = init_maps(o, layer, groups[g].heads, d, group_m[g]);
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].maps = init_maps(o, layer, groups[g].heads, d, group_m[g], d_model);
   return groups;
 }
 
@@ -158,11 +166,11 @@ void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {
   at::NoGradGuard no_grad;
   for (HeadGroup& g : layer)
     for (auto& [name, t] : g.maps.params)
-      if (name == kDecayParam)
+      if (name == kDecayParam || name == kGateBiasParam)
         for (size_t i = 0; i < g.heads.size(); ++i) t[int64_t(i)].fill_(delta[g.heads[i]].item<double>());
 }
 
-std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups) {
+std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups, bool copy) {
   auto lin = std::make_shared<HeadFeatureMaps>();
   if (!groups.empty() && !groups[0].empty()) lin->window = groups[0][0].maps.window;
   for (const auto& layer : groups) {
@@ -173,12 +181,21 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
       for (size_t i = 0; i < g.heads.size(); ++i) {
         if (g.heads[i] < 0 || g.heads[i] >= n || heads[size_t(g.heads[i])])
           fail("distill", "head groups do not cover each head of a layer once");
-        heads[size_t(g.heads[i])] = g.maps.trainable_head_map(int64_t(i));
+        heads[size_t(g.heads[i])] = copy ? std::shared_ptr<FeatureMap>(g.maps.head_map(int64_t(i)))
+                                         : g.maps.trainable_head_map(int64_t(i));
       }
     lin->maps.push_back(std::move(heads));
-    // Differentiable: direct training reaches gamma and delta.
-    if (lin->window > 0) lin->gamma.push_back(layer_head_param(layer, kGammaParam));
-    if (layer[0].maps.has_param(kDecayParam)) lin->decay_delta.push_back(layer_head_param(layer, kDecayParam));
+    // Differentiable unless copied: direct training reaches gamma and the decays.
+    const auto param = [&](const char* name) {
+      const at::Tensor t = layer_head_param(layer, name);
+      return copy ? t.detach().to(at::kCPU, at::kFloat).clone() : t;
+    };
+    if (lin->window > 0) lin->gamma.push_back(param(kGammaParam));
+    if (layer[0].maps.has_param(kDecayParam)) lin->decay_delta.push_back(param(kDecayParam));
+    if (layer[0].maps.has_param(kGateWeightParam)) {
+      lin->decay_w.push_back(param(kGateWeightParam));
+      lin->decay_b.push_back(param(kGateBiasParam));
+    }
   }
   return lin;
 }
@@ -192,7 +209,7 @@ at::Tensor direct_loss(const Model& model, const at::Tensor& ids) {
 }
 
 at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
-                      const at::Tensor& pairs, const at::Tensor& v) {
+                      const at::Tensor& pairs, const at::Tensor& v, const at::Tensor& x) {
   if (loss == DistillLoss::Direct) fail("distill", "direct is not a layerwise loss");
   if (loss == DistillLoss::Output && (!v.defined() || v.dim() != 4 || v.size(2) != q.size(2)))
     fail("distill", "the output loss needs the values v [B, H, L, d_v]");
@@ -211,11 +228,16 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   // log A, formed only by the losses that read it (l2 stays without an L x L softmax).
   const auto target_log_a = [&] { return at::log_softmax(scores.masked_fill(seen.logical_not(), ninf), -1); };
   const MapFeatures form = map_family(m.map).features;
-  // Decayed heads (SPEC 5, head.h): Lambda [H, L] on the features' log scales, queries + Lambda_i and
-  // keys - Lambda_j (the l2 loss is refused with decay: check_distill_options).
-  const bool decayed = m.has_param(kDecayParam);
-  const at::Tensor lambda = decayed ? fixed_decay_lambda(m.param(kDecayParam), L).to(q.scalar_type()).unsqueeze(-1)
-                                    : at::Tensor();  // [H, L, 1]
+  // Decayed heads (SPEC 5, head.h): Lambda on the features' log scales, queries + Lambda_i and keys
+  // - Lambda_j (the l2 loss is refused with decay: check_distill_options); [H, L, 1] for a fixed
+  // decay, [B, H, L, 1] for a gated one (from the layer's inputs x).
+  const bool gated = m.has_param(kGateWeightParam), decayed = gated || m.has_param(kDecayParam);
+  if (gated && (!x.defined() || x.dim() != 3 || x.size(0) != q.size(0) || x.size(1) != L))
+    fail("distill", "gated decays need the layer's inputs x [B, L, D]");
+  const at::Tensor lambda =
+      gated     ? gated_decay_lambda(x, m.param(kGateWeightParam), m.param(kGateBiasParam)).to(q.scalar_type()).unsqueeze(-1)
+      : decayed ? fixed_decay_lambda(m.param(kDecayParam), L).to(q.scalar_type()).unsqueeze(-1)
+                : at::Tensor();
   if (decayed && loss == DistillLoss::L2) fail_value("decay", "the l2 loss does not train decayed heads");
   if (form == MapFeatures::Signed) {
     auto [vq, lsq] = stacked_fourier_features(m, q);
@@ -290,9 +312,9 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   return per_entry.masked_fill(seen.logical_not(), 0.0).sum(-1).mean();
 }
 
-double layer_kl(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k) {
+double layer_kl(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, const at::Tensor& x) {
   at::NoGradGuard no_grad;
-  return layer_loss(m, q, k, DistillLoss::Kl).item<double>();
+  return layer_loss(m, q, k, DistillLoss::Kl, {}, {}, x).item<double>();
 }
 
 }  // namespace attnscope

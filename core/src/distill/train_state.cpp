@@ -58,10 +58,10 @@ GroupState group_state(HeadGroup group) {
 }
 
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta) {
+                      int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta) {
   st.heads = int64_t(head_dims.size());
   st.groups.clear();
-  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d);
+  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d, d_model);
   if (o.decay != Decay::None && decay_delta.defined()) set_layer_decay(groups, decay_delta);
   for (HeadGroup& hg : groups) {
     hg.maps.softmax_window = softmax_window;
@@ -137,13 +137,15 @@ std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const
   for (const GroupState& g : st.groups) {
     const at::Tensor gq = group_heads(st, g, st.val_q), gk = group_heads(st, g, st.val_k);
     const at::Tensor gv = st.val_v.defined() ? group_heads(st, g, st.val_v) : at::Tensor();
+    const at::Tensor& gx = st.val_x;  // the layer's inputs: every head reads them
     double sum_loss = 0, sum_kl = 0;
     for (int64_t t0 = 0; t0 < T; t0 += 4) {
       const int64_t n = std::min<int64_t>(4, T - t0);
       const at::Tensor q = gq.narrow(0, t0, n), k = gk.narrow(0, t0, n);
       const at::Tensor v = gv.defined() ? gv.narrow(0, t0, n) : at::Tensor();
-      const double l = direct ? layer_kl(g.group.maps, q, k) : layer_loss(g.group.maps, q, k, loss, pairs, v).item<double>();
-      const double kk = loss == DistillLoss::Kl || direct ? l : layer_kl(g.group.maps, q, k);
+      const at::Tensor x = gx.defined() ? gx.narrow(0, t0, n) : at::Tensor();
+      const double l = direct ? layer_kl(g.group.maps, q, k, x) : layer_loss(g.group.maps, q, k, loss, pairs, v, x).item<double>();
+      const double kk = loss == DistillLoss::Kl || direct ? l : layer_kl(g.group.maps, q, k, x);
       sum_loss += l * double(n);
       sum_kl += kk * double(n);
     }
@@ -234,22 +236,7 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
     rep["layers"].push_back(jl);
   }
   // The trained maps as every head's own FeatureMap (copies, CPU float32).
-  auto maps = std::make_shared<HeadFeatureMaps>();
-  for (const auto& layer : groups) {
-    std::vector<std::shared_ptr<FeatureMap>> heads;
-    int64_t n = 0;
-    for (const auto& g : layer) n += int64_t(g.heads.size());
-    heads.resize(size_t(n));
-    for (const auto& g : layer)
-      for (size_t i = 0; i < g.heads.size(); ++i) heads[size_t(g.heads[i])] = g.maps.head_map(int64_t(i));
-    maps->maps.push_back(std::move(heads));
-    if (layer[0].maps.window > 0) {
-      maps->window = layer[0].maps.window;
-      maps->gamma.push_back(layer_head_param(layer, kGammaParam).detach().clone());
-    }
-    if (layer[0].maps.has_param(kDecayParam)) maps->decay_delta.push_back(layer_head_param(layer, kDecayParam).detach().clone());
-  }
-  r.maps = maps;
+  r.maps = group_feature_maps(groups, /*copy=*/true);
   rep["mean_val_kl"] = sum_kl / double(S);
   for (auto it = extra.begin(); it != extra.end(); ++it) rep[it.key()] = it.value();
   if (run.writes())

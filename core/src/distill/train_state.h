@@ -40,6 +40,7 @@ struct LayerState {
   int64_t heads = 0;
   at::Tensor q, k, val_q, val_k;
   at::Tensor v, val_v;  // the values, for the output loss only
+  at::Tensor x, val_x;  // the layer's inputs [T, L, D], for gated decays only
   double last_loss = 0, first_loss = 0, initial_val_kl = 0;
   bool has_val = false;             // the job holds out windows (report.json gets val_kl)
   double val_loss = 0, val_kl = 0;  // of the last validation
@@ -63,9 +64,10 @@ void adamw_step(const Optimizer& opt, GroupState& g, int64_t step);
 GroupState group_state(HeadGroup group);
 // Layer s's groups (init_layer_groups) with zero AdamW moments; `softmax_window` is the source
 // model's sliding window (LayerMaps::softmax_window: the layerwise losses' targets apply it).
-// Decayed heads start at `decay_delta` [H] when given (fitted_decay_delta), else without decay.
+// Decayed heads start at `decay_delta` [H] when given (fitted_decay_delta), else without decay;
+// d_model is the layer input's width (gated decays' w).
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta = {});
+                      int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta = {});
 // Moves a layer's maps, AdamW moments and head indices to `device`.
 void to_device(LayerState& st, const at::Device& device);
 // A float32 CPU copy of maps: what callers and files get, whatever the device.

@@ -129,12 +129,14 @@ State init_state(Model& model, int64_t rank, uint64_t seed, bool train_maps) {
       g.requires_grad_(true);
       st.maps.push_back({"maps." + std::to_string(s) + ".gamma", g, at::zeros_like(g), at::zeros_like(g)});
     }
-    // Decayed heads: each layer's decays delta [H] too (a = sigmoid(delta)).
-    for (size_t s = 0; s < maps.decay_delta.size(); ++s) {
-      const at::Tensor& d = maps.decay_delta[s];
-      d.requires_grad_(true);
-      st.maps.push_back({"maps." + std::to_string(s) + ".decay_delta", d, at::zeros_like(d), at::zeros_like(d)});
-    }
+    // Decayed heads: each layer's decays too, delta [H] (fixed) or the gates' w [H, D] and b [H].
+    for (auto [field, name] : {std::pair{&HeadFeatureMaps::decay_delta, ".decay_delta"},
+                               {&HeadFeatureMaps::decay_w, ".decay_w"}, {&HeadFeatureMaps::decay_b, ".decay_b"}})
+      for (size_t s = 0; s < (maps.*field).size(); ++s) {
+        const at::Tensor& d = (maps.*field)[s];
+        d.requires_grad_(true);
+        st.maps.push_back({"maps." + std::to_string(s) + name, d, at::zeros_like(d), at::zeros_like(d)});
+      }
   }
   return st;
 }

@@ -49,11 +49,12 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
     h.window = a["window"];
   }
   if (a.contains("decay")) {
-    if (!a["decay"].is_string()) fail(where + ".decay", "must be \"fixed\" or \"none\"");
-    const std::string decay = a["decay"];
-    if (decay == "gated") fail(where + ".decay", "\"gated\" heads are not read by this build (fixed and none are)");
-    if (decay != "fixed" && decay != "none") fail(where + ".decay", "'" + decay + "' is not fixed or none");
-    h.fixed_decay = decay == "fixed";
+    if (!a["decay"].is_string()) fail(where + ".decay", "must be a string: none, fixed or gated");
+    try {
+      h.decay = parse_decay(a["decay"].get<std::string>());
+    } catch (const Error& e) {
+      fail(where + ".decay", e.what());
+    }
   }
   return h;
 }

@@ -40,6 +40,8 @@ std::string tensor_prefix(int s, int h) {
 
 std::string gamma_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".gamma"; }
 std::string decay_delta_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".decay.delta"; }
+std::string decay_w_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".decay.w"; }
+std::string decay_b_name(int s, int h) { return "layers." + std::to_string(s) + ".heads." + std::to_string(h) + ".decay.b"; }
 
 }  // namespace convert
 
@@ -64,7 +66,8 @@ std::string converted_weights_dir(const std::string& dir) {
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
                                                    int n_layer, int n_head, int64_t head_dim, int64_t window,
-                                                   bool fixed_decay) {
+                                                   Decay decay, int64_t d_model) {
+  if (decay == Decay::Gated && d_model < 1) fail(file, "gated heads need the model's width to be read");
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
   if (int(dims.size()) != n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(n_layer));
   SafetensorsFile st(file);
@@ -108,24 +111,43 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   };
   lin->window = window;
   if (window > 0) lin->gamma = per_head(convert::gamma_name, "a hybrid head (window " + std::to_string(window) + ") needs its balance");
-  if (fixed_decay) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta");
-  if (used != st.entries().size())
-  {
-    const std::string own = window > 0 || fixed_decay ? std::string("{feature_map.*") + (window > 0 ? ", gamma" : "") +
-                                                            (fixed_decay ? ", decay.delta" : "") + "}"
-                                                      : "feature_map.*";
+  if (decay == Decay::Fixed) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta");
+  if (decay == Decay::Gated) {
+    lin->decay_b = per_head(convert::decay_b_name, "a gated head needs its gate's bias b");
+    for (int s = 0; s < n_layer; ++s) {
+      at::Tensor w = at::empty({n_head, d_model}, at::kFloat);
+      for (int h = 0; h < n_head; ++h) {
+        const std::string name = convert::decay_w_name(s, h);
+        if (!st.contains(name)) fail(file, "has no " + name + ": a gated head needs its gate's weights w");
+        const at::Tensor t = st.tensor(name);
+        if (t.dim() != 1 || t.size(0) != d_model || !at::isfinite(t).all().item<bool>())
+          fail(file, name + " must be " + std::to_string(d_model) + " finite numbers (the model's width)");
+        w[h] = t.to(at::kFloat);
+        ++used;
+      }
+      lin->decay_w.push_back(w);
+    }
+  }
+  if (used != st.entries().size()) {
+    std::string own = "feature_map.*";
+    if (window > 0) own += ", gamma";
+    if (decay == Decay::Fixed) own += ", decay.delta";
+    if (decay == Decay::Gated) own += ", decay.w, decay.b";
+    if (own.find(',') != std::string::npos) own = "{" + own + "}";
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
                    std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) + "}." + own +
-                   " (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\")");
+                   " (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\", decay.w "
+                   "and decay.b to a \"gated\" one)");
   }
   return lin;
 }
 
-std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, int n_layer, int n_head, int64_t head_dim) {
+std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, int n_layer, int n_head, int64_t head_dim,
+                                                        int64_t d_model) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
   const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, n_layer, n_head);
   auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, n_layer, n_head, head_dim, hdr.window,
-                                 hdr.fixed_decay);
+                                 hdr.decay, d_model);
   maps->trained_length = hdr.trained_length;
   return maps;
 }

@@ -154,9 +154,10 @@ at::Tensor head_rms_norm(const ModelConfig& c, const at::Tensor& t, const at::Te
 }
 
 // q, k, v [B, H, L, d] of one layer's input x [B, L, D], key/value heads expanded to the H query
-// heads; q/k after RoPE, q_pre/k_pre before it (after the q/k norm, where the model has one).
+// heads; q/k after RoPE, q_pre/k_pre before it (after the q/k norm, where the model has one); x
+// itself (gated decays read it).
 struct Projected {
-  at::Tensor q, k, v, q_pre, k_pre;
+  at::Tensor q, k, v, q_pre, k_pre, x;
 };
 
 Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
@@ -177,7 +178,7 @@ Projected project(const ModelConfig& c, const LayerWeights& w, const at::Tensor&
   // Grouped-query attention: kv head j serves query heads j*g .. j*g+g-1.
   const int64_t g = H / Hkv;
   auto expand = [g](const at::Tensor& t) { return g == 1 ? t : t.repeat_interleave(g, 1); };
-  return {q, expand(k), expand(v), q_pre, expand(k_pre)};
+  return {q, expand(k), expand(v), q_pre, expand(k_pre), x};
 }
 
 using MapsOfLayer = std::vector<std::shared_ptr<FeatureMap>>;
@@ -191,18 +192,20 @@ at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan
 // Causal linear attention: SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for
 // all heads of a layer that share a feature dimension M (heads may differ in M: per-head budgets);
 // hybrid heads (lin.window > 0) add each head's sliding window of softmax weights.
-// q, k, v [B, H, L, d] -> [B, H, L, d]; probs (when asked) gets Ahat (or the hybrid map).
+// q, k, v [B, H, L, d] -> [B, H, L, d]; x [B, L, D] the layer's input (gated decays read it);
+// probs (when asked) gets Ahat (or the hybrid map).
 at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor& q, const at::Tensor& k,
-                        const at::Tensor& v, at::Tensor* probs) {
+                        const at::Tensor& v, const at::Tensor& x, at::Tensor* probs) {
   const MapsOfLayer& maps = lin.maps[size_t(layer)];
   const bool hybrid = map_head_type(lin.window) == HeadType::Hybrid;
   const int64_t H = q.size(1);
+  const at::Tensor lambda = decay_lambda(lin, layer, x);  // [B, H, L]; undefined without decay
   std::vector<Features> fq(H), fk(H);
   for (int64_t h = 0; h < H; ++h) {
     fq[h] = maps[h]->scaled_query_features(q.select(1, h));
     fk[h] = maps[h]->scaled_key_features(k.select(1, h));
-    if (!lin.decay_delta.empty()) {  // decayed heads (head.h): Lambda on the features' log scales
-      const DecayedFeatures d = decayed_features(fq[h], fk[h], fixed_decay_lambda(lin.decay_delta[size_t(layer)][h].to(q.device()), q.size(2)));
+    if (lambda.defined()) {  // decayed heads (head.h): Lambda on the features' log scales
+      const DecayedFeatures d = decayed_features(fq[h], fk[h], lambda.select(1, h).to(q.scalar_type()));
       fq[h] = d.q, fk[h] = d.k;
     }
   }
@@ -244,7 +247,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook,
                      const HeadFeatureMaps* lin) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
-  auto [q, k, v, q_pre, k_pre] = project(c, w, x, cos, sin);
+  auto [q, k, v, q_pre, k_pre, x_in] = project(c, w, x, cos, sin);
   // Attention runs in float32 whatever the compute dtype: scores, softmax, the feature maps' log
   // domain, and what a capture hook sees (no-ops for a float32 model).
   const at::ScalarType f = wide(x.scalar_type());
@@ -252,7 +255,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
 
   at::Tensor probs, out;
   if (lin) {
-    out = linear_heads(*lin, layer, q, k, v, hook && hook->want_probs ? &probs : nullptr);
+    out = linear_heads(*lin, layer, q, k, v, x_in.to(f), hook && hook->want_probs ? &probs : nullptr);
   } else {
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d)) + mask;  // [B, H, L, L]
     probs = at::softmax(scores, -1);
@@ -267,6 +270,7 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
     a.q_pre = q_pre;
     a.k_pre = k_pre;
     a.v = v;
+    a.x = x_in.to(f);
     a.out = out;
     if (hook->want_probs) a.probs = probs;
     hook->on_layer(a);
@@ -329,7 +333,7 @@ at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const a
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
     Projected p = project(c, w, norm(c, x, w.ln1_w, w.ln1_b), cos, sin);
-    p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f);  // attention in float32
+    p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f), p.x = p.x.to(f);  // attention in float32
     const at::Tensor y = attend(s, p);                  // [B, H, d]
     x = finish_layer(c, w, x, linear(y.reshape({B, 1, -1}).to(x.scalar_type()), w.wo, w.bo));
   }
@@ -428,14 +432,7 @@ class KvCache {
 class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
-      : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)) {
-    // Decayed heads' log a, read once (fixed_decay_lambda at one position: Lambda_0 = log a), not
-    // per token.
-    for (const at::Tensor& delta : lin_.decay_delta) {
-      const at::Tensor log_a = fixed_decay_lambda(delta.detach().to(at::kCPU, at::kDouble), 1).squeeze(-1).contiguous();
-      log_a_.emplace_back(log_a.data_ptr<double>(), log_a.data_ptr<double>() + log_a.numel());
-    }
-  }
+      : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)), lambda_(c.n_layer) {}
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
   // token-by-token steps would (kernels::final_state of its keys and values; a hybrid head's last
@@ -445,12 +442,14 @@ class Recurrent {
   at::Tensor prefill(const at::Tensor& ids) {
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
+      const at::Tensor lambda = decay_lambda(lin_, a.layer, a.x);  // [B, H, L]; undefined without decay
+      if (lambda.defined()) lambda_[a.layer] = lambda.select(2, lambda.size(2) - 1).to(at::kDouble);  // Lambda at L - 1
       for (int64_t h = 0; h < c_.n_head; ++h) {
         const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));
         const at::Tensor values = fk.values, v = a.v.select(1, h);
         at::Tensor scales = fk.log_scale.to(fk.values.scalar_type());
-        if (!lin_.decay_delta.empty())  // keys' log scales - Lambda_j, as the batch form has them
-          scales = scales - fixed_decay_lambda(lin_.decay_delta[size_t(a.layer)][h], values.size(1)).view({1, -1, 1}).to(scales.device(), scales.scalar_type());
+        if (lambda.defined())  // keys' log scales - Lambda_j, as the batch form has them
+          scales = scales - lambda.select(1, h).unsqueeze(-1).to(scales.scalar_type());
         Head& st = state_[a.layer][h];
         const int64_t L = values.size(1), older = lin_.window > 0 ? std::max<int64_t>(0, L - lin_.window) : L;
         if (older > 0) st.sums = kernels::final_state(values.narrow(1, 0, older), scales.narrow(1, 0, older), v.narrow(1, 0, older));
@@ -468,11 +467,17 @@ class Recurrent {
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
+      // Decayed heads: Lambda at this position, [B, H] float64 (0 without decay).
+      const at::Tensor log_a = decay_log_a_step(lin_, s, p.x.select(1, 0));
+      at::Tensor lambda = at::zeros({p.q.size(0), c_.n_head}, p.q.options().dtype(at::kDouble));
+      if (log_a.defined()) lambda = lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
       std::vector<at::Tensor> ys;
-      for (int64_t h = 0; h < c_.n_head; ++h)
+      for (int64_t h = 0; h < c_.n_head; ++h) {
+        const at::Tensor lam = lambda.select(1, h).to(p.q.scalar_type());  // [B]
         ys.push_back(map_head_type(lin_.window) == HeadType::Hybrid
-                         ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lambda_at(s, h, pos))
-                         : head_step(state_[s][h], *lin_.maps[s][h], p, h, lambda_at(s, h, pos)));
+                         ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lam)
+                         : head_step(state_[s][h], *lin_.maps[s][h], p, h, lam));
+      }
       return at::stack(ys, 1);  // [B, H, d]
     });
   }
@@ -483,19 +488,13 @@ class Recurrent {
     at::Tensor k, v, fk, ls;       // hybrid heads: the ring, oldest first: [B, n, d], [B, n, d], [B, n, M], [B, n, 1]
   };
 
-  // Lambda at position pos of head (s, h) (decayed heads: (pos + 1) log sigmoid(delta), exact at
-  // any position); 0 without decay.
-  double lambda_at(int s, int64_t h, int64_t pos) const {
-    return log_a_.empty() ? 0.0 : double(pos + 1) * log_a_[size_t(s)][size_t(h)];
-  }
-
-  // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`:
-  // the decay's Lambda at this position (0 without decay), taken off the key's log scale.
-  static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h, double lambda) {
+  // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`
+  // [B]: the decay's Lambda at this position (0 without decay), taken off the key's log scale.
+  static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h, const at::Tensor& lambda) {
     const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]; its own scale cancels
     const Features fk = map.scaled_key_features(p.k.select(1, h));
     return zero_undefined_rows(kernels::recurrent_step(st.sums, fq.values.squeeze(1), fk.values.squeeze(1),
-                                                       (fk.log_scale.squeeze(1).squeeze(1) - lambda).to(fq.values.scalar_type()),
+                                                       (fk.log_scale.view({-1}) - lambda).to(fq.values.scalar_type()),
                                                        p.v.select(1, h).squeeze(1)));
   }
 
@@ -505,7 +504,8 @@ class Recurrent {
   // With decay (lambda: Lambda at this position) the keys enter the ring with log scale - Lambda_j
   // and the linear part's log normalizer gains + Lambda_i, the query's share of exp(Lambda_i - Lambda_j).
   at::Tensor hybrid_step(Head& st, const FeatureMap& map, const at::Tensor& gamma, const Projected& p, int64_t h,
-                         double lambda) const {
+                         const at::Tensor& lambda_b) const {
+    const at::Tensor lambda = lambda_b.view({-1, 1, 1});  // [B, 1, 1]
     const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
     const Features fq = map.scaled_query_features(q), fk = map.scaled_key_features(k);
     const auto dtype = fq.values.scalar_type();
@@ -531,7 +531,7 @@ class Recurrent {
   const ModelWeights& w_;
   const HeadFeatureMaps& lin_;
   std::vector<std::vector<Head>> state_;
-  std::vector<std::vector<double>> log_a_;  // decayed heads: log sigmoid(delta) [layer][head]; empty: none
+  std::vector<at::Tensor> lambda_;  // decayed heads: Lambda at the last position read, [B, H] float64 per layer
 };
 
 }  // namespace
@@ -590,6 +590,18 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
     };
     if (map_head_type(maps->window) == HeadType::Hybrid) per_head(maps->gamma, "hybrid heads", "a balance gamma");
     if (!maps->decay_delta.empty()) per_head(maps->decay_delta, "decayed heads", "a decay delta");
+    if (!maps->decay_b.empty()) {
+      per_head(maps->decay_b, "gated heads", "a gate bias b");
+      if (!maps->decay_delta.empty()) fail("linear attention", "a model's heads have one kind of decay: fixed or gated, not both");
+      if (int(maps->decay_w.size()) != c.n_layer) fail("linear attention", "gated heads need a gate w for each layer");
+      for (int s = 0; s < c.n_layer; ++s)
+        if (!maps->decay_w[s].defined() || maps->decay_w[s].sizes() != at::IntArrayRef{c.n_head, c.d_model} ||
+            !at::isfinite(maps->decay_w[s]).all().item<bool>())
+          fail("linear attention", "layer " + std::to_string(s) + ": a gate w must be finite [heads, d_model] = [" +
+                                       std::to_string(c.n_head) + ", " + std::to_string(c.d_model) + "]");
+    } else if (!maps->decay_w.empty()) {
+      fail("linear attention", "gated heads need a gate bias b beside w");
+    }
   }
   linear_ = std::move(maps);
 }

@@ -185,7 +185,9 @@ LoadedModel load_model(const std::string& spec, const std::string& tokenizer, at
     ModelWeights weights = load_hf_weights(where.config, store);
     weights.compute = compute;
     m.model = std::make_unique<Model>(where.config, std::move(weights));
-    if (where.converted) m.model->set_feature_maps(load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim));
+    if (where.converted)
+      m.model->set_feature_maps(load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim,
+                                                       where.config.d_model));
     m.weight_files = store.files();
   }
   m.tokenizer = open_tokenizer(where);
@@ -206,7 +208,9 @@ ModelInfo inspect_model(const std::string& spec, const std::string& tokenizer) {
     WeightStore store(where.weights);
     for (const TensorEntry& e : store.entries()) m.stored_bytes[dtype_name(e.dtype)] += int64_t(e.end - e.begin);
     m.weight_files = store.files();
-    if (where.converted) m.feature_maps = load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim);
+    if (where.converted)
+      m.feature_maps = load_head_feature_maps(m.path, where.config.n_layer, where.config.n_head, where.config.head_dim,
+                                              where.config.d_model);
   }
   m.tokenizer = open_tokenizer(where);
   m.note = where.note;

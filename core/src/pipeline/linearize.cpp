@@ -291,10 +291,18 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   Model untrained(c, m.model->weights());
   auto fresh = std::make_shared<HeadFeatureMaps>(
       make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window));
-  // Decayed heads start where distill started them: fitted to the capture, or without decay.
+  // Decayed heads start where distill started them: fitted to the capture, or without decay (a
+  // gate's b where a fixed decay's delta would be, its w = 0).
   if (o.stage1.decay != Decay::None) {
     const CaptureStore cap((dir / "capture").string());
-    for (int s = 0; s < c.n_layer; ++s) fresh->decay_delta.push_back(initial_decay_delta(o.stage1, &cap, s, c.n_head));
+    for (int s = 0; s < c.n_layer; ++s) {
+      const at::Tensor start = initial_decay_delta(o.stage1, &cap, s, c.n_head);
+      if (o.stage1.decay == Decay::Fixed) fresh->decay_delta.push_back(start);
+      if (o.stage1.decay == Decay::Gated) {
+        fresh->decay_b.push_back(start);
+        fresh->decay_w.push_back(at::zeros({c.n_head, c.d_model}, at::kFloat));
+      }
+    }
   }
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the

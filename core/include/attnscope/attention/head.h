@@ -84,8 +84,9 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
 // decayed_features. a = 1 (log a = 0) is the head without decay exactly.
 
 // The decay a head's linear part carries, one name table: none | fixed (a = sigmoid(delta), one
-// delta per head: RetNet's retention decay).
-enum class Decay { None, Fixed };
+// delta per head: RetNet's retention decay) | gated (a_t = sigmoid(w.x_t + b) from the layer's
+// input x_t, w [d_model] and b per head: Mamba-2's scalar gate).
+enum class Decay { None, Fixed, Gated };
 Decay parse_decay(const std::string& name);  // else Error (quantity "decay")
 const char* decay_name(Decay decay);
 std::vector<std::string> decay_names();
@@ -112,6 +113,12 @@ at::Tensor decay_log_cumsum(const at::Tensor& log_a);
 // A fixed decay per head (RetNet): log a = log sigmoid(delta) at every position; delta [...] (one
 // per head) -> Lambda [..., L] = (i + 1) log sigmoid(delta), exact at any length.
 at::Tensor fixed_decay_lambda(const at::Tensor& delta, int64_t length);
+
+// A gated decay (Mamba-2/SSD's scalar gate): log a_t = log sigmoid(w_h.x_t + b_h) from the layer's
+// input x [B, L, D] (the normed hidden state the projections read), w [H, D], b [H] -> Lambda
+// [B, H, L] (decay_log_cumsum of it: float64 running sum, log_a's dtype back), differentiable in
+// x, w and b. w = 0 is a fixed decay with delta = b.
+at::Tensor gated_decay_lambda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // The features of a decayed head: queries' log scales + Lambda_i, keys' - Lambda_j. phi_q, phi_k
 // [..., L, M]; lambda [..., L].

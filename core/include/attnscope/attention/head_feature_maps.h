@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/head.h"
 
 namespace attnscope {
 
@@ -21,9 +22,22 @@ struct HeadFeatureMaps {
   int64_t window = 0;
   std::vector<at::Tensor> gamma;
   // Decayed heads (SPEC 5, head.h), fixed decay: a = sigmoid(delta[s][h]) at every position;
-  // delta[s] [H] float32 per layer; empty: no decay.
+  // delta[s] [H] float32 per layer; empty: no fixed decay.
   std::vector<at::Tensor> decay_delta;
+  // Gated decay: a_t = sigmoid(w[s][h].x_t + b[s][h]) from layer s's input x_t; w[s] [H, D], b[s]
+  // [H] float32 per layer; empty: no gated decay. A model has one kind of decay or none.
+  std::vector<at::Tensor> decay_w, decay_b;
+
+  Decay decay() const { return !decay_w.empty() ? Decay::Gated : !decay_delta.empty() ? Decay::Fixed : Decay::None; }
 };
+
+// Lambda [B, H, L] of layer s's decayed heads over the layer's input x [B, L, D] (fixed:
+// fixed_decay_lambda, the same for every sequence; gated: gated_decay_lambda), float64 on x's
+// device (the recurrent form carries it on exactly); undefined for a model without decay. The batch form and the recurrent form's prefill.
+at::Tensor decay_lambda(const HeadFeatureMaps& lin, int layer, const at::Tensor& x);
+// One token's log a [B, H] of layer s from its input x_t [B, D], float64 on x's device; undefined
+// without decay. The recurrent form's step: Lambda_t = Lambda_{t-1} + log a_t.
+at::Tensor decay_log_a_step(const HeadFeatureMaps& lin, int layer, const at::Tensor& x_t);
 
 // Hybrid heads' balances for a model of n_layer x n_head heads: gamma = 0 (g = 1/2), as LoLCATs
 // and SPEC 5 start.

@@ -142,7 +142,8 @@ inline const OptionDef window{"--window", "window",
                               "window", OptionKind::Whole, whole_range(0, kMaxTokens)};
 inline const OptionDef decay{"--decay", "decay",
                              "decayed heads: none | fixed (the map's weight of key j in row i times a^(i-j), a = "
-                             "sigmoid(delta) learned per head: RetNet's decay)",
+                             "sigmoid(delta) learned per head: RetNet's decay) | gated (times a_{j+1}...a_i, a_t = "
+                             "sigmoid(w.x_t + b) from the layer's input, w and b learned per head: Mamba-2's gate)",
                              "decay", OptionKind::Name};
 inline const OptionDef decay_init{"--decay-init", "decay initialization",
                                   "where a decayed head starts: fit (the decay that best matches the head's captured "

@@ -65,6 +65,8 @@ class CaptureStore {
   // softmax attention saw key j only when i - j < it. Every softmax map rebuilt from the store's
   // q and k (analysis, maps, distillation targets) applies it.
   int sliding_window() const { return sliding_window_; }
+  // The layer inputs' width (the model's d_model); 0 for a capture without them (older stores).
+  int d_model() const { return d_model_; }
 
   at::Tensor ids() const;  // int64 [T, L]
   // The tokenizer the capture was made with (for token labels); throws Error when it has moved.
@@ -72,10 +74,14 @@ class CaptureStore {
   // "q", "k" or "v" of layer s as float32 [T, H, L, d]. Throws Error naming the file, layer and
   // head when any value is NaN or infinite.
   at::Tensor layer_tensor(int layer, const std::string& which) const;
+  // Layer s's input x (the normed hidden state its projections read) as float32 [T, L, d_model]:
+  // what gated decays are computed from. Throws Error naming the store when it has none (a
+  // capture made before attnscope stored them) or a value is NaN or infinite.
+  at::Tensor layer_inputs(int layer) const;
 
  private:
   std::string dir_, manifest_text_, model_path_, tokenizer_kind_, tokenizer_path_;
-  int vocab_size_ = 0, sliding_window_ = 0;
+  int vocab_size_ = 0, sliding_window_ = 0, d_model_ = 0;
   int n_layer_ = 0, n_head_ = 0, n_kv_head_ = 0, head_dim_ = 0, seq_len_ = 0, num_seqs_ = 0;
 };
 

@@ -41,9 +41,14 @@ constexpr const char* kGammaParam = "gamma";
 // The stacked parameter of decayed heads' deltas [H] (LayerMaps::params with DistillOptions::decay
 // fixed): a = sigmoid(delta) (SPEC 5).
 constexpr const char* kDecayParam = "decay.delta";
+// The stacked parameters of gated heads (DistillOptions::decay gated): a_t = sigmoid(w.x_t + b),
+// w [H, d_model] (starts at 0) and b [H] (starts where a fixed decay's delta would).
+constexpr const char* kGateWeightParam = "decay.w";
+constexpr const char* kGateBiasParam = "decay.b";
 
 // SPEC 7's name of a head's map parameter: "layers.{s}.heads.{h}.feature_map.{param}" (and
-// "layers.{s}.heads.{h}.gamma" for kGammaParam, "layers.{s}.heads.{h}.decay.delta" for kDecayParam).
+// "layers.{s}.heads.{h}.gamma" for kGammaParam, "layers.{s}.heads.{h}.decay.delta" for kDecayParam,
+// "...decay.w" and "...decay.b" for the gate's).
 std::string feature_map_tensor_name(int layer, int head, const std::string& param);
 
 // One layer's maps (or one group of its heads): every parameter stacked over the H heads.
@@ -61,8 +66,10 @@ struct LayerMaps : StackedMaps {
 };
 
 // Initial maps of a layer; head h is make_feature_map's map with seed derive_seed(seed, layer, h).
-// o gives the map, its activation, init, tying and seed.
-LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features);
+// o gives the map, its activation, init, tying and seed; d_model the layer input's width (gated
+// decays' w; Error when o.decay is gated and it is 0).
+LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int64_t d, int64_t features,
+                          int64_t d_model = 0);
 
 // The heads of a layer that share one feature dimension, trained as one stacked LayerMaps: maps'
 // stacked index i is the layer's head heads[i].
@@ -75,9 +82,9 @@ struct HeadGroup {
 // (all heads, in order) when the heads share M. Head h's map is init_layer_maps' head h (seed
 // derive_seed(seed, s, h)) whatever its group.
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
-                                         int64_t d);
+                                         int64_t d, int64_t d_model = 0);
 
-// A per-head parameter of the layer's groups (kGammaParam, kDecayParam) as [H] in head order,
+// A per-head parameter of the layer's groups (kGammaParam, kDecayParam, the gate's) as [H, ...] in head order,
 // gathered from its groups (differentiable in theirs).
 at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name);
 
@@ -90,12 +97,14 @@ at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer);
 // naming the decay initialization without a capture), kUndecayedDelta for none; undefined without
 // decay. Distill's start and linearize's untrained model.
 at::Tensor initial_decay_delta(const DistillOptions& o, const CaptureStore* capture, int layer, int64_t heads);
-// Sets the groups' deltas to delta [H] (head order).
+// Sets the groups' deltas (fixed) or gate biases b (gated, w = 0: the same decay) to delta [H] (head order).
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta);
 
-// Every head's trainable_head_map (groups[s] is layer s's groups): the model runs with the
-// trainable maps in place, and gradients reach their parameters.
-std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups);
+// Every head's trainable_head_map (groups[s] is layer s's groups) with the per-head parameters
+// (balances, decays): the model runs with the trainable maps in place, and gradients reach their
+// parameters. copy: every head's own FeatureMap (head_map) and detached copies instead, what a
+// finished job hands on.
+std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups, bool copy = false);
 
 // Direct training's loss: the mean next-token cross-entropy of `model` (as it is: with its linear
 // attention) on windows ids [B, L] (int64, L >= 2); differentiable in whatever requires grad.
@@ -103,11 +112,12 @@ at::Tensor direct_loss(const Model& model, const at::Tensor& ids);
 
 // The training loss of a mini-batch q, k [B, H, L, d] (float32), averaged over windows, heads and
 // rows; differentiable in maps.params. `pairs` (int64 [P, 2], i >= j) are the l2 pairs; `v`
-// [B, H, L, d_v] the values, for output. A layerwise loss (not direct).
+// [B, H, L, d_v] the values, for output; `x` [B, L, D] the layer's inputs, for gated decays. A
+// layerwise loss (not direct).
 at::Tensor layer_loss(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
-                      const at::Tensor& pairs = {}, const at::Tensor& v = {});
+                      const at::Tensor& pairs = {}, const at::Tensor& v = {}, const at::Tensor& x = {});
 // Mean row KL(A || Ahat) (no gradient).
-double layer_kl(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k);
+double layer_kl(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& x = {});
 
 // Benchmark hook (training ms per sample, paper 000 Table 5): the wall time in seconds of `steps`
 // training steps exactly as distill() runs them (forward, backward, AdamW update of the maps), after
@@ -122,7 +132,7 @@ struct DistillBench {
   int steps = 1;  // timed steps after the warm-up: the result is their total time
   DistillOptions options;
   std::vector<std::vector<HeadGroup>> groups;
-  std::vector<at::Tensor> q, k, v;  // v: for the output loss
+  std::vector<at::Tensor> q, k, v, x;  // v: for the output loss; x: gated decays' layer inputs
   const Model* model = nullptr;
   at::Tensor ids;
 };

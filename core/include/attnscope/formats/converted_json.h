@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/head.h"
 
 namespace attnscope {
 
@@ -15,7 +16,7 @@ struct ConvertedHeader {
   std::vector<std::vector<int64_t>> dims;  // [S][H], expanded from per-layer dims
   int64_t trained_length = 0;              // "trained_length", 0 when absent
   int64_t window = 0;                      // "window": hybrid heads; 0 when absent (plain linear)
-  bool fixed_decay = false;                // "decay": "fixed" (SPEC 5's decayed heads, a = sigmoid(delta))
+  Decay decay = Decay::None;               // "decay": SPEC 5's decayed heads, fixed or gated; none when absent
 };
 
 namespace convert {
@@ -24,6 +25,8 @@ nlohmann::json read_config(const std::string& dir);  // DIR/config.json; Error n
 std::string tensor_prefix(int s, int h);  // "layers.{s}.heads.{h}.feature_map."
 std::string gamma_name(int s, int h);     // "layers.{s}.heads.{h}.gamma"
 std::string decay_delta_name(int s, int h);  // "layers.{s}.heads.{h}.decay.delta"
+std::string decay_w_name(int s, int h);      // "layers.{s}.heads.{h}.decay.w" (gated)
+std::string decay_b_name(int s, int h);      // "layers.{s}.heads.{h}.decay.b" (gated)
 
 // The "feature_map" object and dims from the maps' spec and per-head sizes.
 nlohmann::ordered_json feature_map_json(const FeatureMapSpec& spec);

@@ -29,11 +29,13 @@ std::string converted_weights_dir(const std::string& dir);
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
                                                    const std::vector<std::vector<int64_t>>& dims,
                                                    int n_layer, int n_head, int64_t head_dim, int64_t window = 0,
-                                                   bool fixed_decay = false);  // also layers.{s}.heads.{h}.decay.delta
+                                                   Decay decay = Decay::None,  // also decay.delta (fixed), decay.w and decay.b (gated)
+                                                   int64_t d_model = 0);       // gated: the width of decay.w
 
 // Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
 // model's shape (n_layer x n_head heads of head_dim). Throws Error naming the file and head
 // for anything missing or misshapen.
-std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, int n_layer, int n_head, int64_t head_dim);
+std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, int n_layer, int n_head, int64_t head_dim,
+                                                        int64_t d_model);
 
 }  // namespace attnscope

@@ -56,6 +56,7 @@ ModelWeights weights_on(const ModelWeights& weights, const at::Device& device);
 struct AttentionActivations {
   int layer = 0;
   at::Tensor q, k, q_pre, k_pre, v;
+  at::Tensor x;      // the layer's input [B, L, D]: the normed hidden state the projections read
   at::Tensor out;    // per-head attention output, [B, H, L, d], before the output projection
   at::Tensor probs;  // causal softmax(q k^T / sqrt(d)) (within the sliding window, if any), undefined unless want_probs
 };

@@ -1,0 +1,382 @@
+// Gated decays (SPEC 5, issue 27's `--decay gated`: Mamba-2's scalar gate): a_t = sigmoid(w_h.x_t +
+// b_h) from the layer's input x_t, Lambda_i = sum_{t <= i} log a_t. Checked against float64 loops
+// written here: Lambda itself at the extremes (a gate shut at logit -60, open at +60, L = 1, w = 0
+// equal to a fixed decay), the layerwise losses pair by pair with gradients reaching w and b, the
+// converted model in its batch, recurrent and generating forms, written and read back, and in
+// attnscope_linear.py; distill trains the gates from the capture's layer inputs, resumes exactly
+// and converts; a capture without layer inputs is refused before any work.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attnscope/attention/head.h"
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/base/error.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/distill/layer_maps.h"
+#include "attnscope/formats/converted_json.h"
+#include "attnscope/io/safetensors.h"
+#include "attnscope/model/model.h"
+#include "test_support.h"
+#include "tiny_models.h"
+
+// Everything in its own namespace, so the sources of a unity build do not clash.
+namespace test_gated_decay {
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+double log_sigmoid(double z) { return z >= 0 ? -std::log1p(std::exp(-z)) : z - std::log1p(std::exp(z)); }
+
+// Lambda [B, H, L] by loops in float64: sum over t <= i of log sigmoid(sum_c x[b][t][c] w[h][c] + b[h]).
+at::Tensor lambda_by_loops(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  const at::Tensor xd = x.to(at::kDouble).contiguous(), wd = w.to(at::kDouble).contiguous(), bd = bias.to(at::kDouble).contiguous();
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), H = w.size(0);
+  at::Tensor out = at::zeros({B, H, L}, at::kDouble);
+  auto X = xd.accessor<double, 3>();
+  auto Wt = wd.accessor<double, 2>();
+  auto Bt = bd.accessor<double, 1>();
+  auto O = out.accessor<double, 3>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      double run = 0;
+      for (int64_t t = 0; t < L; ++t) {
+        double z = Bt[h];
+        for (int64_t c = 0; c < D; ++c) z += X[b][t][c] * Wt[h][c];
+        run += log_sigmoid(z);
+        O[b][h][t] = run;
+      }
+    }
+  return out;
+}
+
+// Float64 reference of a gated head's layerwise kl and output losses, pair by pair in the log
+// domain: log w_ij = log phi(q_i).phi(k_j) + Lambda_i - Lambda_j (Lambda from lambda_by_loops), or
+// in a hybrid head log g + s_ij on the last W keys and log(1 - g) + that on the older.
+struct Losses {
+  double kl = 0, output = 0;
+};
+Losses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& x) {
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3), dv = v.size(3);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  const at::Tensor lam = lambda_by_loops(x, maps.param(kGateWeightParam).detach(), maps.param(kGateBiasParam).detach());
+  auto LAM = lam.accessor<double, 3>();
+  Losses r;
+  int64_t rows = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    auto fm = maps.head_map(h);
+    const double g = maps.window > 0 ? 1 / (1 + std::exp(-maps.param(kGammaParam)[h].item<double>())) : 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const at::Tensor qd = q[b][h].to(at::kDouble), kd = k[b][h].to(at::kDouble), vd = v[b][h].to(at::kDouble);
+      const at::Tensor pq = fm->query_features(qd), pk = fm->key_features(kd);
+      auto Q = qd.accessor<double, 2>();
+      auto K = kd.accessor<double, 2>();
+      auto V = vd.accessor<double, 2>();
+      auto PQ = pq.accessor<double, 2>();
+      auto PK = pk.accessor<double, 2>();
+      for (int64_t i = 0; i < L; ++i) {
+        std::vector<double> s(size_t(i + 1)), lw(size_t(i + 1));
+        double mx = ninf, mw = ninf;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0, f = 0;
+          for (int64_t c = 0; c < d; ++c) dot += Q[i][c] * K[j][c];
+          for (int64_t m = 0; m < pq.size(1); ++m) f += PQ[i][m] * PK[j][m];
+          s[size_t(j)] = dot / std::sqrt(double(d));
+          mx = std::max(mx, s[size_t(j)]);
+          const double log_lin = (f > 0 ? std::log(f) : ninf) + LAM[b][h][i] - LAM[b][h][j];
+          lw[size_t(j)] = maps.window == 0 ? log_lin : i - j < maps.window ? std::log(g) + s[size_t(j)] : std::log(1 - g) + log_lin;
+          mw = std::max(mw, lw[size_t(j)]);
+        }
+        double z = 0, zh = 0;
+        for (int64_t j = 0; j <= i; ++j) z += std::exp(s[size_t(j)] - mx), zh += std::exp(lw[size_t(j)] - mw);
+        std::vector<double> y(size_t(dv), 0.0), yh(size_t(dv), 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double log_p = s[size_t(j)] - mx - std::log(z), log_ph = lw[size_t(j)] - mw - std::log(zh);
+          r.kl += std::exp(log_p) * (log_p - log_ph);
+          for (int64_t c = 0; c < dv; ++c) y[size_t(c)] += std::exp(log_p) * V[j][c], yh[size_t(c)] += std::exp(log_ph) * V[j][c];
+        }
+        for (int64_t c = 0; c < dv; ++c) r.output += (y[size_t(c)] - yh[size_t(c)]) * (y[size_t(c)] - yh[size_t(c)]);
+        ++rows;
+      }
+    }
+  }
+  r.kl /= double(rows);
+  r.output /= double(rows * dv);
+  return r;
+}
+
+std::map<std::string, at::Tensor> read_tensors(const std::string& file) {
+  SafetensorsFile f(file);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
+  return out;
+}
+
+}  // namespace
+
+// Lambda of a gate against loops, at the extremes: a shut gate (logit -60: log a = -60 per token, so
+// Lambda reaches -1.2e4 over 200 tokens), an open one (+60: log a = -9e-27, no decay), L = 1, and
+// w = 0 is the fixed decay with delta = b.
+TEST(GatedDecay, LambdaMatchesLoopsAtTheExtremes) {
+  const int64_t B = 2, L = 200, D = 6, H = 3;
+  const at::Tensor x = test::seeded_randn({B, L, D}, 1, 2.0);
+  const at::Tensor w = test::seeded_randn({H, D}, 2, 0.5);
+  const at::Tensor b = at::tensor({-60.0, 0.3, 60.0}, at::kDouble);
+  at::Tensor wx = w.clone();
+  wx[0].zero_(), wx[2].zero_();  // heads 0 and 2: the bias alone (shut, open)
+  const at::Tensor got = gated_decay_lambda(x, wx, b), ref = lambda_by_loops(x, wx, b);
+  EXPECT_LT((got - ref).abs().max().item<double>(), 1e-9 * 1.2e4);
+  EXPECT_NEAR(got[0][0][L - 1].item<double>(), -60.0 * double(L), 1e-6);
+  EXPECT_EQ(got[1][2][L - 1].item<double>(), ref[1][2][L - 1].item<double>());
+  EXPECT_LT(std::abs(got[1][2][L - 1].item<double>()), 1e-20);
+  // Random gates, every head fed by x.
+  const at::Tensor br = test::seeded_randn({H}, 3);
+  EXPECT_LT((gated_decay_lambda(x, w, br) - lambda_by_loops(x, w, br)).abs().max().item<double>(), 1e-10);
+  EXPECT_LT((gated_decay_lambda(x.narrow(1, 0, 1), w, br) - lambda_by_loops(x.narrow(1, 0, 1), w, br)).abs().max().item<double>(), 1e-12);
+  // w = 0: the fixed decay of delta = b, for every sequence.
+  const at::Tensor fixed = fixed_decay_lambda(br, L);
+  const at::Tensor gated0 = gated_decay_lambda(x, at::zeros_like(w), br);
+  for (int64_t s = 0; s < B; ++s) EXPECT_LT((gated0[s] - fixed).abs().max().item<double>(), 1e-9);
+  // NaN in the layer input: refused, naming the decay.
+  at::Tensor bad = x.clone();
+  bad[0][5][1] = std::nan("");
+  EXPECT_NE(test::error_of([&] { gated_decay_lambda(bad, w, br); }).find("decay"), std::string::npos);
+}
+
+// layer_loss of gated heads (kl, output) against the float64 pair-by-pair reference for every map
+// form and a hybrid window, with the gradient reaching w and b; and w = 0 gives the fixed decay's
+// loss with delta = b.
+TEST(GatedDecay, LayerLossMatchesAFloat64Reference) {
+  const int64_t B = 2, H = 3, L = 32, d = 8, D = 12;
+  const at::Tensor q = test::seeded_randn({B, H, L, d}, 4, 1.5).to(at::kFloat), k = test::seeded_randn({B, H, L, d}, 5, 1.5).to(at::kFloat);
+  const at::Tensor v = test::seeded_randn({B, H, L, 4}, 6).to(at::kFloat);
+  const at::Tensor x = test::seeded_randn({B, L, D}, 7).to(at::kFloat);
+  for (const std::string map : {"learned-prf", "hedgehog", "t2r"})
+    for (int64_t W : {int64_t(0), int64_t(5)}) {
+      SCOPED_TRACE(map + " window " + std::to_string(W));
+      DistillOptions o;
+      o.feature_map = map;
+      o.window = W;
+      o.decay = Decay::Gated;
+      o.seed = 4;
+      LayerMaps m = init_layer_maps(o, 0, H, d, 16, D);
+      for (auto& [name, t] : m.params) {
+        if (name == kGateWeightParam) t.copy_(test::seeded_randn({H, D}, 8, 0.8).to(at::kFloat));
+        if (name == kGateBiasParam) t.copy_(at::tensor({-1.0f, 1.5f, 4.0f}));
+        if (name == kGammaParam) t.copy_(at::tensor({0.5f, -1.0f, 0.0f}));
+      }
+      const Losses ref = reference(m, q, k, v, x);
+      const double kl = layer_loss(m, q, k, DistillLoss::Kl, {}, {}, x).item<double>();
+      const double out = layer_loss(m, q, k, DistillLoss::Output, {}, v, x).item<double>();
+      if (map != "t2r" || W > 0) {  // t2r's linear rows can be undefined: its reference would need the floors
+        EXPECT_NEAR(kl, ref.kl, 2e-4 * std::max(1.0, ref.kl));
+        EXPECT_NEAR(out, ref.output, 2e-4 * std::max(1e-2, ref.output));
+      }
+      for (auto& [name, t] : m.params) t.requires_grad_(true);
+      layer_loss(m, q, k, DistillLoss::Kl, {}, {}, x).backward();
+      EXPECT_GT(m.param(kGateWeightParam).grad().abs().sum().item<double>(), 0.0);
+      EXPECT_GT(m.param(kGateBiasParam).grad().abs().sum().item<double>(), 0.0);
+    }
+  // w = 0: the fixed decay with delta = b; no layer input: a clear error.
+  DistillOptions o;
+  o.feature_map = "hedgehog";
+  o.seed = 4;
+  o.decay = Decay::Fixed;
+  LayerMaps fixed = init_layer_maps(o, 0, H, d, 16);
+  o.decay = Decay::Gated;
+  LayerMaps gated = init_layer_maps(o, 0, H, d, 16, D);
+  for (LayerMaps* m : {&fixed, &gated})
+    for (auto& [name, t] : m->params)
+      if (name == kDecayParam || name == kGateBiasParam) t.copy_(at::tensor({-0.5f, 2.0f, 6.0f}));
+  EXPECT_NEAR(layer_loss(gated, q, k, DistillLoss::Kl, {}, {}, x).item<double>(), layer_loss(fixed, q, k, DistillLoss::Kl).item<double>(), 1e-5);
+  EXPECT_NE(test::error_of([&] { layer_loss(gated, q, k, DistillLoss::Kl); }).find("layer's inputs"), std::string::npos);
+}
+
+// A converted model with gated heads (plain and hybrid): batch = recurrent = generation, w = 0 is
+// the fixed decay, written as "decay": "gated" with decay.w / decay.b and read back to the same
+// logits, and attnscope_linear.py computes them too; the reader refuses a gated model without its
+// gates, naming the file and tensor.
+TEST(GatedDecay, AConvertedModelWithGatesRunsInEveryForm) {
+  const std::string cli = test::cli_path(), tmp = test::temp_dir("gated_model");
+  const std::string bundled = test::source_dir() + "/resources/models/brown-gpt2-mini";
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 733 + 5) % 4096);
+  const at::Tensor batch_ids = at::tensor(ids, at::kLong).view({1, -1});
+  for (int64_t W : {int64_t(0), int64_t(4)}) {
+    SCOPED_TRACE("window " + std::to_string(W));
+    const std::string plain = tmp + "/plain_w" + std::to_string(W), gated = tmp + "/gated_w" + std::to_string(W);
+    std::string o;
+    ASSERT_EQ(test::run_command(cli + " convert --model " + bundled + " --feature-map hedgehog --features 16 --seed 11" +
+                                    (W ? " --window " + std::to_string(W) : std::string()) + " --out " + plain + " 2>&1", &o), 0) << o;
+    LoadedModel original = load_model(bundled);
+    LoadedModel m = load_model(plain);
+    const int64_t S = 4, H = 4, D = m.model->config().d_model;
+    // w = 0: the model with fixed decays delta = b.
+    auto fixed = std::make_shared<HeadFeatureMaps>(*m.model->feature_maps());
+    auto maps = std::make_shared<HeadFeatureMaps>(*m.model->feature_maps());
+    at::manual_seed(5);
+    for (int s = 0; s < S; ++s) {
+      const at::Tensor b = at::rand({H}) * 6 - 1;
+      fixed->decay_delta.push_back(b);
+      maps->decay_b.push_back(b);
+      maps->decay_w.push_back(at::zeros({H, D}));
+    }
+    m.model->set_feature_maps(fixed);
+    const at::Tensor with_fixed = m.model->forward(batch_ids);
+    m.model->set_feature_maps(maps);
+    EXPECT_LT((m.model->forward(batch_ids) - with_fixed).abs().max().item<double>(), 1e-5);
+    // Real gates: they depend on the token, and change the model.
+    for (int s = 0; s < S; ++s) maps->decay_w[size_t(s)] = at::randn({H, D}) * 0.6;
+    m.model->set_feature_maps(maps);
+    const at::Tensor batch = m.model->forward(batch_ids);
+    EXPECT_GT((batch - with_fixed).abs().max().item<double>(), 1e-2);
+    EXPECT_LT((m.model->forward_recurrent(batch_ids) - batch).abs().max().item<double>(), 1e-4);
+    const auto gen = m.model->generate_greedy({ids[0], ids[1], ids[2], ids[3], ids[4]}, 6);
+    std::vector<int64_t> seq(ids.begin(), ids.begin() + 5);
+    for (int t = 0; t < 6; ++t) {
+      const at::Tensor lg = m.model->forward(at::tensor(seq, at::kLong).view({1, -1}));
+      seq.push_back(lg[0][-1].argmax().item<int64_t>());
+    }
+    EXPECT_EQ(gen, seq);
+    // Written and read back.
+    ConvertOptions co;
+    co.maps = maps;
+    co.map = convert::parse_header(convert::read_config(plain), plain, int(S), int(H)).map;
+    co.dims = std::vector<std::vector<int64_t>>(size_t(S), std::vector<int64_t>(size_t(H), 16));
+    co.window = W;
+    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
+    convert_model(original, co, gated);
+    const auto cfg = nlohmann::json::parse(test::read_file(gated + "/config.json"));
+    EXPECT_EQ(cfg["attnscope"]["decay"], "gated");
+    const auto written = read_tensors(gated + "/feature_maps.safetensors");
+    ASSERT_TRUE(written.count(convert::decay_w_name(2, 1)));
+    EXPECT_EQ(written.at(convert::decay_w_name(2, 1)).sizes(), at::IntArrayRef{D});
+    LoadedModel back = load_model(gated);
+    EXPECT_LT((back.model->forward(batch_ids) - batch).abs().max().item<double>(), 1e-6);
+    // The reader's refusals: a gated model without its gates; a decay name it does not know.
+    {
+      const std::string bad = tmp + "/bad_w" + std::to_string(W);
+      ASSERT_EQ(test::run_command("cp -r '" + plain + "' '" + bad + "'", &o), 0) << o;
+      nlohmann::json c = nlohmann::json::parse(test::read_file(plain + "/config.json"));
+      c["attnscope"]["decay"] = "gated";
+      std::ofstream(bad + "/config.json") << c.dump();
+      std::string msg = test::error_of([&] { load_model(bad); });
+      EXPECT_NE(msg.find("feature_maps.safetensors"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("layers.0.heads.0.decay.b"), std::string::npos) << msg;
+      c["attnscope"]["decay"] = "sometimes";
+      std::ofstream(bad + "/config.json") << c.dump();
+      msg = test::error_of([&] { load_model(bad); });
+      EXPECT_NE(msg.find("attnscope.decay"), std::string::npos) << msg;
+    }
+    // attnscope_linear.py: the same logits, batch and token by token; without gates they differ.
+    const std::string python = test::python_with_torch();
+    if (python.empty()) continue;
+    std::string id_list;
+    for (size_t i = 0; i < ids.size(); ++i) id_list += (i ? "," : "") + std::to_string(ids[i]);
+    ASSERT_EQ(test::run_command(cli + " logits --model " + gated + " --ids " + id_list + " --out " + gated + "/ref.safetensors 2>&1", &o), 0) << o;
+    std::ofstream(tmp + "/check.py") << "import sys, torch; sys.path.insert(0, '" + gated + "'); import attnscope_linear as a\n"
+                                        "m = a.load('" + gated + "')\n"
+                                        "ref = a.read_safetensors('" + gated + "/ref.safetensors')\n"
+                                        "ids = ref['ids'].view(1, -1)\n"
+                                        "got = m(ids)[0]\n"
+                                        "cache = m.new_cache()\n"
+                                        "rec = torch.cat([m(ids[:, :7], cache, 0)] + [m(ids[:, t:t + 1], cache, t) for t in range(7, ids.shape[1])], 1)[0]\n"
+                                        "for row in m.maps:\n"
+                                        "    for head in row: head.gate_w = torch.zeros_like(head.gate_w)\n"
+                                        "ungated = m(ids)[0]\n"
+                                        "print('maxdiff', float((got - ref['logits']).abs().max()), float((rec - got).abs().max()),\n"
+                                        "      float((ungated - ref['logits']).abs().max()))\n";
+    ASSERT_EQ(test::run_command(python + " " + tmp + "/check.py 2>&1", &o), 0) << o;
+    std::istringstream in(o.substr(o.find("maxdiff")));
+    std::string word;
+    double diff = 1, rec = 1, without = 0;
+    in >> word >> diff >> rec >> without;
+    EXPECT_LT(diff, 1e-4) << o;
+    EXPECT_LT(rec, 1e-4) << o;
+    EXPECT_GT(without, 1e-2) << "the runner's gates change nothing: " << o;
+  }
+}
+
+// distill --decay gated on the bundled capture: the gates start at w = 0 and b = the fixed decay's
+// fitted delta, both train from the capture's layer inputs, a killed run resumes exactly, and the
+// run converts to a model that says "decay": "gated" and runs the same in the batch and recurrent
+// forms. A capture without layer inputs is refused before the run directory exists.
+TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
+  const std::string root = test::temp_dir("gated_distill");
+  DistillOptions o;
+  o.capture = test::bundled_capture();
+  o.val_capture = o.capture;
+  o.feature_map = "hedgehog";
+  o.loss = DistillLoss::Kl;
+  o.features = 16;
+  o.steps = 12;
+  o.seed = 5;
+  o.batch = 2;
+  o.lr = 0.02;
+  o.decay = Decay::Gated;
+  const CaptureStore cap(o.capture);
+  {
+    DistillOptions start = o;
+    start.steps = 1;
+    start.lr = start.lr_alpha = 1e-12;
+    distill(start, root + "/start");
+    start.decay = Decay::Fixed;
+    distill(start, root + "/start_fixed");
+  }
+  const auto start = read_tensors(root + "/start/feature_maps.safetensors");
+  const auto start_fixed = read_tensors(root + "/start_fixed/feature_maps.safetensors");
+  for (int s = 0; s < cap.num_layers(); ++s)
+    for (int h = 0; h < cap.num_heads(); ++h) {
+      EXPECT_NEAR(start.at(convert::decay_b_name(s, h)).item<double>(), start_fixed.at(convert::decay_delta_name(s, h)).item<double>(), 1e-6);
+      EXPECT_LT(start.at(convert::decay_w_name(s, h)).abs().max().item<double>(), 1e-9);
+    }
+  distill(o, root + "/whole");
+  const auto whole = read_tensors(root + "/whole/feature_maps.safetensors");
+  EXPECT_GT(whole.at(convert::decay_w_name(1, 2)).abs().max().item<double>(), 1e-3) << "the gates learn from x";
+  DistillOptions ck = o;
+  ck.checkpoint_every = 5;
+  distill(ck, root + "/whole5");
+  const ProgressFn kill_at_7 = [](double, const std::string& what) {
+    if (what.rfind("step 7/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(distill(ck, root + "/killed", kill_at_7), Cancelled);
+  resume_distill(root + "/killed");
+  const auto a = read_tensors(root + "/whole5/feature_maps.safetensors"), b = read_tensors(root + "/killed/feature_maps.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
+  std::string out;
+  ASSERT_EQ(test::run_command(test::cli_path() + " convert --job " + root + "/whole --out " + root + "/model 2>&1", &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/model/config.json"))["attnscope"]["decay"], "gated");
+  LoadedModel m = load_model(root + "/model");
+  const at::Tensor ids = cap.ids().narrow(0, 0, 1).narrow(1, 0, 48);
+  EXPECT_LT((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-4);
+
+  // A capture made before layer inputs were stored: refused, naming it, nothing written.
+  const std::string old = root + "/old_capture";
+  fs::copy(o.capture, old, fs::copy_options::recursive);
+  nlohmann::json man = nlohmann::json::parse(test::read_file(old + "/manifest.json"));
+  man["model"].erase("d_model");
+  std::ofstream(old + "/manifest.json") << man.dump();
+  const int rc = test::run_command(test::cli_path() + " distill --capture " + old + " --feature-map hedgehog --features 8 --steps 2 --decay gated --out " +
+                                       root + "/refused 2>&1", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find(old), std::string::npos) << out;
+  EXPECT_NE(out.find("layer inputs"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/refused"));
+}
+
+}  // namespace test_gated_decay
