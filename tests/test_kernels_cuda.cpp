@@ -25,6 +25,7 @@
 namespace test_kernels_cuda {
 
 namespace K = attnscope::kernels;
+namespace test = attnscope::test;
 
 namespace {
 

@@ -14,6 +14,8 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/distributed.h"
+#include "attnscope/model/compute_dtype.h"
+#include "attnscope/model/model.h"
 #include "attnscope/run/adamw.h"
 #include "distill/train_state.h"
 
@@ -74,7 +76,19 @@ void share_layer_tensors(DistGroup& dist, std::vector<LayerState>& layers) {
 // One training step of a layer on mini-batch q, k [B, H, L, d]: every group's loss, backward and
 // AdamW; st.last_loss is the head-weighted mean of the groups' losses.
 void train_layer_step(const Optimizer& opt, DistillLoss loss, LayerState& st, const at::Tensor& q, const at::Tensor& k,
-                      const at::Tensor& v, const at::Tensor& x, const at::Tensor& pairs, int64_t step /* 0-based */) {
+                      const at::Tensor& v, const at::Tensor& x, const at::Tensor& resid, const at::Tensor& pairs,
+                      int64_t step /* 0-based */) {
+  if (loss == DistillLoss::Block) {  // one loss over every head of the layer: its groups step together
+    const at::Tensor l = layer_block_loss(st, q, k, v, x, resid);
+    l.backward();
+    st.last_loss = l.item<double>();
+    for (GroupState& g : st.groups) {
+      g.last_loss = st.last_loss;
+      adamw_step(opt, g, step + 1);
+    }
+    if (step == 0) st.first_loss = st.last_loss;
+    return;
+  }
   std::vector<double> losses;
   for (GroupState& g : st.groups) {
     const at::Tensor gv = v.defined() ? group_heads(st, g, v) : at::Tensor();
@@ -86,6 +100,28 @@ void train_layer_step(const Optimizer& opt, DistillLoss loss, LayerState& st, co
   }
   st.last_loss = head_weighted(st, losses);
   if (step == 0) st.first_loss = st.last_loss;
+}
+
+// The residual stream entering each layer of `model` on windows ids [T, L], float32 [T, L, D] per
+// layer on `device`, a few windows at a time (the block loss's inputs).
+std::vector<at::Tensor> residual_streams(const Model& model, const at::Tensor& ids, const at::Device& device) {
+  at::NoGradGuard no_grad;
+  const int64_t T = ids.size(0);
+  std::vector<std::vector<at::Tensor>> parts(size_t(model.config().n_layer));
+  CaptureHook hook;
+  hook.on_layer = [&](const AttentionActivations& a) { parts[size_t(a.layer)].push_back(a.resid.to(at::kFloat)); };
+  for (int64_t t0 = 0; t0 < T; t0 += 8) model.hidden_states(ids.narrow(0, t0, std::min<int64_t>(8, T - t0)).to(device), &hook);
+  std::vector<at::Tensor> out;
+  for (auto& p : parts) out.push_back(at::cat(p).contiguous());
+  return out;
+}
+
+// The model a capture names must be the model it captured (its shape): Error naming the capture.
+void check_capture_model(const CaptureStore& cap, const Model& model, const std::string& where) {
+  const ModelConfig& c = model.config();
+  if (cap.num_layers() != c.n_layer || cap.num_heads() != c.n_head || cap.head_dim() != c.head_dim ||
+      (cap.d_model() && cap.d_model() != c.d_model))
+    fail(where, "was captured from a model of another shape than " + cap.model_path() + " has now");
 }
 
 // The capture's windows: a seeded held-out share, or all of them when a validation capture is given.
@@ -138,7 +174,8 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   job.dims = resume ? job.dims_for(S, cap.num_heads())
                     : distill_dims(o, S, cap.num_heads(), &cap);
   check_training_memory(job.dims, cap.head_dim(), cap.num_seqs(), o.batch, cap.seq_len());
-  const bool values = o.loss == DistillLoss::Output, inputs = o.decay == Decay::Gated;
+  const bool block = o.loss == DistillLoss::Block;
+  const bool values = o.loss == DistillLoss::Output || block, inputs = o.decay == Decay::Gated;
   check_capture(cap, o.capture, values, inputs);
   Windows win = windows_of(o, cap);
   if (win.val_capture) check_capture(*win.val_capture, o.val_capture, values, inputs);
@@ -146,6 +183,18 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
     fail(o.val_capture, "the validation capture's sliding window (" + std::to_string(win.val_capture->sliding_window()) +
                             ") is not the training capture's (" + std::to_string(cap.sliding_window()) + "): not the same model");
   const at::Device device = torch_device(o.device);
+  // The block loss runs each layer's own MLP and projections: the capture's model, on the job's
+  // device, and the residual stream entering each layer on the capture's windows (computed here,
+  // before the run directory is touched).
+  LoadedModel lm;
+  std::vector<at::Tensor> resid, val_resid;
+  if (block) {
+    lm = load_model(cap.model_path(), "", compute_dtype_of(o.compute, o.device));
+    check_capture_model(cap, *lm.model, o.capture);
+    if (!device.is_cpu()) *lm.model = Model(lm.model->config(), weights_on(lm.model->weights(), device));
+    resid = residual_streams(*lm.model, cap.ids(), device);
+    if (win.val_capture) val_resid = residual_streams(*lm.model, win.val_capture->ids(), device);
+  }
 
   RunDir run(run_dir, !resume, /*writes=*/dist.rank() == 0);
   run.mark_running();
@@ -176,22 +225,26 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
       st.k = k.index_select(0, train_t).contiguous().to(device);
       if (values) st.v = v.index_select(0, train_t).contiguous().to(device);
       if (inputs) st.x = x.index_select(0, train_t).contiguous().to(device);
+      if (block) st.resid = resid[size_t(s)].index_select(0, train_t.to(device)).contiguous();
       if (win.val_capture) {
         st.val_q = win.val_capture->layer_tensor(s, "q").to(device);
         st.val_k = win.val_capture->layer_tensor(s, "k").to(device);
         if (values) st.val_v = win.val_capture->layer_tensor(s, "v").to(device);
         if (inputs) st.val_x = win.val_capture->layer_inputs(s).to(device);
+        if (block) st.val_resid = val_resid[size_t(s)];
       } else if (!win.val.empty()) {
         const at::Tensor idx = at::tensor(win.val, at::kLong);
         st.val_q = q.index_select(0, idx).contiguous().to(device);
         st.val_k = k.index_select(0, idx).contiguous().to(device);
         if (values) st.val_v = v.index_select(0, idx).contiguous().to(device);
         if (inputs) st.val_x = x.index_select(0, idx).contiguous().to(device);
+        if (block) st.val_resid = resid[size_t(s)].index_select(0, idx.to(device)).contiguous();
       }
     }
     // A decayed head's start (a resumed run's comes from its checkpoint; another rank's layer from its owner).
     init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.d_model(), cap.sliding_window(), st,
                      !resume && dist.owns(s) ? initial_decay_delta(o, &cap, s, cap.num_heads()) : at::Tensor());
+    if (block) st.block_model = lm.model.get(), st.layer = s;
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;
   }
@@ -229,7 +282,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
       if (!dist.owns(int(s))) return;
       LayerState& st = layers[size_t(s)];
       const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.index_select(0, batch) : at::Tensor(); };
-      train_layer_step(opt, o.loss, st, rows(st.q), rows(st.k), rows(st.v), rows(st.x), pairs, step);
+      train_layer_step(opt, o.loss, st, rows(st.q), rows(st.k), rows(st.v), rows(st.x), rows(st.resid), pairs, step);
     });
     if (share_layer_values(dist, layers, {&LayerState::last_loss, &LayerState::first_loss})) throw Cancelled();
     const double elapsed_s = elapsed();
@@ -342,6 +395,7 @@ DistillResult resume_distill(const std::string& run_dir, const ProgressFn& progr
 double distill_step_seconds(DistillBench& b) {
   const DistillOptions& o = b.options;
   if (o.loss == DistillLoss::Direct) return direct_step_seconds(b);
+  if (o.loss == DistillLoss::Block) fail_value("loss", "block is not benchmarked (it runs each layer's MLP from the model)");
   const int S = int(b.groups.size());
   if (int(b.q.size()) != S || int(b.k.size()) != S) fail("distill bench", "q and k must hold one tensor per layer");
   std::vector<LayerState> layers = bench_layers(b.groups);
@@ -351,7 +405,8 @@ double distill_step_seconds(DistillBench& b) {
   const auto one_step = [&](int64_t step) {
     for_each_layer(b.q[0].device(), S, [&](int64_t s) {
       train_layer_step(opt, o.loss, layers[size_t(s)], b.q[size_t(s)], b.k[size_t(s)],
-                       b.v.empty() ? at::Tensor() : b.v[size_t(s)], b.x.empty() ? at::Tensor() : b.x[size_t(s)], pairs, step);
+                       b.v.empty() ? at::Tensor() : b.v[size_t(s)], b.x.empty() ? at::Tensor() : b.x[size_t(s)], at::Tensor(),
+                       pairs, step);
     });
   };
   const at::Tensor& some_param = layers[0].groups[0].group.maps.params[0].second;

@@ -32,7 +32,7 @@ using json = nlohmann::ordered_json;
 
 constexpr Named<DistillLoss> kLosses[] = {
     {DistillLoss::Kl, "kl"}, {DistillLoss::Softmax, "softmax"}, {DistillLoss::L2, "l2"},
-    {DistillLoss::Output, "output"}, {DistillLoss::Direct, "direct"}};
+    {DistillLoss::Output, "output"}, {DistillLoss::Block, "block"}, {DistillLoss::Direct, "direct"}};
 
 using Row = Option<DistillOptions>;
 using O = DistillOptions;

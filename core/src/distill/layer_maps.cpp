@@ -43,13 +43,15 @@ namespace {
 // that zeroed it), the same floor as log_kernel's.
 // `seen`: the keys the teacher's softmax row reads (causal, within its sliding window).
 at::Tensor relu_row_loss(const at::Tensor& khat, const at::Tensor& log_a, const at::Tensor& seen,
-                         DistillLoss loss, const at::Tensor& v) {
+                         DistillLoss loss, const at::Tensor& v, LayerOutputs* outputs) {
   const at::Tensor z = khat.sum(-1, true);  // [B, H, L, 1]
   const at::Tensor defined = z.squeeze(-1) > 0;
   const at::Tensor a = log_a.exp();
   if (loss == DistillLoss::Output) {
-    // Undefined rows have no output: left out, as from the other losses.
+    // Undefined rows have no output: left out, as from the other losses (and 0 in y_hat, as the
+    // model reads nothing from them).
     const at::Tensor y_lin = at::matmul(khat / z.clamp_min(1e-30), v), y = at::matmul(a, v);
+    if (outputs) *outputs = {y, y_lin};
     const at::Tensor rows = (y - y_lin).pow(2).mean(-1).masked_fill(defined.logical_not(), 0.0);
     return rows.sum() / defined.sum().clamp_min(1).to(rows.scalar_type());
   }
@@ -208,9 +210,13 @@ at::Tensor direct_loss(const Model& model, const at::Tensor& ids) {
                                 ids.narrow(1, 1, L - 1).reshape({-1}));
 }
 
-at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
-                      const at::Tensor& pairs, const at::Tensor& v, const at::Tensor& x) {
+namespace {
+
+// layer_loss, and (loss output) the outputs it compares when `outputs` is given.
+at::Tensor layer_loss_and_outputs(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
+                                  const at::Tensor& pairs, const at::Tensor& v, const at::Tensor& x, LayerOutputs* outputs) {
   if (loss == DistillLoss::Direct) fail("distill", "direct is not a layerwise loss");
+  if (loss == DistillLoss::Block) fail("distill", "block compares a whole layer's output: block_loss, not layer_loss");
   if (loss == DistillLoss::Output && (!v.defined() || v.dim() != 4 || v.size(2) != q.size(2)))
     fail("distill", "the output loss needs the values v [B, H, L, d_v]");
   const int64_t L = q.size(2);
@@ -257,7 +263,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     const at::Tensor run_max = std::get<0>(at::cummax(lsk, -1)).detach();  // [B, H, L]
     const at::Tensor rel = (lsk.unsqueeze(-2) - run_max.unsqueeze(-1)).masked_fill(causal.logical_not(), ninf);
     const at::Tensor khat = (kv * at::exp(rel)).masked_fill(causal.logical_not(), 0.0);
-    return relu_row_loss(khat, target_log_a(), seen, loss, v);
+    return relu_row_loss(khat, target_log_a(), seen, loss, v, outputs);
   }
   // log Khat_ij, the features' scales included: the linear part of the head's log weights.
   at::Tensor log_khat;
@@ -275,7 +281,7 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
     at::Tensor khat = at::matmul(pq, pk.transpose(-1, -2));
     if (decayed)  // exp(Lambda_i - Lambda_j) <= 1 on j <= i: no overflow
       khat = khat * at::exp((lambda - lambda.transpose(-1, -2)).masked_fill(causal.logical_not(), -INFINITY));
-    if (m.window == 0) return relu_row_loss(khat.masked_fill(causal.logical_not(), 0.0), target_log_a(), seen, loss, v);
+    if (m.window == 0) return relu_row_loss(khat.masked_fill(causal.logical_not(), 0.0), target_log_a(), seen, loss, v, outputs);
     // A hybrid head's rows are all defined (key i is in its own window); a kernel value of 0 has its
     // log floored at log(1e-30), as log_kernel's (no gradient through it, as through the ReLU).
     log_khat = at::log(khat.clamp_min(1e-30));
@@ -303,13 +309,41 @@ at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor&
   const at::Tensor log_a = target_log_a();
   const at::Tensor log_ahat = at::log_softmax(head_log_weights({scores, log_khat, key_lag(pos, pos), m.window, gamma}), -1);
   const at::Tensor a = log_a.exp();
-  if (loss == DistillLoss::Output)  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
-    return (at::matmul(a, v) - at::matmul(log_ahat.exp(), v)).pow(2).mean();
+  if (loss == DistillLoss::Output) {  // LoLCATs' attention transfer: mean over rows and d_v of (A V - Ahat V)^2
+    const at::Tensor y = at::matmul(a, v), y_hat = at::matmul(log_ahat.exp(), v);
+    if (outputs) *outputs = {y, y_hat};
+    return (y - y_hat).pow(2).mean();
+  }
   at::Tensor per_entry;
   if (loss == DistillLoss::Kl) per_entry = a * (log_a - log_ahat);
   else if (loss == DistillLoss::Softmax) per_entry = -a * log_ahat;
   // Entries A does not see are 0 * (-inf - ...) = NaN: zero them explicitly.
   return per_entry.masked_fill(seen.logical_not(), 0.0).sum(-1).mean();
+}
+
+}  // namespace
+
+at::Tensor layer_loss(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
+                      const at::Tensor& pairs, const at::Tensor& v, const at::Tensor& x) {
+  return layer_loss_and_outputs(m, q, k, loss, pairs, v, x, nullptr);
+}
+
+LayerOutputs layer_outputs(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& x) {
+  LayerOutputs out;
+  layer_loss_and_outputs(m, q, k, DistillLoss::Output, {}, v, x, &out);
+  return out;
+}
+
+at::Tensor block_loss(const Model& model, int layer, const at::Tensor& resid, const LayerOutputs& heads) {
+  // In float32 at least (a bfloat16 model's outputs are widened; a float64 one's stay).
+  const auto wide = [](const at::Tensor& t) { return t.scalar_type() == at::kDouble ? t : t.to(at::kFloat); };
+  at::Tensor target;
+  {
+    at::NoGradGuard no_grad;
+    target = wide(model.layer_output(layer, resid, heads.y));
+  }
+  return (wide(model.layer_output(layer, resid, heads.y_hat)) - target).pow(2).mean();
 }
 
 double layer_kl(const LayerMaps& m, const at::Tensor& q, const at::Tensor& k, const at::Tensor& x) {

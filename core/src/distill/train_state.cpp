@@ -128,12 +128,34 @@ double head_weighted(const LayerState& st, const std::vector<double>& per_group)
   return sum / double(st.heads);
 }
 
+at::Tensor layer_block_loss(const LayerState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& x, const at::Tensor& resid) {
+  if (!st.block_model) fail("distill", "the block loss needs the model");
+  LayerOutputs all;
+  for (const GroupState& g : st.groups) {
+    const LayerOutputs o = layer_outputs(g.group.maps, group_heads(st, g, q), group_heads(st, g, k), group_heads(st, g, v), x);
+    if (one_group(st)) return block_loss(*st.block_model, st.layer, resid, o);
+    if (!all.y.defined()) all = {at::zeros_like(v), at::zeros_like(v)};
+    all.y = all.y.index_copy(1, g.head_index, o.y);
+    all.y_hat = all.y_hat.index_copy(1, g.head_index, o.y_hat);
+  }
+  return block_loss(*st.block_model, st.layer, resid, all);
+}
+
 // Validation on all held-out windows, a few at a time.
 std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const at::Tensor& pairs) {
   at::NoGradGuard no_grad;
   const int64_t T = st.val_q.size(0);
   const bool direct = loss == DistillLoss::Direct;
   std::vector<double> losses, kls;
+  double block_sum = 0;  // the block loss is the layer's, not a group's
+  if (loss == DistillLoss::Block)
+    for (int64_t t0 = 0; t0 < T; t0 += 4) {
+      const int64_t n = std::min<int64_t>(4, T - t0);
+      const auto rows = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, t0, n) : t; };
+      block_sum += layer_block_loss(st, rows(st.val_q), rows(st.val_k), rows(st.val_v), rows(st.val_x), rows(st.val_resid))
+                       .item<double>() * double(n);
+    }
   for (const GroupState& g : st.groups) {
     const at::Tensor gq = group_heads(st, g, st.val_q), gk = group_heads(st, g, st.val_k);
     const at::Tensor gv = st.val_v.defined() ? group_heads(st, g, st.val_v) : at::Tensor();
@@ -144,14 +166,16 @@ std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const
       const at::Tensor q = gq.narrow(0, t0, n), k = gk.narrow(0, t0, n);
       const at::Tensor v = gv.defined() ? gv.narrow(0, t0, n) : at::Tensor();
       const at::Tensor x = gx.defined() ? gx.narrow(0, t0, n) : at::Tensor();
-      const double l = direct ? layer_kl(g.group.maps, q, k, x) : layer_loss(g.group.maps, q, k, loss, pairs, v, x).item<double>();
-      const double kk = loss == DistillLoss::Kl || direct ? l : layer_kl(g.group.maps, q, k, x);
+      const bool kl_only = direct || loss == DistillLoss::Block;  // the group's own loss is its KL
+      const double l = kl_only ? layer_kl(g.group.maps, q, k, x) : layer_loss(g.group.maps, q, k, loss, pairs, v, x).item<double>();
+      const double kk = loss == DistillLoss::Kl || kl_only ? l : layer_kl(g.group.maps, q, k, x);
       sum_loss += l * double(n);
       sum_kl += kk * double(n);
     }
     losses.push_back(sum_loss / double(T));
     kls.push_back(sum_kl / double(T));
   }
+  if (loss == DistillLoss::Block) return {block_sum / double(T), head_weighted(st, kls)};
   return {head_weighted(st, losses), head_weighted(st, kls)};
 }
 

@@ -41,6 +41,11 @@ struct LayerState {
   at::Tensor q, k, val_q, val_k;
   at::Tensor v, val_v;  // the values, for the output loss only
   at::Tensor x, val_x;  // the layer's inputs [T, L, D], for gated decays only
+  // The block loss only: the residual stream entering the layer [T, L, D], and the model whose
+  // layer `layer` (its projections and MLP) the loss runs.
+  at::Tensor resid, val_resid;
+  const Model* block_model = nullptr;
+  int layer = 0;
   double last_loss = 0, first_loss = 0, initial_val_kl = 0;
   bool has_val = false;             // the job holds out windows (report.json gets val_kl)
   double val_loss = 0, val_kl = 0;  // of the last validation
@@ -86,6 +91,10 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> split_windows(uint64_t see
 // The head-weighted mean over a layer's groups of a per-group value (exactly the value itself for
 // one group).
 double head_weighted(const LayerState& st, const std::vector<double>& per_group);
+// The block loss (layer_maps.h's block_loss) of a layer on a mini-batch q, k, v [B, H, L, d], x
+// (gated decays) and resid [B, L, D]: every group's head outputs put together in head order.
+at::Tensor layer_block_loss(const LayerState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& x, const at::Tensor& resid);
 // Held-out (loss, KL) of a layer on its val_q, val_k; direct's loss is the KL. `pairs`: l2's.
 std::pair<double, double> validate(const LayerState& st, DistillLoss loss, const at::Tensor& pairs);
 

@@ -243,7 +243,14 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
   return at::stack(outs, 1);
 }
 
-at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x,
+// The heads' outputs y [B, H, L, d] through the output projection: [B, L, H d] -> [B, L, D] in dtype.
+at::Tensor output_projection(const LayerWeights& w, const at::Tensor& y, at::ScalarType dtype) {
+  const int64_t B = y.size(0), H = y.size(1), L = y.size(2), d = y.size(3);
+  return linear(y.transpose(1, 2).reshape({B, L, H * d}).to(dtype), w.wo, w.bo);
+}
+
+// x [B, L, D]: the layer's normed input; resid: the residual stream it was normed from (for the hook).
+at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x, const at::Tensor& resid,
                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook,
                      const HeadFeatureMaps* lin) {
   const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
@@ -271,11 +278,12 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
     a.k_pre = k_pre;
     a.v = v;
     a.x = x_in.to(f);
+    a.resid = resid;
     a.out = out;
     if (hook->want_probs) a.probs = probs;
     hook->on_layer(a);
   }
-  return linear(out.transpose(1, 2).reshape({B, L, H * d}).to(x.scalar_type()), w.wo, w.bo);
+  return output_projection(w, out, x.scalar_type());
 }
 
 // The rest of a layer once its attention output a [B, L, D] is known: the residuals and the MLP.
@@ -306,7 +314,7 @@ at::Tensor final_hidden(const ModelConfig& c, const ModelWeights& weights, const
   const at::Tensor mask = causal_mask(c, L, x.device());
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
-    x = finish_layer(c, w, x, attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), cos, sin, mask, hook, linear));
+    x = finish_layer(c, w, x, attention(c, w, s, norm(c, x, w.ln1_w, w.ln1_b), x, cos, sin, mask, hook, linear));
   }
   return norm(c, x, weights.lnf_w, weights.lnf_b);
 }
@@ -620,6 +628,17 @@ Model::Model(ModelConfig config, ModelWeights weights)
   if (int(weights_.layers.size()) != config_.n_layer)
     fail("model", "weights hold " + std::to_string(weights_.layers.size()) + " layers, config says " +
                       std::to_string(config_.n_layer));
+}
+
+at::Tensor Model::layer_output(int layer, const at::Tensor& resid, const at::Tensor& y) const {
+  const ModelConfig& c = config_;
+  if (layer < 0 || layer >= c.n_layer) fail("layer output", "layer " + std::to_string(layer) + " out of range");
+  if (resid.dim() != 3 || resid.size(2) != c.d_model || y.dim() != 4 || y.size(0) != resid.size(0) || y.size(1) != c.n_head ||
+      y.size(2) != resid.size(1) || y.size(3) != c.head_dim)
+    fail("layer output", "needs the residual stream [B, L, d_model] and the heads' outputs [B, heads, L, head dim]");
+  const LayerWeights w = in_dtype(weights_.layers[size_t(layer)], weights_.compute);
+  const at::Tensor r = resid.to(weights_.compute);
+  return finish_layer(c, w, r, output_projection(w, y, r.scalar_type()));
 }
 
 at::Tensor Model::forward(const at::Tensor& ids, const CaptureHook* hook) const {

@@ -201,8 +201,9 @@ inline const OptionDef eval_every{"--eval-every", "evaluation interval", "steps 
 
 // ---- training ----
 inline const OptionDef loss{"--loss", "loss",
-                            "kl | softmax | l2 | output (layerwise, on the capture) | direct (next-token loss of the whole "
-                            "model with the maps in place, on the text)",
+                            "kl | softmax | l2 | output (layerwise, on the capture) | block (each layer's output after "
+                            "attention and MLP, on the capture and the model: paper 003's hidden-state alignment) | "
+                            "direct (next-token loss of the whole model with the maps in place, on the text)",
                             "loss", OptionKind::Name};
 inline const OptionDef steps{"--steps", "steps", "training steps", "steps", OptionKind::Whole, whole_range(1, kMaxSteps)};
 inline const OptionDef lr{"--lr", "learning rate",

@@ -25,11 +25,13 @@ class CaptureStore;
 //   softmax  mean row cross-entropy -sum_j A_ij log Ahat_ij
 //   l2       mean squared error of kernel values on sampled pairs (i, j)
 //   output   mean squared error of the head's output, A V against Ahat V (LoLCATs' attention transfer)
+//   block    mean squared error of the layer's output (attention and MLP, the residual stream after
+//            it) with Ahat V in place of A V, from the same input (paper 003's hidden-state alignment)
 //   direct   next-token cross-entropy of the whole model with the maps in place
-enum class DistillLoss { Kl, Softmax, L2, Output, Direct };
+enum class DistillLoss { Kl, Softmax, L2, Output, Block, Direct };
 DistillLoss parse_distill_loss(const std::string& name);  // else Error (quantity "loss")
 const char* distill_loss_name(DistillLoss loss);
-std::vector<std::string> distill_loss_names();  // kl, softmax, l2, output, direct
+std::vector<std::string> distill_loss_names();  // kl, softmax, l2, output, block, direct
 
 struct DistillOptions {
   // What the maps learn from.

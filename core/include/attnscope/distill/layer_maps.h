@@ -116,6 +116,21 @@ at::Tensor direct_loss(const Model& model, const at::Tensor& ids);
 // layerwise loss (not direct).
 at::Tensor layer_loss(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, DistillLoss loss,
                       const at::Tensor& pairs = {}, const at::Tensor& v = {}, const at::Tensor& x = {});
+// A layer's (or group's) head outputs [B, H, L, d_v] from q, k, v [B, H, L, d]: y = A V (the
+// softmax the model ran) and y_hat = Ahat V (the maps'; 0 on rows without weight), as the output
+// loss compares them; differentiable in maps.params. x: gated decays' layer inputs.
+struct LayerOutputs {
+  at::Tensor y, y_hat;
+};
+LayerOutputs layer_outputs(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& x = {});
+// The block loss (paper 003's hidden-state alignment, SPEC 5): the mean squared error over tokens
+// and d_model of layer s's output (the residual stream after its attention and MLP,
+// Model::layer_output) with the maps' head outputs in place of softmax's, from the same input
+// resid [B, L, D]. `heads` are every head of the layer, in order ([B, H, L, d]); differentiable in
+// heads.y_hat.
+at::Tensor block_loss(const Model& model, int layer, const at::Tensor& resid, const LayerOutputs& heads);
+
 // Mean row KL(A || Ahat) (no gradient).
 double layer_kl(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& x = {});
 

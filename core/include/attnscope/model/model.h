@@ -57,6 +57,7 @@ struct AttentionActivations {
   int layer = 0;
   at::Tensor q, k, q_pre, k_pre, v;
   at::Tensor x;      // the layer's input [B, L, D]: the normed hidden state the projections read
+  at::Tensor resid;  // the residual stream entering the layer [B, L, D] (x is its norm), compute dtype
   at::Tensor out;    // per-head attention output, [B, H, L, d], before the output projection
   at::Tensor probs;  // causal softmax(q k^T / sqrt(d)) (within the sliding window, if any), undefined unless want_probs
 };
@@ -103,6 +104,12 @@ class Model {
   // dtype. For capture, which wants only what the hook sees (the head of a 128K vocabulary is the
   // costliest matrix of a small model).
   at::Tensor hidden_states(const at::Tensor& ids, const CaptureHook* hook = nullptr) const;
+
+  // Layer s's output, the residual stream after its attention and MLP [B, L, D] (compute dtype),
+  // from the residual stream entering it, resid [B, L, D], and its heads' attention outputs y
+  // [B, H, L, d] before the output projection: the model's own layer with y in place of its
+  // attention. Differentiable in y (and resid). The block loss (distill.h) compares two of them.
+  at::Tensor layer_output(int layer, const at::Tensor& resid, const at::Tensor& y) const;
 
   // Mean next-token cross-entropy (nats) over a token sequence, in windows of `seq_len`.
   double mean_loss(const std::vector<int64_t>& ids, int seq_len, const ProgressFn& progress = nullptr) const;
