@@ -17,6 +17,7 @@
 
 #include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
+#include "attnscope/convert/faithfulness.h"
 #include "attnscope/model/model.h"
 #include "attnscope/pipeline/linearize.h"
 #include "test_support.h"
@@ -71,7 +72,31 @@ TEST(Linearize, RunsEveryStageAndItsReportMatchesAnIndependentEvaluation) {
   EXPECT_EQ(fs::canonical(run_as_model.path), fs::canonical(out + "/stage2/model"));
   EXPECT_NE(run_as_model.note.find("is a linearize run"), std::string::npos) << run_as_model.note;
   EXPECT_NEAR(run_as_model.model->mean_loss(ids, 64), at64["final_loss"].get<double>(), 1e-6);
+  // Recall and generation (faithfulness.h, checked against logits there) of the final model against
+  // the original itself, not the same weights with softmax: recomputed here from the two models.
+  {
+    const LoadedModel orig = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+    const LoadedModel fin = load_model(out + "/model");
+    RecallOptions ro;
+    ro.seq_len = 64;
+    ro.seed = 3;
+    const auto recall = recall_at_distance(*orig.model, *fin.model, ids, ro);
+    ASSERT_EQ(j["recall"].size(), recall.size());
+    for (size_t i = 0; i < recall.size(); ++i) {
+      EXPECT_EQ(j["recall"][i]["lag"], recall[i].lag);
+      EXPECT_NEAR(j["recall"][i]["final_kept"].get<double>(), recall[i].kept(), 1e-9);
+      EXPECT_TRUE(j["recall"][i]["adapted_kept"].is_number());
+    }
+    GenerationOptions go;
+    go.new_tokens = 32;  // 64 tokens less the 32 of the prompt
+    const GenerationAgreement g = generation_agreement(*orig.model, *fin.model, ids, go);
+    EXPECT_NEAR(j["generation"]["final"]["token_match"].get<double>(), g.token_match, 1e-12);
+    EXPECT_NEAR(j["generation"]["final"]["free_running_kl"].get<double>(), g.free_running_kl, 1e-9);
+    EXPECT_TRUE(j["generation"]["adapted"]["token_match"].is_number());
+  }
   const std::string md = test::read_file(out + "/linearize.md");
+  EXPECT_NE(md.find("Recall at distance"), std::string::npos);
+  EXPECT_NE(md.find("Generation against the original"), std::string::npos);
   EXPECT_NE(md.find("Held-out perplexity by length"), std::string::npos);
   EXPECT_NE(md.find("by position"), std::string::npos);
   // Issue 26 item 4: every phase this process ran, with its time, in the report and the log.
@@ -179,7 +204,11 @@ TEST(Linearize, ReportReaderReadsTheJsonAndNamesABadFile) {
                 {"seq_len": 64, "original_loss": 3.0, "untrained_loss": 6.0, "stage1_loss": 4.0, "final_loss": 3.5,
                  "adapted_loss": null}],
     "positions": [], "layers": [{"layer": 0, "dims": [8], "attention_kl": 0.125}, {"layer": 1, "dims": [8], "attention_kl": 0.25}],
-    "speed": [], "seconds": 2.5})";
+    "speed": [], "seconds": 2.5,
+    "recall": [{"lag": 16, "sequences": 12, "original_drop": 2.0, "final_drop": 1.5, "final_kept": 0.75, "adapted_kept": 0.5},
+               {"lag": 47, "sequences": 12, "original_drop": 2.0, "final_drop": 1.0, "final_kept": 0.5, "adapted_kept": null}],
+    "generation": {"final": {"prompts": 8, "new_tokens": 32, "token_match": 0.625, "first_divergence": 7.5, "free_running_kl": 0.25},
+                   "adapted": null}})";
   const auto r = read_linearize_report(dir);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->seq_len, 64);
@@ -196,6 +225,17 @@ TEST(Linearize, ReportReaderReadsTheJsonAndNamesABadFile) {
   EXPECT_TRUE(std::isnan(r->lengths[1].adapted_loss));
   EXPECT_EQ(r->layer_kl, (std::vector<double>{0.125, 0.25}));
   EXPECT_DOUBLE_EQ(r->seconds, 2.5);
+  ASSERT_EQ(r->recall.size(), 2u);
+  EXPECT_EQ(r->recall[1].lag, 47);
+  EXPECT_DOUBLE_EQ(r->recall[0].final_kept, 0.75);
+  EXPECT_DOUBLE_EQ(r->recall[0].adapted_kept, 0.5);
+  EXPECT_TRUE(std::isnan(r->recall[1].adapted_kept));
+  ASSERT_TRUE(r->final_generation.has_value());
+  EXPECT_DOUBLE_EQ(r->final_generation->token_match, 0.625);
+  EXPECT_DOUBLE_EQ(r->final_generation->first_divergence, 7.5);
+  EXPECT_DOUBLE_EQ(r->final_generation->free_running_kl, 0.25);
+  EXPECT_EQ(r->final_generation->new_tokens, 32);
+  EXPECT_FALSE(r->adapted_generation.has_value());
 
   // The one JSON reader's words (issue 25: this file had a reader of its own).
   const std::pair<std::string, std::string> bad[] = {

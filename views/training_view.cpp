@@ -124,7 +124,9 @@ struct TrainingView::Impl {
     form->addRow(tr("Feature map"), map);
     loss = new QComboBox(box);
     loss->setObjectName("train_loss");
-    loss->setToolTip(tr("kl: row KL(A ‖ Â); softmax: row cross-entropy; l2: kernel values on sampled pairs"));
+    loss->setToolTip(tr("kl: row KL(A ‖ Â); softmax: row cross-entropy; l2: kernel values on sampled pairs;\n"
+                        "output: the heads' outputs A V against Â V (LoLCATs); block: each layer's output after "
+                        "attention and MLP (paper 003's hidden-state alignment); direct: the whole model's next-token loss"));
     form->addRow(tr("Loss"), loss);
 
     // Dimensions: the DoF view's allocation (its sliders) or one M for every layer.

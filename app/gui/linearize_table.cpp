@@ -18,6 +18,21 @@ Table linearize_table(const LinearizeReport& r) {
     t.add_row({std::to_string(l.seq_len), ppl(l.original_loss), ppl(l.adapted_loss), ppl(l.untrained_loss),
                ppl(l.stage1_loss), ppl(l.final_loss),
                std::isfinite(l.adapted_loss) ? fmt_number(std::exp(l.final_loss - l.adapted_loss), 3) : std::string("-")});
+  // What perplexity hides, in the same columns: the original's recall kept at each lag (the
+  // original itself keeps 1), greedy generation's agreement with the original and the free-running KL.
+  const auto num = [](double x, int digits) { return std::isfinite(x) ? fmt_number(x, digits) : std::string("-"); };
+  for (const auto& x : r.recall)
+    t.add_row({"recall kept, lag " + std::to_string(x.lag), "1", num(x.adapted_kept, 3), "-", "-", num(x.final_kept, 3), "-"});
+  if (r.final_generation) {
+    const auto& a = r.adapted_generation;
+    t.add_row({"greedy tokens as the original's", "1", a ? num(a->token_match, 3) : "-", "-", "-",
+               num(r.final_generation->token_match, 3), "-"});
+    t.add_row({"free-running KL from the original", "0", a ? num(a->free_running_kl, 4) : "-", "-", "-",
+               num(r.final_generation->free_running_kl, 4), "-"});
+  }
+  if (!r.recall.empty())
+    t.caption += " Below the lengths: how much of the original's in-context recall each model keeps by distance, and "
+                 "how its greedy generation agrees with the original's (linearize.md says how they are measured).";
   return t;
 }
 

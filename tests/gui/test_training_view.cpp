@@ -321,13 +321,23 @@ TEST_F(TrainingTest, LinearizeDrawsBothStagesAndShowsTheHeldOutTable) {
   // The table: linearize.json's held-out perplexities, per length, each column named.
   const auto j = nlohmann::json::parse(test::read_file(run + "/linearize.json"));
   QTableWidget* table = t->comparison_table();
-  ASSERT_EQ(table->rowCount(), int(j.at("lengths").size()));
+  // Below the lengths: each lag's recall kept, then greedy agreement and the free-running KL.
+  const int n_lengths = int(j.at("lengths").size()), n_recall = int(j.at("recall").size());
+  ASSERT_EQ(table->rowCount(), n_lengths + n_recall + 2);
   const std::vector<std::pair<std::string, std::string>> columns = {
       {"original", "original_loss"},   {"original finetuned", "adapted_loss"}, {"untrained map", "untrained_loss"},
       {"stage 1", "stage1_loss"},      {"final", "final_loss"}};
   std::map<std::string, int> column;
   for (int c2 = 0; c2 < table->columnCount(); ++c2) column[table->horizontalHeaderItem(c2)->text().toStdString()] = c2;
-  for (int r = 0; r < table->rowCount(); ++r) {
+  for (int i = 0; i < n_recall; ++i) {
+    const auto& x = j["recall"][size_t(i)];
+    EXPECT_EQ(table->item(n_lengths + i, 0)->text().toStdString(), "recall kept, lag " + std::to_string(x.at("lag").get<int>()));
+    EXPECT_NEAR(table->item(n_lengths + i, column["final"])->text().toDouble(), x.at("final_kept").get<double>(), 0.00051);
+    EXPECT_NEAR(table->item(n_lengths + i, column["original finetuned"])->text().toDouble(), x.at("adapted_kept").get<double>(), 0.00051);
+  }
+  EXPECT_NEAR(table->item(n_lengths + n_recall, column["final"])->text().toDouble(),
+              j["generation"]["final"].at("token_match").get<double>(), 0.00051);
+  for (int r = 0; r < n_lengths; ++r) {
     const auto& len = j["lengths"][size_t(r)];
     EXPECT_EQ(table->item(r, 0)->text().toLongLong(), len.at("seq_len").get<int64_t>());
     for (const auto& [name, key] : columns) {
@@ -351,7 +361,7 @@ TEST_F(TrainingTest, LinearizeDrawsBothStagesAndShowsTheHeldOutTable) {
   // The run opened again (a session, Open run…) shows the same table and curves.
   t->set_comparison({}, {});
   w->workbench()->open_run(QString::fromStdString(run));
-  EXPECT_EQ(table->rowCount(), int(j.at("lengths").size()));
+  EXPECT_EQ(table->rowCount(), n_lengths + n_recall + 2);
   EXPECT_EQ(graph_points(graph_named(t->finetune_panel()->plot(), "stage 2 (finetune) cross-entropy")), ce);
   EXPECT_EQ(errors.count(), 0);
 

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -23,6 +24,8 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/convert/convert_job.h"
 #include "attnscope/convert/converted_eval.h"
+#include "attnscope/convert/faithfulness.h"
+
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/layer_maps.h"
@@ -353,6 +356,21 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     eo.min_seconds = 0;  // each timing twice: bounded on any model
     speed = evaluate_converted(*fin.model, heldout, eo, stage(0.96, 0.995));
   }
+  // What perplexity hides: the original's in-context recall the final model keeps by distance, and
+  // how faithfully it generates (faithfulness.h), against the original itself; the anchor (softmax,
+  // finetuned the same way) beside it, for what stage 2's adaptation alone changes.
+  phases.begin("recall at distance and generation agreement", 0.995);
+  RecallOptions ro;
+  ro.seq_len = int(L);
+  ro.seed = o.stage1.seed;
+  const std::vector<RecallBucket> recall = recall_at_distance(*m.model, *fin.model, heldout, ro);
+  const std::vector<RecallBucket> anchor_recall = adapted ? recall_at_distance(*m.model, *adapted, heldout, ro)
+                                                          : std::vector<RecallBucket>();
+  GenerationOptions go;
+  go.new_tokens = std::min<int>(64, int(L) - go.prompt_tokens);
+  const GenerationAgreement gen = generation_agreement(*m.model, *fin.model, heldout, go);
+  const std::optional<GenerationAgreement> anchor_gen =
+      adapted ? std::optional<GenerationAgreement>(generation_agreement(*m.model, *adapted, heldout, go)) : std::nullopt;
   phases.end();
 
   // 6. The report.
@@ -421,6 +439,27 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   sb.add_row({"original (key-value cache)", std::to_string(original_bytes) + " bytes", "1"});
   sb.add_row({"converted", std::to_string(converted_bytes) + " bytes", fmt_number(double(converted_bytes) / double(original_bytes), 4)});
   md += "## State per sequence\n\n" + to_markdown(sb) + "\n";
+  Table rt;
+  rt.header = {"lag (tokens)", "original's drop (nats)", "final's drop", "final keeps", "original finetuned keeps"};
+  for (size_t i = 0; i < recall.size(); ++i)
+    rt.add_row({std::to_string(recall[i].lag), fmt_number(recall[i].original_drop, 3), fmt_number(recall[i].converted_drop, 3),
+                fmt_number(recall[i].kept(), 3), adapted ? fmt_number(anchor_recall[i].kept(), 3) : "-"});
+  md += "## Recall at distance\n\nA random " + std::to_string(ro.segment) + "-token segment written twice into a held-out "
+        "window, the second copy ending it: each model's drop is its loss on the first copy minus its loss on the second "
+        "(how much seeing the segment once helps), " + std::to_string(ro.sequences) + " windows per lag; \"keeps\" is the "
+        "drop as a share of the original's.\n\n" + to_markdown(rt) + "\n";
+  Table gt;
+  gt.header = {"model", "greedy tokens equal to the original's", "first different token (mean)", "free-running KL (nats/token)"};
+  const auto gen_row = [&](const std::string& name, const GenerationAgreement& g) {
+    gt.add_row({name, fmt_number(g.token_match, 3), fmt_number(g.first_divergence, 1) + " of " + std::to_string(g.new_tokens),
+                fmt_number(g.free_running_kl, 4)});
+  };
+  gen_row("final", gen);
+  if (anchor_gen) gen_row("original finetuned", *anchor_gen);
+  md += "## Generation against the original\n\n" + std::to_string(gen.prompts) + " held-out prompts of " +
+        std::to_string(go.prompt_tokens) + " tokens, " + std::to_string(go.new_tokens) + " greedy tokens each (the original "
+        "with its key-value cache, the converted model with its state); the KL is the original's next-token distribution "
+        "against the model's along the model's own continuation.\n\n" + to_markdown(gt) + "\n";
   Table ph;
   ph.header = {"phase", "seconds"};
   for (const auto& [name, secs] : phases.done()) ph.add_row({name, fmt_number(secs, 1)});
@@ -452,6 +491,16 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   for (const auto& s : speed.speed)
     j["speed"].push_back({{"mode", s.generate ? "generate" : "batch"}, {"seq_len", s.seq_len},
                           {"softmax_tokens_per_s", s.softmax_tokens_per_s}, {"linear_tokens_per_s", s.linear_tokens_per_s}});
+  j["recall"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < recall.size(); ++i)
+    j["recall"].push_back({{"lag", recall[i].lag}, {"sequences", recall[i].sequences}, {"original_drop", recall[i].original_drop},
+                           {"final_drop", recall[i].converted_drop}, {"final_kept", recall[i].kept()},
+                           {"adapted_kept", adapted ? nlohmann::ordered_json(anchor_recall[i].kept()) : nlohmann::ordered_json()}});
+  const auto gen_json = [](const GenerationAgreement& g) {
+    return nlohmann::ordered_json{{"prompts", g.prompts}, {"new_tokens", g.new_tokens}, {"token_match", g.token_match},
+                                  {"first_divergence", g.first_divergence}, {"free_running_kl", g.free_running_kl}};
+  };
+  j["generation"] = {{"final", gen_json(gen)}, {"adapted", anchor_gen ? gen_json(*anchor_gen) : nlohmann::ordered_json()}};
   j["phases"] = nlohmann::ordered_json::array();
   for (const auto& [name, secs] : phases.done()) j["phases"].push_back({{"phase", name}, {"seconds", secs}});
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -555,6 +604,26 @@ std::optional<LinearizeReport> read_linearize_report(const std::string& out_dir)
     r.number(l, "attention_kl", "layers.attention_kl", kl);
     rep.layer_kl.push_back(kl);
   }
+  if (const auto* recall = r.find(j, "recall"))
+    for (const auto& x : *recall) {
+      LinearizeReport::Recall row;
+      r.integer(x, "lag", "recall.lag", 1, opt::kMaxTokens, "a positive integer", row.lag);
+      r.number(x, "final_kept", "recall.final_kept", row.final_kept);
+      r.number(x, "adapted_kept", "recall.adapted_kept", row.adapted_kept, true);
+      rep.recall.push_back(row);
+    }
+  if (const auto* gen = r.object(j, "generation", "generation"))
+    for (auto [key, dst] : {std::pair{"final", &rep.final_generation}, {"adapted", &rep.adapted_generation}}) {
+      const auto* g = r.find(*gen, key);
+      if (!g || g->is_null()) continue;
+      LinearizeReport::Generation x;
+      const std::string at = std::string("generation.") + key;
+      r.number(*g, "token_match", at + ".token_match", x.token_match);
+      r.number(*g, "first_divergence", at + ".first_divergence", x.first_divergence);
+      r.number(*g, "free_running_kl", at + ".free_running_kl", x.free_running_kl);
+      r.integer(*g, "new_tokens", at + ".new_tokens", 1, opt::kMaxTokens, "a positive integer", x.new_tokens);
+      *dst = x;
+    }
   r.number(j, "seconds", "seconds", rep.seconds);
   if (const auto* phases = r.find(j, "phases"))
     for (const auto& p : *phases) {

@@ -96,6 +96,19 @@ struct LinearizeReport {
   std::string final_model;
   std::vector<LengthResult> lengths;        // held-out losses per length, ascending
   std::vector<double> layer_kl;             // stage 1's attention KL per layer (held-out windows)
+  // What perplexity hides (faithfulness.h), against the original: the share of its recall kept per
+  // lag, and greedy generation's agreement; the anchor's (original finetuned) beside the final
+  // model's, NaN without stage 2. Empty in reports of earlier builds.
+  struct Recall {
+    int64_t lag = 0;
+    double final_kept = 0, adapted_kept = std::nan("");
+  };
+  std::vector<Recall> recall;
+  struct Generation {
+    double token_match = std::nan(""), first_divergence = std::nan(""), free_running_kl = std::nan("");
+    int64_t new_tokens = 0;
+  };
+  std::optional<Generation> final_generation, adapted_generation;
   std::vector<std::pair<std::string, double>> phases;  // each phase this process ran, with its seconds
   double seconds = 0;
 };

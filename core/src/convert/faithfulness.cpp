@@ -1,0 +1,140 @@
+// Recall at distance and generation agreement of a converted model against its original
+// (faithfulness.h).
+#include "attnscope/convert/faithfulness.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "attnscope/base/error.h"
+#include "attnscope/base/random.h"
+#include "attnscope/model/model.h"
+
+namespace attnscope {
+
+namespace {
+
+constexpr uint64_t kRecallStream = 0x2ECA11;
+
+int window_length(const Model& m, int seq_len) {
+  const int n_ctx = m.config().n_ctx;
+  const int L = seq_len > 0 ? seq_len : std::min(n_ctx, 4096);
+  if (L < 2 || L > n_ctx) fail_value("sequence length", std::to_string(L) + " must be in 2.." + std::to_string(n_ctx));
+  return L;
+}
+
+// Mean loss of predicting tokens start+1 .. start+n-1 of one window's per-position losses
+// (element p - 1 is the loss of the token at position p).
+double copy_loss(const std::vector<double>& losses, int start, int n) {
+  double s = 0;
+  for (int p = start + 1; p < start + n; ++p) s += losses[size_t(p - 1)];
+  return s / double(n - 1);
+}
+
+}  // namespace
+
+std::vector<int> recall_lags(int seq_len, int segment) {
+  std::vector<int> lags;
+  const int longest = seq_len - segment - 1;  // the first copy at position 1
+  for (int lag = segment; lag < longest; lag *= 2) lags.push_back(lag);
+  if (longest >= segment) lags.push_back(longest);
+  return lags;
+}
+
+std::vector<RecallSequence> recall_sequences(const std::vector<int64_t>& ids, int lag, const RecallOptions& o) {
+  const int L = o.seq_len, n = o.segment;
+  if (n < 2) fail_value("recall segment", std::to_string(n) + " tokens: at least 2");
+  if (lag < n || lag + n + 1 > L)
+    fail_value("recall lag", std::to_string(lag) + " does not fit two copies of " + std::to_string(n) + " tokens in " +
+                                 std::to_string(L));
+  const std::vector<int64_t> vocab = [&] {
+    const std::set<int64_t> s(ids.begin(), ids.end());
+    return std::vector<int64_t>(s.begin(), s.end());
+  }();
+  if (vocab.size() < 2) fail_value("text", "has fewer than 2 distinct tokens: no segment to repeat");
+  Rng rng(derive_seed(derive_seed(o.seed, kRecallStream), uint64_t(lag)));
+  std::vector<RecallSequence> out;
+  for (int i = 0; i < o.sequences; ++i) {
+    RecallSequence r;
+    const uint64_t start = rng.below(ids.size());
+    for (int p = 0; p < L; ++p) r.tokens.push_back(ids[(start + uint64_t(p)) % ids.size()]);
+    r.second = L - n;
+    r.first = r.second - lag;
+    for (int j = 0; j < n; ++j) {
+      const int64_t t = vocab[rng.below(vocab.size())];
+      r.tokens[size_t(r.first + j)] = t;
+      r.tokens[size_t(r.second + j)] = t;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<RecallBucket> recall_at_distance(const Model& original, const Model& converted,
+                                             const std::vector<int64_t>& ids, const RecallOptions& options) {
+  if (options.sequences < 1) fail_value("recall sequences", std::to_string(options.sequences) + " must be >= 1");
+  if (ids.empty()) fail_value("text", "is empty");
+  RecallOptions o = options;
+  o.seq_len = window_length(converted, options.seq_len);
+  std::vector<RecallBucket> out;
+  for (int lag : recall_lags(o.seq_len, o.segment)) {
+    RecallBucket b;
+    b.lag = lag;
+    for (const RecallSequence& s : recall_sequences(ids, lag, o)) {
+      for (auto [m, drop] : {std::pair{&original, &b.original_drop}, {&converted, &b.converted_drop}}) {
+        const std::vector<double> losses = m->window_losses(s.tokens, o.seq_len)[0];
+        *drop += copy_loss(losses, s.first, o.segment) - copy_loss(losses, s.second, o.segment);
+      }
+      ++b.sequences;
+    }
+    b.original_drop /= double(b.sequences);
+    b.converted_drop /= double(b.sequences);
+    out.push_back(b);
+  }
+  return out;
+}
+
+GenerationAgreement generation_agreement(const Model& original, const Model& converted, const std::vector<int64_t>& ids,
+                                         const GenerationOptions& o) {
+  if (o.prompts < 1 || o.prompt_tokens < 1 || o.new_tokens < 1)
+    fail_value("generation", "prompts, prompt tokens and new tokens must each be >= 1");
+  if (o.prompt_tokens + o.new_tokens > converted.config().n_ctx)
+    fail_value("generation", std::to_string(o.prompt_tokens) + " prompt tokens + " + std::to_string(o.new_tokens) +
+                                 " new tokens exceed the context of " + std::to_string(converted.config().n_ctx));
+  if (int64_t(ids.size()) < o.prompt_tokens)
+    fail_value("text", "has " + std::to_string(ids.size()) + " tokens: fewer than one prompt of " + std::to_string(o.prompt_tokens));
+  at::NoGradGuard no_grad;
+  GenerationAgreement g;
+  g.new_tokens = o.new_tokens;
+  int64_t matches = 0;
+  double first = 0, kl = 0;
+  for (int i = 0; i < o.prompts && int64_t(i + 1) * o.prompt_tokens <= int64_t(ids.size()); ++i) {
+    const std::vector<int64_t> prompt(ids.begin() + int64_t(i) * o.prompt_tokens, ids.begin() + int64_t(i + 1) * o.prompt_tokens);
+    const std::vector<int64_t> a = original.generate_greedy(prompt, o.new_tokens);
+    const std::vector<int64_t> b = converted.generate_greedy(prompt, o.new_tokens);
+    const size_t P = prompt.size();
+    int diverged = o.new_tokens;
+    for (int t = 0; t < o.new_tokens; ++t) {
+      const bool same = a[P + size_t(t)] == b[P + size_t(t)];
+      matches += same;
+      if (!same && diverged == o.new_tokens) diverged = t;
+    }
+    first += diverged;
+    // Along the converted model's own tokens: both models' next-token distributions at the positions
+    // that chose them (P - 1 .. P + new_tokens - 2).
+    const at::Tensor seq = at::tensor(b, at::kLong).view({1, -1});
+    const at::Tensor lp = at::log_softmax(original.forward(seq)[0].narrow(0, int64_t(P) - 1, o.new_tokens).to(at::kDouble), -1);
+    const at::Tensor lq = at::log_softmax(converted.forward(seq)[0].narrow(0, int64_t(P) - 1, o.new_tokens).to(at::kDouble), -1);
+    kl += (lp.exp() * (lp - lq)).sum(-1).mean().item<double>();
+    ++g.prompts;
+  }
+  g.token_match = double(matches) / double(int64_t(g.prompts) * o.new_tokens);
+  g.first_divergence = first / double(g.prompts);
+  g.free_running_kl = kl / double(g.prompts);
+  return g;
+}
+
+}  // namespace attnscope
