@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/attention/features.h"
 #include "attnscope/model/model.h"
+#include "attnscope/io/safetensors.h"
 #include "attnscope/io/text_source.h"
 #include "test_support.h"
 
@@ -258,6 +260,66 @@ TEST(EvalConverted, PositionBucketsMatchAnIndependentPerTokenLoss) {
   EXPECT_NEAR(kl / 160.0, layer_mean, 1e-6 * layer_mean);
   EXPECT_EQ(e.trained_length, 0);  // untrained maps
   EXPECT_FALSE(e.beyond_trained_length());
+}
+
+}  // namespace test_eval_converted
+
+namespace test_eval_converted {
+
+// Issue 28: eval reports recall at distance and generation agreement of a converted model, against
+// its own weights with softmax by default and against --original when given (here a model with the
+// same shape but other weights: the figures change to what faithfulness.h computes against it); an
+// original of another shape is refused, naming it.
+TEST(EvalConverted, RecallAndGenerationAgainstTheOriginal) {
+  const std::string args = "--model " + converted_prf64() + " --text " + text_file() +
+                           " --seq-len 64 --speed-lengths 32 --min-seconds 0.01 --closeness-windows 1";
+  const nlohmann::json own = run_json(args);
+  LoadedModel conv = load_model(converted_prf64());
+  const std::vector<int64_t> ids = text_ids(conv);
+  const Model same(conv.model->config(), conv.model->weights());  // softmax, the same weights
+  RecallOptions ro;
+  ro.seq_len = 64;
+  const auto recall = recall_at_distance(same, *conv.model, ids, ro);
+  ASSERT_EQ(own["recall"].size(), recall.size());
+  for (size_t i = 0; i < recall.size(); ++i) {
+    EXPECT_EQ(own["recall"][i]["lag"], recall[i].lag);
+    EXPECT_NEAR(own["recall"][i]["kept"].get<double>(), recall[i].kept(), 1e-9);
+  }
+  GenerationOptions go;
+  go.prompt_tokens = 32;
+  go.new_tokens = 32;
+  const GenerationAgreement g = generation_agreement(same, *conv.model, ids, go);
+  EXPECT_NEAR(own["generation"]["token_match"].get<double>(), g.token_match, 1e-12);
+  EXPECT_NEAR(own["generation"]["free_running_kl"].get<double>(), g.free_running_kl, 1e-9);
+  // Another original of the same shape: the bundled model with its attention output projections
+  // scaled by 1.5 (written as a model directory).
+  const std::string other = test::temp_dir("eval_original") + "/other";
+  std::string out;
+  ASSERT_EQ(test::run_command("cp -r " + bundled() + " " + other, &out), 0) << out;
+  {
+    NamedTensors t;
+    {
+      SafetensorsFile f(other + "/model.safetensors");
+      for (const auto& e : f.entries()) {
+        at::Tensor x = f.tensor(e.name).clone();
+        if (e.name.find("attn.c_proj.weight") != std::string::npos) x = x * 1.5;
+        t.emplace_back(e.name, x);
+      }
+    }
+    write_safetensors(other + "/model.safetensors", t);
+  }
+  const nlohmann::json vs = run_json(args + " --original " + other);
+  LoadedModel o = load_model(other);
+  const auto recall_o = recall_at_distance(*o.model, *conv.model, ids, ro);
+  for (size_t i = 0; i < recall_o.size(); ++i) EXPECT_NEAR(vs["recall"][i]["original_drop"].get<double>(), recall_o[i].original_drop, 1e-9);
+  EXPECT_GT(std::abs(vs["recall"][0]["original_drop"].get<double>() - own["recall"][0]["original_drop"].get<double>()), 1e-6);
+  // An original of another shape: refused, naming it.
+  const std::string llama = test::source_dir() + "/../shared/models/stories260K/stories260K.bin";
+  const int rc = test::run_command(test::cli_path() + " eval " + args + " --original " + llama + " 2>&1", &out);
+  if (std::filesystem::exists(llama)) {
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find("not its original"), std::string::npos) << out;
+  }
 }
 
 }  // namespace test_eval_converted

@@ -38,6 +38,16 @@ void print_table(const ConvertedEvaluation& e) {
                 s.softmax_tokens_per_s, s.linear_tokens_per_s, s.linear_tokens_per_s / s.softmax_tokens_per_s,
                 s.softmax_peak_bytes / 1e6, s.linear_peak_bytes / 1e6);
   std::printf("(peak: extra tensor memory of one run above the weights)\n");
+  if (!e.recall.empty()) {
+    std::printf("\nrecall at distance (a segment written twice; drop: loss on the first copy minus the second, nats)\n");
+    std::printf("%8s %16s %16s %8s\n", "lag", "original drop", "converted drop", "kept");
+    for (const auto& b : e.recall) std::printf("%8d %16.4f %16.4f %8.3f\n", b.lag, b.original_drop, b.converted_drop, b.kept());
+  }
+  if (e.generation)
+    std::printf("\ngeneration (%d prompts, %d greedy tokens): tokens as the original's %.3f, first different token %.1f, "
+                "free-running KL %.4f nats/token\n",
+                e.generation->prompts, e.generation->new_tokens, e.generation->token_match, e.generation->first_divergence,
+                e.generation->free_running_kl);
 }
 
 }  // namespace
@@ -56,6 +66,18 @@ void register_eval(CLI::App& app) {
     auto docs = read_text_documents(o->texts);
     LoadedModel m = load_model_of(o->model);
     const std::vector<int64_t> ids = encode_documents(*m.tokenizer, docs);
+    // The model a converted one was made from, for recall and generation: the same shape and vocabulary.
+    LoadedModel original;
+    if (!o->original.empty()) {
+      if (!m.model->feature_maps())
+        throw CLI::ValidationError("--original", "compares a converted model with its original; " + m.path + " runs softmax attention");
+      ModelOptions mo = o->model;
+      mo.model = o->original;
+      original = load_model_of(mo);
+      const ModelConfig &a = m.model->config(), &b = original.model->config();
+      if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.d_model != b.d_model || a.vocab_size != b.vocab_size)
+        fail(original.path, "is not the shape of " + m.path + " (layers, heads, width or vocabulary differ): not its original");
+    }
     const int n_ctx = m.model->config().n_ctx;
     std::vector<int> lengths = o->seq_lens;
     if (lengths.empty()) lengths.push_back(n_ctx);
@@ -73,6 +95,7 @@ void register_eval(CLI::App& app) {
         ConvertedEvalOptions c = o->converted;
         c.seq_len = L;
         c.speed = i == 0;
+        c.original = original.model.get();
         const ConvertedEvaluation e = evaluate_converted(*m.model, ids, c, terminal_progress("eval"));
         if (e.beyond_trained_length())
           std::cerr << "eval: warning: the maps were trained on " << e.trained_length << "-token windows and are evaluated at "

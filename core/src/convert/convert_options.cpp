@@ -62,6 +62,7 @@ const OptionTable<EvalOptions>& eval_option_table() {
     t.push_back(described(bind(opt::texts, &E::texts), ".txt or .jsonl files, or - for standard input"));
     t.push_back(described(bind_list(opt::seq_len, &E::seq_lens),
                           "window lengths in tokens, e.g. 128,512 (default: the context length); each is evaluated"));
+    t.push_back(bind(opt::original_model, &E::original));
     t.push_back(nest(&E::converted, bind(opt::closeness_windows, &CE::closeness_windows)));
     t.push_back(nest(&E::converted, bind_list(opt::speed_lengths, &CE::speed_lengths)));
     t.push_back(nest(&E::converted, described(bind(opt::min_seconds, &CE::min_seconds),

@@ -191,6 +191,18 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
                         err_den[s] > 0 ? std::sqrt(err_num[s] / err_den[s]) : std::nan("")});
   for (int b = 0; b < n_buckets; ++b)
     r.positions[size_t(b)].attention_kl = pos_rows[size_t(b)] > 0 ? pos_kl[size_t(b)] / pos_rows[size_t(b)] : std::nan("");
+  if (options.faithfulness) {
+    const Model& reference = options.original ? *options.original : original;
+    report(0.35, "recall at distance");
+    RecallOptions ro;
+    ro.seq_len = L;
+    r.recall = recall_at_distance(reference, converted, ids, ro);
+    report(0.38, "generation agreement");
+    GenerationOptions go;
+    go.prompt_tokens = std::min(go.prompt_tokens, L / 2);
+    go.new_tokens = std::min(go.new_tokens, L - go.prompt_tokens);
+    if (int64_t(ids.size()) >= go.prompt_tokens) r.generation = generation_agreement(reference, converted, ids, go);
+  }
   if (!options.speed) {
     report(1.0, "done");
     return r;

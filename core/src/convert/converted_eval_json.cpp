@@ -23,6 +23,15 @@ nlohmann::json converted_eval_to_json(const ConvertedEvaluation& e) {
     positions.push_back({{"first", p.first}, {"last", p.last}, {"tokens", p.tokens},
                          {"original_loss", num(p.original_loss)}, {"converted_loss", num(p.converted_loss)},
                          {"attention_kl", num(p.attention_kl)}});
+  nlohmann::json recall = nlohmann::json::array();
+  for (const auto& b : e.recall)
+    recall.push_back({{"lag", b.lag}, {"sequences", b.sequences}, {"original_drop", b.original_drop},
+                      {"converted_drop", b.converted_drop}, {"kept", num(b.kept())}});
+  nlohmann::json generation;
+  if (e.generation)
+    generation = {{"prompts", e.generation->prompts}, {"new_tokens", e.generation->new_tokens},
+                  {"token_match", e.generation->token_match}, {"first_divergence", e.generation->first_divergence},
+                  {"free_running_kl", e.generation->free_running_kl}};
   return {{"tokens", e.tokens},
           {"seq_len", e.seq_len},
           {"compute_dtype", e.compute_dtype},
@@ -33,7 +42,9 @@ nlohmann::json converted_eval_to_json(const ConvertedEvaluation& e) {
           {"original", loss_json(e.original_loss)},
           {"converted", loss_json(e.converted_loss)},
           {"layers", layers},
-          {"speed", speed}};
+          {"speed", speed},
+          {"recall", recall},
+          {"generation", generation}};
 }
 
 }  // namespace attnscope

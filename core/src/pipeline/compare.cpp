@@ -240,6 +240,7 @@ Comparison compare(const CompareOptions& o, const std::string& out_dir, const Pr
     eo.closeness_windows = o.closeness_windows;
     eo.speed_lengths = {L};
     eo.min_seconds = o.min_seconds;
+    eo.faithfulness = false;  // compare ranks maps by closeness and loss
     r.eval = evaluate_converted(*converted.model, heldout, eo, sub_progress(progress, base + 0.6 * span, base + span));
     cmp.strategies.push_back(std::move(r));
   }

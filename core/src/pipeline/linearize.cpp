@@ -345,6 +345,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   eo.seq_len = int(L);
   eo.closeness_windows = 2;
   eo.speed = false;
+  eo.faithfulness = false;  // measured below against the original itself
   phases.begin("stage 1's attention KL per layer", 0.94);
   const ConvertedEvaluation close = evaluate_converted(*stage1.model, heldout, eo);  // teacher-forced, original weights
   ConvertedEvaluation speed;

@@ -169,6 +169,10 @@ inline const OptionDef dof_samples{"-J,--samples", "samples", "vectors sampled p
 // ---- conversion and evaluation ----
 inline const OptionDef weights{"--weights", "weights", "copy the original weights, or reference them by path: copy | reference",
                                "weights", OptionKind::Name};
+inline const OptionDef original_model{"--original", "original model",
+                                      "converted models: the model they were made from, for recall and generation "
+                                      "(default: their own weights with softmax attention)",
+                                      "original", OptionKind::Text};
 inline const OptionDef closeness_windows{"--closeness-windows", "closeness windows",
                                          "converted models: windows of the text for attention KL and output error",
                                          "closeness_windows", OptionKind::Whole, whole_range(1, kMaxWindows)};

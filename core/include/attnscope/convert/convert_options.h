@@ -31,6 +31,7 @@ struct EvalOptions {
   ModelOptions model;
   std::vector<std::string> texts;
   std::vector<int> seq_lens;  // empty: the context length
+  std::string original;       // converted models: the model they were made from ("": their weights with softmax)
   ConvertedEvalOptions converted;
 };
 const OptionTable<EvalOptions>& eval_option_table();

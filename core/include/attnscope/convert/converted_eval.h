@@ -3,9 +3,12 @@
 // other part of the network and the comparison isolates the attention.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "attnscope/base/progress.h"
+#include "attnscope/convert/faithfulness.h"
 
 namespace attnscope {
 
@@ -20,6 +23,11 @@ struct ConvertedEvalOptions {
   std::vector<int> speed_lengths;  // empty: default_speed_lengths(n_ctx)
   bool speed = true;               // false: no timings (e.g. the second length of `eval --seq-len a,b`)
   double min_seconds = 0.2;        // each timing repeats until it has run this long (and >= 2 times)
+  // Recall at distance and generation agreement (faithfulness.h) against `original` (default, null:
+  // the converted model's own weights with softmax attention, which for a finetuned conversion is
+  // not the model it was made from). Off: neither is measured.
+  bool faithfulness = true;
+  const Model* original = nullptr;
 };
 
 struct LayerCloseness {
@@ -71,6 +79,8 @@ struct ConvertedEvaluation {
   double original_loss = 0, converted_loss = 0;  // mean next-token loss (nats), Model::mean_loss windows
   std::vector<LayerCloseness> layers;
   std::vector<SpeedEntry> speed;
+  std::vector<RecallBucket> recall;  // empty when not measured
+  std::optional<GenerationAgreement> generation;
 };
 
 // `converted` must run linear attention (Model::feature_maps() non-null): Error otherwise.
