@@ -85,16 +85,24 @@ TEST(RecallAtDistance, LagsSequencesAndDropsAgainstLogits) {
   ASSERT_EQ(buckets.size(), recall_lags(o.seq_len, o.segment).size());
   for (const auto& b : buckets) {
     double d_orig = 0, d_conv = 0;
+    std::vector<double> per_window;  // the original's drop in each window
     for (const auto& s : recall_sequences(ids, b.lag, o)) {
       for (auto [m, d] : {std::pair<const Model*, double*>{ms.original.model.get(), &d_orig}, {&ms.converted, &d_conv}}) {
         const auto l = losses_by_logits(*m, s.tokens);
         double c1 = 0, c2 = 0;
         for (int j = 1; j < o.segment; ++j) c1 += l[size_t(s.first + j - 1)], c2 += l[size_t(s.second + j - 1)];
         *d += (c1 - c2) / double(o.segment - 1) / double(o.sequences);
+        if (d == &d_orig) per_window.push_back((c1 - c2) / double(o.segment - 1));
       }
     }
     EXPECT_NEAR(b.original_drop, d_orig, 1e-4) << "lag " << b.lag;
     EXPECT_NEAR(b.converted_drop, d_conv, 1e-4) << "lag " << b.lag;
+    // The standard error of the mean over the windows (sample variance, n - 1).
+    double var = 0;
+    for (double x : per_window) var += (x - d_orig) * (x - d_orig);
+    const double se = std::sqrt(var / double(per_window.size() - 1) / double(per_window.size()));
+    EXPECT_NEAR(b.original_se, se, 1e-4 * (1 + se)) << "lag " << b.lag;
+    EXPECT_EQ(b.measurable(), d_orig > 2 * se) << "lag " << b.lag;
     EXPECT_EQ(b.sequences, o.sequences);
   }
   // A model against itself keeps exactly all of it.

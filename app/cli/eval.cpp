@@ -40,8 +40,13 @@ void print_table(const ConvertedEvaluation& e) {
   std::printf("(peak: extra tensor memory of one run above the weights)\n");
   if (!e.recall.empty()) {
     std::printf("\nrecall at distance (a segment written twice; drop: loss on the first copy minus the second, nats)\n");
-    std::printf("%8s %16s %16s %8s\n", "lag", "original drop", "converted drop", "kept");
-    for (const auto& b : e.recall) std::printf("%8d %16.4f %16.4f %8.3f\n", b.lag, b.original_drop, b.converted_drop, b.kept());
+    std::printf("%8s %20s %20s %8s\n", "lag", "original drop", "converted drop", "kept");
+    for (const auto& b : e.recall) {
+      std::printf("%8d %11.4f ± %6.4f %11.4f ± %6.4f ", b.lag, b.original_drop, b.original_se, b.converted_drop, b.converted_se);
+      if (b.measurable()) std::printf("%8.3f\n", b.kept());
+      else std::printf("%8s\n", "-");
+    }
+    std::printf("(kept: where the original copies at all, its drop above twice its standard error)\n");
   }
   if (e.generation)
     std::printf("\ngeneration (%d prompts, %d greedy tokens): tokens as the original's %.3f, first different token %.1f, "

@@ -22,7 +22,8 @@ Table linearize_table(const LinearizeReport& r) {
   // original itself keeps 1), greedy generation's agreement with the original and the free-running KL.
   const auto num = [](double x, int digits) { return std::isfinite(x) ? fmt_number(x, digits) : std::string("-"); };
   for (const auto& x : r.recall)
-    t.add_row({"recall kept, lag " + std::to_string(x.lag), "1", num(x.adapted_kept, 3), "-", "-", num(x.final_kept, 3), "-"});
+    t.add_row({"recall kept, lag " + std::to_string(x.lag), x.measurable ? "1" : "no recall", x.measurable ? num(x.adapted_kept, 3) : "-",
+               "-", "-", x.measurable ? num(x.final_kept, 3) : "-", "-"});
   if (r.final_generation) {
     const auto& a = r.adapted_generation;
     t.add_row({"greedy tokens as the original's", "1", a ? num(a->token_match, 3) : "-", "-", "-",
@@ -31,8 +32,9 @@ Table linearize_table(const LinearizeReport& r) {
                num(r.final_generation->free_running_kl, 4), "-"});
   }
   if (!r.recall.empty())
-    t.caption += " Below the lengths: how much of the original's in-context recall each model keeps by distance, and "
-                 "how its greedy generation agrees with the original's (linearize.md says how they are measured).";
+    t.caption += " Below the lengths: how much of the original's in-context recall each model keeps by distance (\"no "
+                 "recall\": the original does not copy at that lag), and how its greedy generation agrees with the "
+                 "original's (linearize.md says how they are measured).";
   return t;
 }
 

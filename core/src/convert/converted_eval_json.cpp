@@ -26,7 +26,8 @@ nlohmann::json converted_eval_to_json(const ConvertedEvaluation& e) {
   nlohmann::json recall = nlohmann::json::array();
   for (const auto& b : e.recall)
     recall.push_back({{"lag", b.lag}, {"sequences", b.sequences}, {"original_drop", b.original_drop},
-                      {"converted_drop", b.converted_drop}, {"kept", num(b.kept())}});
+                      {"original_se", num(b.original_se)}, {"converted_drop", b.converted_drop},
+                      {"converted_se", num(b.converted_se)}, {"measurable", b.measurable()}, {"kept", num(b.kept())}});
   nlohmann::json generation;
   if (e.generation)
     generation = {{"prompts", e.generation->prompts}, {"new_tokens", e.generation->new_tokens},

@@ -6,6 +6,8 @@
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 #include <set>
 #include <string>
 
@@ -83,15 +85,22 @@ std::vector<RecallBucket> recall_at_distance(const Model& original, const Model&
   for (int lag : recall_lags(o.seq_len, o.segment)) {
     RecallBucket b;
     b.lag = lag;
+    std::vector<double> drops[2];  // per window: the original's, the converted model's
     for (const RecallSequence& s : recall_sequences(ids, lag, o)) {
-      for (auto [m, drop] : {std::pair{&original, &b.original_drop}, {&converted, &b.converted_drop}}) {
-        const std::vector<double> losses = m->window_losses(s.tokens, o.seq_len)[0];
-        *drop += copy_loss(losses, s.first, o.segment) - copy_loss(losses, s.second, o.segment);
+      for (int i = 0; i < 2; ++i) {
+        const std::vector<double> losses = (i == 0 ? original : converted).window_losses(s.tokens, o.seq_len)[0];
+        drops[i].push_back(copy_loss(losses, s.first, o.segment) - copy_loss(losses, s.second, o.segment));
       }
       ++b.sequences;
     }
-    b.original_drop /= double(b.sequences);
-    b.converted_drop /= double(b.sequences);
+    // Means and their standard errors over the windows.
+    for (auto [d, mean, se] : {std::tuple{&drops[0], &b.original_drop, &b.original_se}, {&drops[1], &b.converted_drop, &b.converted_se}}) {
+      double sum = 0, sq = 0;
+      for (double x : *d) sum += x;
+      *mean = sum / double(d->size());
+      for (double x : *d) sq += (x - *mean) * (x - *mean);
+      *se = d->size() > 1 ? std::sqrt(sq / double(d->size() - 1) / double(d->size())) : std::nan("");
+    }
     out.push_back(b);
   }
   return out;

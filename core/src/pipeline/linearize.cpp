@@ -442,13 +442,21 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   md += "## State per sequence\n\n" + to_markdown(sb) + "\n";
   Table rt;
   rt.header = {"lag (tokens)", "original's drop (nats)", "final's drop", "final keeps", "original finetuned keeps"};
-  for (size_t i = 0; i < recall.size(); ++i)
-    rt.add_row({std::to_string(recall[i].lag), fmt_number(recall[i].original_drop, 3), fmt_number(recall[i].converted_drop, 3),
-                fmt_number(recall[i].kept(), 3), adapted ? fmt_number(anchor_recall[i].kept(), 3) : "-"});
+  const auto pm = [](double x, double se) { return fmt_number(x, 3) + " ± " + fmt_number(se, 3); };
+  bool any_unmeasurable = false;
+  for (size_t i = 0; i < recall.size(); ++i) {
+    const bool ok = recall[i].measurable();
+    any_unmeasurable |= !ok;
+    rt.add_row({std::to_string(recall[i].lag), pm(recall[i].original_drop, recall[i].original_se),
+                pm(recall[i].converted_drop, recall[i].converted_se), ok ? fmt_number(recall[i].kept(), 3) : "-",
+                ok && adapted ? fmt_number(anchor_recall[i].kept(), 3) : "-"});
+  }
   md += "## Recall at distance\n\nA random " + std::to_string(ro.segment) + "-token segment written twice into a held-out "
         "window, the second copy ending it: each model's drop is its loss on the first copy minus its loss on the second "
         "(how much seeing the segment once helps), " + std::to_string(ro.sequences) + " windows per lag; \"keeps\" is the "
-        "drop as a share of the original's.\n\n" + to_markdown(rt) + "\n";
+        "drop as a share of the original's, shown where the original copies at all (its drop above twice its standard "
+        "error)." + (any_unmeasurable ? " Where it does not, there is no recall to keep and the share would be noise." : "") +
+        "\n\n" + to_markdown(rt) + "\n";
   Table gt;
   gt.header = {"model", "greedy tokens equal to the original's", "first different token (mean)", "free-running KL (nats/token)"};
   const auto gen_row = [&](const std::string& name, const GenerationAgreement& g) {
@@ -495,7 +503,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   j["recall"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < recall.size(); ++i)
     j["recall"].push_back({{"lag", recall[i].lag}, {"sequences", recall[i].sequences}, {"original_drop", recall[i].original_drop},
-                           {"final_drop", recall[i].converted_drop}, {"final_kept", recall[i].kept()},
+                           {"original_se", recall[i].original_se}, {"measurable", recall[i].measurable()},
+                           {"final_drop", recall[i].converted_drop}, {"final_se", recall[i].converted_se}, {"final_kept", recall[i].kept()},
                            {"adapted_kept", adapted ? nlohmann::ordered_json(anchor_recall[i].kept()) : nlohmann::ordered_json()}});
   const auto gen_json = [](const GenerationAgreement& g) {
     return nlohmann::ordered_json{{"prompts", g.prompts}, {"new_tokens", g.new_tokens}, {"token_match", g.token_match},
@@ -611,6 +620,10 @@ std::optional<LinearizeReport> read_linearize_report(const std::string& out_dir)
       r.integer(x, "lag", "recall.lag", 1, opt::kMaxTokens, "a positive integer", row.lag);
       r.number(x, "final_kept", "recall.final_kept", row.final_kept);
       r.number(x, "adapted_kept", "recall.adapted_kept", row.adapted_kept, true);
+      if (const auto* m = r.find(x, "measurable")) {
+        if (!m->is_boolean()) r.bad("recall.measurable", "must be true or false");
+        row.measurable = m->get<bool>();
+      }
       rep.recall.push_back(row);
     }
   if (const auto* gen = r.object(j, "generation", "generation"))

@@ -47,7 +47,11 @@ struct RecallBucket {
   int lag = 0;
   int sequences = 0;
   double original_drop = 0, converted_drop = 0;  // nats per token, means over the windows' copies
+  double original_se = 0, converted_se = 0;      // their standard errors over the windows (NaN for one)
   double kept() const { return converted_drop / original_drop; }
+  // Whether the original copies at this lag at all: its drop above twice its standard error. A model
+  // that does not (small models, short segments) leaves kept() a ratio of noise.
+  bool measurable() const { return original_drop > 2 * original_se; }
 };
 // Every lag of recall_lags. Error for a text with fewer than 2 distinct tokens or a bad option.
 std::vector<RecallBucket> recall_at_distance(const Model& original, const Model& converted,

@@ -102,6 +102,7 @@ struct LinearizeReport {
   struct Recall {
     int64_t lag = 0;
     double final_kept = 0, adapted_kept = std::nan("");
+    bool measurable = true;  // the original copies at this lag (faithfulness.h's RecallBucket::measurable)
   };
   std::vector<Recall> recall;
   struct Generation {
