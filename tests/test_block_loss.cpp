@@ -35,12 +35,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::map<std::string, at::Tensor> read_tensors(const std::string& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
-  return out;
-}
 
 }  // namespace
 
@@ -134,7 +128,7 @@ TEST(BlockLoss, DistillTrainsItResumesAndRefusesAMissingModel) {
   };
   EXPECT_THROW(distill(o, root + "/killed", kill_at_7), Cancelled);
   resume_distill(root + "/killed");
-  const auto a = read_tensors(root + "/whole/feature_maps.safetensors"), b = read_tensors(root + "/killed/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/whole/feature_maps.safetensors"), b = test::read_tensors(root + "/killed/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
 

@@ -69,12 +69,6 @@ double log_likelihood(const at::Tensor& A, double theta) {
   return total / double(L);
 }
 
-std::map<std::string, at::Tensor> read_tensors(const std::string& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
-  return out;
-}
 
 // Float64 reference of a decayed head's layerwise losses (kl and output), pair by pair in the log
 // domain: phi from the map's own features (core's FeatureMap), log w_ij = log max(phi(q_i).phi(k_j), 0)
@@ -304,7 +298,7 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
   // The fit, computed here from the capture by the definition: each head's attention, mean lag per
   // row over the capture's windows (loops), fitted, as delta.
   const CaptureStore cap(o.capture);
-  const auto start = read_tensors(root + "/start/feature_maps.safetensors");
+  const auto start = test::read_tensors(root + "/start/feature_maps.safetensors");
   for (int s : {0, cap.num_layers() - 1}) {
     const at::Tensor q = cap.layer_tensor(s, "q").to(at::kDouble), k = cap.layer_tensor(s, "k").to(at::kDouble);
     const int64_t T = q.size(0), L = q.size(2);
@@ -327,7 +321,7 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
     }
   }
   distill(o, root + "/whole");
-  const auto whole = read_tensors(root + "/whole/feature_maps.safetensors");
+  const auto whole = test::read_tensors(root + "/whole/feature_maps.safetensors");
   double moved = 0;
   for (int s = 0; s < cap.num_layers(); ++s)
     for (int h = 0; h < cap.num_heads(); ++h) {
@@ -345,7 +339,7 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
   };
   EXPECT_THROW(distill(ck, root + "/killed", kill_at_7), Cancelled);
   resume_distill(root + "/killed");
-  const auto a = read_tensors(root + "/whole5/feature_maps.safetensors"), b = read_tensors(root + "/killed/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/whole5/feature_maps.safetensors"), b = test::read_tensors(root + "/killed/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
   EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/killed/job.json"))["decay"], "fixed");
@@ -355,7 +349,7 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
   ASSERT_EQ(test::run_command(test::cli_path() + " convert --job " + root + "/whole --out " + root + "/model 2>&1", &out), 0) << out;
   const auto cfg = nlohmann::json::parse(test::read_file(root + "/model/config.json"));
   EXPECT_EQ(cfg["attnscope"]["decay"], "fixed");
-  const auto converted = read_tensors(root + "/model/feature_maps.safetensors");
+  const auto converted = test::read_tensors(root + "/model/feature_maps.safetensors");
   EXPECT_EQ(converted.at(convert::decay_delta_name(1, 2)).item<double>(), whole.at(convert::decay_delta_name(1, 2)).item<double>());
   LoadedModel m = load_model(root + "/model");
   const at::Tensor ids = cap.ids().narrow(0, 0, 1).narrow(1, 0, 48);
@@ -378,8 +372,8 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
   };
   EXPECT_THROW(finetune(f, root + "/ft_killed", kill_at_5), Cancelled);
   resume_finetune(root + "/ft_killed");
-  const auto fa = read_tensors(root + "/ft_whole/model/feature_maps.safetensors");
-  const auto fb = read_tensors(root + "/ft_killed/model/feature_maps.safetensors");
+  const auto fa = test::read_tensors(root + "/ft_whole/model/feature_maps.safetensors");
+  const auto fb = test::read_tensors(root + "/ft_killed/model/feature_maps.safetensors");
   ASSERT_EQ(fa.size(), fb.size());
   for (const auto& [name, t] : fa) EXPECT_LE((t - fb.at(name)).abs().max().item<double>(), 1e-6) << name;
   const std::string d = convert::decay_delta_name(2, 1);

@@ -127,12 +127,6 @@ Ref reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, c
   return r;
 }
 
-std::map<std::string, at::Tensor> read_maps(const std::string& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
-  return out;
-}
 
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(test::read_file(path)); }
 
@@ -272,7 +266,7 @@ TEST(Distill, StrategyDimsAreThoseOfAllocate) {
     const auto job = read_json(run + "/job.json");
     EXPECT_EQ(job["dims"].get<std::vector<int64_t>>(), want) << strategy;
     EXPECT_EQ(job["strategy"], strategy);
-    const auto maps = read_maps(run + "/feature_maps.safetensors");
+    const auto maps = test::read_tensors(run + "/feature_maps.safetensors");
     for (int s = 0; s < 4; ++s)
       EXPECT_EQ(maps.at(feature_map_tensor_name(s, 0, "z")).size(0), want[size_t(s)]) << strategy << " layer " << s;
     if (strategy == "dof") {
@@ -327,7 +321,7 @@ TEST(Distill, RunDirectoryFilesFollowSpec6And7) {
     EXPECT_TRUE(rep["layers"][s]["val_kl"].is_number());
   }
   // SPEC 7 names and shapes: untied hedgehog, d = 32, M = 16 -> d' = 8.
-  const auto maps = read_maps(run + "/feature_maps.safetensors");
+  const auto maps = test::read_tensors(run + "/feature_maps.safetensors");
   EXPECT_EQ(maps.size(), 4u * 4u * 4u);
   EXPECT_EQ(feature_map_tensor_name(3, 2, "q.W"), "layers.3.heads.2.feature_map.q.W");
   ASSERT_TRUE(maps.count("layers.3.heads.2.feature_map.k.b"));
@@ -359,8 +353,8 @@ TEST(Distill, ResumeAfterCancelEqualsUninterruptedRun) {
   EXPECT_EQ(run_state(root + "/whole"), RunState::Finished);
 
   resume_distill(root + "/killed");  // everything from job.json
-  const auto a = read_maps(root + "/whole/feature_maps.safetensors");
-  const auto b = read_maps(root + "/killed/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/whole/feature_maps.safetensors");
+  const auto b = test::read_tensors(root + "/killed/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
   double max_diff = 0;
   for (const auto& [name, t] : a) max_diff = std::max(max_diff, (t - b.at(name)).abs().max().item<double>());
@@ -453,8 +447,8 @@ TEST(Distill, KillNineThenResumeEqualsUninterruptedRun) {
   ASSERT_EQ(rc, 0) << out;
   rc = test::run_command(cli + " distill" + args + " --out " + root + "/whole 2>&1", &out);
   ASSERT_EQ(rc, 0) << out;
-  const auto a = read_maps(root + "/whole/feature_maps.safetensors");
-  const auto b = read_maps(killed + "/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/whole/feature_maps.safetensors");
+  const auto b = test::read_tensors(killed + "/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
   double max_diff = 0;
   for (const auto& [name, t] : a) max_diff = std::max(max_diff, (t - b.at(name)).abs().max().item<double>());
@@ -472,7 +466,7 @@ TEST(Distill, AllocationDimsPerLayerAndValidationCapture) {
   o.val_capture = bundled_capture();
   const DistillResult r = distill(o, root + "/run");
   ASSERT_EQ(r.layers.size(), 4u);
-  const auto maps = read_maps(root + "/run/feature_maps.safetensors");
+  const auto maps = test::read_tensors(root + "/run/feature_maps.safetensors");
   const std::vector<int64_t> dims = {8, 16, 8, 24};
   for (int s = 0; s < 4; ++s) {
     EXPECT_EQ(r.layers[s].features, dims[s]);
@@ -662,7 +656,7 @@ TEST(DistillGroups, FlexNonstationaryTrainingLowersHeldOutKl) {
     kl0 += l.initial_val_kl, kl1 += l.val_kl;
   }
   EXPECT_LT(kl1, 0.8 * kl0);
-  const auto maps = read_maps(run + "/feature_maps.safetensors");
+  const auto maps = test::read_tensors(run + "/feature_maps.safetensors");
   EXPECT_EQ(maps.at(feature_map_tensor_name(3, 1, "omega2")).sizes(), (at::IntArrayRef{8, 32}));
 }
 
@@ -695,7 +689,7 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   ASSERT_EQ(r.maps->maps.size(), 4u);
   for (int s = 0; s < 4; ++s)
     for (int h = 0; h < 4; ++h) EXPECT_EQ(r.maps->maps[s][h]->feature_dim(), dims[s][h]) << s << " " << h;
-  const auto maps = read_maps(root + "/run/feature_maps.safetensors");
+  const auto maps = test::read_tensors(root + "/run/feature_maps.safetensors");
   EXPECT_EQ(maps.size(), 4u * 4u * 2u);
   for (int s = 0; s < 4; ++s)
     for (int h = 0; h < 4; ++h)
@@ -713,7 +707,7 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
     p.allocation.clear();
     p.features = m;
     distill(p, root + "/perlayer" + std::to_string(m));
-    const auto pm = read_maps(root + "/perlayer" + std::to_string(m) + "/feature_maps.safetensors");
+    const auto pm = test::read_tensors(root + "/perlayer" + std::to_string(m) + "/feature_maps.safetensors");
     // Where a gradient entry is near AdamW's epsilon (1e-8) the two scales step slightly
     // differently: the maps agree to within 1% of how far training moved them, while a head in the
     // wrong group, with the wrong seed or the wrong slice of q, k would differ by about that much.
@@ -740,7 +734,7 @@ TEST(DistillGroups, PerHeadDimsTrainLikePerLayerRunsResumeAndConvert) {
   EXPECT_THROW(distill(o, root + "/killed", kill_at_13), Cancelled);
   EXPECT_FALSE(fs::exists(root + "/killed/feature_maps.safetensors"));
   resume_distill(root + "/killed");
-  EXPECT_LE(max_diff(maps, read_maps(root + "/killed/feature_maps.safetensors")), 1e-6);
+  EXPECT_LE(max_diff(maps, test::read_tensors(root + "/killed/feature_maps.safetensors")), 1e-6);
 
   // convert --job takes the per-head run; the converted model's batch and recurrent forms agree.
   std::string out;
@@ -768,7 +762,7 @@ TEST(DistillGroups, PerHeadStrategyGivesAllocatesDims) {
   rc = test::run_command(test::cli_path() + " distill" + args + " --feature-map t2r --steps 2 --out " + root + "/run 2>&1", &out);
   ASSERT_EQ(rc, 0) << out;
   const auto job = read_json(root + "/run/job.json");
-  const auto maps = read_maps(root + "/run/feature_maps.safetensors");
+  const auto maps = test::read_tensors(root + "/run/feature_maps.safetensors");
   bool differ = false;
   for (int s = 0; s < 4; ++s)
     for (int h = 0; h < 4; ++h) {
@@ -903,8 +897,8 @@ TEST(DistillGroups, DirectTrainingLowersHeldOutLossResumesAndConverts) {
   EXPECT_THROW(distill(o, root + "/killed", kill_at_8), Cancelled);
   EXPECT_FALSE(fs::exists(root + "/killed/report.json"));
   const DistillResult rr = resume_distill(root + "/killed");
-  const auto a = read_maps(root + "/whole/feature_maps.safetensors");
-  EXPECT_LE(max_diff(a, read_maps(root + "/killed/feature_maps.safetensors")), 1e-6);
+  const auto a = test::read_tensors(root + "/whole/feature_maps.safetensors");
+  EXPECT_LE(max_diff(a, test::read_tensors(root + "/killed/feature_maps.safetensors")), 1e-6);
   EXPECT_NEAR(rr.val_loss, r.val_loss, 1e-6);
   EXPECT_DOUBLE_EQ(rr.initial_val_loss, r.initial_val_loss);
 
@@ -1025,8 +1019,8 @@ TEST(DistillDevice, CudaEqualsCpu) {
     const DistillResult r = distill(o, root + "/cuda-" + loss);
     EXPECT_EQ(read_json(root + "/cuda-" + loss + "/job.json")["device"], "cuda");
     EXPECT_EQ(r.maps->maps[0][0]->parameters()[0].device().type(), at::kCPU);
-    const auto a = read_maps(root + "/cpu-" + loss + "/feature_maps.safetensors");
-    const auto b = read_maps(root + "/cuda-" + loss + "/feature_maps.safetensors");
+    const auto a = test::read_tensors(root + "/cpu-" + loss + "/feature_maps.safetensors");
+    const auto b = test::read_tensors(root + "/cuda-" + loss + "/feature_maps.safetensors");
     ASSERT_EQ(a.size(), b.size());
     double worst = 0;
     for (const auto& [tensor, t] : a) {
@@ -1046,8 +1040,8 @@ TEST(DistillDevice, CudaEqualsCpu) {
   };
   EXPECT_THROW(distill(o, root + "/moved", cancel_at_13), Cancelled);
   resume_distill(root + "/moved", nullptr, Device::Cpu);
-  const auto a = read_maps(root + "/cpu-kl/feature_maps.safetensors");
-  const auto b = read_maps(root + "/moved/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/cpu-kl/feature_maps.safetensors");
+  const auto b = test::read_tensors(root + "/moved/feature_maps.safetensors");
   double worst = 0;
   for (const auto& [tensor, t] : a) worst = std::max(worst, (t - b.at(tensor)).abs().max().item<double>());
   EXPECT_LE(worst, 1e-4);
@@ -1128,7 +1122,7 @@ TEST(DistillDistributed, TwoRanksOnLoopbackEqualOneProcess) {
   EXPECT_EQ(read_json(root + "/one/job.json")["world_size"], 1);
   double worst = 0;
   for (const std::string file : {"feature_maps.safetensors", "checkpoints/checkpoint.safetensors"}) {
-    const auto a = read_maps(root + "/one/" + file), b = read_maps(root + "/two/" + file);
+    const auto a = test::read_tensors(root + "/one/" + file), b = test::read_tensors(root + "/two/" + file);
     ASSERT_EQ(a.size(), b.size()) << file;
     for (const auto& [name, t] : a) {
       ASSERT_TRUE(b.count(name)) << file << " " << name;
@@ -1267,7 +1261,7 @@ TEST(DistillDistributed, StopOnRankZeroStopsAllAndResumeEqualsUninterrupted) {
   const std::string rc = run_two_ranks(root, "--resume " + run, "--resume " + run);
   ASSERT_EQ(rc, "0 0") << test::read_file(root + "/rank0.log") << test::read_file(root + "/rank1.log");
   ASSERT_EQ(test::run_command("OMP_NUM_THREADS=1 " + test::cli_path() + " distill " + args + " --out " + root + "/one 2>&1", &out), 0) << out;
-  const auto a = read_maps(root + "/one/feature_maps.safetensors"), b = read_maps(run + "/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/one/feature_maps.safetensors"), b = test::read_tensors(run + "/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
   double worst = 0;
   for (const auto& [name, t] : a) worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
@@ -1422,7 +1416,7 @@ TEST(DistillCommand, RecordedCommandRerunsToTheSameResult) {
     auto job1 = job;
     job1.erase("command");
     EXPECT_EQ(job1.dump(), job2.dump());
-    const auto a = read_maps(first + "/feature_maps.safetensors"), b = read_maps(again + "/feature_maps.safetensors");
+    const auto a = test::read_tensors(first + "/feature_maps.safetensors"), b = test::read_tensors(again + "/feature_maps.safetensors");
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;
   }

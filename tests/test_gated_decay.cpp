@@ -119,12 +119,6 @@ Losses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k
   return r;
 }
 
-std::map<std::string, at::Tensor> read_tensors(const std::string& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
-  return out;
-}
 
 }  // namespace
 
@@ -262,7 +256,7 @@ TEST(GatedDecay, AConvertedModelWithGatesRunsInEveryForm) {
     convert_model(original, co, gated);
     const auto cfg = nlohmann::json::parse(test::read_file(gated + "/config.json"));
     EXPECT_EQ(cfg["attnscope"]["decay"], "gated");
-    const auto written = read_tensors(gated + "/feature_maps.safetensors");
+    const auto written = test::read_tensors(gated + "/feature_maps.safetensors");
     ASSERT_TRUE(written.count(convert::decay_w_name(2, 1)));
     EXPECT_EQ(written.at(convert::decay_w_name(2, 1)).sizes(), at::IntArrayRef{D});
     LoadedModel back = load_model(gated);
@@ -337,15 +331,15 @@ TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
     start.decay = Decay::Fixed;
     distill(start, root + "/start_fixed");
   }
-  const auto start = read_tensors(root + "/start/feature_maps.safetensors");
-  const auto start_fixed = read_tensors(root + "/start_fixed/feature_maps.safetensors");
+  const auto start = test::read_tensors(root + "/start/feature_maps.safetensors");
+  const auto start_fixed = test::read_tensors(root + "/start_fixed/feature_maps.safetensors");
   for (int s = 0; s < cap.num_layers(); ++s)
     for (int h = 0; h < cap.num_heads(); ++h) {
       EXPECT_NEAR(start.at(convert::decay_b_name(s, h)).item<double>(), start_fixed.at(convert::decay_delta_name(s, h)).item<double>(), 1e-6);
       EXPECT_LT(start.at(convert::decay_w_name(s, h)).abs().max().item<double>(), 1e-9);
     }
   distill(o, root + "/whole");
-  const auto whole = read_tensors(root + "/whole/feature_maps.safetensors");
+  const auto whole = test::read_tensors(root + "/whole/feature_maps.safetensors");
   EXPECT_GT(whole.at(convert::decay_w_name(1, 2)).abs().max().item<double>(), 1e-3) << "the gates learn from x";
   DistillOptions ck = o;
   ck.checkpoint_every = 5;
@@ -355,7 +349,7 @@ TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
   };
   EXPECT_THROW(distill(ck, root + "/killed", kill_at_7), Cancelled);
   resume_distill(root + "/killed");
-  const auto a = read_tensors(root + "/whole5/feature_maps.safetensors"), b = read_tensors(root + "/killed/feature_maps.safetensors");
+  const auto a = test::read_tensors(root + "/whole5/feature_maps.safetensors"), b = test::read_tensors(root + "/killed/feature_maps.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
   std::string out;

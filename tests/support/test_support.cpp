@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include "attnscope/io/safetensors.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -107,6 +109,13 @@ double rel_diff(const std::vector<double>& got, const std::vector<double>& ref) 
 at::Tensor seeded_randn(std::vector<int64_t> shape, uint64_t seed, double scale) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * scale;
+}
+
+std::map<std::string, at::Tensor> read_tensors(const std::string& file) {
+  SafetensorsFile f(file);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& e : f.entries()) out[e.name] = f.tensor(e.name).clone();
+  return out;
 }
 
 }  // namespace attnscope::test

@@ -1,5 +1,6 @@
 // Paths and small helpers shared by the test suites.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ double rel_diff(const std::vector<double>& got, const std::vector<double>& ref);
 
 // Standard normal draws in float64 from a generator of their own seeded with `seed`, times `scale`.
 at::Tensor seeded_randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0);
+
+// Every tensor of a .safetensors file by name (copies, in their stored dtype).
+std::map<std::string, at::Tensor> read_tensors(const std::string& file);
 
 // The whole file as bytes ("" when it cannot be read).
 std::string read_file(const std::string& path);
