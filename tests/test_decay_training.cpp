@@ -512,3 +512,32 @@ TEST(HeadCost, EachTypeAgainstHandCounts) {
 }
 
 }  // namespace test_decay_training
+
+namespace test_decay_training {
+
+// Which decayed student a head's mixer distances point at (the mixer panel's "→ none|fixed|gated",
+// metrics' "student"): the normalized decay-only head is SSD exactly (per-row scale 1/Z_i) and not
+// low-rank, so it decays; the margin keeps the simpler student on near ties; RetNet's mask alone
+// within the margin of SSD means position only, a fixed decay; NaN distances never win.
+TEST(DecayStudent, TheClosestStudentWinsBeyondTheMargin) {
+  MixerFitOptions fo;
+  fo.state_size = 2;
+  const MixerDistances decay_only = mixer_distances(decay_only_map(0.7, 48).to(at::kFloat), fo);
+  EXPECT_LT(decay_only.ssd, 1e-3);
+  EXPECT_GT(decay_only.causal_low_rank, 0.02);
+  EXPECT_NE(best_decay_student(decay_only), Decay::None);
+  MixerDistances m;
+  m.causal_low_rank = 0.30, m.retnet = 0.50, m.ssd = 0.20;
+  EXPECT_EQ(best_decay_student(m), Decay::Gated);        // 0.20 < 0.30 x 0.95, RetNet far
+  m.retnet = 0.205;
+  EXPECT_EQ(best_decay_student(m), Decay::Fixed);        // the mask alone within 5% of SSD
+  m.ssd = 0.29;
+  EXPECT_EQ(best_decay_student(m), Decay::None);         // within 5% of low-rank: no decay
+  EXPECT_EQ(best_decay_student(m, 0.0), Decay::Fixed);   // no margin: SSD beats low-rank, the mask alone does as well
+  m.ssd = std::nan("");
+  EXPECT_EQ(best_decay_student(m), Decay::None);
+  m.causal_low_rank = std::nan(""), m.ssd = 0.1;
+  EXPECT_EQ(best_decay_student(m), Decay::Gated);
+}
+
+}  // namespace test_decay_training

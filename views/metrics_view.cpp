@@ -247,7 +247,15 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   if (f.has_mixers) {
     d_->mixers->set_title(tr("mixer distances (N = %1)").arg(f.mixer_state));
     const int64_t tokens = heads.front().mixers ? heads.front().mixers->tokens : 0;
-    d_->mixers->setToolTip(tr("Distances of the map of the first %1 tokens of the first window").arg(tokens));
+    d_->mixers->setToolTip(tr("Distances of the map of the first %1 tokens of the first window.\nEach row ends with the "
+                              "decayed student that fits the head best: none (causal low-rank), fixed (RetNet decay) "
+                              "or gated (SSD), the richer one only when it is closer by more than 5%.\n"
+                              "Heads per student: none %2, fixed %3, gated %4: %5.")
+                               .arg(tokens)
+                               .arg(f.mixer_students[0])
+                               .arg(f.mixer_students[1])
+                               .arg(f.mixer_students[2])
+                               .arg(QString::fromStdString(f.mixer_advice)));
     d_->mixers->plot()->xAxis->setTickLabelRotation(45);
     d_->mixers->set_values(f.mixers.values, q_list(f.mixer_rows), q_list(f.mixer_classes), f.mixers.lo, f.mixers.hi, 2);
   } else {

@@ -11,6 +11,8 @@
 #include <QSignalSpy>
 #include <QTest>
 #include <algorithm>
+
+#include "value_heatmap.h"
 #include <cmath>
 #include <map>
 #include <qcustomplot.h>
@@ -30,6 +32,7 @@ namespace gui_test_metrics_view {
 using namespace attnscope;
 using attnscope::views::MetricsView;
 using attnscope::views::PlotPanel;
+using attnscope::views::ValueHeatmap;
 
 namespace {
 
@@ -163,6 +166,16 @@ TEST_F(MetricsViewTest, HeatmapCellsAndPrintedValuesAreTheAnalysisFields) {
   EXPECT_DOUBLE_EQ(mm->data()->cell(0, 1 * H + 3), a.mixers->toeplitz);
   EXPECT_DOUBLE_EQ(mm->data()->cell(3, 1 * H + 3), a.mixers->ssd);
   EXPECT_DOUBLE_EQ(mm->data()->cell(5, 1 * H + 3), a.mixers->semiseparable);
+  // Each row names the student that fits its head best, and the title the --decay most heads point at.
+  int counts[3] = {0, 0, 0};
+  for (const HeadAnalysis& h : heads) ++counts[int(best_decay_student(*h.mixers))];
+  const int most = int(std::max_element(counts, counts + 3) - counts);
+  EXPECT_TRUE(mp->toolTip().contains(QString("most heads: --decay ") + decay_name(Decay(most)))) << mp->toolTip().toStdString();
+  EXPECT_TRUE(mp->toolTip().contains(QString("none %1, fixed %2, gated %3").arg(counts[0]).arg(counts[1]).arg(counts[2])));
+  const QString row = QString("L1 H3 → ") + decay_name(best_decay_student(*a.mixers));
+  auto* hm = dynamic_cast<ValueHeatmap*>(mp);
+  ASSERT_NE(hm, nullptr);
+  EXPECT_NE(hm->values_csv("head").find("\n" + row.toStdString() + ","), std::string::npos) << hm->values_csv("head");
 }
 
 TEST_F(MetricsViewTest, WithoutAFeatureMapTheLinearPanelsSaySo) {

@@ -405,4 +405,10 @@ at::Tensor fit_decay_to_softmax(const at::Tensor& q, const at::Tensor& k, int64_
   return fit_decay_by_lag((lag_sum / double(T)).reshape(shape));
 }
 
+Decay best_decay_student(const MixerDistances& m, double margin) {
+  const bool decays = std::isfinite(m.ssd) && (!std::isfinite(m.causal_low_rank) || m.ssd < m.causal_low_rank * (1 - margin));
+  if (!decays) return Decay::None;
+  return std::isfinite(m.retnet) && m.retnet <= m.ssd * (1 + margin) ? Decay::Fixed : Decay::Gated;
+}
+
 }  // namespace attnscope

@@ -159,11 +159,21 @@ MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int la
       const MixerDistances& m = *h.mixers;
       f.mixers.values[size_t(h.layer * heads + h.head)] = {m.toeplitz, m.causal_low_rank, m.retnet,
                                                            m.ssd,      m.ssd_d,           m.semiseparable};
+      // The row names the student that fits the head best (the conversion's --decay for it).
+      const Decay student = best_decay_student(m);
+      f.mixer_rows[size_t(h.layer * heads + h.head)] += std::string(" → ") + decay_name(student);
+      ++f.mixer_students[size_t(student)];
       f.mixer_state = m.state_size;
       f.has_mixers = true;
     }
   f.mixers.lo = 0;
   f.mixers.hi = finite_range({&f.mixers.values}).second;
+  if (f.has_mixers) {  // the --decay most heads point at
+    size_t most = 0;
+    for (size_t i = 1; i < f.mixer_students.size(); ++i)
+      if (f.mixer_students[i] > f.mixer_students[most]) most = i;
+    f.mixer_advice = "most heads: --decay " + std::string(decay_name(Decay(most)));
+  }
   return f;
 }
 

@@ -50,6 +50,8 @@
 
 #include <cstdint>
 
+#include "attnscope/attention/head.h"
+
 namespace attnscope {
 
 struct MixerFitOptions {
@@ -67,6 +69,14 @@ struct MixerDistances {
 // A: [L, L], causal (the part above the diagonal is ignored). Throws Error when A is not square,
 // its causal part is all zero, state_size < 1, iterations < 0 or tolerance < 0.
 MixerDistances mixer_distances(const at::Tensor& A, const MixerFitOptions& options);
+
+// The decayed-head student (SPEC 5, training's --decay) a head's mixer distances point at. A
+// normalized linear head is causal low-rank (its rows scaled by 1/Z_i); a decayed one, fixed or
+// gated, is SSD (C_i = phi(q_i)/Z_i, B_j = phi(k_j), a scalar decay per token). So: none unless SSD
+// is closer than causal low-rank by more than `margin` (relative, 5% by default: about the spread of
+// the fits); then fixed where RetNet's decay mask alone (position only, no content) is within the
+// margin of SSD, else gated.
+Decay best_decay_student(const MixerDistances& m, double margin = 0.05);
 
 // The decay-only head closest to an attention map by lag (SPEC 5's fixed decay; training's
 // --decay-init fit): the a in (0, 1] that maximizes sum_i sum_{j <= i} A_ij log P_a(i, j),

@@ -3,6 +3,7 @@
 // layer x head heatmaps with their colour ranges and its histograms over common bins, the DoF view's
 // curve of DoF against lambda, and one colour range shared by the softmax and linear maps of a head.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -47,6 +48,10 @@ struct MetricsFigures {
   ValueGrid mixers;                  // [S H][6]
   std::vector<std::string> mixer_rows;     // "L0 H0", ...
   std::vector<std::string> mixer_classes;  // Toeplitz, causal low-rank, RetNet decay, SSD, SSD + D, semiseparable
+  // Each head's best decayed-head student (best_decay_student: the row name ends "→ none|fixed|gated"),
+  // counted per Decay (none, fixed, gated), and the --decay most heads point at ("most heads: --decay X").
+  std::array<int, 3> mixer_students{};
+  std::string mixer_advice;
 };
 MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int layers, int heads);
 
