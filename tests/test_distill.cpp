@@ -1280,8 +1280,9 @@ TEST(NameTables, EveryValueRoundTripsAndUnknownNamesListTheValidOnes) {
   for (const std::string& n : lr_schedule_names()) EXPECT_EQ(lr_schedule_name(parse_lr_schedule(n)), n);
   for (const std::string& n : device_names()) EXPECT_EQ(device_name(parse_device_name(n)), n);
   for (const std::string& n : alloc_strategy_names()) EXPECT_EQ(alloc_strategy_name(parse_alloc_strategy(n)), n);
-  EXPECT_EQ(distill_loss_names(), (std::vector<std::string>{"kl", "softmax", "l2", "output", "direct"}));
-  for (DistillLoss l : {DistillLoss::Kl, DistillLoss::Softmax, DistillLoss::L2, DistillLoss::Output, DistillLoss::Direct})
+  EXPECT_EQ(distill_loss_names(), (std::vector<std::string>{"kl", "softmax", "l2", "output", "block", "direct"}));
+  for (DistillLoss l : {DistillLoss::Kl, DistillLoss::Softmax, DistillLoss::L2, DistillLoss::Output, DistillLoss::Block,
+                        DistillLoss::Direct})
     EXPECT_NE(std::string(distill_loss_name(l)), "?");
   try {
     parse_lr_schedule("linear");
