@@ -123,14 +123,7 @@ TEST(BlockLoss, DistillTrainsItResumesAndRefusesAMissingModel) {
   const auto metrics = test::read_file(root + "/whole/metrics.jsonl");
   EXPECT_NE(metrics.find("val_loss"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/whole/job.json"))["loss"], "block");
-  const ProgressFn kill_at_7 = [](double, const std::string& what) {
-    if (what.rfind("step 7/", 0) == 0) throw Cancelled();
-  };
-  EXPECT_THROW(distill(o, root + "/killed", kill_at_7), Cancelled);
-  resume_distill(root + "/killed");
-  const auto a = test::read_tensors(root + "/whole/feature_maps.safetensors"), b = test::read_tensors(root + "/killed/feature_maps.safetensors");
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
+  test::expect_distill_resumes_exactly(o, root);
 
   // The capture's model moved away: refused before the run directory exists.
   const std::string moved = root + "/moved_capture";

@@ -331,17 +331,7 @@ TEST(DecayTraining, DistillTrainsDecayResumesAndConverts) {
     }
   EXPECT_GT(moved, 1e-3);  // the deltas learn
   // Killed at step 7 (checkpoint at 5), resumed: the uninterrupted run's tensors.
-  DistillOptions ck = o;
-  ck.checkpoint_every = 5;
-  distill(ck, root + "/whole5");
-  const ProgressFn kill_at_7 = [](double, const std::string& what) {
-    if (what.rfind("step 7/", 0) == 0) throw Cancelled();
-  };
-  EXPECT_THROW(distill(ck, root + "/killed", kill_at_7), Cancelled);
-  resume_distill(root + "/killed");
-  const auto a = test::read_tensors(root + "/whole5/feature_maps.safetensors"), b = test::read_tensors(root + "/killed/feature_maps.safetensors");
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
+  test::expect_distill_resumes_exactly(o, root);
   EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/killed/job.json"))["decay"], "fixed");
 
   // Converted: "decay": "fixed", the trained deltas, batch = recurrent.

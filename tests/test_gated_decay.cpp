@@ -341,17 +341,7 @@ TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
   distill(o, root + "/whole");
   const auto whole = test::read_tensors(root + "/whole/feature_maps.safetensors");
   EXPECT_GT(whole.at(convert::decay_w_name(1, 2)).abs().max().item<double>(), 1e-3) << "the gates learn from x";
-  DistillOptions ck = o;
-  ck.checkpoint_every = 5;
-  distill(ck, root + "/whole5");
-  const ProgressFn kill_at_7 = [](double, const std::string& what) {
-    if (what.rfind("step 7/", 0) == 0) throw Cancelled();
-  };
-  EXPECT_THROW(distill(ck, root + "/killed", kill_at_7), Cancelled);
-  resume_distill(root + "/killed");
-  const auto a = test::read_tensors(root + "/whole5/feature_maps.safetensors"), b = test::read_tensors(root + "/killed/feature_maps.safetensors");
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
+  test::expect_distill_resumes_exactly(o, root);
   std::string out;
   ASSERT_EQ(test::run_command(test::cli_path() + " convert --job " + root + "/whole --out " + root + "/model 2>&1", &out), 0) << out;
   EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/model/config.json"))["attnscope"]["decay"], "gated");

@@ -5,7 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <gtest/gtest.h>
+
+#include "attnscope/base/error.h"
 #include "attnscope/capture/capture.h"
+#include "attnscope/distill/distill.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/model/model.h"
 #include "attnscope/tokenize/tokenizer.h"
@@ -99,6 +103,19 @@ std::string hedgehog_conversion(const std::string& model, const std::string& tag
   o.python_module = source_dir() + "/resources/python/attnscope_linear.py";
   convert_model(m, o, out);
   return out;
+}
+
+void expect_distill_resumes_exactly(DistillOptions o, const std::string& root) {
+  o.checkpoint_every = 5;
+  distill(o, root + "/whole5");
+  const ProgressFn kill_at_7 = [](double, const std::string& what) {
+    if (what.rfind("step 7/", 0) == 0) throw Cancelled();
+  };
+  EXPECT_THROW(distill(o, root + "/killed", kill_at_7), Cancelled);
+  resume_distill(root + "/killed");
+  const auto a = read_tensors(root + "/whole5/feature_maps.safetensors"), b = read_tensors(root + "/killed/feature_maps.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-6) << name;
 }
 
 }  // namespace attnscope::test

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attnscope/distill/distill_options.h"
+
 namespace attnscope::test {
 
 // A 2-layer GPT-2 (d_model 16, 2 heads, context 64, vocab 320) with a byte-level BPE tokenizer
@@ -26,5 +28,10 @@ std::string tiny_gpt2_capture(const std::string& tag, int seq_len, int num_seqs,
 // `model` (a directory or llama2.c .bin), M = 8 in every head, map seed 3, in a fresh folder named
 // after `tag`; returns its dir.
 std::string hedgehog_conversion(const std::string& model, const std::string& tag);
+
+// Distill `o` with a checkpoint every 5 steps twice: uninterrupted into ROOT/whole5, and killed at
+// step 7 then resumed into ROOT/killed; expects the two runs' feature_maps.safetensors to hold the
+// same tensors (within 1e-6). o.steps must exceed 7.
+void expect_distill_resumes_exactly(DistillOptions o, const std::string& root);
 
 }  // namespace attnscope::test
