@@ -32,6 +32,7 @@
 #include "attnscope/model/model.h"
 #include "attnscope/run/run_dir.h"
 #include "test_support.h"
+#include "decayed_reference.h"
 #include "tiny_models.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
@@ -70,66 +71,21 @@ double log_likelihood(const at::Tensor& A, double theta) {
 }
 
 
-// Float64 reference of a decayed head's layerwise losses (kl and output), pair by pair in the log
-// domain: phi from the map's own features (core's FeatureMap), log w_ij = log max(phi(q_i).phi(k_j), 0)
-// + (i - j) log a, or in a hybrid head log g + s_ij on the last W keys and log(1 - g) + that on the
-// older. t2r's kernel is formed directly (no log domain), so its values are floored at 1e-30
-// (distill.h): a hybrid's kernel value, a linear head's Ahat.
-struct Losses {
-  double kl = 0, output = 0;
-};
-Losses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3), dv = v.size(3);
-  const double ninf = -std::numeric_limits<double>::infinity();
-  const bool relu = maps.map == "t2r";  // its kernel is formed directly, with the floors distill.h names
-  Losses r;
-  int64_t rows = 0;
+// The fixed decay's Lambda_i = (i + 1) log sigmoid(delta_h), by loops, for every window: [B, H, L].
+at::Tensor fixed_lambda(const LayerMaps& maps, int64_t B, int64_t L) {
+  const int64_t H = maps.heads;
+  at::Tensor lam = at::zeros({B, H, L}, at::kDouble);
+  auto A = lam.accessor<double, 3>();
   for (int64_t h = 0; h < H; ++h) {
-    auto fm = maps.head_map(h);
     const double log_a = -std::log1p(std::exp(-maps.param(kDecayParam)[h].item<double>()));
-    const double g = maps.window > 0 ? 1 / (1 + std::exp(-maps.param(kGammaParam)[h].item<double>())) : 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const at::Tensor qd = q[b][h].to(at::kDouble), kd = k[b][h].to(at::kDouble), vd = v[b][h].to(at::kDouble);
-      const at::Tensor pq = fm->query_features(qd), pk = fm->key_features(kd);
-      auto Q = qd.accessor<double, 2>();
-      auto K = kd.accessor<double, 2>();
-      auto V = vd.accessor<double, 2>();
-      auto PQ = pq.accessor<double, 2>();
-      auto PK = pk.accessor<double, 2>();
-      std::vector<double> s, lw;
-      for (int64_t i = 0; i < L; ++i) {
-        s.assign(size_t(i + 1), 0.0);
-        lw.assign(size_t(i + 1), ninf);
-        double mx = ninf, mw = ninf;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0, f = 0;
-          for (int64_t c = 0; c < d; ++c) dot += Q[i][c] * K[j][c];
-          for (int64_t m = 0; m < pq.size(1); ++m) f += PQ[i][m] * PK[j][m];
-          s[size_t(j)] = dot / std::sqrt(double(d));
-          mx = std::max(mx, s[size_t(j)]);
-          const double log_lin = (f > 0 ? std::log(f) : ninf) + log_a * double(i - j);
-          if (maps.window == 0) lw[size_t(j)] = log_lin;
-          else if (i - j < maps.window) lw[size_t(j)] = std::log(g) + s[size_t(j)];
-          else lw[size_t(j)] = std::log(1 - g) + (relu ? std::max(log_lin, std::log(1e-30)) : log_lin);
-          mw = std::max(mw, lw[size_t(j)]);
-        }
-        double z = 0, zh = 0;
-        for (int64_t j = 0; j <= i; ++j) z += std::exp(s[size_t(j)] - mx), zh += std::exp(lw[size_t(j)] - mw);
-        std::vector<double> y(size_t(dv), 0.0), yh(size_t(dv), 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
-          const double log_p = s[size_t(j)] - mx - std::log(z), log_ph = lw[size_t(j)] - mw - std::log(zh);
-          const double a = std::exp(log_p), ah = std::exp(log_ph);
-          r.kl += a * (log_p - (relu ? std::max(log_ph, std::log(1e-30)) : log_ph));
-          for (int64_t c = 0; c < dv; ++c) y[size_t(c)] += a * V[j][c], yh[size_t(c)] += ah * V[j][c];
-        }
-        for (int64_t c = 0; c < dv; ++c) r.output += (y[size_t(c)] - yh[size_t(c)]) * (y[size_t(c)] - yh[size_t(c)]);
-        ++rows;
-      }
-    }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < L; ++i) A[b][h][i] = double(i + 1) * log_a;
   }
-  r.kl /= double(rows);
-  r.output /= double(rows * dv);
-  return r;
+  return lam;
+}
+
+test::DecayedLosses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return test::decayed_losses_reference(maps, q, k, v, fixed_lambda(maps, q.size(0), q.size(2)));
 }
 
 DistillOptions decay_options(int64_t steps) {
@@ -240,7 +196,7 @@ TEST(DecayTraining, LayerLossOfDecayedHeadsMatchesAFloat64Reference) {
         if (name == kDecayParam) t.copy_(at::tensor({-1.0f, 1.5f, 4.0f}));  // a = 0.27, 0.82, 0.98
         if (name == kGammaParam) t.copy_(at::tensor({0.5f, -1.0f, 0.0f}));
       }
-      const Losses ref = reference(m, q, k, v);
+      const test::DecayedLosses ref = reference(m, q, k, v);
       const double kl = layer_loss(m, q, k, DistillLoss::Kl).item<double>();
       const double out = layer_loss(m, q, k, DistillLoss::Output, {}, v).item<double>();
       EXPECT_NEAR(kl, ref.kl, 2e-4 * std::max(1.0, ref.kl));
@@ -276,7 +232,7 @@ TEST(DecayTraining, StrongDecayOverALongWindowMatchesTheReference) {
   for (auto& [name, t] : m.params)
     if (name == kDecayParam) t.fill_(-4.0);
   const double kl = layer_loss(m, q, k, DistillLoss::Kl).item<double>();
-  const Losses ref = reference(m, q, k, v);
+  const test::DecayedLosses ref = reference(m, q, k, v);
   ASSERT_TRUE(std::isfinite(kl));
   EXPECT_GT(ref.kl, 300.0);  // far from softmax's spread rows: log Ahat reaches -4 x the lag, beyond any floor
   EXPECT_NEAR(kl, ref.kl, 1e-3 * ref.kl);

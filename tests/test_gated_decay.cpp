@@ -30,6 +30,7 @@
 #include "attnscope/io/safetensors.h"
 #include "attnscope/model/model.h"
 #include "test_support.h"
+#include "decayed_reference.h"
 #include "tiny_models.h"
 
 // Everything in its own namespace, so the sources of a unity build do not clash.
@@ -64,61 +65,11 @@ at::Tensor lambda_by_loops(const at::Tensor& x, const at::Tensor& w, const at::T
   return out;
 }
 
-// Float64 reference of a gated head's layerwise kl and output losses, pair by pair in the log
-// domain: log w_ij = log phi(q_i).phi(k_j) + Lambda_i - Lambda_j (Lambda from lambda_by_loops), or
-// in a hybrid head log g + s_ij on the last W keys and log(1 - g) + that on the older.
-struct Losses {
-  double kl = 0, output = 0;
-};
-Losses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& x) {
-  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3), dv = v.size(3);
-  const double ninf = -std::numeric_limits<double>::infinity();
-  const at::Tensor lam = lambda_by_loops(x, maps.param(kGateWeightParam).detach(), maps.param(kGateBiasParam).detach());
-  auto LAM = lam.accessor<double, 3>();
-  Losses r;
-  int64_t rows = 0;
-  for (int64_t h = 0; h < H; ++h) {
-    auto fm = maps.head_map(h);
-    const double g = maps.window > 0 ? 1 / (1 + std::exp(-maps.param(kGammaParam)[h].item<double>())) : 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const at::Tensor qd = q[b][h].to(at::kDouble), kd = k[b][h].to(at::kDouble), vd = v[b][h].to(at::kDouble);
-      const at::Tensor pq = fm->query_features(qd), pk = fm->key_features(kd);
-      auto Q = qd.accessor<double, 2>();
-      auto K = kd.accessor<double, 2>();
-      auto V = vd.accessor<double, 2>();
-      auto PQ = pq.accessor<double, 2>();
-      auto PK = pk.accessor<double, 2>();
-      for (int64_t i = 0; i < L; ++i) {
-        std::vector<double> s(size_t(i + 1)), lw(size_t(i + 1));
-        double mx = ninf, mw = ninf;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0, f = 0;
-          for (int64_t c = 0; c < d; ++c) dot += Q[i][c] * K[j][c];
-          for (int64_t m = 0; m < pq.size(1); ++m) f += PQ[i][m] * PK[j][m];
-          s[size_t(j)] = dot / std::sqrt(double(d));
-          mx = std::max(mx, s[size_t(j)]);
-          const double log_lin = (f > 0 ? std::log(f) : ninf) + LAM[b][h][i] - LAM[b][h][j];
-          lw[size_t(j)] = maps.window == 0 ? log_lin : i - j < maps.window ? std::log(g) + s[size_t(j)] : std::log(1 - g) + log_lin;
-          mw = std::max(mw, lw[size_t(j)]);
-        }
-        double z = 0, zh = 0;
-        for (int64_t j = 0; j <= i; ++j) z += std::exp(s[size_t(j)] - mx), zh += std::exp(lw[size_t(j)] - mw);
-        std::vector<double> y(size_t(dv), 0.0), yh(size_t(dv), 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
-          const double log_p = s[size_t(j)] - mx - std::log(z), log_ph = lw[size_t(j)] - mw - std::log(zh);
-          r.kl += std::exp(log_p) * (log_p - log_ph);
-          for (int64_t c = 0; c < dv; ++c) y[size_t(c)] += std::exp(log_p) * V[j][c], yh[size_t(c)] += std::exp(log_ph) * V[j][c];
-        }
-        for (int64_t c = 0; c < dv; ++c) r.output += (y[size_t(c)] - yh[size_t(c)]) * (y[size_t(c)] - yh[size_t(c)]);
-        ++rows;
-      }
-    }
-  }
-  r.kl /= double(rows);
-  r.output /= double(rows * dv);
-  return r;
+// The gated heads' float64 reference: decayed_losses_reference with Lambda by loops.
+test::DecayedLosses reference(const LayerMaps& maps, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& x) {
+  return test::decayed_losses_reference(maps, q, k, v,
+                                        lambda_by_loops(x, maps.param(kGateWeightParam).detach(), maps.param(kGateBiasParam).detach()));
 }
-
 
 }  // namespace
 
@@ -173,10 +124,10 @@ TEST(GatedDecay, LayerLossMatchesAFloat64Reference) {
         if (name == kGateBiasParam) t.copy_(at::tensor({-1.0f, 1.5f, 4.0f}));
         if (name == kGammaParam) t.copy_(at::tensor({0.5f, -1.0f, 0.0f}));
       }
-      const Losses ref = reference(m, q, k, v, x);
+      const test::DecayedLosses ref = reference(m, q, k, v, x);
       const double kl = layer_loss(m, q, k, DistillLoss::Kl, {}, {}, x).item<double>();
       const double out = layer_loss(m, q, k, DistillLoss::Output, {}, v, x).item<double>();
-      if (map != "t2r" || W > 0) {  // t2r's linear rows can be undefined: its reference would need the floors
+      if (map != "t2r" || W > 0) {  // here t2r's linear heads have rows with no weight, which the reference keeps
         EXPECT_NEAR(kl, ref.kl, 2e-4 * std::max(1.0, ref.kl));
         EXPECT_NEAR(out, ref.output, 2e-4 * std::max(1e-2, ref.output));
       }
