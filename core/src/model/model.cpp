@@ -343,7 +343,7 @@ at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const a
     Projected p = project(c, w, norm(c, x, w.ln1_w, w.ln1_b), cos, sin);
     p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f), p.x = p.x.to(f);  // attention in float32
     const at::Tensor y = attend(s, p);                  // [B, H, d]
-    x = finish_layer(c, w, x, linear(y.reshape({B, 1, -1}).to(x.scalar_type()), w.wo, w.bo));
+    x = finish_layer(c, w, x, output_projection(w, y.unsqueeze(2), x.scalar_type()));
   }
   return lm_logits(weights, norm(c, x, weights.lnf_w, weights.lnf_b)).squeeze(1);
 }
@@ -475,13 +475,12 @@ class Recurrent {
   // ids [B] at position pos (0, 1, 2, ... in order) -> logits [B, V].
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
-      // Decayed heads: Lambda at this position, [B, H] float64 (0 without decay).
+      // Decayed heads: Lambda at this position, [B, H] float64 (undefined without decay).
       const at::Tensor log_a = decay_log_a_step(lin_, s, p.x.select(1, 0));
-      at::Tensor lambda = at::zeros({p.q.size(0), c_.n_head}, p.q.options().dtype(at::kDouble));
-      if (log_a.defined()) lambda = lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
+      if (log_a.defined()) lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
       std::vector<at::Tensor> ys;
       for (int64_t h = 0; h < c_.n_head; ++h) {
-        const at::Tensor lam = lambda.select(1, h).to(p.q.scalar_type());  // [B]
+        const at::Tensor lam = log_a.defined() ? lambda_[s].select(1, h).to(p.q.scalar_type()) : at::Tensor();  // [B]
         ys.push_back(map_head_type(lin_.window) == HeadType::Hybrid
                          ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lam)
                          : head_step(state_[s][h], *lin_.maps[s][h], p, h, lam));
@@ -497,12 +496,13 @@ class Recurrent {
   };
 
   // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`
-  // [B]: the decay's Lambda at this position (0 without decay), taken off the key's log scale.
+  // [B]: the decay's Lambda at this position (undefined without decay), taken off the key's log scale.
   static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h, const at::Tensor& lambda) {
     const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]; its own scale cancels
     const Features fk = map.scaled_key_features(p.k.select(1, h));
+    const at::Tensor ls = fk.log_scale.view({-1});
     return zero_undefined_rows(kernels::recurrent_step(st.sums, fq.values.squeeze(1), fk.values.squeeze(1),
-                                                       (fk.log_scale.view({-1}) - lambda).to(fq.values.scalar_type()),
+                                                       (lambda.defined() ? ls - lambda : ls).to(fq.values.scalar_type()),
                                                        p.v.select(1, h).squeeze(1)));
   }
 
@@ -513,7 +513,9 @@ class Recurrent {
   // and the linear part's log normalizer gains + Lambda_i, the query's share of exp(Lambda_i - Lambda_j).
   at::Tensor hybrid_step(Head& st, const FeatureMap& map, const at::Tensor& gamma, const Projected& p, int64_t h,
                          const at::Tensor& lambda_b) const {
-    const at::Tensor lambda = lambda_b.view({-1, 1, 1});  // [B, 1, 1]
+    const at::Tensor lambda = lambda_b.defined() ? lambda_b.view({-1, 1, 1}) : at::Tensor();  // [B, 1, 1]
+    // t + Lambda (sign 1) or t - Lambda (sign -1); t itself without decay.
+    const auto decayed = [&](const at::Tensor& t, int sign) { return !lambda.defined() ? t : sign > 0 ? t + lambda : t - lambda; };
     const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
     const Features fq = map.scaled_query_features(q), fk = map.scaled_key_features(k);
     const auto dtype = fq.values.scalar_type();
@@ -525,12 +527,12 @@ class Recurrent {
       at::Tensor lse;
       linear.y = kernels::recurrent_step(st.sums, fq.values.squeeze(1), st.fk.select(1, 0), st.ls.select(1, 0).squeeze(-1),
                                          st.v.select(1, 0), &lse).unsqueeze(1);
-      linear.lse = (lse.view({B, 1, 1}) + fq.log_scale + lambda).to(dtype);
+      linear.lse = decayed(lse.view({B, 1, 1}) + fq.log_scale, 1).to(dtype);
       auto rest = [&](const at::Tensor& t) { return t.narrow(1, 1, t.size(1) - 1); };
       st.k = rest(st.k), st.v = rest(st.v), st.fk = rest(st.fk), st.ls = rest(st.ls);
     }
     auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 1) : t; };
-    st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, (fk.log_scale - lambda).to(dtype));
+    st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, decayed(fk.log_scale, -1).to(dtype));
     const WindowPart win = sliding_window_attention(q, st.k, st.v, lin_.window);
     return combine_head_parts({win.y, win.lse}, linear, gamma).squeeze(1);
   }
