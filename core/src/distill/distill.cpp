@@ -116,14 +116,6 @@ std::vector<at::Tensor> residual_streams(const Model& model, const at::Tensor& i
   return out;
 }
 
-// The model a capture names must be the model it captured (its shape): Error naming the capture.
-void check_capture_model(const CaptureStore& cap, const Model& model, const std::string& where) {
-  const ModelConfig& c = model.config();
-  if (cap.num_layers() != c.n_layer || cap.num_heads() != c.n_head || cap.head_dim() != c.head_dim ||
-      (cap.d_model() && cap.d_model() != c.d_model))
-    fail(where, "was captured from a model of another shape than " + cap.model_path() + " has now");
-}
-
 // The capture's windows: a seeded held-out share, or all of them when a validation capture is given.
 struct Windows {
   std::vector<int64_t> train, val;
@@ -190,7 +182,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   std::vector<at::Tensor> resid, val_resid;
   if (block) {
     lm = load_model(cap.model_path(), "", compute_dtype_of(o.compute, o.device));
-    check_capture_model(cap, *lm.model, o.capture);
+    check_capture_of(cap, lm.model->config(), o.capture, cap.model_path());
     if (!device.is_cpu()) *lm.model = Model(lm.model->config(), weights_on(lm.model->weights(), device));
     resid = residual_streams(*lm.model, cap.ids(), device);
     if (win.val_capture) val_resid = residual_streams(*lm.model, win.val_capture->ids(), device);

@@ -86,8 +86,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   LoadedModel lm = load_model(model_spec, "", compute_dtype_of(o.compute, o.device));
   Model& model = *lm.model;
   const ModelConfig& c = model.config();
-  if (cap && (cap->num_layers() != c.n_layer || cap->num_heads() != c.n_head || cap->head_dim() != c.head_dim))
-    fail(o.capture, "is a capture of another model shape than " + model_spec);
+  if (cap) check_capture_of(*cap, c, o.capture, model_spec);
   if (resume) {
     job.dims = job.dims_for(c.n_layer, c.n_head);
   } else {

@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "attnscope/base/error.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/model/model.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/base/random.h"
@@ -93,6 +95,12 @@ std::vector<LayerState> bench_layers(const std::vector<std::vector<HeadGroup>>& 
       for (auto& p : layers[s].groups.back().group.maps.params) p.second.requires_grad_(true);
     }
   return layers;
+}
+
+void check_capture_of(const CaptureStore& cap, const ModelConfig& c, const std::string& where, const std::string& model_name) {
+  if (cap.num_layers() != c.n_layer || cap.num_heads() != c.n_head || cap.head_dim() != c.head_dim ||
+      (cap.d_model() && cap.d_model() != c.d_model))
+    fail(where, "is a capture of another model shape than " + model_name);
 }
 
 at::Tensor step_batch(uint64_t seed, int64_t batch, int64_t n_train, int64_t step) {
