@@ -198,9 +198,7 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
     ro.seq_len = L;
     r.recall = recall_at_distance(reference, converted, ids, ro);
     report(0.38, "generation agreement");
-    GenerationOptions go;
-    go.prompt_tokens = std::min(go.prompt_tokens, L / 2);
-    go.new_tokens = std::min(go.new_tokens, L - go.prompt_tokens);
+    const GenerationOptions go = generation_options_within(L);
     if (int64_t(ids.size()) >= go.prompt_tokens) r.generation = generation_agreement(reference, converted, ids, go);
   }
   if (!options.speed) {

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <set>
 #include <string>
 
@@ -75,75 +74,103 @@ std::vector<RecallSequence> recall_sequences(const std::vector<int64_t>& ids, in
   return out;
 }
 
-std::vector<RecallBucket> recall_at_distance(const Model& original, const Model& converted,
-                                             const std::vector<int64_t>& ids, const RecallOptions& options) {
+std::vector<std::vector<RecallBucket>> recall_at_distance(const Model& original, const std::vector<const Model*>& converted,
+                                                          const std::vector<int64_t>& ids, const RecallOptions& options) {
   if (options.sequences < 1) fail_value("recall sequences", std::to_string(options.sequences) + " must be >= 1");
   if (ids.empty()) fail_value("text", "is empty");
   RecallOptions o = options;
-  o.seq_len = window_length(converted, options.seq_len);
-  std::vector<RecallBucket> out;
+  o.seq_len = window_length(original, options.seq_len);
+  // Per lag and window, each model's drop: the original's (index 0) read once for every converted model.
+  std::vector<const Model*> models{&original};
+  models.insert(models.end(), converted.begin(), converted.end());
+  const auto mean_se = [](const std::vector<double>& d, double* mean, double* se) {
+    double sum = 0, sq = 0;
+    for (double x : d) sum += x;
+    *mean = sum / double(d.size());
+    for (double x : d) sq += (x - *mean) * (x - *mean);
+    *se = d.size() > 1 ? std::sqrt(sq / double(d.size() - 1) / double(d.size())) : std::nan("");
+  };
+  std::vector<std::vector<RecallBucket>> out(converted.size());
   for (int lag : recall_lags(o.seq_len, o.segment)) {
-    RecallBucket b;
-    b.lag = lag;
-    std::vector<double> drops[2];  // per window: the original's, the converted model's
-    for (const RecallSequence& s : recall_sequences(ids, lag, o)) {
-      for (int i = 0; i < 2; ++i) {
-        const std::vector<double> losses = (i == 0 ? original : converted).window_losses(s.tokens, o.seq_len)[0];
+    std::vector<std::vector<double>> drops(models.size());
+    for (const RecallSequence& s : recall_sequences(ids, lag, o))
+      for (size_t i = 0; i < models.size(); ++i) {
+        const std::vector<double> losses = models[i]->window_losses(s.tokens, o.seq_len)[0];
         drops[i].push_back(copy_loss(losses, s.first, o.segment) - copy_loss(losses, s.second, o.segment));
       }
-      ++b.sequences;
-    }
     // Means and their standard errors over the windows.
-    for (auto [d, mean, se] : {std::tuple{&drops[0], &b.original_drop, &b.original_se}, {&drops[1], &b.converted_drop, &b.converted_se}}) {
-      double sum = 0, sq = 0;
-      for (double x : *d) sum += x;
-      *mean = sum / double(d->size());
-      for (double x : *d) sq += (x - *mean) * (x - *mean);
-      *se = d->size() > 1 ? std::sqrt(sq / double(d->size() - 1) / double(d->size())) : std::nan("");
+    RecallBucket b;
+    b.lag = lag;
+    b.sequences = int(drops[0].size());
+    mean_se(drops[0], &b.original_drop, &b.original_se);
+    for (size_t i = 0; i < converted.size(); ++i) {
+      mean_se(drops[i + 1], &b.converted_drop, &b.converted_se);
+      out[i].push_back(b);
     }
-    out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<RecallBucket> recall_at_distance(const Model& original, const Model& converted,
+                                             const std::vector<int64_t>& ids, const RecallOptions& o) {
+  return recall_at_distance(original, std::vector<const Model*>{&converted}, ids, o)[0];
+}
+
+GenerationOptions generation_options_within(int seq_len) {
+  GenerationOptions o;
+  o.prompt_tokens = std::min(o.prompt_tokens, seq_len / 2);
+  o.new_tokens = std::min(o.new_tokens, seq_len - o.prompt_tokens);
+  return o;
+}
+
+std::vector<GenerationAgreement> generation_agreement(const Model& original, const std::vector<const Model*>& converted,
+                                                      const std::vector<int64_t>& ids, const GenerationOptions& o) {
+  if (o.prompts < 1 || o.prompt_tokens < 1 || o.new_tokens < 1)
+    fail_value("generation", "prompts, prompt tokens and new tokens must each be >= 1");
+  if (o.prompt_tokens + o.new_tokens > original.config().n_ctx)
+    fail_value("generation", std::to_string(o.prompt_tokens) + " prompt tokens + " + std::to_string(o.new_tokens) +
+                                 " new tokens exceed the context of " + std::to_string(original.config().n_ctx));
+  if (int64_t(ids.size()) < o.prompt_tokens)
+    fail_value("text", "has " + std::to_string(ids.size()) + " tokens: fewer than one prompt of " + std::to_string(o.prompt_tokens));
+  at::NoGradGuard no_grad;
+  std::vector<GenerationAgreement> out(converted.size());
+  std::vector<int64_t> matches(converted.size(), 0);
+  std::vector<double> first(converted.size(), 0), kl(converted.size(), 0);
+  for (int i = 0; i < o.prompts && int64_t(i + 1) * o.prompt_tokens <= int64_t(ids.size()); ++i) {
+    const std::vector<int64_t> prompt(ids.begin() + int64_t(i) * o.prompt_tokens, ids.begin() + int64_t(i + 1) * o.prompt_tokens);
+    const std::vector<int64_t> a = original.generate_greedy(prompt, o.new_tokens);  // once for every converted model
+    const size_t P = prompt.size();
+    for (size_t m = 0; m < converted.size(); ++m) {
+      const std::vector<int64_t> b = converted[m]->generate_greedy(prompt, o.new_tokens);
+      int diverged = o.new_tokens;
+      for (int t = 0; t < o.new_tokens; ++t) {
+        const bool same = a[P + size_t(t)] == b[P + size_t(t)];
+        matches[m] += same;
+        if (!same && diverged == o.new_tokens) diverged = t;
+      }
+      first[m] += diverged;
+      // Along the converted model's own tokens: both models' next-token distributions at the positions
+      // that chose them (P - 1 .. P + new_tokens - 2).
+      const at::Tensor seq = at::tensor(b, at::kLong).view({1, -1});
+      const at::Tensor lp = at::log_softmax(original.forward(seq)[0].narrow(0, int64_t(P) - 1, o.new_tokens).to(at::kDouble), -1);
+      const at::Tensor lq = at::log_softmax(converted[m]->forward(seq)[0].narrow(0, int64_t(P) - 1, o.new_tokens).to(at::kDouble), -1);
+      kl[m] += (lp.exp() * (lp - lq)).sum(-1).mean().item<double>();
+      ++out[m].prompts;
+    }
+  }
+  for (size_t m = 0; m < converted.size(); ++m) {
+    GenerationAgreement& g = out[m];
+    g.new_tokens = o.new_tokens;
+    g.token_match = double(matches[m]) / double(int64_t(g.prompts) * o.new_tokens);
+    g.first_divergence = first[m] / double(g.prompts);
+    g.free_running_kl = kl[m] / double(g.prompts);
   }
   return out;
 }
 
 GenerationAgreement generation_agreement(const Model& original, const Model& converted, const std::vector<int64_t>& ids,
                                          const GenerationOptions& o) {
-  if (o.prompts < 1 || o.prompt_tokens < 1 || o.new_tokens < 1)
-    fail_value("generation", "prompts, prompt tokens and new tokens must each be >= 1");
-  if (o.prompt_tokens + o.new_tokens > converted.config().n_ctx)
-    fail_value("generation", std::to_string(o.prompt_tokens) + " prompt tokens + " + std::to_string(o.new_tokens) +
-                                 " new tokens exceed the context of " + std::to_string(converted.config().n_ctx));
-  if (int64_t(ids.size()) < o.prompt_tokens)
-    fail_value("text", "has " + std::to_string(ids.size()) + " tokens: fewer than one prompt of " + std::to_string(o.prompt_tokens));
-  at::NoGradGuard no_grad;
-  GenerationAgreement g;
-  g.new_tokens = o.new_tokens;
-  int64_t matches = 0;
-  double first = 0, kl = 0;
-  for (int i = 0; i < o.prompts && int64_t(i + 1) * o.prompt_tokens <= int64_t(ids.size()); ++i) {
-    const std::vector<int64_t> prompt(ids.begin() + int64_t(i) * o.prompt_tokens, ids.begin() + int64_t(i + 1) * o.prompt_tokens);
-    const std::vector<int64_t> a = original.generate_greedy(prompt, o.new_tokens);
-    const std::vector<int64_t> b = converted.generate_greedy(prompt, o.new_tokens);
-    const size_t P = prompt.size();
-    int diverged = o.new_tokens;
-    for (int t = 0; t < o.new_tokens; ++t) {
-      const bool same = a[P + size_t(t)] == b[P + size_t(t)];
-      matches += same;
-      if (!same && diverged == o.new_tokens) diverged = t;
-    }
-    first += diverged;
-    // Along the converted model's own tokens: both models' next-token distributions at the positions
-    // that chose them (P - 1 .. P + new_tokens - 2).
-    const at::Tensor seq = at::tensor(b, at::kLong).view({1, -1});
-    const at::Tensor lp = at::log_softmax(original.forward(seq)[0].narrow(0, int64_t(P) - 1, o.new_tokens).to(at::kDouble), -1);
-    const at::Tensor lq = at::log_softmax(converted.forward(seq)[0].narrow(0, int64_t(P) - 1, o.new_tokens).to(at::kDouble), -1);
-    kl += (lp.exp() * (lp - lq)).sum(-1).mean().item<double>();
-    ++g.prompts;
-  }
-  g.token_match = double(matches) / double(int64_t(g.prompts) * o.new_tokens);
-  g.first_divergence = first / double(g.prompts);
-  g.free_running_kl = kl / double(g.prompts);
-  return g;
+  return generation_agreement(original, std::vector<const Model*>{&converted}, ids, o)[0];
 }
 
 }  // namespace attnscope

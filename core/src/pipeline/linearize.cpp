@@ -364,14 +364,16 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   RecallOptions ro;
   ro.seq_len = int(L);
   ro.seed = o.stage1.seed;
-  const std::vector<RecallBucket> recall = recall_at_distance(*m.model, *fin.model, heldout, ro);
-  const std::vector<RecallBucket> anchor_recall = adapted ? recall_at_distance(*m.model, *adapted, heldout, ro)
-                                                          : std::vector<RecallBucket>();
-  GenerationOptions go;
-  go.new_tokens = std::min<int>(64, int(L) - go.prompt_tokens);
-  const GenerationAgreement gen = generation_agreement(*m.model, *fin.model, heldout, go);
-  const std::optional<GenerationAgreement> anchor_gen =
-      adapted ? std::optional<GenerationAgreement>(generation_agreement(*m.model, *adapted, heldout, go)) : std::nullopt;
+  // The final model, then the anchor: the original's windows and continuations are read once for both.
+  std::vector<const Model*> compared{fin.model.get()};
+  if (adapted) compared.push_back(adapted.get());
+  const auto recalls = recall_at_distance(*m.model, compared, heldout, ro);
+  const std::vector<RecallBucket>& recall = recalls[0];
+  const std::vector<RecallBucket> anchor_recall = adapted ? recalls[1] : std::vector<RecallBucket>();
+  const GenerationOptions go = generation_options_within(int(L));
+  const auto gens = generation_agreement(*m.model, compared, heldout, go);
+  const GenerationAgreement& gen = gens[0];
+  const std::optional<GenerationAgreement> anchor_gen = adapted ? std::optional<GenerationAgreement>(gens[1]) : std::nullopt;
   phases.end();
 
   // 6. The report.

@@ -56,6 +56,9 @@ struct RecallBucket {
 // Every lag of recall_lags. Error for a text with fewer than 2 distinct tokens or a bad option.
 std::vector<RecallBucket> recall_at_distance(const Model& original, const Model& converted,
                                              const std::vector<int64_t>& ids, const RecallOptions& o);
+// Several converted models against one original, whose windows are read once: out[i] is converted[i]'s.
+std::vector<std::vector<RecallBucket>> recall_at_distance(const Model& original, const std::vector<const Model*>& converted,
+                                                          const std::vector<int64_t>& ids, const RecallOptions& o);
 
 struct GenerationOptions {
   int prompts = 8;
@@ -72,5 +75,11 @@ struct GenerationAgreement {
 // prompt_tokens, or prompt_tokens + new_tokens exceeds the models' context).
 GenerationAgreement generation_agreement(const Model& original, const Model& converted,
                                          const std::vector<int64_t>& ids, const GenerationOptions& o);
+// Several converted models against one original, whose continuations are generated once.
+std::vector<GenerationAgreement> generation_agreement(const Model& original, const std::vector<const Model*>& converted,
+                                                      const std::vector<int64_t>& ids, const GenerationOptions& o);
+// The default options fitted to a window of seq_len tokens: prompts of at most half of it, and at
+// most the rest of it generated.
+GenerationOptions generation_options_within(int seq_len);
 
 }  // namespace attnscope
