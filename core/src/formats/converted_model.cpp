@@ -91,18 +91,27 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
     }
   }
   // One finite number per head, [H] float32 per layer: hybrid heads' balances, fixed decays' deltas.
-  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs) {
+  // Each head's tensor `name_of(s, h)`, stacked per layer: one finite number ([H] float32 per layer:
+  // hybrid heads' balances, fixed decays' deltas, gates' biases), or with width > 0 a vector of
+  // that many ([H, width]: gates' weights).
+  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs, int64_t width = 0) {
     std::vector<at::Tensor> layers;
     for (int s = 0; s < n_layer; ++s) {
-      at::Tensor g = at::empty({n_head}, at::kFloat);
+      at::Tensor g = width > 0 ? at::empty({n_head, width}, at::kFloat) : at::empty({n_head}, at::kFloat);
       for (int h = 0; h < n_head; ++h) {
         const std::string name = name_of(s, h);
         if (!st.contains(name)) fail(file, "has no " + name + ": " + needs);
         const at::Tensor t = st.tensor(name);
-        if (t.numel() != 1 || t.dim() > 1 || !at::isfinite(t).all().item<bool>())
-          fail(file, name + " must be one finite number, got shape " + std::to_string(t.dim()) + "-d with " +
-                         std::to_string(t.numel()) + " values");
-        g[h] = t.reshape({}).to(at::kFloat);
+        if (width > 0) {
+          if (t.dim() != 1 || t.size(0) != width || !at::isfinite(t).all().item<bool>())
+            fail(file, name + " must be " + std::to_string(width) + " finite numbers (the model's width)");
+          g[h] = t.to(at::kFloat);
+        } else {
+          if (t.numel() != 1 || t.dim() > 1 || !at::isfinite(t).all().item<bool>())
+            fail(file, name + " must be one finite number, got shape " + std::to_string(t.dim()) + "-d with " +
+                           std::to_string(t.numel()) + " values");
+          g[h] = t.reshape({}).to(at::kFloat);
+        }
         ++used;
       }
       layers.push_back(g);
@@ -114,19 +123,7 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   if (decay == Decay::Fixed) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta");
   if (decay == Decay::Gated) {
     lin->decay_b = per_head(convert::decay_b_name, "a gated head needs its gate's bias b");
-    for (int s = 0; s < n_layer; ++s) {
-      at::Tensor w = at::empty({n_head, d_model}, at::kFloat);
-      for (int h = 0; h < n_head; ++h) {
-        const std::string name = convert::decay_w_name(s, h);
-        if (!st.contains(name)) fail(file, "has no " + name + ": a gated head needs its gate's weights w");
-        const at::Tensor t = st.tensor(name);
-        if (t.dim() != 1 || t.size(0) != d_model || !at::isfinite(t).all().item<bool>())
-          fail(file, name + " must be " + std::to_string(d_model) + " finite numbers (the model's width)");
-        w[h] = t.to(at::kFloat);
-        ++used;
-      }
-      lin->decay_w.push_back(w);
-    }
+    lin->decay_w = per_head(convert::decay_w_name, "a gated head needs its gate's weights w", d_model);
   }
   if (used != st.entries().size()) {
     std::string own = "feature_map.*";
