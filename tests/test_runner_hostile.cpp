@@ -46,7 +46,7 @@ std::string write_source(const std::string& tag) {
 }
 
 // `src` converted with prf, 8 features per head, weights copied or referenced.
-std::string convert(const std::string& src, bool copy_weights, const std::string& out) {
+std::string convert_source(const std::string& src, bool copy_weights, const std::string& out) {
   ConvertOptions o;
   o.map.name = "prf";
   o.map.seed = 5;
@@ -62,7 +62,7 @@ std::string convert(const std::string& src, bool copy_weights, const std::string
 const std::string& good_model() {
   static const std::string out = [] {
     const std::string src = write_source("good");
-    return convert(src, true, src + "/../out");
+    return convert_source(src, true, src + "/../out");
   }();
   return out;
 }
@@ -271,7 +271,7 @@ TEST(RunnerHostile, BadArgumentsAreUsageErrors) {
 // naming config.json and the changed file.
 TEST(RunnerHostile, ChangedReferencedWeightsAreRefused) {
   const std::string src = write_source("ref_changed");
-  const std::string out = convert(src, false, src + "/../out");
+  const std::string out = convert_source(src, false, src + "/../out");
   ASSERT_FALSE(fs::exists(out + "/model.safetensors"));
   const auto source = nlohmann::json::parse(test::read_file(out + "/config.json")).at("attnscope").at("source");
   std::string sum;
@@ -295,7 +295,7 @@ TEST(RunnerHostile, ChangedReferencedWeightsAreRefused) {
 // and both readers accept them.
 TEST(RunnerHostile, TouchedReferencedWeightsStillLoad) {
   const std::string src = write_source("ref_touched");
-  const std::string out = convert(src, false, src + "/../out");
+  const std::string out = convert_source(src, false, src + "/../out");
   const at::Tensor ids = at::arange(10, at::kLong).view({1, -1});
   const at::Tensor before = load_model(out).model->forward(ids);
   const std::string w = src + "/model.safetensors";
@@ -316,7 +316,7 @@ TEST(RunnerHostile, TouchedReferencedWeightsStillLoad) {
 // the mtime moves, the hash runs and the same change is refused.
 TEST(RunnerHostile, RecordedSizeAndMtimeSkipTheHash) {
   const std::string src = write_source("ref_cheap");
-  const std::string out = convert(src, false, src + "/../out");
+  const std::string out = convert_source(src, false, src + "/../out");
   const std::string w = src + "/model.safetensors";
   const auto mtime = fs::last_write_time(w);
   nudge_weights(w);
@@ -333,7 +333,7 @@ TEST(RunnerHostile, RecordedSizeAndMtimeSkipTheHash) {
 // load, changed ones are refused.
 TEST(RunnerHostile, OlderRecordWithoutFilesIsAlwaysHashed) {
   const std::string src = write_source("ref_old");
-  const std::string out = convert(src, false, src + "/../out");
+  const std::string out = convert_source(src, false, src + "/../out");
   edit_attnscope(out, [](nlohmann::json& a) { a["source"].erase("files"); });
   EXPECT_EQ(test::error_of([&] { load_model(out); }), "");
   const std::string w = src + "/model.safetensors";
@@ -361,7 +361,7 @@ TEST(RunnerHostile, ChangedShardIsRefused) {
   write_safetensors(src + "/model-00001-of-00002.safetensors", first);
   write_safetensors(src + "/model-00002-of-00002.safetensors", second);
   std::ofstream(src + "/model.safetensors.index.json") << index.dump(2);
-  const std::string out = convert(src, false, src + "/../out");
+  const std::string out = convert_source(src, false, src + "/../out");
   const auto files = nlohmann::json::parse(test::read_file(out + "/config.json")).at("attnscope").at("source").at("files");
   ASSERT_EQ(files.size(), 3u);
   EXPECT_EQ(files[0].at("name"), "model.safetensors.index.json");

@@ -1,10 +1,12 @@
 // `attnscope info`: what a model is, from its config, the safetensors headers of every weight file and
 // the tokenizer, without reading a weight (milliseconds for a model of any size; a weight file whose
 // header is broken or a shard the index lists but the folder lacks fails here).
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "attnscope/convert/converted_model.h"
+#include "attnscope/formats/dims_json.h"
 #include "attnscope/base/output_dir.h"
 #include "common.h"
 
@@ -60,14 +62,26 @@ void register_info(CLI::App& app) {
     std::string attention = "softmax";
     if (const HeadFeatureMaps* lin = m.feature_maps.get()) {
       nlohmann::ordered_json dims = nlohmann::ordered_json::array();
-      attention = "linear (" + lin->maps[0][0]->name() + "), features per layer";
+      std::string map_name;
+      int64_t kept = 0;
+      for (const auto& layer : lin->maps)
+        for (const auto& map : layer)
+          if (map) map_name = map->name();
+          else ++kept;
+      attention = "linear (" + map_name + "), features per layer";
       for (const auto& layer : lin->maps) {
         nlohmann::ordered_json heads = nlohmann::ordered_json::array();
-        for (const auto& map : layer) heads.push_back(map->feature_dim());
+        int64_t most = 0;
+        for (const auto& map : layer) {
+          heads.push_back(map ? map->feature_dim() : 0);
+          most = std::max<int64_t>(most, map ? map->feature_dim() : 0);
+        }
         dims.push_back(heads);
-        attention += " " + std::to_string(layer[0]->feature_dim());
+        attention += " " + std::to_string(most);
       }
-      j["attention"] = {{"kind", "linear"}, {"feature_map", lin->maps[0][0]->name()}, {"features", dims}};
+      if (kept > 0) attention += "; " + std::to_string(kept) + " softmax heads kept exact";
+      j["attention"] = {{"kind", "linear"}, {"feature_map", map_name}, {"features", dims}};
+      if (lin->mixed()) j["attention"]["head_types"] = head_types_json(lin->types);
     } else {
       j["attention"] = {{"kind", "softmax"}};
     }

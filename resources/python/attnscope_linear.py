@@ -394,7 +394,7 @@ def model_shape(config, file):
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     if not arch:
         _fail(file, 'no "architectures" entry; attnscope reads ' + _ARCHS)
-    c = types.SimpleNamespace(arch=arch, file=file, head_dim=0)
+    c = types.SimpleNamespace(arch=arch, file=file, head_dim=0, sliding_window=0)
     if arch == "GPT2LMHeadModel":
         c.kind = LinearGPT2
         c.d_model = _config_int(config, ("n_embd", "hidden_size"), file)
@@ -426,6 +426,9 @@ def model_shape(config, file):
             _fail(file, "use_sliding_window = true is not supported (Qwen's per-layer window from max_window_layers); "
                   "attnscope runs these models with full causal attention only")
         c.rope_llama3 = _rope_scaling(config, file)
+        # Mistral's window over softmax attention: a mixed model's softmax heads keep it.
+        sw = config.get("sliding_window")
+        c.sliding_window = sw if arch == "MistralForCausalLM" and _is_int(sw) and sw > 0 else 0
     else:
         _fail(file, 'architecture "%s" is not supported; attnscope reads %s' % (arch, _ARCHS))
     c.vocab_size = _config_int(config, ("vocab_size",), file)
@@ -461,8 +464,9 @@ def parse_header(config, file, n_layer, n_head):
             "activation": fm["activation"] if isinstance(fm.get("activation"), str) else "exp",
             "tied": fm["tied"] if isinstance(fm.get("tied"), bool) else True,
             "temperature": float(fm["temperature"]) if _is_number(fm.get("temperature")) else 1.0}
-    rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims")
     spec["window"] = parse_window(a.get("window"), where + ".window")
+    spec["head_types"] = parse_head_types(a.get("head_types"), n_layer, n_head, spec["window"], where + ".head_types")
+    rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims", spec["head_types"])
     decay = a.get("decay", "none")
     if decay not in ("fixed", "gated", "none"):
         _fail(where + ".decay", "'%s' is not none, fixed or gated" % (decay,))
@@ -479,11 +483,34 @@ def parse_window(w, where):
     return w
 
 
+HEAD_TYPES = ("softmax", "hybrid", "linear")
+
+
+def parse_head_types(types_, n_layer, n_head, window, where):
+    """attnscope.head_types: [[softmax|hybrid|linear, ...] per layer] (mixed models), or None when
+    absent (every head hybrid with a window, linear without); a hybrid head needs window > 0."""
+    if types_ is None:
+        return None
+    if not isinstance(types_, list) or len(types_) != n_layer:
+        _fail(where, "must list the head types of each of the %d layers" % n_layer)
+    for s, row in enumerate(types_):
+        if not isinstance(row, list) or len(row) != n_head:
+            _fail(where, "layer %d must list %d head types" % (s, n_head))
+        for h, t in enumerate(row):
+            if t not in HEAD_TYPES:
+                _fail(where, "layer %d head %d: '%s' is not softmax, hybrid or linear" % (s, h, t))
+            if t == "hybrid" and window < 1:
+                _fail(where, "layer %d head %d is hybrid, which needs a window of at least 1 token (the window is %d)"
+                      % (s, h, window))
+    return types_
+
+
 MAX_FEATURE_DIM = 16384  # attnscope's kMaxFeatureDim
 
 
-def parse_dims(dims, n_layer, n_head, where):
-    """dims per layer (M) or per head ([M, ...]) for n_layer x n_head, as attnscope's parse_dims_json."""
+def parse_dims(dims, n_layer, n_head, where, head_types=None):
+    """dims per layer (M) or per head ([M, ...]) for n_layer x n_head, as attnscope's parse_dims_json;
+    with head types a softmax head's dimension is 0 (it has no map)."""
     if not isinstance(dims, list):
         _fail(where, "\"dims\" is not a list of feature dimensions")
     if len(dims) != n_layer:
@@ -492,6 +519,8 @@ def parse_dims(dims, n_layer, n_head, where):
     def dimension(m, s):
         if not _is_int(m):
             _fail(where, "layer %d has a feature dimension that is not a whole number: %s" % (s, json.dumps(m)))
+        if m == 0 and head_types is not None:
+            return m
         if m < 1 or m > MAX_FEATURE_DIM:
             _fail(where, "layer %d has feature dimension %d, outside 1..%d" % (s, m, MAX_FEATURE_DIM))
         return m
@@ -504,6 +533,11 @@ def parse_dims(dims, n_layer, n_head, where):
             rows.append([dimension(m, s) for m in d])
         else:
             rows.append([dimension(d, s)] * n_head)
+    for s in range(n_layer if head_types is not None else 0):
+        for h in range(n_head):
+            if (head_types[s][h] == "softmax") != (rows[s][h] == 0):
+                _fail(where, "layer %d head %d is a %s head with feature dimension %d (0 for a softmax head, which "
+                      "has no map; 1..%d for the others)" % (s, h, head_types[s][h], rows[s][h], MAX_FEATURE_DIM))
     return rows
 
 
@@ -579,6 +613,7 @@ def read_feature_maps(file, spec, dims, shape):
     if window == 0 and gammas:
         _fail(file, "holds %d hybrid-head gamma tensors (the first '%s') but config.json's attnscope.window is 0 or "
               "absent (plain linear attention): a stale file?" % (len(gammas), gammas[0]))
+    head_types = spec.get("head_types")
     maps, used = [], 0
     for s in range(shape.n_layer):
         row = []
@@ -586,8 +621,14 @@ def read_feature_maps(file, spec, dims, shape):
             prefix = "layers.%d.heads.%d.feature_map." % (s, h)
             own = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
             used += len(own)
+            kind = head_types[s][h] if head_types is not None else ("hybrid" if window > 0 else "linear")
+            if kind == "softmax":
+                if own:
+                    _fail(file, "layer %d head %d is a softmax head but has feature-map tensors" % (s, h))
+                row.append(SoftmaxHead(shape.sliding_window))
+                continue
             m = _head_map(spec, own, shape.head_dim, dims[s][h], file, s, h)
-            if window > 0:
+            if kind == "hybrid":
                 m.window = window
                 m.gamma = _head_gamma(tensors, file, s, h, window)
                 used += 1
@@ -781,13 +822,41 @@ def decay_lambda(m, x, first, prev):
     return (torch.arange(first + 1, first + n + 1, dtype=torch.float64) * m.log_a).view(1, n, 1).expand(B, n, 1)
 
 
+class SoftmaxHead:
+    """A head a mixed model keeps exact (attnscope.head_types "softmax"): softmax attention over every
+    key (the last `sliding_window` with Mistral's window), its key-value cache the state."""
+    def __init__(self, sliding_window=0):
+        self.sliding_window = sliding_window
+
+
+def softmax_attention(q, k, v, sliding_window, state=None):
+    """Causal softmax attention [B, L, d_v] (float64); `state` keeps the keys and values read so far."""
+    if state:
+        k, v = torch.cat([state["k"], k], 1), torch.cat([state["v"], v], 1)
+    L, n = q.shape[1], k.shape[1]
+    i = torch.arange(n - L, n).view(L, 1)
+    j = torch.arange(n).view(1, n)
+    visible = j <= i
+    if sliding_window > 0:
+        visible = visible & (i - j < sliding_window)
+    scores = (q @ k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    y = torch.softmax(scores.masked_fill(~visible, -math.inf), -1) @ v
+    if state is not None:
+        keep = sliding_window if sliding_window > 0 else n
+        state.update(k=k[:, -keep:], v=v[:, -keep:])
+    return y
+
+
 def attend(m, q, k, v, x, state=None):
     """One head's attention output [B, L, d_v] from its queries and keys after RoPE (float64, what
     softmax attention would use) and the layer's input x [B, L, D] (gated decays read it): linear
     attention with the head's map, or hybrid with a window. A decayed head multiplies the map's
     weight of key j for query i by exp(Lambda_i - Lambda_j): the keys' log scales - Lambda_j, the
     queries' + Lambda_i (which cancels in a linear head's row). `state` also counts the positions
-    seen (its "pos") and keeps the last position's Lambda ("lam")."""
+    seen (its "pos") and keeps the last position's Lambda ("lam"). A softmax head (SoftmaxHead) runs
+    softmax attention exactly."""
+    if isinstance(m, SoftmaxHead):
+        return softmax_attention(q, k, v, m.sliding_window, state)
     first = state.get("pos", 0) if state is not None else 0
     lam = decay_lambda(m, x, first, state.get("lam") if state else None).to(q.dtype)  # [B, L, 1]
     if m.window > 0:
@@ -1019,9 +1088,8 @@ class LinearGPT2(torch.nn.Module):
 # Llama, Mistral, Qwen2 and Qwen3 differ only in: biases (Llama/Qwen3 attention_bias: q, k, v, o;
 # Qwen2: q, k, v always, o never), Qwen3's per-head q_norm/k_norm (RMSNorm over head_dim, before
 # RoPE), and Mistral's sliding_window. The window limits *softmax* attention to the last
-# sliding_window keys; a converted model has no softmax heads (each head is linear attention with
-# its feature map, or a hybrid head with attnscope.window), so Mistral's sliding_window does not
-# apply here, as in attnscope.
+# sliding_window keys: only a mixed model's softmax heads (SoftmaxHead) keep it; linear and hybrid
+# heads read every key through their map (hybrids: their own attnscope.window), as in attnscope.
 
 class LinearLlama(torch.nn.Module):
     def __init__(self, shape, config, weights, maps):

@@ -1,5 +1,6 @@
 // The allocation file (allocation_file.h): its one writer and one reader.
 #include "attnscope/allocation/allocation_file.h"
+#include "attnscope/formats/converted_json.h"
 #include "attnscope/formats/dims_json.h"
 
 #include <algorithm>
@@ -48,7 +49,9 @@ AllocationFile read_allocation_file(const std::string& path, int n_layer, int n_
   if (!j.is_object() || !j.contains("dims"))
     fail(path, "has no \"dims\" (an allocation file is `attnscope allocate --json` output)");
   AllocationFile f;
-  f.dims = parse_dims_json(j["dims"], n_layer, n_head, path);
+  // The window is the job's: any hybrid head passes here, the job checks it against its own.
+  if (j.contains("head_types")) f.types = parse_head_types_json(j["head_types"], n_layer, n_head, 1 << 30, path + ": head_types");
+  f.dims = parse_dims_json(j["dims"], n_layer, n_head, path, f.types);
   if (j.contains("strategy")) {
     if (!j["strategy"].is_string()) fail(path, "\"strategy\" is not a name");
     try {

@@ -69,9 +69,13 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
 
 namespace {
 constexpr Named<Decay> kDecays[] = {{Decay::None, "none"}, {Decay::Fixed, "fixed"}, {Decay::Gated, "gated"}};
+constexpr Named<HeadType> kHeadTypes[] = {{HeadType::Softmax, "softmax"}, {HeadType::Hybrid, "hybrid"}, {HeadType::Linear, "linear"}};
 constexpr Named<DecayInit> kDecayInits[] = {{DecayInit::Fit, "fit"}, {DecayInit::None, "none"}};
 }  // namespace
 
+HeadType parse_head_type(const std::string& name) { return parse_name(kHeadTypes, name, "head type"); }
+const char* head_type_name(HeadType type) { return name_of(kHeadTypes, type); }
+std::vector<std::string> head_type_names() { return names_of(kHeadTypes); }
 Decay parse_decay(const std::string& name) { return parse_name(kDecays, name, "decay"); }
 const char* decay_name(Decay decay) { return name_of(kDecays, decay); }
 std::vector<std::string> decay_names() { return names_of(kDecays); }

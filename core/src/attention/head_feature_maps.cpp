@@ -51,11 +51,36 @@ at::Tensor decay_log_a_step(const HeadFeatureMaps& lin, int layer, const at::Ten
   return {};
 }
 
+void check_head_types(const std::vector<std::vector<HeadType>>& types, int n_layer, int n_head, int64_t window,
+                      const std::string& where) {
+  if (types.empty()) return;
+  if (int(types.size()) != n_layer)
+    fail(where, std::to_string(types.size()) + " layers of head types for a model of " + std::to_string(n_layer));
+  for (int s = 0; s < n_layer; ++s) {
+    if (int(types[s].size()) != n_head)
+      fail(where, "layer " + std::to_string(s) + " lists " + std::to_string(types[s].size()) + " head types for " +
+                      std::to_string(n_head) + " heads");
+    for (int h = 0; h < n_head; ++h)
+      if (types[s][h] == HeadType::Hybrid && window < 1)
+        fail(where, "layer " + std::to_string(s) + " head " + std::to_string(h) +
+                        " is hybrid, which needs a window of at least 1 token (the window is " + std::to_string(window) + ")");
+  }
+}
+
+std::vector<std::vector<HeadType>> head_types_of(const HeadFeatureMaps& lin) {
+  std::vector<std::vector<HeadType>> out(lin.maps.size());
+  for (size_t s = 0; s < lin.maps.size(); ++s)
+    for (size_t h = 0; h < lin.maps[s].size(); ++h) out[s].push_back(lin.type(int64_t(s), int64_t(h)));
+  return out;
+}
+
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
-                                      int n_layer, int n_head, int head_dim, int64_t window) {
+                                      int n_layer, int n_head, int head_dim, int64_t window,
+                                      const std::vector<std::vector<HeadType>>& types) {
   if (map_family(spec.name).positional)
     fail("feature map " + spec.name, "depends on token positions and a horizon; it cannot run as a converted model");
   check_head(spec.name, window);
+  check_head_types(types, n_layer, n_head, window);
   if (int(dims.size()) != n_layer) fail("dims", std::to_string(dims.size()) + " layers for a model of " + std::to_string(n_layer));
   HeadFeatureMaps lin;
   lin.maps.resize(n_layer);
@@ -64,12 +89,17 @@ HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::ve
       fail("dims", "layer " + std::to_string(s) + " has " + std::to_string(dims[s].size()) + " heads, the model " +
                        std::to_string(n_head));
     for (int h = 0; h < n_head; ++h) {
+      if (!types.empty() && types[s][h] == HeadType::Softmax) {
+        lin.maps[s].push_back(nullptr);
+        continue;
+      }
       FeatureMapSpec hs = head_map_spec(spec, head_dim, dims[s][h]);
       hs.seed = derive_seed(spec.seed, s, h);
       lin.maps[s].push_back(std::shared_ptr<FeatureMap>(make_feature_map(hs)));
     }
   }
   lin.window = window;
+  lin.types = types;
   if (map_head_type(window) == HeadType::Hybrid) lin.gamma = initial_gamma(n_layer, n_head);
   return lin;
 }

@@ -62,8 +62,13 @@ ConvertOptions distill_run_convert_options(const std::string& run, const ModelCo
   o.trained_length = job.trained_length;
   std::ifstream in(job.file);
   o.job_json = nlohmann::json::parse(in).dump();  // read_distill_job has read it whole
-  o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), o.map, o.dims, c.n_layer, c.n_head, c.head_dim, d.window,
-                             d.decay, c.d_model);
+  ConvertedHeader hdr;
+  hdr.map = o.map;
+  hdr.dims = o.dims;
+  hdr.window = d.window;
+  hdr.decay = d.decay;
+  hdr.types = job.types;
+  o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), hdr, c.n_layer, c.n_head, c.head_dim, c.d_model);
   return o;
 }
 

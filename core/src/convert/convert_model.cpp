@@ -37,6 +37,14 @@ std::string readme(const nlohmann::ordered_json& a, const ModelConfig& c, bool c
   s += "Every attention layer (" + std::to_string(c.n_layer) + " layers x " + std::to_string(c.n_head) +
        " heads) runs causal linear attention\n\n    Ahat_ij = phi(q_i).phi(k_j) / sum_{m<=i} phi(q_i).phi(k_m)\n\n"
        "with one feature map phi per head; everything else is the original model.\n";
+  if (a.contains("head_types")) {
+    int64_t kept = 0, hybrid = 0, linear = 0;
+    for (const auto& layer : a["head_types"])
+      for (const auto& t : layer) (t == "softmax" ? kept : t == "hybrid" ? hybrid : linear) += 1;
+    s += "Mixed head types (`head_types`, per layer): " + std::to_string(kept) + " softmax heads kept exact (their "
+         "key-value cache over the whole context, no map), " + std::to_string(hybrid) + " hybrid and " +
+         std::to_string(linear) + " linear heads.\n";
+  }
   s += a["loss"].is_null() ? "The feature maps are untrained (as initialized, seed " + fm["seed"].dump() + ").\n"
                            : "The feature maps were trained with loss `" + a["loss"].get<std::string>() + "` for " +
                                  a["steps"].dump() + " steps.\n";
@@ -146,7 +154,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
 
   std::shared_ptr<const HeadFeatureMaps> maps = o.maps;
   if (!maps) {
-    maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim, o.window));
+    maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(o.map, o.dims, c.n_layer, c.n_head, c.head_dim, o.window, o.types));
   }
   // Check the maps fit before anything is written (a throw-away copy of the model is not needed:
   // set_feature_maps's checks are the same ones load_model will run).
@@ -157,6 +165,11 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   NamedTensors tensors;
   for (int s = 0; s < c.n_layer; ++s)
     for (int h = 0; h < c.n_head; ++h) {
+      const HeadType type = maps->type(s, h);
+      if (type == HeadType::Softmax) {  // no map, no balance, no decay: dims 0 (SPEC 7)
+        dims[s].push_back(0);
+        continue;
+      }
       FeatureMap& m = *maps->maps[s][h];
       dims[s].push_back(m.feature_dim());
       for (const auto& [name, t] : feature_map_tensors(m)) {
@@ -164,7 +177,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
         if (llama2c && input_axis(name) >= 0) v = v.index_select(input_axis(name), hf.perm);
         tensors.emplace_back(convert::tensor_prefix(s, h) + name, v.contiguous().clone());
       }
-      if (maps->window > 0)
+      if (type == HeadType::Hybrid)
         tensors.emplace_back(convert::gamma_name(s, h), maps->gamma[s][h].detach().to(at::kCPU, at::kFloat).clone());
       if (!maps->decay_delta.empty())
         tensors.emplace_back(convert::decay_delta_name(s, h), maps->decay_delta[s][h].detach().to(at::kCPU, at::kFloat).clone());
@@ -194,6 +207,7 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["loss"] = o.loss.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(o.loss);
   a["steps"] = o.steps;
   if (maps->window > 0) a["window"] = maps->window;
+  if (maps->mixed()) a["head_types"] = head_types_json(maps->types);
   if (maps->decay() != Decay::None) a["decay"] = decay_name(maps->decay());
   if (o.trained_length > 0) a["trained_length"] = o.trained_length;
   if (o.finetune_rank > 0) a["finetune"] = {{"rank", o.finetune_rank}, {"steps", o.finetune_steps}};

@@ -144,10 +144,15 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
       const at::Tensor q = a.q.select(0, 0), k = a.k.select(0, 0), v = a.v.select(0, 0);  // [H, L, d]
       std::vector<at::Tensor> maps, outs;
       for (int64_t h = 0; h < q.size(0); ++h) {
+        if (linear->type(s, h) == HeadType::Softmax) {  // kept exact: the original's own map and output
+          maps.push_back(a.probs.select(0, 0).select(0, h));
+          outs.push_back(a.out.select(0, 0).select(0, h));
+          continue;
+        }
         const auto& phi = linear->maps[s][h];
         const Features fq = phi->scaled_query_features(q.select(0, h));
         const Features fk = phi->scaled_key_features(k.select(0, h));
-        if (linear->window > 0) {  // hybrid heads: the map and output they run (SPEC 5)
+        if (linear->type(s, h) == HeadType::Hybrid) {  // hybrid heads: the map and output they run (SPEC 5)
           const HybridHeads hy{linear->window, linear->gamma[size_t(s)][h]};
           maps.push_back(hybrid_map(fq, fk, q.select(0, h), k.select(0, h), hy));
           outs.push_back(hybrid_attention_output(fq, fk, q.select(0, h), k.select(0, h), v.select(0, h), hy));

@@ -11,9 +11,11 @@ namespace attnscope {
 namespace {
 
 // Checkpoint name prefix of a group's tensors: "layers.{s}." for a layer of one group (the names of
-// per-layer runs), "layers.{s}.m{M}." for the group of heads with M features.
+// per-layer runs), "layers.{s}.m{M}." for the group of heads with M features; in a model of mixed
+// head types (where a hybrid and a linear group may share M) "layers.{s}.h{first head}.".
 std::string group_prefix(const LayerState& st, int layer, const GroupState& g) {
   const std::string base = "layers." + std::to_string(layer) + ".";
+  if (!st.types.empty()) return base + "h" + std::to_string(g.group.heads.empty() ? -1 : g.group.heads[0]) + ".";
   return st.groups.size() == 1 ? base : base + "m" + std::to_string(g.group.maps.features) + ".";
 }
 

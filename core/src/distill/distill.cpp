@@ -164,7 +164,9 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   check_window_fits(o.window, cap.seq_len());
   const int S = cap.num_layers();
   job.dims = resume ? job.dims_for(S, cap.num_heads())
-                    : distill_dims(o, S, cap.num_heads(), &cap);
+                    : distill_dims(o, S, cap.num_heads(), &cap, &job.types);
+  if (o.loss == DistillLoss::Block && !job.types.empty())
+    fail_value("loss", "block with softmax heads kept exact (" + o.allocation + ") is not supported yet: use output or kl");
   check_training_memory(job.dims, cap.head_dim(), cap.num_seqs(), o.batch, cap.seq_len());
   const bool block = o.loss == DistillLoss::Block;
   const bool values = o.loss == DistillLoss::Output || block, inputs = o.decay == Decay::Gated;
@@ -235,7 +237,8 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
     }
     // A decayed head's start (a resumed run's comes from its checkpoint; another rank's layer from its owner).
     init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.d_model(), cap.sliding_window(), st,
-                     !resume && dist.owns(s) ? initial_decay_delta(o, &cap, s, cap.num_heads()) : at::Tensor());
+                     !resume && dist.owns(s) ? initial_decay_delta(o, &cap, s, cap.num_heads()) : at::Tensor(),
+                     job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)]);
     if (block) st.block_model = lm.model.get(), st.layer = s;
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;

@@ -90,7 +90,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   if (resume) {
     job.dims = job.dims_for(c.n_layer, c.n_head);
   } else {
-    job.dims = distill_dims(o, c.n_layer, c.n_head, cap.get());
+    job.dims = distill_dims(o, c.n_layer, c.n_head, cap.get(), &job.types);
     if (o.seq_len == 0) o.seq_len = cap ? std::min<int64_t>(cap->seq_len(), c.n_ctx) : std::min<int64_t>(128, c.n_ctx);
   }
   if (o.seq_len > c.n_ctx)
@@ -128,7 +128,8 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   std::vector<LayerState> layers(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
     init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.d_model, c.sliding_window, layers[size_t(s)],
-                     resume ? at::Tensor() : initial_decay_delta(o, cap.get(), s, c.n_head));
+                     resume ? at::Tensor() : initial_decay_delta(o, cap.get(), s, c.n_head),
+                     job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)]);
     to_device(layers[size_t(s)], device);
   }
   // The softmax model's q, k on held-out windows (it is frozen: they never change).
@@ -143,7 +144,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
     model.forward(val_w.narrow(0, 0, std::min<int64_t>(kKlWindows, val_w.size(0))), &hook);
     for (LayerState& st : layers) st.initial_val_kl = validate(st, o.loss, at::Tensor()).second;
   }
-  model.set_feature_maps(group_feature_maps(groups_of(layers)));
+  model.set_feature_maps(group_feature_maps(groups_of(layers), false, layer_types(layers)));
   const double initial_val_loss = val_w.defined() ? mean_window_loss(model, val_w) : std::nan("");
 
   double elapsed_before = 0;

@@ -2,6 +2,9 @@
 // command line, job.json, the checks and the feature dimensions.
 #include "attnscope/distill/distill_options.h"
 
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/formats/converted_json.h"
+
 #include "attnscope/model/compute_dtype.h"
 
 #include <algorithm>
@@ -101,11 +104,14 @@ const OptionTable<O>& table() {
   return rows;
 }
 
-// The dims every head must satisfy, wherever they came from.
-void check_map_dims(const DistillOptions& o, const std::vector<std::vector<int64_t>>& dims) {
+// The dims every head must satisfy, wherever they came from (a softmax head's is 0: it has no map).
+void check_map_dims(const DistillOptions& o, const std::vector<std::vector<int64_t>>& dims,
+                    const std::vector<std::vector<HeadType>>& types = {}) {
   const MapFamily& family = map_family(o.feature_map);
-  for (const auto& layer : dims)
-    for (int64_t m : layer) {
+  for (size_t s = 0; s < dims.size(); ++s)
+    for (size_t h = 0; h < dims[s].size(); ++h) {
+      const int64_t m = dims[s][h];
+      if (s < types.size() && h < types[s].size() && types[s][h] == HeadType::Softmax) continue;
       check_feature_dim(m, "");
       if (family.pairs && m % 2)
         fail_value("feature dimension", std::to_string(m) + " is odd; " + o.feature_map + " needs an even M (" + family.pairs + ")");
@@ -166,12 +172,22 @@ void check_window_fits(int64_t window, int64_t seq_len) {
 }
 
 std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_layers, int num_heads,
-                                               const CaptureStore* capture) {
+                                               const CaptureStore* capture, std::vector<std::vector<HeadType>>* types) {
   std::vector<std::vector<int64_t>> dims;
+  std::vector<std::vector<HeadType>> file_types;
   if (o.features > 0) {
     dims.assign(size_t(num_layers), std::vector<int64_t>(size_t(num_heads), o.features));
   } else if (!o.allocation.empty()) {
-    dims = read_allocation_file(o.allocation, num_layers, num_heads).dims;
+    AllocationFile f = read_allocation_file(o.allocation, num_layers, num_heads);
+    dims = f.dims;
+    file_types = f.types;
+    try {
+      check_head_types(file_types, num_layers, num_heads, o.window, o.allocation);
+    } catch (const Error& e) {
+      fail_value("window", std::string(e.what()) + ": give the window the allocation was made for");
+    }
+    if (!file_types.empty() && !types)
+      fail(o.allocation, "has head types (softmax heads kept exact), which this job cannot train");
   } else if (o.strategy) {
     if (!capture) fail_value("strategy", "needs the capture's spectra: give a capture");
     // The spectra exactly as `attnscope allocate --capture` computes them with its defaults (seed
@@ -188,7 +204,8 @@ std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_
   } else {
     fail_value("feature dimension", "is missing");
   }
-  check_map_dims(o, dims);
+  check_map_dims(o, dims, file_types);
+  if (types) *types = file_types;
   return dims;
 }
 
@@ -197,6 +214,7 @@ std::string distill_job_json(const DistillJob& job) {
   resolved["model"] = job.model;
   resolved["optimizer"] = adamw_json();
   resolved["dims"] = dims_json(job.dims);
+  if (!job.types.empty()) resolved["head_types"] = head_types_json(job.types);
   resolved["world_size"] = job.world_size;
   resolved["trained_length"] = job.trained_length;
   return job_json("distill", job.command, table(), job.options, resolved);
@@ -235,10 +253,15 @@ DistillJob read_distill_job(const std::string& run_dir) {
   // The dims' layer and head counts are checked against the capture or model where they are used.
   const auto& d = j["dims"];
   if (!d.is_array() || d.empty()) fail(path, "\"dims\" is not a list of feature dimensions");
-  const int heads = d[0].is_array() ? int(d[0].size()) : 1;
-  job.dims = parse_dims_json(d, int(d.size()), heads, path);
+  int heads = d[0].is_array() ? int(d[0].size()) : 1;
+  if (j.contains("head_types")) {
+    const auto& t = j["head_types"];
+    if (t.is_array() && !t.empty() && t[0].is_array()) heads = int(t[0].size());
+    job.types = parse_head_types_json(t, int(d.size()), heads, job.options.window, path + ": head_types");
+  }
+  job.dims = parse_dims_json(d, int(d.size()), heads, path, job.types);
   try {
-    check_map_dims(job.options, job.dims);
+    check_map_dims(job.options, job.dims, job.types);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what(), e.quantity());
   }

@@ -82,7 +82,7 @@ namespace {
 
 // Maps for the given heads of a layer, stacked in that order; head h has seed derive_seed(seed, layer, h).
 LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_t>& head_ids, int64_t d,
-                    int64_t features, int64_t d_model) {
+                    int64_t features, int64_t d_model, int64_t window) {
   FeatureMapSpec spec;
   spec.name = o.feature_map;
   spec.d = d;
@@ -92,11 +92,11 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
   spec.activation = o.activation;
   std::vector<uint64_t> seeds;
   for (int64_t h : head_ids) seeds.push_back(derive_seed(o.seed, layer, int(h)));
-  check_head(o.feature_map, o.window);
+  check_head(o.feature_map, window);
   LayerMaps m;
   static_cast<StackedMaps&>(m) = init_stacked_maps(spec, seeds);
-  m.window = o.window;
-  if (o.window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
+  m.window = window;
+  if (window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
   if (o.decay == Decay::Fixed) m.params.emplace_back(kDecayParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
   if (o.decay == Decay::Gated) {
     if (d_model < 1) fail("distill", "gated decays need the layer input's width (d_model)");
@@ -114,39 +114,50 @@ LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int
                           int64_t d_model) {
   std::vector<int64_t> all(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) all[size_t(h)] = h;
-  return init_maps(o, layer, all, d, features, d_model);
+  return init_maps(o, layer, all, d, features, d_model, o.window);
 }
 
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
-                                         int64_t d, int64_t d_model) {
+                                         int64_t d, int64_t d_model, const std::vector<HeadType>& types) {
   std::vector<HeadGroup> groups;
-  std::vector<int64_t> group_m;
+  std::vector<std::pair<int64_t, int64_t>> group_key;  // (window, M)
   for (int64_t h = 0; h < int64_t(head_dims.size()); ++h) {
-    const int64_t m = head_dims[size_t(h)];
+    const HeadType type = types.empty() ? map_head_type(o.window) : types[size_t(h)];
+    if (type == HeadType::Softmax) continue;
+    const std::pair<int64_t, int64_t> key{type == HeadType::Hybrid ? o.window : 0, head_dims[size_t(h)]};
     size_t g = 0;
-    while (g < group_m.size() && group_m[g] != m) ++g;
-    if (g == group_m.size()) {
-      group_m.push_back(m);
+    while (g < group_key.size() && group_key[g] != key) ++g;
+    if (g == group_key.size()) {
+      group_key.push_back(key);
       groups.emplace_back();
     }
     groups[g].heads.push_back(h);
   }
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].maps = init_maps(o, layer, groups[g].heads, d, group_m[g], d_model);
+  for (size_t g = 0; g < groups.size(); ++g)
+    groups[g].maps = init_maps(o, layer, groups[g].heads, d, group_key[g].second, d_model, group_key[g].first);
   return groups;
 }
 
-at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name) {
+at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name, int64_t n_heads) {
   std::vector<at::Tensor> parts;
-  std::vector<int64_t> where;  // where[h]: head h's place in the concatenation of the groups' values
-  int64_t n = 0;
-  for (const auto& g : layer) n += int64_t(g.heads.size());
-  where.assign(size_t(n), -1);
+  std::vector<int64_t> where(size_t(n_heads), -1);  // where[h]: head h's place in the concatenation (-1: none)
   int64_t at_ = 0;
   for (const auto& g : layer) {
+    if (!g.maps.has_param(name)) continue;
     parts.push_back(g.maps.param(name));
-    for (int64_t h : g.heads) where[size_t(h)] = at_++;
+    for (int64_t h : g.heads) {
+      if (h < 0 || h >= n_heads) fail("distill", "a head group names head " + std::to_string(h) + " of a layer of " + std::to_string(n_heads));
+      where[size_t(h)] = at_++;
+    }
   }
-  return at::cat(parts).index_select(0, at::tensor(where, at::kLong).to(parts[0].device()));
+  if (parts.empty()) return {};
+  // A zero row after the groups' values stands for the heads without the parameter.
+  const at::Tensor values = at::cat(parts);
+  std::vector<int64_t> shape = values.sizes().vec();
+  shape[0] = 1;
+  for (int64_t& w : where)
+    if (w < 0) w = at_;
+  return at::cat({values, at::zeros(shape, values.options())}).index_select(0, at::tensor(where, at::kLong).to(values.device()));
 }
 
 at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer) {
@@ -172,12 +183,24 @@ void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {
         for (size_t i = 0; i < g.heads.size(); ++i) t[int64_t(i)].fill_(delta[g.heads[i]].item<double>());
 }
 
-std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups, bool copy) {
+std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups, bool copy,
+                                                    const std::vector<std::vector<HeadType>>& types) {
   auto lin = std::make_shared<HeadFeatureMaps>();
-  if (!groups.empty() && !groups[0].empty()) lin->window = groups[0][0].maps.window;
-  for (const auto& layer : groups) {
+  lin->types = types;
+  bool gamma = false, delta = false, gate = false;  // whether any group has them: then every layer has them
+  for (const auto& layer : groups)
+    for (const auto& g : layer) {
+      lin->window = std::max(lin->window, g.maps.window);
+      gamma = gamma || g.maps.has_param(kGammaParam);
+      delta = delta || g.maps.has_param(kDecayParam);
+      gate = gate || g.maps.has_param(kGateWeightParam);
+    }
+  if (!types.empty() && types.size() != groups.size()) fail("distill", "head types for " + std::to_string(types.size()) + " layers, groups for " + std::to_string(groups.size()));
+  for (size_t s = 0; s < groups.size(); ++s) {
+    const auto& layer = groups[s];
     int64_t n = 0;
     for (const auto& g : layer) n += int64_t(g.heads.size());
+    if (!types.empty()) n = int64_t(types[s].size());
     std::vector<std::shared_ptr<FeatureMap>> heads(static_cast<size_t>(n));
     for (const auto& g : layer)
       for (size_t i = 0; i < g.heads.size(); ++i) {
@@ -186,17 +209,32 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
         heads[size_t(g.heads[i])] = copy ? std::shared_ptr<FeatureMap>(g.maps.head_map(int64_t(i)))
                                          : g.maps.trainable_head_map(int64_t(i));
       }
+    for (int64_t h = 0; h < n; ++h) {
+      const bool softmax = !types.empty() && types[s][size_t(h)] == HeadType::Softmax;
+      if (softmax != !heads[size_t(h)])
+        fail("distill", "layer " + std::to_string(s) + " head " + std::to_string(h) +
+                            (softmax ? " is a softmax head but has a map" : " has no map and is not a softmax head"));
+    }
     lin->maps.push_back(std::move(heads));
-    // Differentiable unless copied: direct training reaches gamma and the decays.
-    const auto param = [&](const char* name) {
-      const at::Tensor t = layer_head_param(layer, name);
+    // Differentiable unless copied: direct training reaches gamma and the decays. A layer without
+    // any head that has it (every head softmax) gets zeros.
+    const auto param = [&](const char* name, std::vector<int64_t> shape) {
+      at::Tensor t = layer_head_param(layer, name, n);
+      if (!t.defined()) {
+        shape.insert(shape.begin(), n);
+        return at::zeros(shape, at::kFloat);
+      }
       return copy ? t.detach().to(at::kCPU, at::kFloat).clone() : t;
     };
-    if (lin->window > 0) lin->gamma.push_back(param(kGammaParam));
-    if (layer[0].maps.has_param(kDecayParam)) lin->decay_delta.push_back(param(kDecayParam));
-    if (layer[0].maps.has_param(kGateWeightParam)) {
-      lin->decay_w.push_back(param(kGateWeightParam));
-      lin->decay_b.push_back(param(kGateBiasParam));
+    if (gamma) lin->gamma.push_back(param(kGammaParam, {}));
+    if (delta) lin->decay_delta.push_back(param(kDecayParam, {}));
+    if (gate) {
+      int64_t width = 0;
+      for (const auto& l : groups)
+        for (const auto& g : l)
+          if (g.maps.has_param(kGateWeightParam)) width = g.maps.param(kGateWeightParam).size(1);
+      lin->decay_w.push_back(param(kGateWeightParam, {width}));
+      lin->decay_b.push_back(param(kGateBiasParam, {}));
     }
   }
   return lin;

@@ -25,7 +25,8 @@
 namespace attnscope {
 
 namespace {
-bool one_group(const LayerState& st) { return st.groups.size() == 1; }
+// One group holding every head of the layer, in order: its tensors are the layer's own.
+bool one_group(const LayerState& st) { return st.groups.size() == 1 && int64_t(st.groups[0].group.heads.size()) == st.heads; }
 }  // namespace
 
 at::Tensor group_heads(const LayerState& st, const GroupState& g, const at::Tensor& t) {
@@ -60,15 +61,25 @@ GroupState group_state(HeadGroup group) {
 }
 
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta) {
+                      int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta,
+                      const std::vector<HeadType>& types) {
   st.heads = int64_t(head_dims.size());
+  st.types = types;
   st.groups.clear();
-  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d, d_model);
+  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d, d_model, types);
   if (o.decay != Decay::None && decay_delta.defined()) set_layer_decay(groups, decay_delta);
   for (HeadGroup& hg : groups) {
     hg.maps.softmax_window = softmax_window;
     st.groups.push_back(group_state(std::move(hg)));
   }
+}
+
+std::vector<std::vector<HeadType>> layer_types(const std::vector<LayerState>& layers) {
+  std::vector<std::vector<HeadType>> out;
+  for (const LayerState& st : layers)
+    if (!st.types.empty()) out.push_back(st.types);
+  if (!out.empty() && out.size() != layers.size()) fail("distill", "head types for some layers only");
+  return out;
 }
 
 void to_device(LayerState& st, const at::Device& device) {
@@ -139,6 +150,8 @@ double head_weighted(const LayerState& st, const std::vector<double>& per_group)
 at::Tensor layer_block_loss(const LayerState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& x, const at::Tensor& resid) {
   if (!st.block_model) fail("distill", "the block loss needs the model");
+  if (std::find(st.types.begin(), st.types.end(), HeadType::Softmax) != st.types.end())
+    fail_value("loss", "block with softmax heads kept exact is not supported yet: use output or kl");
   LayerOutputs all;
   for (const GroupState& g : st.groups) {
     const LayerOutputs o = layer_outputs(g.group.maps, group_heads(st, g, q), group_heads(st, g, k), group_heads(st, g, v), x);
@@ -248,7 +261,7 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
             for (const auto& [name, t] : g.group.maps.params)
               maps_out.emplace_back(feature_map_tensor_name(s, int(h), name), t[int64_t(i)].to(at::kCPU, at::kFloat).contiguous());
     lr.layer = s;
-    lr.features = *std::max_element(lr.head_features.begin(), lr.head_features.end());
+    lr.features = *std::max_element(lr.head_features.begin(), lr.head_features.end());  // 0: every head softmax
     lr.initial_loss = st.first_loss;
     lr.final_loss = st.last_loss;
     lr.initial_val_kl = st.initial_val_kl;
@@ -268,7 +281,7 @@ void write_outputs(RunDir& run, const DistillOptions& o, std::vector<LayerState>
     rep["layers"].push_back(jl);
   }
   // The trained maps as every head's own FeatureMap (copies, CPU float32).
-  r.maps = group_feature_maps(groups, /*copy=*/true);
+  r.maps = group_feature_maps(groups, /*copy=*/true, layer_types(layers));
   rep["mean_val_kl"] = sum_kl / double(S);
   for (auto it = extra.begin(); it != extra.end(); ++it) rep[it.key()] = it.value();
   if (run.writes())

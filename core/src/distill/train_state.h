@@ -38,6 +38,7 @@ struct GroupState {
 struct LayerState {
   std::vector<GroupState> groups;
   int64_t heads = 0;
+  std::vector<HeadType> types;  // a mixed model's head types (empty: every head as the window says); softmax heads are in no group
   at::Tensor q, k, val_q, val_k;
   at::Tensor v, val_v;  // the values, for the output loss only
   at::Tensor x, val_x;  // the layer's inputs [T, L, D], for gated decays only
@@ -71,8 +72,12 @@ GroupState group_state(HeadGroup group);
 // model's sliding window (LayerMaps::softmax_window: the layerwise losses' targets apply it).
 // Decayed heads start at `decay_delta` [H] when given (fitted_decay_delta), else without decay;
 // d_model is the layer input's width (gated decays' w).
+// `types`: the layer's head types when the model mixes them (softmax heads get no group).
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
-                      int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta = {});
+                      int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta = {},
+                      const std::vector<HeadType>& types = {});
+// The layers' head types as a model's table ([S][H]; empty unless the model mixes them).
+std::vector<std::vector<HeadType>> layer_types(const std::vector<LayerState>& layers);
 // Moves a layer's maps, AdamW moments and head indices to `device`.
 void to_device(LayerState& st, const at::Device& device);
 // A float32 CPU copy of maps: what callers and files get, whatever the device.

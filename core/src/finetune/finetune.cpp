@@ -115,6 +115,7 @@ State init_state(Model& model, int64_t rank, uint64_t seed, bool train_maps) {
     const HeadFeatureMaps& maps = *model.feature_maps();
     for (size_t s = 0; s < maps.maps.size(); ++s)
       for (size_t h = 0; h < maps.maps[s].size(); ++h) {
+        if (!maps.maps[s][h]) continue;  // a softmax head: no map (its adapters train with the rest)
         FeatureMap& fm = *maps.maps[s][h];
         if (std::find(trainable.begin(), trainable.end(), fm.name()) == trainable.end()) continue;
         for (auto& [name, t] : fm.named_parameters()) {

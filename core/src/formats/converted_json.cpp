@@ -37,7 +37,6 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
   if (fm.contains("seed") && fm["seed"].is_number_unsigned()) h.map.seed = fm["seed"];
   if (fm.contains("temperature") && fm["temperature"].is_number()) h.map.temperature = fm["temperature"];
   if (!a.contains("dims")) fail(where, "has no dims");
-  h.dims = parse_dims_json(a["dims"], n_layer, n_head, where + ".dims");
   if (a.contains("trained_length")) {
     if (!a["trained_length"].is_number_integer() || a["trained_length"].get<int64_t>() < 1)
       fail(where + ".trained_length", "is not a positive whole number of tokens");
@@ -56,6 +55,8 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
       fail(where + ".decay", e.what());
     }
   }
+  if (a.contains("head_types")) h.types = parse_head_types_json(a["head_types"], n_layer, n_head, h.window, where + ".head_types");
+  h.dims = parse_dims_json(a["dims"], n_layer, n_head, where + ".dims", h.types);
   return h;
 }
 

@@ -63,15 +63,19 @@ std::string converted_weights_dir(const std::string& dir) {
   return convert::check_source_weights(a["source"], cfg);
 }
 
-std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
-                                                   const std::vector<std::vector<int64_t>>& dims,
-                                                   int n_layer, int n_head, int64_t head_dim, int64_t window,
-                                                   Decay decay, int64_t d_model) {
+std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const ConvertedHeader& hdr, int n_layer, int n_head,
+                                                   int64_t head_dim, int64_t d_model) {
+  const Decay decay = hdr.decay;
+  const int64_t window = hdr.window;
+  const auto& dims = hdr.dims;
   if (decay == Decay::Gated && d_model < 1) fail(file, "gated heads need the model's width to be read");
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
   if (int(dims.size()) != n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(n_layer));
+  check_head_types(hdr.types, n_layer, n_head, window, file);
   SafetensorsFile st(file);
   auto lin = std::make_shared<HeadFeatureMaps>();
+  lin->window = window;
+  lin->types = hdr.types;
   lin->maps.resize(n_layer);
   size_t used = 0;
   for (int s = 0; s < n_layer; ++s) {
@@ -82,7 +86,12 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
       for (const auto& e : st.entries())
         if (e.name.rfind(prefix, 0) == 0) tensors[e.name.substr(prefix.size())] = st.tensor(e.name);
       used += tensors.size();
-      const FeatureMapSpec hs = head_map_spec(spec, head_dim, dims[s][h]);
+      if (lin->type(s, h) == HeadType::Softmax) {
+        if (!tensors.empty()) fail(file, "layer " + std::to_string(s) + " head " + std::to_string(h) + " is a softmax head but has feature-map tensors");
+        lin->maps[s].push_back(nullptr);
+        continue;
+      }
+      const FeatureMapSpec hs = head_map_spec(hdr.map, head_dim, dims[s][h]);
       auto map = feature_map_from_tensors(hs, tensors, file + " (layer " + std::to_string(s) + " head " + std::to_string(h) + ")");
       if (map->feature_dim() != dims[s][h])
         fail(file, "layer " + std::to_string(s) + " head " + std::to_string(h) + " has " +
@@ -90,15 +99,16 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
       lin->maps[s].push_back(std::shared_ptr<FeatureMap>(std::move(map)));
     }
   }
-  // One finite number per head, [H] float32 per layer: hybrid heads' balances, fixed decays' deltas.
-  // Each head's tensor `name_of(s, h)`, stacked per layer: one finite number ([H] float32 per layer:
-  // hybrid heads' balances, fixed decays' deltas, gates' biases), or with width > 0 a vector of
-  // that many ([H, width]: gates' weights).
-  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs, int64_t width = 0) {
+  // Each head's tensor `name_of(s, h)`, stacked per layer, for the heads of the types `uses` takes
+  // (the others' entries are 0 and not read): one finite number ([H] float32 per layer: hybrid
+  // heads' balances, fixed decays' deltas, gates' biases), or with width > 0 a vector of that many
+  // ([H, width]: gates' weights).
+  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs, bool (*uses)(HeadType), int64_t width = 0) {
     std::vector<at::Tensor> layers;
     for (int s = 0; s < n_layer; ++s) {
-      at::Tensor g = width > 0 ? at::empty({n_head, width}, at::kFloat) : at::empty({n_head}, at::kFloat);
+      at::Tensor g = width > 0 ? at::zeros({n_head, width}, at::kFloat) : at::zeros({n_head}, at::kFloat);
       for (int h = 0; h < n_head; ++h) {
+        if (!uses(lin->type(s, h))) continue;
         const std::string name = name_of(s, h);
         if (!st.contains(name)) fail(file, "has no " + name + ": " + needs);
         const at::Tensor t = st.tensor(name);
@@ -118,12 +128,13 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
     }
     return layers;
   };
-  lin->window = window;
-  if (window > 0) lin->gamma = per_head(convert::gamma_name, "a hybrid head (window " + std::to_string(window) + ") needs its balance");
-  if (decay == Decay::Fixed) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta");
+  const auto hybrid = [](HeadType t) { return t == HeadType::Hybrid; };
+  const auto mapped = [](HeadType t) { return t != HeadType::Softmax; };
+  if (window > 0) lin->gamma = per_head(convert::gamma_name, "a hybrid head (window " + std::to_string(window) + ") needs its balance", hybrid);
+  if (decay == Decay::Fixed) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta", mapped);
   if (decay == Decay::Gated) {
-    lin->decay_b = per_head(convert::decay_b_name, "a gated head needs its gate's bias b");
-    lin->decay_w = per_head(convert::decay_w_name, "a gated head needs its gate's weights w", d_model);
+    lin->decay_b = per_head(convert::decay_b_name, "a gated head needs its gate's bias b", mapped);
+    lin->decay_w = per_head(convert::decay_w_name, "a gated head needs its gate's weights w", mapped, d_model);
   }
   if (used != st.entries().size()) {
     std::string own = "feature_map.*";
@@ -134,7 +145,7 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
                    std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) + "}." + own +
                    " (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\", decay.w "
-                   "and decay.b to a \"gated\" one)");
+                   "and decay.b to a \"gated\" one; a softmax head has none)");
   }
   return lin;
 }
@@ -143,8 +154,7 @@ std::shared_ptr<HeadFeatureMaps> load_head_feature_maps(const std::string& dir, 
                                                         int64_t d_model) {
   const std::string cfg = (fs::path(dir) / "config.json").string();
   const ConvertedHeader hdr = convert::parse_header(convert::read_config(dir), cfg, n_layer, n_head);
-  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr.map, hdr.dims, n_layer, n_head, head_dim, hdr.window,
-                                 hdr.decay, d_model);
+  auto maps = read_feature_maps((fs::path(dir) / "feature_maps.safetensors").string(), hdr, n_layer, n_head, head_dim, d_model);
   maps->trained_length = hdr.trained_length;
   return maps;
 }

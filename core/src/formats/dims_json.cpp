@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/base/error.h"
 
 namespace attnscope {
@@ -21,7 +22,7 @@ nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims) 
 }
 
 std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& d, int n_layer, int n_head,
-                                                  const std::string& where) {
+                                                  const std::string& where, const std::vector<std::vector<HeadType>>& types) {
   if (!d.is_array()) fail(where, "\"dims\" is not a list of feature dimensions");
   if (int(d.size()) != n_layer)
     fail(where, "has dims for " + std::to_string(d.size()) + " layers, the model has " + std::to_string(n_layer));
@@ -29,6 +30,7 @@ std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& d, int n
     const std::string layer = "layer " + std::to_string(s);
     if (!m.is_number_integer()) fail(where, layer + " has a feature dimension that is not a whole number: " + m.dump());
     const int64_t v = m.get<int64_t>();
+    if (v == 0 && !types.empty()) return v;  // a softmax head's (checked per head below)
     if (v < 1 || v > kMaxFeatureDim)
       fail(where, layer + " has feature dimension " + std::to_string(v) + ", outside 1.." + std::to_string(kMaxFeatureDim));
     return v;
@@ -47,7 +49,44 @@ std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& d, int n
       dims.emplace_back(size_t(n_head), dimension(v, s));
     }
   }
+  for (size_t s = 0; s < types.size() && s < dims.size(); ++s)
+    for (size_t h = 0; h < types[s].size() && h < dims[s].size(); ++h)
+      if ((types[s][h] == HeadType::Softmax) != (dims[s][h] == 0))
+        fail(where, "layer " + std::to_string(s) + " head " + std::to_string(h) + " is a " + head_type_name(types[s][h]) +
+                        " head with feature dimension " + std::to_string(dims[s][h]) +
+                        " (0 for a softmax head, which has no map; 1.." + std::to_string(kMaxFeatureDim) + " for the others)");
   return dims;
+}
+
+nlohmann::ordered_json head_types_json(const std::vector<std::vector<HeadType>>& types) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const auto& layer : types) {
+    nlohmann::ordered_json row = nlohmann::ordered_json::array();
+    for (HeadType t : layer) row.push_back(head_type_name(t));
+    j.push_back(row);
+  }
+  return j;
+}
+
+std::vector<std::vector<HeadType>> parse_head_types_json(const nlohmann::json& j, int n_layer, int n_head, int64_t window,
+                                                         const std::string& where) {
+  if (!j.is_array()) fail(where, "is not a list of layers, each a list of head types (softmax, hybrid, linear)");
+  std::vector<std::vector<HeadType>> types;
+  for (size_t s = 0; s < j.size(); ++s) {
+    if (!j[s].is_array()) fail(where, "layer " + std::to_string(s) + " is not a list of head types");
+    std::vector<HeadType> row;
+    for (const auto& t : j[s]) {
+      if (!t.is_string()) fail(where, "layer " + std::to_string(s) + " has a head type that is not a name: " + t.dump());
+      try {
+        row.push_back(parse_head_type(t.get<std::string>()));
+      } catch (const Error& e) {
+        fail(where, "layer " + std::to_string(s) + ": " + e.what());
+      }
+    }
+    types.push_back(row);
+  }
+  check_head_types(types, n_layer, n_head, window, where);
+  return types;
 }
 
 }  // namespace attnscope

@@ -189,57 +189,76 @@ using MapsOfLayer = std::vector<std::shared_ptr<FeatureMap>>;
 // contribute nothing; leaving NaN would poison every later layer. attnscope_linear.py does the same.
 at::Tensor zero_undefined_rows(const at::Tensor& y) { return at::where(at::isnan(y), at::zeros_like(y), y); }
 
-// Causal linear attention: SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for
-// all heads of a layer that share a feature dimension M (heads may differ in M: per-head budgets);
-// hybrid heads (lin.window > 0) add each head's sliding window of softmax weights.
+// Softmax attention over q, k, v [B, H, L, d] with the model's causal mask (and sliding window):
+// the original model's heads, and a converted model's softmax heads. probs (when asked) gets A.
+at::Tensor softmax_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, at::Tensor* probs) {
+  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1))) + mask;  // [B, H, L, L]
+  const at::Tensor a = at::softmax(scores, -1);
+  if (probs) *probs = a;
+  return at::matmul(a, v);
+}
+
+// A converted model's attention: each head by its type (HeadFeatureMaps::type). Linear and hybrid
+// heads run SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for the heads of a
+// layer that share a type and a feature dimension M (heads may differ in M: per-head budgets);
+// hybrid heads add their sliding window of softmax weights; softmax heads run softmax_heads.
 // q, k, v [B, H, L, d] -> [B, H, L, d]; x [B, L, D] the layer's input (gated decays read it);
-// probs (when asked) gets Ahat (or the hybrid map).
+// probs (when asked) gets each head's map (A, Ahat or the hybrid map).
 at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor& q, const at::Tensor& k,
-                        const at::Tensor& v, const at::Tensor& x, at::Tensor* probs) {
+                        const at::Tensor& v, const at::Tensor& x, const at::Tensor& mask, at::Tensor* probs) {
   const MapsOfLayer& maps = lin.maps[size_t(layer)];
-  const bool hybrid = map_head_type(lin.window) == HeadType::Hybrid;
   const int64_t H = q.size(1);
   const at::Tensor lambda = decay_lambda(lin, layer, x);  // [B, H, L]; undefined without decay
   std::vector<Features> fq(H), fk(H);
+  std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> groups;  // (type, M) -> its heads
   for (int64_t h = 0; h < H; ++h) {
+    const HeadType type = lin.type(layer, h);
+    if (type == HeadType::Softmax) {
+      groups[{type, 0}].push_back(h);
+      continue;
+    }
     fq[h] = maps[h]->scaled_query_features(q.select(1, h));
     fk[h] = maps[h]->scaled_key_features(k.select(1, h));
     if (lambda.defined()) {  // decayed heads (head.h): Lambda on the features' log scales
       const DecayedFeatures d = decayed_features(fq[h], fk[h], lambda.select(1, h).to(q.scalar_type()));
       fq[h] = d.q, fk[h] = d.k;
     }
+    groups[{type, fq[h].values.size(-1)}].push_back(h);
   }
-  const at::Tensor gamma = hybrid ? lin.gamma[size_t(layer)].to(q.device()) : at::Tensor();
-  std::map<int64_t, std::vector<int64_t>> groups;  // M -> the heads with that many features
-  for (int64_t h = 0; h < H; ++h) groups[fq[h].values.size(-1)].push_back(h);
-  std::vector<at::Tensor> outs(H);
-  for (const auto& [M, heads] : groups) {
-    std::vector<at::Tensor> gq, gql, gk, gl, gv;
-    for (int64_t h : heads) {
-      gq.push_back(fq[h].values), gql.push_back(fq[h].log_scale), gk.push_back(fk[h].values), gl.push_back(fk[h].log_scale);
-      gv.push_back(v.select(1, h));
-    }
-    const at::Tensor key_scale = at::stack(gl, 1);
-    at::Tensor y;
-    if (hybrid) {
-      const at::Tensor index = at::tensor(heads, at::kLong).to(q.device());
-      y = hybrid_attention_output(Features(at::stack(gq, 1), at::stack(gql, 1)), Features(at::stack(gk, 1), key_scale),
-                                  q.index_select(1, index), k.index_select(1, index), at::stack(gv, 1),
-                                  {lin.window, gamma.index_select(0, index)});
+  const at::Tensor gamma = lin.window > 0 ? lin.gamma[size_t(layer)].to(q.device()) : at::Tensor();
+  std::vector<at::Tensor> outs(H), maps_out(probs ? H : 0);
+  for (const auto& [key, heads] : groups) {
+    const HeadType type = key.first;
+    const at::Tensor index = at::tensor(heads, at::kLong).to(q.device());
+    const at::Tensor gv = v.index_select(1, index);
+    at::Tensor y, a;
+    if (type == HeadType::Softmax) {
+      y = softmax_heads(q.index_select(1, index), k.index_select(1, index), gv, mask, probs ? &a : nullptr);
     } else {
-      // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
-      y = zero_undefined_rows(linear_attention_output(Features(at::stack(gq, 1), at::zeros_like(key_scale)),
-                                                      Features(at::stack(gk, 1), key_scale), at::stack(gv, 1)));
+      std::vector<at::Tensor> gq, gql, gk, gl;
+      for (int64_t h : heads)
+        gq.push_back(fq[h].values), gql.push_back(fq[h].log_scale), gk.push_back(fk[h].values), gl.push_back(fk[h].log_scale);
+      const at::Tensor key_scale = at::stack(gl, 1);
+      if (type == HeadType::Hybrid) {
+        y = hybrid_attention_output(Features(at::stack(gq, 1), at::stack(gql, 1)), Features(at::stack(gk, 1), key_scale),
+                                    q.index_select(1, index), k.index_select(1, index), gv,
+                                    {lin.window, gamma.index_select(0, index)});
+      } else {
+        // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
+        y = zero_undefined_rows(linear_attention_output(Features(at::stack(gq, 1), at::zeros_like(key_scale)),
+                                                        Features(at::stack(gk, 1), key_scale), gv));
+      }
     }
-    for (size_t i = 0; i < heads.size(); ++i) outs[heads[i]] = y.select(1, int64_t(i));
+    for (size_t i = 0; i < heads.size(); ++i) {
+      const int64_t h = heads[i];
+      outs[h] = y.select(1, int64_t(i));
+      if (!probs) continue;
+      maps_out[h] = type == HeadType::Softmax ? a.select(1, int64_t(i))
+                    : type == HeadType::Hybrid ? hybrid_map(fq[h], fk[h], q.select(1, h), k.select(1, h), {lin.window, gamma[h]})
+                                               : linear_map(fq[h], fk[h]).map;
+    }
   }
-  if (probs) {
-    std::vector<at::Tensor> maps_out;
-    for (int64_t h = 0; h < H; ++h)
-      maps_out.push_back(hybrid ? hybrid_map(fq[h], fk[h], q.select(1, h), k.select(1, h), {lin.window, gamma[h]})
-                                : linear_map(fq[h], fk[h]).map);
-    *probs = at::stack(maps_out, 1);
-  }
+  if (probs) *probs = at::stack(maps_out, 1);
   return at::stack(outs, 1);
 }
 
@@ -253,7 +272,6 @@ at::Tensor output_projection(const LayerWeights& w, const at::Tensor& y, at::Sca
 at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, const at::Tensor& x, const at::Tensor& resid,
                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask, const CaptureHook* hook,
                      const HeadFeatureMaps* lin) {
-  const int64_t B = x.size(0), L = x.size(1), H = c.n_head, d = c.head_dim;
   auto [q, k, v, q_pre, k_pre, x_in] = project(c, w, x, cos, sin);
   // Attention runs in float32 whatever the compute dtype: scores, softmax, the feature maps' log
   // domain, and what a capture hook sees (no-ops for a float32 model).
@@ -262,11 +280,9 @@ at::Tensor attention(const ModelConfig& c, const LayerWeights& w, int layer, con
 
   at::Tensor probs, out;
   if (lin) {
-    out = linear_heads(*lin, layer, q, k, v, x_in.to(f), hook && hook->want_probs ? &probs : nullptr);
+    out = linear_heads(*lin, layer, q, k, v, x_in.to(f), mask, hook && hook->want_probs ? &probs : nullptr);
   } else {
-    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d)) + mask;  // [B, H, L, L]
-    probs = at::softmax(scores, -1);
-    out = at::matmul(probs, v);  // [B, H, L, d]
+    out = softmax_heads(q, k, v, mask, &probs);  // [B, H, L, d]
   }
 
   if (hook && hook->on_layer) {
@@ -333,7 +349,6 @@ at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const 
 // it keeps (a key-value cache, the recurrent sums).
 template <class Attend>
 at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
-  const int64_t B = ids.size(0);
   at::Tensor x = embed(c, weights, ids.unsqueeze(1), pos);  // [B, 1, D]
   at::Tensor cos, sin;
   if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, 1, x.device(), pos);
@@ -436,7 +451,9 @@ class KvCache {
 // [B, M] are carried relative to c = the largest key log scale seen so far (as
 // linear_attention_output does), so phi never overflows and a token costs the same at every position.
 // Hybrid heads also keep a ring of their last W tokens (keys, values, key features): a key enters
-// the sums when it leaves the ring, so memory stays constant in the sequence length.
+// the sums when it leaves the ring, so memory stays constant in the sequence length. Softmax heads
+// of a mixed model keep every key and value (the last sliding_window of them with the model's
+// window): their key-value cache, the only state that grows with the context.
 class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
@@ -444,26 +461,33 @@ class Recurrent {
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
   // token-by-token steps would (kernels::final_state of its keys and values; a hybrid head's last
-  // W tokens in its ring): the prompt costs one batch forward instead of L steps. Returns the
-  // logits of the last position, [B, V] (the language-model head reads that position only). The
-  // next step() is at position L.
+  // W tokens in its ring; a softmax head's keys and values): the prompt costs one batch forward
+  // instead of L steps. Returns the logits of the last position, [B, V] (the language-model head
+  // reads that position only). The next step() is at position L.
   at::Tensor prefill(const at::Tensor& ids) {
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
       const at::Tensor lambda = decay_lambda(lin_, a.layer, a.x);  // [B, H, L]; undefined without decay
       if (lambda.defined()) lambda_[a.layer] = lambda.select(2, lambda.size(2) - 1).to(at::kDouble);  // Lambda at L - 1
       for (int64_t h = 0; h < c_.n_head; ++h) {
+        Head& st = state_[a.layer][h];
+        const HeadType type = lin_.type(a.layer, h);
+        const at::Tensor v = a.v.select(1, h);
+        const int64_t L = v.size(1);
+        if (type == HeadType::Softmax) {  // its cache: copies, a view would keep the prompt's activations alive
+          const int64_t keep = c_.sliding_window > 0 ? std::min<int64_t>(L, c_.sliding_window) : L;
+          st.k = a.k.select(1, h).narrow(1, L - keep, keep).clone(), st.v = v.narrow(1, L - keep, keep).clone();
+          continue;
+        }
         const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));
-        const at::Tensor values = fk.values, v = a.v.select(1, h);
+        const at::Tensor values = fk.values;
         at::Tensor scales = fk.log_scale.to(fk.values.scalar_type());
         if (lambda.defined())  // keys' log scales - Lambda_j, as the batch form has them
           scales = scales - lambda.select(1, h).unsqueeze(-1).to(scales.scalar_type());
-        Head& st = state_[a.layer][h];
-        const int64_t L = values.size(1), older = lin_.window > 0 ? std::max<int64_t>(0, L - lin_.window) : L;
+        const int64_t older = type == HeadType::Hybrid ? std::max<int64_t>(0, L - lin_.window) : L;
         if (older > 0) st.sums = kernels::final_state(values.narrow(1, 0, older), scales.narrow(1, 0, older), v.narrow(1, 0, older));
-        if (lin_.window > 0) {
+        if (type == HeadType::Hybrid) {
           const int64_t n = L - older;
-          // Copies: a view would keep the whole prompt's activations alive.
           st.k = a.k.select(1, h).narrow(1, older, n).clone(), st.v = v.narrow(1, older, n).clone();
           st.fk = values.narrow(1, older, n).clone(), st.ls = scales.narrow(1, older, n).clone();
         }
@@ -481,9 +505,13 @@ class Recurrent {
       std::vector<at::Tensor> ys;
       for (int64_t h = 0; h < c_.n_head; ++h) {
         const at::Tensor lam = log_a.defined() ? lambda_[s].select(1, h).to(p.q.scalar_type()) : at::Tensor();  // [B]
-        ys.push_back(map_head_type(lin_.window) == HeadType::Hybrid
-                         ? hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lam)
-                         : head_step(state_[s][h], *lin_.maps[s][h], p, h, lam));
+        switch (lin_.type(s, h)) {
+          case HeadType::Softmax: ys.push_back(softmax_step(state_[s][h], p, h)); break;
+          case HeadType::Hybrid:
+            ys.push_back(hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lam));
+            break;
+          case HeadType::Linear: ys.push_back(head_step(state_[s][h], *lin_.maps[s][h], p, h, lam)); break;
+        }
       }
       return at::stack(ys, 1);  // [B, H, d]
     });
@@ -492,8 +520,22 @@ class Recurrent {
  private:
   struct Head {
     kernels::RecurrentState sums;  // keys older than the window (all keys for plain linear heads)
-    at::Tensor k, v, fk, ls;       // hybrid heads: the ring, oldest first: [B, n, d], [B, n, d], [B, n, M], [B, n, 1]
+    at::Tensor k, v, fk, ls;       // hybrid heads: the ring, oldest first: [B, n, d], [B, n, d], [B, n, M], [B, n, 1];
+                                   // softmax heads: k and v, every key so far (the cache)
   };
+
+  // A softmax head's token: this token's key and value join the cache (the oldest leaves it past
+  // the model's sliding window), the query reads it with softmax weights. y [B, d].
+  at::Tensor softmax_step(Head& st, const Projected& p, int64_t h) const {
+    const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
+    st.k = st.k.defined() ? at::cat({st.k, k}, 1) : k;
+    st.v = st.v.defined() ? at::cat({st.v, v}, 1) : v;
+    if (c_.sliding_window > 0 && st.k.size(1) > c_.sliding_window) {
+      st.k = st.k.narrow(1, 1, c_.sliding_window), st.v = st.v.narrow(1, 1, c_.sliding_window);
+    }
+    const at::Tensor scores = at::matmul(q, st.k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));  // [B, 1, n]
+    return at::matmul(at::softmax(scores, -1), st.v).squeeze(1);
+  }
 
   // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`
   // [B]: the decay's Lambda at this position (undefined without decay), taken off the key's log scale.
@@ -576,17 +618,23 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
     if (int(maps->maps.size()) != c.n_layer)
       fail("linear attention", std::to_string(maps->maps.size()) + " layers of feature maps for a model of " +
                                    std::to_string(c.n_layer) + " layers");
+    check_head_types(maps->types, c.n_layer, c.n_head, maps->window, "linear attention");
     for (int s = 0; s < c.n_layer; ++s) {
       if (int(maps->maps[s].size()) != c.n_head)
         fail("linear attention", "layer " + std::to_string(s) + " has " + std::to_string(maps->maps[s].size()) +
                                      " feature maps for " + std::to_string(c.n_head) + " heads");
       for (int h = 0; h < c.n_head; ++h) {
         const auto& m = maps->maps[s][h];
+        const HeadType type = maps->type(s, h);
+        if (type == HeadType::Softmax) {
+          if (m) fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + " is a softmax head and takes no feature map");
+          continue;
+        }
         if (!m) fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + " has no feature map");
         if (m->input_dim() != c.head_dim)
           fail("linear attention", "layer " + std::to_string(s) + " head " + std::to_string(h) + ": feature map input " +
                                        std::to_string(m->input_dim()) + " != head dimension " + std::to_string(c.head_dim));
-        check_head(m->name(), maps->window);
+        check_head(m->name(), type == HeadType::Hybrid ? maps->window : 0);
       }
     }
     // One finite number per head in every layer: hybrid heads' balances, decayed heads' deltas.

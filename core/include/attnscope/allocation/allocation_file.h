@@ -28,6 +28,9 @@ struct AllocationFile {
   double lambda = 0;   // 0: not recorded
   int64_t budget = 0;  // 0: not recorded
   int64_t multiple = 1;
+  // "head_types" [S][H] (allocate under a state budget): a softmax head's dims entry is 0. Checked
+  // against the job's window where it is used (check_head_types). Empty when absent.
+  std::vector<std::vector<HeadType>> types;
 };
 
 // The file's JSON (what `allocate --json` prints and write_allocation_file writes): dims per layer

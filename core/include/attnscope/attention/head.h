@@ -23,6 +23,10 @@ enum class HeadType { Softmax, Hybrid, Linear };
 
 // The type of a head with a map and window W: hybrid when W > 0, else linear.
 HeadType map_head_type(int64_t window);
+// The types' names, one table: softmax | hybrid | linear (SPEC 7's "head_types").
+HeadType parse_head_type(const std::string& name);  // else Error (quantity "head type")
+const char* head_type_name(HeadType type);
+std::vector<std::string> head_type_names();
 
 // What a head keeps per sequence and computes per token at context T in the recurrent form (a count
 // of values: times the bytes of the state's dtype), for the cost of a converted model (issue 28):

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attnscope/attention/feature_map.h"
@@ -14,7 +15,12 @@ namespace attnscope {
 // The feature map of every head: maps[s][h] for layer s, head h (query heads; under GQA each query
 // head has its own map over the shared key/value head).
 struct HeadFeatureMaps {
-  std::vector<std::vector<std::shared_ptr<FeatureMap>>> maps;
+  std::vector<std::vector<std::shared_ptr<FeatureMap>>> maps;  // null for a softmax head
+  // Mixed head types (SPEC 5 and 7): types[s][h]; empty: every head is map_head_type(window). A
+  // softmax head has no map and runs softmax attention exactly (a key-value cache when generating);
+  // a hybrid head uses `window`, a linear head ignores it. gamma and the decays keep one entry per
+  // head; the entries of heads that do not use them are not read.
+  std::vector<std::vector<HeadType>> types;
   int64_t trained_length = 0;  // the window length (tokens) the maps were trained on; 0: unknown or untrained
   // Hybrid heads (SPEC 5) when window > 0: each query attends its last `window` keys with softmax
   // weights and older keys through its map, with balance sigmoid(gamma[s][h]); gamma[s] [H]
@@ -28,6 +34,10 @@ struct HeadFeatureMaps {
   // [H] float32 per layer; empty: no gated decay. A model has one kind of decay or none.
   std::vector<at::Tensor> decay_w, decay_b;
 
+  HeadType type(int64_t layer, int64_t head) const {
+    return types.empty() ? map_head_type(window) : types[size_t(layer)][size_t(head)];
+  }
+  bool mixed() const { return !types.empty(); }
   Decay decay() const { return !decay_w.empty() ? Decay::Gated : !decay_delta.empty() ? Decay::Fixed : Decay::None; }
 };
 
@@ -48,10 +58,20 @@ FeatureMapSpec head_map_spec(const FeatureMapSpec& base, int64_t head_dim, int64
 
 // Fresh (untrained) maps of `spec` for every head: head (s, h) gets dims[s][h] features (ignored
 // for fixed-size maps) and seed derive_seed(spec.seed, s, h), so heads draw independently. With
-// window W > 0 the heads are hybrid (SPEC 5) with their initial balances (initial_gamma).
+// window W > 0 the heads are hybrid (SPEC 5) with their initial balances (initial_gamma). `types`
+// (optional, [S][H]) mixes head types: softmax heads get no map, and their dims are not read.
 // Throws Error for a map that cannot run as a converted model (cosformer: position-dependent) and
-// for head settings check_head (head.h) refuses.
+// for head settings check_head_types (and check_head, head.h) refuse.
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
-                                      int n_layer, int n_head, int head_dim, int64_t window = 0);
+                                      int n_layer, int n_head, int head_dim, int64_t window = 0,
+                                      const std::vector<std::vector<HeadType>>& types = {});
+
+// The one check of a model's head types [S][H] against its shape and window: S x H types, a hybrid
+// head only with window > 0; an empty table is "every head as the window says". `where` names the
+// file or option in the Error (quantity "head types").
+void check_head_types(const std::vector<std::vector<HeadType>>& types, int n_layer, int n_head, int64_t window,
+                      const std::string& where = "head types");
+// The types as a table with every head spelled out: types itself, or map_head_type(window) everywhere.
+std::vector<std::vector<HeadType>> head_types_of(const HeadFeatureMaps& lin);
 
 }  // namespace attnscope

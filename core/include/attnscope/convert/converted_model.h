@@ -40,6 +40,7 @@ struct ConvertOptions {
   int64_t steps = 0;
   int64_t trained_length = 0;               // tokens per window the maps were trained on (0: untrained)
   int64_t window = 0;                       // untrained maps only: hybrid heads with this window (trained maps carry their own)
+  std::vector<std::vector<HeadType>> types;  // untrained maps only: mixed head types [S][H] (empty: as the window says)
   std::string job_json;                     // the job's job.json text, "" for untrained maps
   bool copy_weights = true;                 // false: --weights reference
   std::string python_module;                // attnscope_linear.py to copy into OUT (required)

@@ -97,8 +97,11 @@ void check_window_fits(int64_t window, int64_t seq_len);
 // the capture's spectra (exactly what `attnscope allocate --capture DIR --budget C --strategy S
 // --lambda X --samples J --json` prints; with --multiple-of 2 for maps that need an even M:
 // hedgehog and the Fourier maps). Throws Error naming the file or quantity.
+// With `types` (optional): the head types of mixed models (SPEC 7), read from an allocation file
+// that has them (allocate --state-budget); empty otherwise. A softmax head's dimension is 0.
 std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_layers, int num_heads,
-                                               const CaptureStore* capture);
+                                               const CaptureStore* capture,
+                                               std::vector<std::vector<HeadType>>* types = nullptr);
 
 // job.json (SPEC 6, formats/job_file.h): the options under their keys, and what the job resolved: the
 // dims (per layer when every head of a layer agrees, else per head), the model, the world size,
@@ -106,6 +109,7 @@ std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_
 struct DistillJob {
   DistillOptions options;
   std::vector<std::vector<int64_t>> dims;  // [S][H]; as read from job.json, [S][1] for per-layer dims
+  std::vector<std::vector<HeadType>> types;  // [S][H] mixed head types ("head_types"); empty: every head as the window says
   std::string model;                       // the model the maps are for (resolved path)
   int world_size = 1;
   std::string command;                     // distill_command(options, run) when written

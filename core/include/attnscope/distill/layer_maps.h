@@ -80,13 +80,16 @@ struct HeadGroup {
 
 // Layer s's groups for head dims `head_dims` (one M per head), in order of first head: one group
 // (all heads, in order) when the heads share M. Head h's map is init_layer_maps' head h (seed
-// derive_seed(seed, s, h)) whatever its group.
+// derive_seed(seed, s, h)) whatever its group. With head types (mixed models, one per head) the
+// heads group by type and M: a hybrid group has o.window, a linear one none, and softmax heads are
+// in no group (they are exact: nothing to train).
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
-                                         int64_t d, int64_t d_model = 0);
+                                         int64_t d, int64_t d_model = 0, const std::vector<HeadType>& types = {});
 
-// A per-head parameter of the layer's groups (kGammaParam, kDecayParam, the gate's) as [H, ...] in head order,
-// gathered from its groups (differentiable in theirs).
-at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name);
+// A per-head parameter of the layer's groups (kGammaParam, kDecayParam, the gate's) as [H, ...] in
+// head order for a layer of n_heads heads, gathered from its groups (differentiable in theirs); 0
+// for heads in no group with it (softmax heads; linear heads' gamma); undefined when no group has it.
+at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* name, int64_t n_heads);
 
 // Decayed heads' start (DistillOptions::decay_init fit): layer s's delta [H] (float32), each head's
 // fit_decay_to_softmax (analysis/structured_mixers.h) over every window of the capture (one number
@@ -104,7 +107,9 @@ void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta);
 // (balances, decays): the model runs with the trainable maps in place, and gradients reach their
 // parameters. copy: every head's own FeatureMap (head_map) and detached copies instead, what a
 // finished job hands on.
-std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups, bool copy = false);
+// types (optional, [S][H]): a mixed model's head types; the heads in no group must be its softmax heads.
+std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vector<HeadGroup>>& groups, bool copy = false,
+                                                    const std::vector<std::vector<HeadType>>& types = {});
 
 // Direct training's loss: the mean next-token cross-entropy of `model` (as it is: with its linear
 // attention) on windows ids [B, L] (int64, L >= 2); differentiable in whatever requires grad.

@@ -9,6 +9,7 @@
 
 #include "attnscope/attention/feature_map.h"
 #include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/formats/converted_json.h"
 
 namespace attnscope {
 
@@ -22,15 +23,13 @@ bool is_converted_model(const std::string& dir);
 std::string converted_weights_dir(const std::string& dir);
 
 // The maps in `file` (layers.{s}.heads.{h}.feature_map.{param}: a converted model's or a finished
-// distillation job's feature_maps.safetensors), head (s, h) a map of `spec` with dims[s][h]
-// features; with window > 0 also each head's hybrid balance layers.{s}.heads.{h}.gamma (a finite
-// scalar). Every head's tensors must be there with the right shapes and nothing else. Throws
-// Error naming the file and head.
-std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const FeatureMapSpec& spec,
-                                                   const std::vector<std::vector<int64_t>>& dims,
-                                                   int n_layer, int n_head, int64_t head_dim, int64_t window = 0,
-                                                   Decay decay = Decay::None,  // also decay.delta (fixed), decay.w and decay.b (gated)
-                                                   int64_t d_model = 0);       // gated: the width of decay.w
+// distillation job's feature_maps.safetensors) as `hdr` describes them: head (s, h) a map of
+// hdr.map with hdr.dims[s][h] features, of the type hdr.types says (a softmax head has no tensors);
+// a hybrid head's balance layers.{s}.heads.{h}.gamma (a finite scalar), a decayed head's
+// decay.delta (fixed) or decay.w [d_model] and decay.b (gated). Every head's tensors must be there
+// with the right shapes and nothing else. Throws Error naming the file and head.
+std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const ConvertedHeader& hdr, int n_layer, int n_head,
+                                                   int64_t head_dim, int64_t d_model = 0);
 
 // Reads feature_maps.safetensors of converted model `dir` against its "attnscope" object and the
 // model's shape (n_layer x n_head heads of head_dim). Throws Error naming the file and head

@@ -1,10 +1,12 @@
-// Feature dimensions per layer or per head as JSON ("dims"): one format for job.json, the
-// allocation file and a converted model's config.json.
+// Feature dimensions per layer or per head as JSON ("dims"), and head types per head ("head_types"):
+// one format for job.json, the allocation file and a converted model's config.json.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "attnscope/attention/head.h"
 
 namespace attnscope {
 
@@ -12,8 +14,16 @@ namespace attnscope {
 // both): what job.json, the allocation file and a converted model's config.json write.
 nlohmann::ordered_json dims_json(const std::vector<std::vector<int64_t>>& dims);
 // The inverse, for n_layer x n_head: Error naming `where` for anything but whole numbers in
-// 1..kMaxFeatureDim in one of the two shapes.
+// 1..kMaxFeatureDim in one of the two shapes. With head types (mixed models, SPEC 7) a softmax
+// head's dimension is 0 (it has no map) and every other head's in 1..kMaxFeatureDim.
 std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& dims, int n_layer, int n_head,
-                                                  const std::string& where);
+                                                  const std::string& where,
+                                                  const std::vector<std::vector<HeadType>>& types = {});
+
+// Head types per head ("head_types") as SPEC 7 writes it ([["softmax"|"hybrid"|"linear", ...] per layer]), and its reader for
+// n_layer x n_head against the window (check_head_types); Error naming `where`.
+nlohmann::ordered_json head_types_json(const std::vector<std::vector<HeadType>>& types);
+std::vector<std::vector<HeadType>> parse_head_types_json(const nlohmann::json& j, int n_layer, int n_head, int64_t window,
+                                                         const std::string& where);
 
 }  // namespace attnscope

@@ -1,0 +1,312 @@
+// Mixed head types (SPEC 5 and 7, issue 28): a converted model whose heads are softmax (kept exact),
+// hybrid or linear, in any mix within a layer. Each head is checked against an independent
+// computation: a softmax head against the original model itself, a hybrid or linear head against
+// the same head in a model whose heads are all of its type (those forms are checked against float64
+// references in their own tests); the batch, recurrent and generation forms against each other; the
+// written model against what was written and against attnscope_linear.py; training against the
+// heads it must leave alone.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attnscope/attention/head.h"
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/base/error.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/distill/distill.h"
+#include "attnscope/formats/converted_json.h"
+#include "attnscope/formats/dims_json.h"
+#include "attnscope/model/model.h"
+#include "test_support.h"
+#include "tiny_models.h"
+
+namespace test_head_types {
+
+using namespace attnscope;
+namespace fs = std::filesystem;
+namespace test = attnscope::test;
+
+namespace {
+
+using Types = std::vector<std::vector<HeadType>>;
+constexpr HeadType kS = HeadType::Softmax, kH = HeadType::Hybrid, kL = HeadType::Linear;
+
+// Every head of an S x H model of one type.
+Types all_of(HeadType t, int S, int H) { return Types(size_t(S), std::vector<HeadType>(size_t(H), t)); }
+
+// A converted model of `original` with hedgehog maps (M = 8, seed 7), window W and these types;
+// gamma drawn away from 0 so the balance matters.
+std::shared_ptr<HeadFeatureMaps> maps_of(const Model& original, int64_t W, const Types& types) {
+  const ModelConfig& c = original.config();
+  FeatureMapSpec spec;
+  spec.name = "hedgehog";
+  spec.seed = 7;
+  auto maps = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(
+      spec, std::vector<std::vector<int64_t>>(size_t(c.n_layer), std::vector<int64_t>(size_t(c.n_head), 8)), c.n_layer,
+      c.n_head, c.head_dim, W, types));
+  for (size_t s = 0; s < maps->gamma.size(); ++s) maps->gamma[s] = at::linspace(-1.5, 1.0, c.n_head);
+  return maps;
+}
+
+// Each layer's heads' outputs [H, L, d] (batch 0) of `m` over ids.
+std::vector<at::Tensor> head_outputs(const Model& m, const at::Tensor& ids) {
+  std::vector<at::Tensor> out(size_t(m.config().n_layer));
+  CaptureHook hook;
+  hook.on_layer = [&](const AttentionActivations& a) { out[size_t(a.layer)] = a.out.select(0, 0).clone(); };
+  m.forward(ids, &hook);
+  return out;
+}
+
+// The prompt and n greedy tokens, each from a full forward pass over the sequence so far.
+std::vector<int64_t> greedy_by_forward(const Model& m, std::vector<int64_t> seq, int n) {
+  for (int t = 0; t < n; ++t) {
+    const at::Tensor lg = m.forward(at::tensor(seq, at::kLong).view({1, -1}));
+    seq.push_back(lg[0][-1].argmax().item<int64_t>());
+  }
+  return seq;
+}
+
+at::Tensor some_ids(int n, int vocab) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((i * 733 + 5) % vocab);
+  return at::tensor(ids, at::kLong).view({1, -1});
+}
+
+}  // namespace
+
+// Every head softmax: the original model, exactly, in every form (GPT-2, and a Llama with RoPE and
+// grouped-query attention, where a softmax head reads its shared key/value head).
+TEST(HeadTypes, EveryHeadSoftmaxIsTheOriginal) {
+  for (const std::string& dir : {test::source_dir() + "/resources/models/brown-gpt2-mini", test::tiny_llama_dir("types_all_softmax", 3)}) {
+    SCOPED_TRACE(dir);
+    LoadedModel original = load_model(dir), m = load_model(dir);
+    const ModelConfig& c = original.model->config();
+    const at::Tensor ids = some_ids(std::min(40, c.n_ctx), c.vocab_size);
+    m.model->set_feature_maps(maps_of(*original.model, 0, all_of(kS, c.n_layer, c.n_head)));
+    const at::Tensor want = original.model->forward(ids);
+    EXPECT_LT((m.model->forward(ids) - want).abs().max().item<double>(), 1e-5);
+    EXPECT_LT((m.model->forward_recurrent(ids) - want).abs().max().item<double>(), 1e-4);
+    const std::vector<int64_t> prompt{3, 17, 42, 5};
+    EXPECT_EQ(m.model->generate_greedy(prompt, 8), original.model->generate_greedy(prompt, 8));
+  }
+}
+
+// A mix within each layer: head by head, layer 0's outputs (the same input in every model) equal
+// the same head's in the model whose heads are all of its type; the batch form equals the recurrent
+// form and generation. The hybrid heads' window (4) is far below the length (40), so each type
+// differs from the others.
+TEST(HeadTypes, EachHeadRunsItsOwnRule) {
+  for (const std::string& dir : {test::source_dir() + "/resources/models/brown-gpt2-mini", test::tiny_llama_dir("types_mixed", 5)}) {
+    SCOPED_TRACE(dir);
+    LoadedModel original = load_model(dir);
+    const ModelConfig& c = original.model->config();
+    const int S = c.n_layer, H = c.n_head;
+    const at::Tensor ids = some_ids(40, c.vocab_size);
+    Types mixed = Types(size_t(S));
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < H; ++h) mixed[size_t(s)].push_back(std::vector<HeadType>{kS, kH, kL}[size_t((s + h) % 3)]);
+    const int64_t W = 4;
+    Model m(c, original.model->weights());
+    m.set_feature_maps(maps_of(*original.model, W, mixed));
+    const auto got = head_outputs(m, ids);
+    std::map<HeadType, std::vector<at::Tensor>> pure;
+    for (HeadType t : {kS, kH, kL}) {
+      Model p(c, original.model->weights());
+      p.set_feature_maps(maps_of(*original.model, t == kH ? W : 0, all_of(t, S, H)));
+      pure[t] = head_outputs(p, ids);
+    }
+    for (int h = 0; h < H; ++h) {
+      const HeadType t = mixed[0][size_t(h)];
+      SCOPED_TRACE(std::string("layer 0 head ") + std::to_string(h) + " " + head_type_name(t));
+      EXPECT_LT((got[0][h] - pure[t][0][h]).abs().max().item<double>(), 1e-5);
+      for (HeadType other : {kS, kH, kL}) {
+        if (other != t) {
+          EXPECT_GT((got[0][h] - pure[other][0][h]).abs().max().item<double>(), 1e-3);
+        }
+      }
+    }
+    const at::Tensor batch = m.forward(ids);
+    EXPECT_LT((m.forward_recurrent(ids) - batch).abs().max().item<double>(), 1e-4);
+    const std::vector<int64_t> prompt{3, 17, 42, 5, 9, 11};
+    EXPECT_EQ(m.generate_greedy(prompt, 10), greedy_by_forward(m, prompt, 10));
+  }
+}
+
+// The settings a mixed model refuses: a hybrid head without a window, a softmax head with a map, a
+// mapped head without one, a table of the wrong shape.
+TEST(HeadTypes, BadTypesAreRefused) {
+  LoadedModel original = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+  const ModelConfig& c = original.model->config();
+  Model m(c, original.model->weights());
+  std::string msg = test::error_of([&] { maps_of(*original.model, 0, all_of(kH, c.n_layer, c.n_head)); });
+  EXPECT_NE(msg.find("hybrid, which needs a window"), std::string::npos) << msg;
+  auto maps = maps_of(*original.model, 4, all_of(kL, c.n_layer, c.n_head));
+  maps->types[1][2] = kS;  // still has its map
+  msg = test::error_of([&] { m.set_feature_maps(maps); });
+  EXPECT_NE(msg.find("layer 1 head 2 is a softmax head"), std::string::npos) << msg;
+  maps = maps_of(*original.model, 4, all_of(kS, c.n_layer, c.n_head));
+  maps->types[0][1] = kL;  // has none
+  msg = test::error_of([&] { m.set_feature_maps(maps); });
+  EXPECT_NE(msg.find("layer 0 head 1 has no feature map"), std::string::npos) << msg;
+  maps->types.pop_back();
+  msg = test::error_of([&] { m.set_feature_maps(maps); });
+  EXPECT_NE(msg.find("layers of head types"), std::string::npos) << msg;
+}
+
+// Written and read back: "head_types" and dims 0 for softmax heads in config.json, no tensors for
+// softmax heads and no gamma for linear ones; the same logits from attnscope and from
+// attnscope_linear.py (batch and token by token); the readers' refusals name the file and head.
+TEST(HeadTypes, AMixedModelIsWrittenReadAndRunByPython) {
+  const std::string tmp = test::temp_dir("head_types_model"), cli = test::cli_path();
+  for (const std::string& dir : {test::source_dir() + "/resources/models/brown-gpt2-mini", test::tiny_llama_dir("types_written", 9)}) {
+    SCOPED_TRACE(dir);
+    const std::string out = tmp + "/" + fs::path(dir).filename().string();
+    LoadedModel original = load_model(dir);
+    const ModelConfig& c = original.model->config();
+    const int S = c.n_layer, H = c.n_head;
+    Types mixed = all_of(kH, S, H);
+    mixed[0][1] = kS, mixed[1][0] = kS, mixed[0][0] = kL;
+    ConvertOptions co;
+    co.map.name = "hedgehog";
+    co.map.seed = 7;
+    co.dims = std::vector<std::vector<int64_t>>(size_t(S), std::vector<int64_t>(size_t(H), 8));
+    co.maps = maps_of(*original.model, 4, mixed);
+    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
+    convert_model(original, co, out);
+    const auto a = nlohmann::json::parse(test::read_file(out + "/config.json"))["attnscope"];
+    EXPECT_EQ(a["head_types"][0][1], "softmax");
+    EXPECT_EQ(a["head_types"][0][0], "linear");
+    EXPECT_EQ(a["head_types"][1][1], "hybrid");
+    EXPECT_EQ(a["dims"][0][1], 0);
+    EXPECT_EQ(a["dims"][0][2], 8);
+    const auto t = test::read_tensors(out + "/feature_maps.safetensors");
+    for (const auto& [name, tensor] : t) {
+      EXPECT_NE(name.rfind("layers.0.heads.1.", 0), 0u) << name << ": a softmax head stores nothing";
+      EXPECT_NE(name, convert::gamma_name(0, 0)) << "a linear head has no balance";
+    }
+    EXPECT_TRUE(t.count(convert::gamma_name(0, 2)));
+    const at::Tensor ids = some_ids(40, c.vocab_size);
+    Model m(c, original.model->weights());
+    m.set_feature_maps(co.maps);
+    const at::Tensor want = m.forward(ids);
+    LoadedModel back = load_model(out);
+    EXPECT_EQ(head_types_of(*back.model->feature_maps()), mixed);
+    EXPECT_LT((back.model->forward(ids) - want).abs().max().item<double>(), 1e-6);
+
+    // Refusals: an unknown type; a hybrid head in a model without a window; a softmax head's dims.
+    const auto broken = [&](const std::function<void(nlohmann::json&)>& edit) {
+      const std::string bad = out + "_bad";
+      fs::remove_all(bad);
+      fs::copy(out, bad, fs::copy_options::recursive);
+      nlohmann::json cfg = nlohmann::json::parse(test::read_file(out + "/config.json"));
+      edit(cfg["attnscope"]);
+      std::ofstream(bad + "/config.json") << cfg.dump();
+      return test::error_of([&] { load_model(bad); });
+    };
+    std::string msg = broken([](nlohmann::json& j) { j["head_types"][0][3] = "exact"; });
+    EXPECT_NE(msg.find("attnscope.head_types"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("exact"), std::string::npos) << msg;
+    msg = broken([](nlohmann::json& j) { j.erase("window"); });
+    EXPECT_NE(msg.find("hybrid, which needs a window"), std::string::npos) << msg;
+    msg = broken([](nlohmann::json& j) { j["dims"][0][1] = 8; });
+    EXPECT_NE(msg.find("layer 0 head 1 is a softmax head with feature dimension 8"), std::string::npos) << msg;
+
+    const std::string python = test::python_with_torch();
+    if (python.empty()) continue;
+    std::string list, o;
+    for (int64_t i = 0; i < ids.size(1); ++i) list += (i ? "," : "") + std::to_string(ids[0][i].item<int64_t>());
+    ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids " + list + " --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
+    std::ofstream(tmp + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
+                                        "m = a.load('" + out + "')\n"
+                                        "ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
+                                        "ids = ref['ids'].view(1, -1)\n"
+                                        "got = m(ids)[0]\n"
+                                        "cache = m.new_cache()\n"
+                                        "rec = torch.cat([m(ids[:, :7], cache, 0)] + [m(ids[:, t:t + 1], cache, t) for t in range(7, ids.shape[1])], 1)[0]\n"
+                                        "print('maxdiff', float((got - ref['logits']).abs().max()), float((rec - got).abs().max()))\n";
+    ASSERT_EQ(test::run_command(python + " " + tmp + "/check.py 2>&1", &o), 0) << o;
+    std::istringstream in(o.substr(o.find("maxdiff")));
+    std::string word;
+    double diff = 1, rec = 1;
+    in >> word >> diff >> rec;
+    EXPECT_LT(diff, 1e-4) << o;
+    EXPECT_LT(rec, 1e-4) << o;
+  }
+}
+
+// distill with an allocation file that keeps heads exact: the softmax heads train nothing (no
+// tensors in the run's maps), the others train as before (the same tensors as a run of every head
+// as hybrid, head by head: their groups do not see the softmax heads); job.json records the types;
+// a killed run resumes exactly; the run converts to a mixed model. The block loss is refused.
+TEST(HeadTypes, DistillTrainsOnlyTheMappedHeads) {
+  const std::string root = test::temp_dir("head_types_distill");
+  const CaptureStore cap(test::bundled_capture());
+  const int S = cap.num_layers(), H = cap.num_heads();
+  Types types = all_of(kH, S, H);
+  types[0][1] = kS, types[2][0] = kS, types[2][3] = kL;
+  nlohmann::json alloc;
+  alloc["dims"] = nlohmann::json::array();
+  alloc["head_types"] = head_types_json(types);
+  for (int s = 0; s < S; ++s) {
+    alloc["dims"].push_back(nlohmann::json::array());
+    for (int h = 0; h < H; ++h) alloc["dims"][size_t(s)].push_back(types[size_t(s)][size_t(h)] == kS ? 0 : 8);
+  }
+  std::ofstream(root + "/alloc.json") << alloc.dump();
+  DistillOptions o;
+  o.capture = cap.dir();
+  o.val_capture = o.capture;
+  o.feature_map = "hedgehog";
+  o.loss = DistillLoss::Output;
+  o.allocation = root + "/alloc.json";
+  o.window = 4;
+  o.steps = 9;
+  o.seed = 5;
+  o.batch = 2;
+  distill(o, root + "/mixed");
+  // Every head hybrid, layer 0's head 1 in a group of its own (M = 16): layer 0's other heads form
+  // the same group as in the mixed run, layer 1 is the same in both.
+  nlohmann::json dims = nlohmann::json::array();
+  for (int s = 0; s < S; ++s) dims.push_back(std::vector<int>(size_t(H), 8));
+  dims[0][1] = 16;
+  std::ofstream(root + "/uniform.json") << nlohmann::json{{"dims", dims}}.dump();
+  DistillOptions uniform = o;
+  uniform.allocation = root + "/uniform.json";
+  distill(uniform, root + "/uniform");
+  const auto mixed = test::read_tensors(root + "/mixed/feature_maps.safetensors");
+  const auto all = test::read_tensors(root + "/uniform/feature_maps.safetensors");
+  for (const auto& [name, t] : mixed) EXPECT_NE(name.rfind("layers.0.heads.1.", 0), 0u) << name;
+  EXPECT_FALSE(mixed.count(convert::gamma_name(2, 3))) << "a linear head has no balance";
+  // The same groups train the same: the softmax head was only left out.
+  for (const auto& [s, h] : std::vector<std::pair<int, int>>{{1, 2}, {0, 0}, {0, 3}}) {
+    const std::string w = convert::tensor_prefix(s, h) + "W";
+    ASSERT_TRUE(mixed.count(w)) << w;
+    EXPECT_LT((mixed.at(w) - all.at(w)).abs().max().item<double>(), 1e-5) << w;
+  }
+  const auto job = nlohmann::json::parse(test::read_file(root + "/mixed/job.json"));
+  EXPECT_EQ(job["head_types"][0][1], "softmax");
+  test::expect_distill_resumes_exactly(o, root);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::cli_path() + " convert --job " + root + "/mixed --out " + root + "/model 2>&1", &out), 0) << out;
+  LoadedModel m = load_model(root + "/model");
+  EXPECT_EQ(head_types_of(*m.model->feature_maps()), types);
+  const at::Tensor ids = cap.ids().narrow(0, 0, 1).narrow(1, 0, 48);
+  EXPECT_LT((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-4);
+
+  DistillOptions block = o;
+  block.loss = DistillLoss::Block;
+  const std::string msg = test::error_of([&] { distill(block, root + "/block"); });
+  EXPECT_NE(msg.find("block with softmax heads"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(root + "/block"));
+}
+
+}  // namespace test_head_types
