@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -18,9 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/allocation/allocation.h"
 #include "attnscope/attention/head.h"
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/base/error.h"
+#include "attnscope/base/file_tree.h"
 #include "attnscope/capture/capture.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
@@ -206,7 +210,7 @@ TEST(HeadTypes, AMixedModelIsWrittenReadAndRunByPython) {
     // Refusals: an unknown type; a hybrid head in a model without a window; a softmax head's dims.
     const auto broken = [&](const std::function<void(nlohmann::json&)>& edit) {
       const std::string bad = out + "_bad";
-      fs::remove_all(bad);
+      remove_tree(bad);
       fs::copy(out, bad, fs::copy_options::recursive);
       nlohmann::json cfg = nlohmann::json::parse(test::read_file(out + "/config.json"));
       edit(cfg["attnscope"]);
@@ -307,6 +311,111 @@ TEST(HeadTypes, DistillTrainsOnlyTheMappedHeads) {
   const std::string msg = test::error_of([&] { distill(block, root + "/block"); });
   EXPECT_NE(msg.find("block with softmax heads"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(root + "/block"));
+}
+
+// Head types under a state budget, against hand counts (SPEC 5: softmax 2 T d b, linear (M d + M) b,
+// hybrid + 2 W d b) and against a brute force over every subset of heads kept softmax (the least
+// predicted loss, the sum of the DoF of the heads left to a map, among the subsets that fit).
+TEST(HeadTypes, AllocationUnderAStateBudget) {
+  // 2 layers x 4 heads, d = 8, T = 64, 2 key/value heads per layer, float32.
+  std::vector<std::vector<double>> dof = {{3.0, 9.0, 1.0, 4.0}, {2.0, 8.5, 7.0, 0.5}};
+  AllocOptions o;
+  o.strategy = AllocStrategy::Fix;
+  o.budget = 8;
+  o.head_dim = 8;
+  o.state = {0, 0.5, 64, 0, 2, 4};
+  Allocation a = allocate(dof, o);
+  const int64_t linear = (8 * 8 + 8) * 4, softmax = 64 * 16 * 4;  // 288, 4096 bytes
+  EXPECT_EQ(a.original_bytes, 2 * 2 * softmax);
+  // Half of 16384 bytes: the base (8 x 288 = 2304) and one head kept (+ 3808 = 6112); a second would need 9920.
+  ASSERT_EQ(a.types.size(), 2u);
+  EXPECT_EQ(a.types[0][1], kS) << "the largest DoF (9) stays softmax";
+  EXPECT_EQ(a.dims[0][1], 0);
+  EXPECT_EQ(a.state_bytes, 7 * linear + softmax);
+  EXPECT_DOUBLE_EQ(a.predicted_loss, 3 + 1 + 4 + 2 + 8.5 + 7 + 0.5);
+  int kept = 0;
+  for (const auto& l : a.types) kept += int(std::count(l.begin(), l.end(), kS));
+  EXPECT_EQ(kept, 1);
+  // Hybrid heads with W = 4: each keeps a ring of 4 keys and values more (2 W d b = 256 bytes).
+  o.state = {12000, 0, 64, 4, 2, 4};
+  a = allocate(dof, o);
+  const int64_t hybrid = linear + 2 * 4 * 8 * 4;
+  EXPECT_EQ(a.types[1][2], kH);
+  EXPECT_EQ(a.state_bytes, 6 * hybrid + 2 * softmax);  // 3264 + 8192 = 11456 <= 12000; a third: 15008
+  EXPECT_EQ(a.types[0][1], kS);
+  EXPECT_EQ(a.types[1][1], kS);
+
+  // Random DoF, budgets from the cheapest to the original: the greedy choice's predicted loss is
+  // the brute force's least.
+  at::manual_seed(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    const at::Tensor r = at::rand({2, 4}, at::kDouble) * 10;
+    std::vector<std::vector<double>> d(2, std::vector<double>(4));
+    for (int s = 0; s < 2; ++s)
+      for (int h = 0; h < 4; ++h) d[size_t(s)][size_t(h)] = r[s][h].item<double>();
+    const double share = 0.27 + 0.73 * double(trial) / 19.0;  // from just above the cheapest (4352 of 16384 bytes)
+    o.state = {0, share, 64, 4, 2, 4};
+    const Allocation g = allocate(d, o);
+    const int64_t cap = int64_t(std::floor(share * double(g.original_bytes)));
+    double best = 1e300;
+    for (int subset = 0; subset < 256; ++subset) {
+      int64_t bytes = 0;
+      double loss = 0;
+      for (int i = 0; i < 8; ++i) {
+        const bool kept_exact = subset >> i & 1;
+        bytes += kept_exact ? softmax : hybrid;
+        if (!kept_exact) loss += d[size_t(i / 4)][size_t(i % 4)];
+      }
+      if (bytes <= cap) best = std::min(best, loss);
+    }
+    EXPECT_NEAR(g.predicted_loss, best, 1e-9) << "share " << share;
+    EXPECT_LE(g.state_bytes, cap);
+  }
+
+  // Bad budgets: below the cheapest model, above the original, both forms, no context.
+  o.state = {1000, 0, 64, 0, 2, 4};
+  std::string msg = test::error_of([&] { allocate(dof, o); });
+  EXPECT_NE(msg.find("below the cheapest model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2304 bytes"), std::string::npos) << msg;
+  o.state = {20000, 0, 64, 0, 2, 4};
+  msg = test::error_of([&] { allocate(dof, o); });
+  EXPECT_NE(msg.find("more than the original's key-value cache"), std::string::npos) << msg;
+  o.state = {5000, 0.5, 64, 0, 2, 4};
+  EXPECT_NE(test::error_of([&] { allocate(dof, o); }).find("not both"), std::string::npos);
+  o.state = {5000, 0, 0, 0, 2, 4};
+  EXPECT_NE(test::error_of([&] { allocate(dof, o); }).find("context"), std::string::npos);
+}
+
+// The same allocation from the CLI (allocate --state-share, the file distill reads) and from
+// distill's own strategy (--strategy dof --state-share): the same head types; negative and
+// too-large budgets are refused by the CLI, naming the flag, with nothing written.
+TEST(HeadTypes, StateBudgetFromTheCliAndDistill) {
+  const std::string root = test::temp_dir("head_types_budget"), cli = test::cli_path(), cap = test::bundled_capture();
+  std::string out;
+  ASSERT_EQ(test::run_command(cli + " allocate --capture " + cap + " --strategy dof --budget 8 --multiple-of 2 --state-share 0.4 --window 4 --json", &out), 0) << out;
+  const auto a = nlohmann::json::parse(out.substr(out.find('{')));  // after the convergence note on stderr
+  ASSERT_TRUE(a.contains("head_types")) << a.dump();
+  EXPECT_LE(a["state_bytes"].get<double>(), 0.4 * a["original_kv_bytes"].get<double>());
+  int kept = 0;
+  for (const auto& l : a["head_types"])
+    for (const auto& t : l) kept += t == "softmax";
+  EXPECT_GT(kept, 0);
+  ASSERT_EQ(test::run_command(cli + " distill --capture " + cap + " --feature-map hedgehog --strategy dof --budget 8 --state-share 0.4 --window 4 "
+                                  "--loss output --steps 2 --out " + root + "/run 2>&1", &out), 0) << out;
+  const auto job = nlohmann::json::parse(test::read_file(root + "/run/job.json"));
+  EXPECT_EQ(job["head_types"], a["head_types"]);
+  EXPECT_EQ(job["state_share"], 0.4);
+  for (const std::string bad : {"--state-share 1.5", "--state-budget -3"}) {
+    const int rc = test::run_command(cli + " distill --capture " + cap + " --feature-map hedgehog --strategy dof --budget 8 " + bad +
+                                         " --steps 2 --out " + root + "/bad 2>&1", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find(bad.substr(0, bad.find(' '))), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(root + "/bad"));
+  }
+  const int rc = test::run_command(cli + " distill --capture " + cap + " --feature-map hedgehog --features 8 --state-share 0.4 --steps 2 --out " +
+                                       root + "/bad 2>&1", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("give a strategy"), std::string::npos) << out;
 }
 
 }  // namespace test_head_types

@@ -190,8 +190,21 @@ void DofAllocationPanel::show_state(const DofAllocation& state, int64_t head_dim
   p->yAxis2->setRange(p->yAxis->range());
   cost_text_->setText(mean_cost_text() +
                       tr("   (%1, λ = %2)").arg(QString(alloc_strategy_name(a.strategy)), lambda_short(state.lambda)) +
-                      (per_head ? tr("\nbars: layer max; dots: each head") : QString()));
+                      (per_head ? tr("\nbars: layer max; dots: each head") : QString()) + kept_text(a));
   p->replot(QCustomPlot::rpQueuedReplot);
+}
+
+// Under a state budget: how many heads stay softmax and the state against the original's cache.
+QString DofAllocationPanel::kept_text(const Allocation& a) {
+  if (a.types.empty()) return {};
+  int kept = 0, heads = 0;
+  for (const auto& layer : a.types)
+    for (HeadType t : layer) kept += t == HeadType::Softmax, ++heads;
+  return tr("\n%1 of %2 heads kept softmax (S in the grid); state %3 KB = %4% of the key-value cache")
+      .arg(kept)
+      .arg(heads)
+      .arg(double(a.state_bytes) / 1024.0, 0, 'f', 1)
+      .arg(100.0 * double(a.state_bytes) / double(std::max<int64_t>(1, a.original_bytes)), 0, 'f', 1);
 }
 
 std::vector<bool> DofAllocationPanel::shown_bar_labels() const {

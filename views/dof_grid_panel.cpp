@@ -72,7 +72,8 @@ void DofGridPanel::show_state(const DofAllocation& state) {
       if (v > hd[size_t(s)][size_t(best)].value) best = h;
       flagged[size_t(s)][size_t(h)] = s < int(state.convergence.size()) && h < int(state.convergence[size_t(s)].size()) &&
                                       state.convergence[size_t(s)][size_t(h)].unconverged();
-      texts[size_t(s)][size_t(h)] = fmt(v, 1) + (flagged[size_t(s)][size_t(h)] ? "*" : "");
+      const bool kept = s < int(state.allocation.types.size()) && state.allocation.types[size_t(s)][size_t(h)] == HeadType::Softmax;
+      texts[size_t(s)][size_t(h)] = fmt(v, 1) + (flagged[size_t(s)][size_t(h)] ? "*" : "") + (kept ? " S" : "");
     }
     if (H > 0) bold[size_t(s)][size_t(best)] = true;
   }

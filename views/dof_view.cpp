@@ -1,8 +1,10 @@
 #include "dof_view.h"
 
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QGridLayout>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QMenu>
 #include <QMessageBox>
@@ -40,6 +42,7 @@ struct DofView::Impl : QObject {
   int sel_layer = 0, sel_head = 0;
   bool quiet = false;         // set_controls: move without emitting
   double drawn_lambda = NAN;  // the lambda panels (a)-(c) show; NaN: redraw them
+  std::vector<std::vector<HeadType>> drawn_types;  // the head types the grid marks
   QString pending;            // show_pending's note while there are no spectra
 
   QSlider* lambda = nullptr;
@@ -47,6 +50,7 @@ struct DofView::Impl : QObject {
   QSlider* budget = nullptr;
   QSpinBox* budget_box = nullptr;
   QComboBox* strategy = nullptr;
+  QDoubleSpinBox* state_share = nullptr;  // head types under a state budget: a share of the KV cache, 0 = off
   QToolButton* table_button = nullptr;
   QAction* head_dims_action = nullptr;
 
@@ -178,6 +182,21 @@ DofView::DofView(QWidget* parent) : QWidget(parent), d_(new Impl(this)) {
   d_->head_dims_action->setEnabled(false);
   d_->table_button->setMenu(menu);
   controls->addWidget(d_->table_button, 1, 4, Qt::AlignLeft);
+  d_->state_share = new QDoubleSpinBox(this);
+  d_->state_share->setRange(0, 1);
+  d_->state_share->setDecimals(2);
+  d_->state_share->setSingleStep(0.05);
+  d_->state_share->setSpecialValueText(tr("off"));
+  d_->state_share->setToolTip(tr("Keep heads exact under a state budget: the share of the original's key-value cache (at the "
+                                 "capture's length) the converted model may keep per sequence. The heads with the largest DoF "
+                                 "stay softmax while it fits (S in the grid); the rest are map heads, hybrid with the Train "
+                                 "form's window. Linearize from the DoF view takes it as --state-share."));
+  controls->addWidget(new QLabel(tr("Keep exact"), this), 2, 0);
+  auto* share_row = new QHBoxLayout;
+  share_row->addWidget(d_->state_share);
+  share_row->addWidget(new QLabel(tr("of the key-value cache (state share)"), this));
+  share_row->addStretch(1);
+  controls->addLayout(share_row, 2, 1, 1, 2);
   controls->setColumnStretch(1, 1);
   layout->addLayout(controls);
 
@@ -222,6 +241,9 @@ DofView::DofView(QWidget* parent) : QWidget(parent), d_(new Impl(this)) {
   });
   // The box moves the slider, whose valueChanged emits (once).
   connect(d_->budget_box, qOverload<int>(&QSpinBox::valueChanged), this, [this](int v) { d_->budget->setValue(v); });
+  connect(d_->state_share, qOverload<double>(&QDoubleSpinBox::valueChanged), this, [this](double v) {
+    if (!d_->quiet) emit stateShareChanged(v);
+  });
   connect(d_->strategy, qOverload<int>(&QComboBox::currentIndexChanged), this, [this, emit_settings](int) {
     d_->head_dims_action->setEnabled(strategy() == AllocStrategy::PerHead);
     emit_settings();
@@ -268,12 +290,13 @@ void DofView::show_state(const DofAllocation& state) {
   const int H = S ? int(state.head_dof.front().size()) : 0;
   const bool reshaped = S != d_->grid_panel->rows() || H != d_->grid_panel->cols();
   d_->head_dims_action->setEnabled(state.allocation.strategy == AllocStrategy::PerHead);
-  if (reshaped || state.lambda != d_->drawn_lambda) {
+  if (reshaped || state.lambda != d_->drawn_lambda || state.allocation.types != d_->drawn_types) {
     d_->grid_panel->show_state(state);
     d_->grid_panel->select(d_->sel_layer, d_->sel_head);
     d_->spectrum_panel->show_lambda(d_->lambda_shown());
     d_->curve_panel->show_lambda(d_->lambda_shown(), d_->head_dof());
     d_->drawn_lambda = state.lambda;
+    d_->drawn_types = state.allocation.types;
   }
   d_->alloc_panel->show_state(state, d_->spectra ? d_->spectra->head_dim : 0);
   d_->head_table->show_state(state);  // its M column follows the budget too
@@ -307,6 +330,15 @@ void DofView::set_controls(double lambda, int64_t budget, AllocStrategy strategy
   d_->strategy->setCurrentIndex(int(strategy));
   d_->quiet = was;
 }
+
+void DofView::set_state_share(double share) {
+  const bool was = d_->quiet;
+  d_->quiet = true;
+  d_->state_share->setValue(share);
+  d_->quiet = was;
+}
+double DofView::state_share() const { return d_->state_share->value(); }
+QDoubleSpinBox* DofView::state_share_box() const { return d_->state_share; }
 
 void DofView::set_commands(const QString& dof_command, const QString& allocate_command) {
   d_->grid_panel->set_command(dof_command);

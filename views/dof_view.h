@@ -19,6 +19,7 @@
 class QSlider;
 class QComboBox;
 class QSpinBox;
+class QDoubleSpinBox;
 class QLabel;
 class QTabWidget;
 
@@ -48,6 +49,10 @@ class DofView : public QWidget {
   AllocStrategy strategy() const;
   // Moves the controls without emitting settingsChanged (sessions).
   void set_controls(double lambda, int64_t budget, AllocStrategy strategy);
+  // The state share (0: off) of head types under a state budget; set_state_share emits nothing.
+  void set_state_share(double share);
+  double state_share() const;
+  QDoubleSpinBox* state_share_box() const;
   // The command lines of its figures and tables (attnscope dof / allocate ...), set by the window.
   void set_commands(const QString& dof_command, const QString& allocate_command);
 
@@ -77,6 +82,7 @@ class DofView : public QWidget {
 
  signals:
   void settingsChanged(double lambda, qint64 budget, attnscope::AllocStrategy strategy);
+  void stateShareChanged(double share);
   void headSelected(int layer, int head);
 
  private:

@@ -10,6 +10,7 @@
 #include "attnscope/allocation/allocation_tables.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/base/error.h"
+#include "attnscope/capture/capture.h"
 #include "common.h"
 
 namespace attnscope::cli {
@@ -25,7 +26,15 @@ void register_allocate(CLI::App& app) {
   cmd->callback([=] {
     if (a->spectra.empty() && a->capture.empty()) throw CLI::RequiredError("--spectra FILE or --capture DIR");
     const DofSpectra s = a->spectra.empty() ? compute_spectra_of(a->capture, a->dof) : load_spectra(a->spectra);
-    const AllocOptions& o = a->alloc;
+    AllocOptions o = a->alloc;
+    o.state = a->state;
+    // The capture's window length and key/value heads (the one given, or the one the spectra were computed from).
+    const std::string capture_dir = !a->capture.empty() ? a->capture : s.capture_dir;
+    if (o.state.given() && !capture_dir.empty() && std::filesystem::is_directory(capture_dir)) {
+      const CaptureStore cap(capture_dir);
+      if (o.state.context == 0) o.state.context = cap.seq_len();
+      o.state.kv_heads = cap.num_kv_heads();
+    }
     const std::string format = fmt->format == OutputFormat::Json       ? "json"
                                : fmt->format == OutputFormat::Csv      ? "csv"
                                : fmt->format == OutputFormat::Latex    ? "latex"

@@ -54,8 +54,10 @@ std::string load_spectra_command(const std::string& spectra) {
 }
 
 std::string allocate_command(const std::string& spectra, double lambda, int64_t budget, AllocStrategy strategy,
-                             int64_t multiple) {
+                             int64_t multiple, const StateBudget& state) {
   AllocateCommand a;
+  a.state = state;
+  a.state.kv_heads = 0;  // not an option: allocate reads it from the capture
   a.spectra = spectra;
   a.dof.lambda = lambda;
   a.alloc.budget = budget;

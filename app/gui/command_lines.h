@@ -36,7 +36,7 @@ std::string dof_command(const std::string& spectra, double lambda);
 std::string load_spectra_command(const std::string& spectra);
 // attnscope allocate --spectra F --lambda L --budget C --strategy S [--multiple-of m] --markdown
 std::string allocate_command(const std::string& spectra, double lambda, int64_t budget, AllocStrategy strategy,
-                             int64_t multiple);
+                             int64_t multiple, const StateBudget& state = {});
 // attnscope metrics --capture DIR [--feature-map NAME [--features M] [--window W]] --seed S [--max-seqs n]
 //   [--sample-rows R] [--mixer-state N [--mixer-tokens P]] --csv
 std::string metrics_command(const std::string& capture_dir, const AnalysisOptions& analysis);

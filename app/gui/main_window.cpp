@@ -393,6 +393,9 @@ void MainWindow::connect_views() {
   connect(dof_, &views::DofView::settingsChanged, this, [this](double lambda, qint64 budget, AllocStrategy strategy) {
     if (!applying_) workbench_->set_dof_settings(lambda, budget, strategy);
   });
+  connect(dof_, &views::DofView::stateShareChanged, this, [this](double share) {
+    if (!applying_) workbench_->set_state_share(share);
+  });
   connect(jobs_, &views::JobsView::cancelRequested, workbench_, &Workbench::cancel);
   connect(jobs_, &views::JobsView::openRequested, this, &MainWindow::open_job_result);
   connect(tabs_, &QTabWidget::currentChanged, this, [this](int) {
@@ -464,6 +467,7 @@ void MainWindow::show_choices() {
   heads_->set_scale(s.colour_scale);
   heads_->set_metric(s.metric);
   dof_->set_controls(s.lambda, s.budget, s.strategy);
+  dof_->set_state_share(s.state_share);
   training_->set_form(s.train);
   applying_ = false;
 }
@@ -781,6 +785,7 @@ void MainWindow::on_spectra_ready() {
   applying_ = true;
   dof_->set_spectra(workbench_->spectra());
   dof_->set_controls(s.lambda, s.budget, s.strategy);
+  dof_->set_state_share(s.state_share);
   applying_ = false;
   update_commands();
 }

@@ -484,6 +484,20 @@ int Workbench::recompute_spectra() {
   return spectra_job_;
 }
 
+StateBudget Workbench::state_budget() const {
+  StateBudget b;
+  if (!(session_.state_share > 0) || !capture_) return b;  // off, or nothing to count it at yet
+  // At the capture's length, with the Train form's window for the map heads (none if it would not fit).
+  b = {0, session_.state_share, capture_->seq_len(), session_.train.linearize.stage1.window, capture_->num_kv_heads(), 4};
+  if (b.window >= b.context) b.window = 0;
+  return b;
+}
+
+std::optional<DofAllocation> Workbench::set_state_share(double share) {
+  session_.state_share = share;
+  return set_dof_settings(session_.lambda, session_.budget, session_.strategy);
+}
+
 std::optional<DofAllocation> Workbench::set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy) {
   session_.lambda = lambda;
   session_.budget = budget;
@@ -494,6 +508,7 @@ std::optional<DofAllocation> Workbench::set_dof_settings(double lambda, int64_t 
     o.strategy = strategy;
     o.budget = budget;
     o.multiple = session_.multiple;
+    o.state = state_budget();
     // A budget or strategy move keeps the DoF of every head: only the allocation is redone.
     if (dof_state_ && dof_state_->lambda == lambda && dof_spectra_ == spectra_) {
       dof_state_ = reallocate(*dof_state_, spectra_->head_dim, o);
@@ -833,7 +848,7 @@ std::string Workbench::dof_command() const {
 std::string Workbench::allocate_command() const {
   if (session_.spectra.empty()) return "";
   return gui::allocate_command(session_.spectra, session_.lambda, session_.budget, session_.strategy,
-                               session_.multiple);
+                               session_.multiple, state_budget());
 }
 
 }  // namespace attnscope::gui

@@ -118,6 +118,8 @@ class Workbench : public QObject {
   // instant, so the sliders redraw as they move. Stored in the session; dofStateChanged().
   // Empty (and error()) without spectra or for a bad budget.
   std::optional<DofAllocation> set_dof_settings(double lambda, int64_t budget, AllocStrategy strategy);
+  // The DoF view's state share (0: off): head types under a state budget, redone at once.
+  std::optional<DofAllocation> set_state_share(double share);
   void set_multiple(int64_t multiple);  // dimensions rounded to a multiple of this
   // write_report into out_dir as a job (figures drawn on the UI thread). Returns the job id.
   int export_report(const QString& out_dir);
@@ -188,6 +190,9 @@ class Workbench : public QObject {
   std::string metrics_command() const;
   std::string dof_command() const;
   std::string allocate_command() const;
+  // The DoF view's state budget (StateBudget: the share, the capture's length and key/value heads,
+  // the Train form's window); not given while the share is off or there is no capture.
+  StateBudget state_budget() const;
   // The texts a capture would read (typed text: the workspace's text.txt, once written).
   std::vector<std::string> text_files() const;
 

@@ -173,7 +173,8 @@ int Workbench::start_linearize(const TrainSettings& t) {
       throw Error("The DoF view has no allocation yet (its spectra are still being computed): wait for them, or "
                   "choose a fixed M.");
     // The DoF view's strategy, budget and lambda, computed on the run's own capture as the CLI does.
-    LinearizeOptions o = linearize_options_of(t, session_.strategy, session_.budget, session_.lambda, model_->model->config().head_dim);
+    LinearizeOptions o = linearize_options_of(t, session_.strategy, session_.budget, session_.lambda, model_->model->config().head_dim,
+                                              session_.state_share);
     o.model = model_->path;
     o.texts = texts;
     o.python_module = python_module_;

@@ -17,6 +17,19 @@ const OptionTable<AllocOptions>& alloc_option_table() {
   return rows;
 }
 
+const OptionTable<StateBudget>& state_budget_option_table() {
+  using B = StateBudget;
+  static const OptionTable<B> rows = {
+      omitted_at_default(bind(opt::state_budget, &B::bytes, 0)),
+      omitted_at_default(bind(opt::state_share, &B::share)),
+      omitted_at_default(described(bind(with_range(opt::context, whole_range(1, opt::kMaxTokens)), &B::context, 0),
+                                   "tokens per sequence the state budget is counted at (default: the capture's window length)")),
+      omitted_at_default(described(bind(opt::window, &B::window, 0),
+                                   "with a state budget: the window W of the map heads (hybrid; 0: linear)")),
+  };
+  return rows;
+}
+
 const OptionTable<AllocateCommand>& allocate_command_option_table() {
   static const OptionTable<AllocateCommand> rows = [] {
     using C = AllocateCommand;
@@ -31,6 +44,7 @@ const OptionTable<AllocateCommand>& allocate_command_option_table() {
       t.push_back(r);
     }
     nest_rows(t, &C::alloc, alloc_option_table());
+    for (const Option<StateBudget>& row : state_budget_option_table()) t.push_back(nest(&C::state, row));
     return t;
   }();
   return rows;

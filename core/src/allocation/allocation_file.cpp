@@ -23,6 +23,12 @@ nlohmann::ordered_json allocation_file_json(const DofAllocation& a) {
   j["layer_dof"] = al.layer_dof;
   j["dims"] = al.strategy == AllocStrategy::PerHead ? nlohmann::ordered_json(al.dims) : dims_json(al.dims);
   j["mean_cost"] = al.mean_cost;
+  if (!al.types.empty()) {
+    j["head_types"] = head_types_json(al.types);
+    j["state_bytes"] = al.state_bytes;
+    j["original_kv_bytes"] = al.original_bytes;
+    j["predicted_loss"] = al.predicted_loss;  // the DoF of the heads left to a map
+  }
   j["head_dof"] = dof_values(a.head_dof);
   j["wide_bounds"] = nlohmann::ordered_json::array();
   for (const WideBound& w : a.wide_bounds)

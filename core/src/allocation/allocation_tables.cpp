@@ -42,6 +42,15 @@ Table allocation_table(const std::string& model, const std::vector<Allocation>& 
   const size_t S = allocations.empty() ? 0 : allocations.front().dims.size();
   for (size_t s = 0; s < S; ++s) t.header.push_back(std::to_string(s));
   t.header.push_back("Mean");
+  // Under a state budget: the heads kept softmax and the state per sequence against the original's cache.
+  const bool typed = std::any_of(allocations.begin(), allocations.end(), [](const Allocation& a) { return !a.types.empty(); });
+  if (typed) {
+    t.header.push_back("Softmax heads");
+    t.header.push_back("State bytes (of KV)");
+    t.caption += " Under a state budget the heads with the largest DoF stay softmax (their layer's dimension counts the "
+                 "map heads only); State = bytes per sequence at the budget's context, and its share of the original's "
+                 "key-value cache there.";
+  }
   for (const Allocation& a : allocations) {
     const auto dims = a.layer_dims();
     std::vector<std::string> row = {model, alloc_strategy_name(a.strategy), fmt_number(a.budget, 0)};
@@ -51,6 +60,13 @@ Table allocation_table(const std::string& model, const std::vector<Allocation>& 
       values.push_back(double(m));
     }
     row.push_back(fmt_number(a.mean_cost, 1));
+    if (typed) {
+      int64_t kept = 0;
+      for (const auto& layer : a.types) kept += std::count(layer.begin(), layer.end(), HeadType::Softmax);
+      row.push_back(a.types.empty() ? "" : std::to_string(kept));
+      row.push_back(a.types.empty() ? "" : std::to_string(a.state_bytes) + " (" +
+                                               fmt_number(100.0 * double(a.state_bytes) / double(std::max<int64_t>(1, a.original_bytes)), 1) + "%)");
+    }
     std::vector<bool> b = {false, false, false};
     // Nothing to highlight when every layer got the same (fix, or dof-clip with every layer clipped).
     if (std::adjacent_find(values.begin(), values.end(), std::not_equal_to<>()) != values.end()) {

@@ -74,6 +74,21 @@ std::vector<std::vector<HeadType>> head_types_of(const HeadFeatureMaps& lin) {
   return out;
 }
 
+int64_t state_values(const HeadFeatureMaps& lin, int64_t head_dim, int64_t T) {
+  int64_t values = 0;
+  for (size_t s = 0; s < lin.maps.size(); ++s)
+    for (size_t h = 0; h < lin.maps[s].size(); ++h) {
+      const HeadType type = lin.type(int64_t(s), int64_t(h));
+      const int64_t M = lin.maps[s][h] ? lin.maps[s][h]->feature_dim() : 0;
+      values += head_cost(type, head_dim, head_dim, T, M, lin.window, lin.decay() != Decay::None).state_values;
+    }
+  return values;
+}
+
+int64_t kv_cache_values(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, int64_t T) {
+  return n_layer * n_kv_head * head_cost(HeadType::Softmax, head_dim, head_dim, T).state_values;
+}
+
 HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::vector<std::vector<int64_t>>& dims,
                                       int n_layer, int n_head, int head_dim, int64_t window,
                                       const std::vector<std::vector<HeadType>>& types) {

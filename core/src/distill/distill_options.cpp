@@ -76,6 +76,8 @@ const OptionTable<O>& table() {
       only_when(bind(opt::budget, &O::budget, 0), has_strategy),
       only_when(bind(opt::lambda, &O::lambda, parse_lambda, lambda_arg), has_strategy),
       only_when(bind(opt::dof_samples, &O::dof_samples), has_strategy),
+      omitted_at_default(only_when(bind(opt::state_budget, &O::state_budget, 0), has_strategy)),
+      omitted_at_default(only_when(bind(opt::state_share, &O::state_share), has_strategy)),
       bind(opt::loss, &O::loss, parse_distill_loss, distill_loss_name, distill_loss_names()),
       bind(opt::steps, &O::steps),
       [] {
@@ -151,6 +153,12 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
                                                : "comes from exactly one of: one M for every head, an allocation file, "
                                                  "or a strategy with a budget");
   if (o.strategy && o.budget == 0) fail_value("budget", "is missing: a strategy allocates a budget C (the mean feature dimension)");
+  if ((o.state_budget > 0 || o.state_share > 0) && !o.strategy)
+    fail_value("state budget", "allocates head types from the capture's DoF: give a strategy (e.g. dof) with it");
+  if (o.state_budget > 0 && o.state_share > 0)
+    fail_value("state budget", "give bytes or a share of the original's key-value cache, not both");
+  if ((o.state_budget > 0 || o.state_share > 0) && o.loss == DistillLoss::Block)
+    fail_value("loss", "block with softmax heads kept exact is not supported yet: use output or kl");
   if (o.window != 0) {
     check_head(o.feature_map, o.window);  // the one rule of a head's settings (attention/head.h)
     if (o.loss == DistillLoss::L2)
@@ -174,20 +182,18 @@ void check_window_fits(int64_t window, int64_t seq_len) {
 std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_layers, int num_heads,
                                                const CaptureStore* capture, std::vector<std::vector<HeadType>>* types) {
   std::vector<std::vector<int64_t>> dims;
-  std::vector<std::vector<HeadType>> file_types;
+  std::vector<std::vector<HeadType>> head_types;
   if (o.features > 0) {
     dims.assign(size_t(num_layers), std::vector<int64_t>(size_t(num_heads), o.features));
   } else if (!o.allocation.empty()) {
     AllocationFile f = read_allocation_file(o.allocation, num_layers, num_heads);
     dims = f.dims;
-    file_types = f.types;
+    head_types = f.types;
     try {
-      check_head_types(file_types, num_layers, num_heads, o.window, o.allocation);
+      check_head_types(head_types, num_layers, num_heads, o.window, o.allocation);
     } catch (const Error& e) {
       fail_value("window", std::string(e.what()) + ": give the window the allocation was made for");
     }
-    if (!file_types.empty() && !types)
-      fail(o.allocation, "has head types (softmax heads kept exact), which this job cannot train");
   } else if (o.strategy) {
     if (!capture) fail_value("strategy", "needs the capture's spectra: give a capture");
     // The spectra exactly as `attnscope allocate --capture` computes them with its defaults (seed
@@ -200,12 +206,17 @@ std::vector<std::vector<int64_t>> distill_dims(const DistillOptions& o, int num_
     a.budget = o.budget;
     // Maps built of [f, g] pairs (hedgehog, the Fourier maps) need an even M: rounded to pairs.
     a.multiple = map_family(o.feature_map).pairs ? 2 : 1;
-    dims = allocation_at(compute_spectra(*capture, settings), o.lambda, a).allocation.dims;
+    a.state = {o.state_budget, o.state_share, capture->seq_len(), o.window, capture->num_kv_heads(), 4};
+    const Allocation al = allocation_at(compute_spectra(*capture, settings), o.lambda, a).allocation;
+    dims = al.dims;
+    head_types = al.types;
   } else {
     fail_value("feature dimension", "is missing");
   }
-  check_map_dims(o, dims, file_types);
-  if (types) *types = file_types;
+  if (!head_types.empty() && !types)
+    fail_value("head types", "softmax heads kept exact cannot be trained by this job");
+  check_map_dims(o, dims, head_types);
+  if (types) *types = head_types;
   return dims;
 }
 

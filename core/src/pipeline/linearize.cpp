@@ -79,6 +79,8 @@ const OptionTable<LO>& table() {
       described(stage1_row("--strategy"), "Algorithm 1 on the capture's DoF: fix | dof | dof-clip | per-head"),
       stage1_row("--budget"),
       stage1_row("--lambda"),
+      stage1_row("--state-budget"),
+      stage1_row("--state-share"),
       described(stage1_row("--loss"), "stage-1 loss: output | kl | softmax | l2"),
       described(stage1_row("--steps"), "stage-1 steps"),
       described(stage1_row("--lr"), "stage-1 learning rate"),
@@ -283,17 +285,17 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   const at::ScalarType compute = compute_dtype_of(o.compute, Device::Cpu);
   LoadedModel stage1 = load_model(conv, "", compute), fin = load_model(final_model, "", compute);
   const HeadFeatureMaps& trained = *stage1.model->feature_maps();
-  std::vector<std::vector<int64_t>> dims;
+  std::vector<std::vector<int64_t>> dims;  // 0 for softmax heads
   for (const auto& layer : trained.maps) {
     dims.emplace_back();
-    for (const auto& map : layer) dims.back().push_back(map->feature_dim());
+    for (const auto& map : layer) dims.back().push_back(map ? map->feature_dim() : 0);
   }
   FeatureMapSpec spec;
   spec.name = o.stage1.feature_map;
   spec.seed = o.stage1.seed;
   Model untrained(c, m.model->weights());
   auto fresh = std::make_shared<HeadFeatureMaps>(
-      make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window));
+      make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window, trained.types));
   // Decayed heads start where distill started them: fitted to the capture, or without decay (a
   // gate's b where a fixed decay's delta would be, its w = 0).
   if (o.stage1.decay != Decay::None) {
@@ -389,6 +391,15 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
         ", stage 1 " + distill_loss_name(o.stage1.loss) + " x " + std::to_string(o.stage1.steps) + " steps" +
         (o.stage2.steps > 0 ? ", stage 2 rank " + std::to_string(o.stage2.rank) + " x " + std::to_string(o.stage2.steps) + " steps" : "") +
         "). The final model is `" + final_model + "`.\n\n";
+  if (trained.mixed()) {
+    int64_t kept = 0;
+    for (const auto& layer : trained.types) kept += std::count(layer.begin(), layer.end(), HeadType::Softmax);
+    md += "Head types: " + std::to_string(kept) + " of " + std::to_string(int64_t(c.n_layer) * c.n_head) +
+          " heads kept softmax (exact, their key-value cache), the rest " + head_type_name(map_head_type(o.stage1.window)) +
+          ": the heads with the largest DoF at lambda " + fmt_lambda(d1.lambda) + ", as many as the state budget (" +
+          (d1.state_budget > 0 ? std::to_string(d1.state_budget) + " bytes" : fmt_number(d1.state_share, 3) + " of the original's key-value cache") +
+          " at " + std::to_string(L) + " tokens) holds. The layer table marks them `softmax`.\n\n";
+  }
   if (adapted) {
     const double cost = std::exp(at_L.final_loss - at_L.adapted_loss) - 1.0;
     md += "Stage 2 also adapts the model to the text. The original finetuned the same way with softmax attention (same "
@@ -416,7 +427,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   kt.header = {"layer", "M per head", "attention KL", "output rel. error"};
   for (const auto& l : close.layers) {
     std::string ms;
-    for (int64_t mm : dims[size_t(l.layer)]) ms += (ms.empty() ? "" : " ") + std::to_string(mm);
+    for (int64_t mm : dims[size_t(l.layer)]) ms += (ms.empty() ? "" : " ") + (mm > 0 ? std::to_string(mm) : std::string("softmax"));
     kt.add_row({std::to_string(l.layer), ms, fmt_number(l.attention_kl, 4), fmt_number(l.output_rel_error, 4)});
   }
   md += "## Stage 1, layer by layer (teacher-forced, held-out windows)\n\n" + to_markdown(kt) + "\n";
@@ -429,14 +440,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   md += "## Speed\n\n" + (o.speed ? to_markdown(st) : std::string("Not measured (--no-speed).\n")) + "\n";
   // What generation keeps per sequence at L tokens (head.h's head_cost), float32: the converted
   // model's maps' states (and windows' rings) against the original's key-value cache.
-  int64_t converted_values = 0, original_values = 0;
-  for (int s = 0; s < c.n_layer; ++s) {
-    for (int h = 0; h < c.n_head; ++h)
-      converted_values += head_cost(map_head_type(o.stage1.window), c.head_dim, c.head_dim, L, dims[size_t(s)][size_t(h)],
-                                    o.stage1.window, o.stage1.decay != Decay::None).state_values;
-    original_values += int64_t(c.n_kv_head) * head_cost(HeadType::Softmax, c.head_dim, c.head_dim, L).state_values;
-  }
-  const int64_t converted_bytes = 4 * converted_values, original_bytes = 4 * original_values;
+  const int64_t converted_bytes = 4 * state_values(*fin.model->feature_maps(), c.head_dim, L),
+                original_bytes = 4 * kv_cache_values(c.n_layer, c.n_kv_head, c.head_dim, L);
   Table sb;
   sb.header = {"model", "state per sequence at " + std::to_string(L) + " tokens (float32)", "of the original's"};
   sb.add_row({"original (key-value cache)", std::to_string(original_bytes) + " bytes", "1"});

@@ -146,7 +146,7 @@ DistillOptions distill_options_of(const TrainSettings& t) {
 }
 
 LinearizeOptions linearize_options_of(const TrainSettings& t, AllocStrategy strategy, int64_t budget, double lambda,
-                                      int64_t head_dim) {
+                                      int64_t head_dim, double state_share) {
   LinearizeOptions o = t.linearize;
   DistillOptions& d = o.stage1;
   d.allocation.clear();
@@ -158,6 +158,7 @@ LinearizeOptions linearize_options_of(const TrainSettings& t, AllocStrategy stra
   d.strategy = strategy;
   d.budget = budget == default_budget(d.feature_map, head_dim) ? 0 : budget;
   d.lambda = lambda;
+  d.state_share = state_share;
   return o;
 }
 
@@ -190,6 +191,7 @@ ordered_json session_json(const Session& s, const fs::path& base) {
   j["budget"] = s.budget;
   j["strategy"] = alloc_strategy_name(s.strategy);
   j["multiple"] = s.multiple;
+  if (s.state_share > 0) j["state_share"] = s.state_share;
   j["selection"] = {{"layer", s.layer}, {"head", s.head}, {"seq", s.seq}};
   j["colour_scale"] = colour_scale_name(s.colour_scale);
   j["metric"] = grid_metric_name(s.metric);
@@ -283,6 +285,10 @@ Session parse_session(const std::string& text, const std::string& file) {
     }
   }
   r.integer(j, "multiple", "multiple", 1, INT64_MAX, "a positive integer", s.multiple);
+  if (r.find(j, "state_share")) {
+    r.number(j, "state_share", "state_share", s.state_share);
+    if (!(s.state_share >= 0 && s.state_share <= 1)) r.bad("state_share", "must be a share in 0..1 (0: off)");
+  }
 
   if (const ordered_json* sel = r.object(j, "selection")) {
     // Only the sign is checked here: the capture they index may not exist yet.
@@ -331,7 +337,7 @@ void read_session_choices(const std::string& text, const std::string& where, Ses
   s.capture.pre_rope = c.capture.pre_rope;
   s.dof = c.dof;
   s.analysis = c.analysis;
-  s.lambda = c.lambda, s.budget = c.budget, s.strategy = c.strategy, s.multiple = c.multiple;
+  s.lambda = c.lambda, s.budget = c.budget, s.strategy = c.strategy, s.multiple = c.multiple, s.state_share = c.state_share;
   s.colour_scale = c.colour_scale;
   s.metric = c.metric;
   s.train = c.train;

@@ -20,7 +20,10 @@ struct AllocateCommand {
   std::string capture;
   DofSettings dof;
   AllocOptions alloc;
+  StateBudget state;  // copied into alloc.state, with the capture's context and key/value heads as defaults
 };
+// --state-budget, --state-share, --context, --window (head types under a state budget).
+const OptionTable<StateBudget>& state_budget_option_table();
 // --spectra, --capture, dof_command_option_table()'s DoF rows, then alloc_option_table()'s.
 const OptionTable<AllocateCommand>& allocate_command_option_table();
 

@@ -71,6 +71,11 @@ HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::ve
 // file or option in the Error (quantity "head types").
 void check_head_types(const std::vector<std::vector<HeadType>>& types, int n_layer, int n_head, int64_t window,
                       const std::string& where = "head types");
+// What a model of these heads keeps per sequence at context T in the recurrent form, in values
+// (head_cost summed over heads: a softmax head's cache per query head, as the model keeps it), and
+// what the original keeps: its key-value cache, each of n_kv_head heads per layer once.
+int64_t state_values(const HeadFeatureMaps& lin, int64_t head_dim, int64_t T);
+int64_t kv_cache_values(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, int64_t T);
 // The types as a table with every head spelled out: types itself, or map_head_type(window) everywhere.
 std::vector<std::vector<HeadType>> head_types_of(const HeadFeatureMaps& lin);
 

@@ -161,6 +161,15 @@ inline const OptionDef budget{"-C,--budget", "budget",
                               "with a strategy: cost C, the mean feature dimension (default in linearize: 2 x head dim for "
                               "hedgehog, else head dim)",
                               "budget", OptionKind::Whole, whole_range(1, kMaxFeatures)};
+inline const OptionDef state_budget{"--state-budget", "state budget",
+                                    "with a strategy: bytes of state per sequence at the context (the capture's window "
+                                    "length); the heads with the largest DoF stay softmax while the state fits, the rest "
+                                    "are map heads",
+                                    "state_budget", OptionKind::Whole, whole_range(0, int64_t(1) << 50)};
+inline const OptionDef state_share{"--state-share", "state share",
+                                   "with a strategy: the state budget as a share of the original's key-value cache at the "
+                                   "context (0.25: a quarter)",
+                                   "state_share", OptionKind::Number, {0, 1, false, false}};
 inline const OptionDef lambda{"--lambda", "lambda", "DoF tolerance lambda (2^-8, 0.0625, 1e-3)", "lambda", OptionKind::Number,
                               {0, 1e300, true, false}};
 inline const OptionDef dof_samples{"-J,--samples", "samples", "vectors sampled per head for the DoF", "dof_samples",

@@ -57,6 +57,10 @@ struct DistillOptions {
   int64_t budget = 0;
   double lambda = kDefaultLambda;
   int64_t dof_samples = 1024;  // J per head for the spectra (DoF seed 0, trace normalizer)
+  // With a strategy: head types under a state budget (allocation.h's StateBudget) at the capture's
+  // window length, bytes per sequence or a share of the original's key-value cache; 0: none.
+  int64_t state_budget = 0;
+  double state_share = 0;
   // Training.
   DistillLoss loss = DistillLoss::Kl;
   int64_t steps = 100;

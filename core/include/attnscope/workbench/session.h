@@ -73,8 +73,9 @@ DistillOptions distill_options_of(const TrainSettings& train);
 // (each only when it is not linearize's default for a model of head_dim, so that an untouched form
 // runs exactly `attnscope linearize`'s defaults); else the fixed M. The model, texts and python
 // module are the caller's.
+// state_share (> 0): the DoF view's head types under a state budget (--state-share).
 LinearizeOptions linearize_options_of(const TrainSettings& train, AllocStrategy strategy, int64_t budget, double lambda,
-                                      int64_t head_dim);
+                                      int64_t head_dim, double state_share = 0);
 
 struct Session {
   std::string model;                // anything load_model accepts (a path, or an HF cache name kept as is)
@@ -90,6 +91,7 @@ struct Session {
   int64_t budget = 64;
   AllocStrategy strategy = AllocStrategy::Dof;
   int64_t multiple = 1;
+  double state_share = 0;  // the DoF view's head types under a state budget (share of the KV cache; 0: off)
   int layer = 0, head = 0, seq = 0;
   ColourScale colour_scale = ColourScale::Linear;
   GridMetric metric = GridMetric::SoftmaxEntropy;  // what colours the head grid
