@@ -64,6 +64,7 @@ Project make_project(const std::string& tag) {
   s.budget = 48;
   s.strategy = AllocStrategy::PerHead;
   s.multiple = 8;
+  s.state_share = 0.25;
   s.layer = 2, s.head = 3, s.seq = 1;
   s.colour_scale = ColourScale::RowNormalized;
   s.metric = GridMetric::Kl;
@@ -106,6 +107,7 @@ void expect_same_settings(const Session& a, const Session& b) {
   EXPECT_EQ(a.budget, b.budget);
   EXPECT_EQ(a.strategy, b.strategy);
   EXPECT_EQ(a.multiple, b.multiple);
+  EXPECT_DOUBLE_EQ(a.state_share, b.state_share);
   EXPECT_EQ(a.layer, b.layer);
   EXPECT_EQ(a.head, b.head);
   EXPECT_EQ(a.seq, b.seq);
@@ -278,6 +280,8 @@ TEST(Session, WrongTypesAndValuesNameTheKey) {
       {"budget", 64.5, "'budget' must be a positive integer"},
       {"budget", "64", "'budget' must be a positive integer"},
       {"multiple", -8, "'multiple' must be a positive integer"},
+      {"state_share", 1.5, "'state_share' must be a share in 0..1"},
+      {"state_share", "a quarter", "'state_share'"},
       {"lambda", 0, "'lambda' must be a positive finite number"},
       {"lambda", "2^-8", "'lambda' must be a positive finite number"},
       {"strategy", "dof+clip", "'strategy' is not valid: strategy 'dof+clip' is unknown"},
@@ -406,6 +410,9 @@ TEST(Session, TheTrainFormMapsOntoLinearizeOptions) {
   EXPECT_EQ(a.stage1.strategy, AllocStrategy::DofClip);
   EXPECT_EQ(a.stage1.budget, 48);
   EXPECT_DOUBLE_EQ(a.stage1.lambda, 0.125);
+  EXPECT_EQ(a.stage1.state_share, 0);
+  // The DoF view's state share reaches stage 1 as --state-share (with the allocation only).
+  EXPECT_DOUBLE_EQ(linearize_options_of(t, AllocStrategy::Dof, 48, 0.125, 16, 0.25).stage1.state_share, 0.25);
   // hedgehog's default budget at head dim 16 is 32: left to linearize, as on the command line.
   EXPECT_EQ(linearize_options_of(t, AllocStrategy::Dof, 32, 0.125, 16).stage1.budget, 0);
 }

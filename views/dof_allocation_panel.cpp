@@ -194,6 +194,8 @@ void DofAllocationPanel::show_state(const DofAllocation& state, int64_t head_dim
   p->replot(QCustomPlot::rpQueuedReplot);
 }
 
+QString DofAllocationPanel::caption() const { return cost_text_->text(); }
+
 // Under a state budget: how many heads stay softmax and the state against the original's cache.
 QString DofAllocationPanel::kept_text(const Allocation& a) {
   if (a.types.empty()) return {};

@@ -29,7 +29,8 @@ class DofAllocationPanel : public PlotPanel {
   std::vector<bool> shown_bar_labels() const;
   QString mean_cost_text() const;
   // "k of n heads kept softmax ..." under a state budget ("" without one), on its own line.
-  static QString kept_text(const Allocation& a);  // "mean cost 63.5 of budget 64"; "" before show_state
+  static QString kept_text(const Allocation& a);
+  QString caption() const;  // the text drawn above the bars  // "mean cost 63.5 of budget 64"; "" before show_state
   int fills() const { return fills_; }  // how many times show_state drew (tests count redraws)
 
  private:

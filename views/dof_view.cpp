@@ -361,6 +361,7 @@ std::vector<PlotPanel*> DofView::panels() const {
 std::vector<double> DofView::drawn_layer_dims() const { return d_->alloc_panel->drawn_layer_dims(); }
 
 QString DofView::mean_cost_text() const { return d_->alloc_panel->mean_cost_text(); }
+QString DofView::allocation_caption() const { return d_->alloc_panel->caption(); }
 
 QString DofView::cell_text(int layer, int head) const { return d_->grid_panel->cell_text(layer, head); }
 

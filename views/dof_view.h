@@ -63,6 +63,7 @@ class DofView : public QWidget {
   // The allocation bars as drawn: per layer the height of its bar (tests compare with core).
   std::vector<double> drawn_layer_dims() const;
   QString mean_cost_text() const;
+  QString allocation_caption() const;  // the text above Table 1's bars
   // The value printed in heatmap cell (layer, head): fmt_number(DoF), a '*' after it when the head
   // has not converged; "" outside the grid.
   QString cell_text(int layer, int head) const;

@@ -8,6 +8,7 @@
 
 #include <QApplication>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QImage>
 #include <QLabel>
 #include <QSignalSpy>
@@ -169,6 +170,41 @@ TEST(DofView, LambdaSliderEmitsQuarterPowersOfTwoAndTheBarsFollowCore) {
   // The dimensions differ between layers (dof strategy): the comparison is not trivially all-equal.
   const auto dims = expect.allocation.layer_dims();
   EXPECT_NE(*std::min_element(dims.begin(), dims.end()), *std::max_element(dims.begin(), dims.end()));
+}
+
+// The "Keep exact" share: one stateShareChanged per edit, nothing from set_state_share; an allocation
+// with head types marks its softmax heads "S" in the heatmap (and only those) and Table 1's caption
+// counts them with the state against the key-value cache, as core computed them.
+TEST(DofView, StateShareMarksTheHeadsKeptSoftmax) {
+  Fixture f;
+  QSignalSpy spy(f.view.get(), &DofView::stateShareChanged);
+  f.view->set_state_share(0.3);
+  EXPECT_EQ(spy.count(), 0);
+  f.view->state_share_box()->setValue(0.5);
+  ASSERT_EQ(spy.count(), 1);
+  EXPECT_DOUBLE_EQ(spy.at(0).at(0).toDouble(), 0.5);
+  AllocOptions o;
+  o.strategy = AllocStrategy::Dof;
+  o.budget = f.view->budget();
+  o.state = {0, 0.5, 256, 16, 5, 4};
+  const DofAllocation typed = reallocate(f.last, f.spectra->head_dim, o);
+  f.view->show_state(typed);
+  int kept = 0;
+  for (int s = 0; s < f.spectra->num_layers; ++s)
+    for (int h = 0; h < f.spectra->num_heads; ++h) {
+      const bool softmax = typed.allocation.types[size_t(s)][size_t(h)] == HeadType::Softmax;
+      kept += softmax;
+      EXPECT_EQ(f.view->cell_text(s, h).endsWith(" S"), softmax) << "layer " << s << " head " << h;
+    }
+  ASSERT_GT(kept, 0);
+  ASSERT_LT(kept, f.spectra->num_layers * f.spectra->num_heads);
+  const QString caption = f.view->allocation_caption();
+  EXPECT_TRUE(caption.contains(QString("%1 of %2 heads kept softmax").arg(kept).arg(f.spectra->num_layers * f.spectra->num_heads))) << caption.toStdString();
+  EXPECT_TRUE(caption.contains(QString::number(100.0 * double(typed.allocation.state_bytes) / double(typed.allocation.original_bytes), 'f', 1) + "%"))
+      << caption.toStdString();
+  // Back to no budget: no marks.
+  f.view->show_state(f.last);
+  for (int h = 0; h < f.spectra->num_heads; ++h) EXPECT_FALSE(f.view->cell_text(0, h).endsWith(" S"));
 }
 
 TEST(DofView, HeatmapCellsPrintCoreValuesAndMarkUnconvergedHeads) {
