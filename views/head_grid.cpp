@@ -44,6 +44,19 @@ int HeadGrid::heads() const {
   return h;
 }
 
+void HeadGrid::set_head_types(std::vector<std::vector<QString>> letters) {
+  type_letters_ = std::move(letters);
+  setToolTip(type_letters_.empty() ? QString()
+                                   : tr("The converted model's head types: S softmax (kept exact, its key-value cache), "
+                                        "H hybrid (a softmax window beside a map), L linear (a map)"));
+  update();
+}
+
+QString HeadGrid::head_type_letter(int layer, int head) const {
+  if (layer < 0 || layer >= int(type_letters_.size()) || head < 0 || head >= int(type_letters_[size_t(layer)].size())) return {};
+  return type_letters_[size_t(layer)][size_t(head)];
+}
+
 void HeadGrid::set_shape(int layers, int heads) {
   shape_layers_ = std::max(0, layers);
   shape_heads_ = std::max(0, heads);
@@ -289,6 +302,18 @@ void HeadGrid::paintEvent(QPaintEvent* event) {
         p.setPen(fg);
         p.setFont(value_font);
         p.drawText(QRect(r.left() - g.gap / 2, r.bottom() + 1, g.tile + g.gap, g.label_h), Qt::AlignCenter, text);
+        p.setFont(font());
+      }
+      const QString letter = head_type_letter(l, h);
+      if (!letter.isEmpty() && g.tile >= 24) {  // the head's type in a badge at the tile's top left corner
+        QFont bf = font();
+        bf.setBold(true);
+        const QFontMetrics bm(bf);
+        const QRect badge(r.left() + 1, r.top() + 1, bm.horizontalAdvance(letter) + 6, bm.height());
+        p.fillRect(badge, pal.color(QPalette::Window));
+        p.setPen(letter == QStringLiteral("S") ? pal.color(QPalette::Highlight) : fg);
+        p.setFont(bf);
+        p.drawText(badge, Qt::AlignCenter, letter);
         p.setFont(font());
       }
     }

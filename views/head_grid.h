@@ -26,6 +26,10 @@ class HeadGrid : public QWidget {
   void set_metric(const QString& name, std::vector<std::vector<double>> values);
   // The grid's shape before thumbnails or metric values arrive (empty tiles).
   void set_shape(int layers, int heads);
+  // A converted model's head types (SPEC 7), one letter per head drawn in the tile's corner: S
+  // softmax (kept exact), H hybrid, L linear; empty: none drawn (a softmax model, or one type).
+  void set_head_types(std::vector<std::vector<QString>> letters);
+  QString head_type_letter(int layer, int head) const;  // "" when none is drawn
   // What an empty grid says ("" : "No capture yet: the heads appear here").
   void set_empty_text(const QString& text);
   void select(int layer, int head);  // no signal
@@ -93,6 +97,7 @@ class HeadGrid : public QWidget {
   double lo_ = 0, hi_ = 0;  // the metric's finite range over all heads
   int layer_ = 0, head_ = 0;
   int tile_pref_ = 0;  // set_tile_size
+  std::vector<std::vector<QString>> type_letters_;  // set_head_types
   QString empty_text_;  // what an empty grid says ("": the default)
 };
 

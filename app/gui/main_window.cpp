@@ -1,5 +1,8 @@
 #include "main_window.h"
 
+#include "attnscope/attention/head_feature_maps.h"
+#include "head_grid.h"
+
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
@@ -71,6 +74,18 @@ static void init_workbench_resources() { Q_INIT_RESOURCE(attnscope); }
 namespace attnscope::gui {
 
 namespace {
+
+// A mixed converted model's head types as the grid's badges (S, H, L); none for other models.
+std::vector<std::vector<QString>> head_type_letters(const LoadedModel* m) {
+  const HeadFeatureMaps* lin = m && m->model ? m->model->feature_maps() : nullptr;
+  std::vector<std::vector<QString>> out;
+  if (!lin || !lin->mixed()) return out;
+  for (const auto& layer : head_types_of(*lin)) {
+    out.emplace_back();
+    for (HeadType t : layer) out.back().push_back(QString(QChar(head_type_name(t)[0]).toUpper()));
+  }
+  return out;
+}
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
@@ -754,6 +769,7 @@ void MainWindow::on_capture_ready() {
   update_dof_note(/*new_capture=*/true);
   if (cap) {
     heads_->set_shape(cap->num_layers(), cap->num_heads(), cap->num_seqs());
+    heads_->grid()->set_head_types(head_type_letters(workbench_->model().get()));
     heads_->set_seq(s.seq);
     heads_->select(s.layer, s.head);
     metrics_->select(s.layer, s.head);

@@ -30,6 +30,9 @@
 #include "attnscope/allocation/allocation.h"
 #include "attnscope/analysis/dof.h"
 #include "attnscope/analysis/head_detail.h"
+#include "attnscope/attention/head_feature_maps.h"
+#include "attnscope/convert/converted_model.h"
+#include "attnscope/model/model.h"
 #include "dof_view.h"
 #include "head_grid.h"
 #include "heads_view.h"
@@ -160,6 +163,51 @@ TEST_F(MainWindowTest, CaptureButtonFillsEveryView) {
   // Copy as command is set on every view.
   EXPECT_TRUE(softmax->command().startsWith("attnscope maps --capture "));
   EXPECT_TRUE(w->metrics_view()->panels().front()->command().startsWith("attnscope metrics --capture "));
+}
+
+// A converted model with mixed head types: the heads grid badges each head with its type (S, H, L),
+// the softmax heads' badge in the highlight colour; the original model's grid has no badges.
+TEST_F(MainWindowTest, TheHeadGridMarksAMixedModelsHeadTypes) {
+  const std::string dir = workspace().toStdString() + "/mixed_model";
+  {
+    LoadedModel original = load_model(test::bundled_model());
+    const ModelConfig& c = original.model->config();
+    std::vector<std::vector<HeadType>> types(size_t(c.n_layer), std::vector<HeadType>(size_t(c.n_head), HeadType::Hybrid));
+    types[0][0] = types[2][3] = HeadType::Softmax;
+    types[1][2] = HeadType::Linear;
+    ConvertOptions co;
+    co.map.name = "hedgehog";
+    co.dims = std::vector<std::vector<int64_t>>(size_t(c.n_layer), std::vector<int64_t>(size_t(c.n_head), 8));
+    co.window = 8;
+    co.types = types;
+    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
+    convert_model(original, co, dir);
+  }
+  auto w = make_window();
+  open_bundled(*w);
+  capture_and_wait(*w);
+  views::HeadGrid* grid = w->heads_view()->grid();
+  EXPECT_EQ(grid->head_type_letter(0, 0), QString()) << "a softmax model has no badges";
+  QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
+  w->open_model(QString::fromStdString(dir));
+  ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
+  capture_and_wait(*w);
+  EXPECT_EQ(grid->head_type_letter(0, 0), "S");
+  EXPECT_EQ(grid->head_type_letter(2, 3), "S");
+  EXPECT_EQ(grid->head_type_letter(1, 2), "L");
+  EXPECT_EQ(grid->head_type_letter(3, 1), "H");
+  // Drawn: the highlight colour in the softmax tile's top-left corner, not in the hybrid one's.
+  const QImage img = grid->grab().toImage();
+  const QColor hl = grid->palette().color(QPalette::Highlight);
+  const auto has_highlight = [&](int layer, int head) {
+    const QRect r = grid->tile_rect(layer, head);
+    for (int y = r.top() + 2; y < r.top() + 16; ++y)
+      for (int x = r.left() + 2; x < r.left() + 14; ++x)
+        if (QColor(img.pixel(x, y)) == hl) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_highlight(2, 3));
+  EXPECT_FALSE(has_highlight(3, 1));
 }
 
 TEST_F(MainWindowTest, ClickingAThumbnailSelectsTheHeadInEveryView) {
