@@ -334,33 +334,13 @@ TEST(DecayedHeads, AConvertedModelWithFixedDecayRunsInEveryForm) {
       EXPECT_TRUE(at::isfinite(tuned.model->forward(batch_ids)).all().item<bool>());
     }
     // attnscope_linear.py computes the same logits in plain PyTorch.
-    const std::string python = test::python_with_torch();
-    if (python.empty()) continue;
-    ASSERT_EQ(test::run_command(cli + " logits --model " + decayed + " --ids " + [&] {
-      std::string t;
-      for (size_t i = 0; i < ids.size(); ++i) t += (i ? "," : "") + std::to_string(ids[i]);
-      return t;
-    }() + " --out " + decayed + "/ref.safetensors 2>&1", &o), 0) << o;
-    std::ofstream(tmp + "/check.py") << "import sys, torch; sys.path.insert(0, '" + decayed + "'); import attnscope_linear as a\n"
-                                        "m = a.load('" + decayed + "')\n"
-                                        "ref = a.read_safetensors('" + decayed + "/ref.safetensors')\n"
-                                        "ids = ref['ids'].view(1, -1)\n"
-                                        "got = m(ids)[0]\n"
-                                        "cache = m.new_cache()\n"
-                                        "rec = torch.cat([m(ids[:, t:t + 1], cache, t) for t in range(ids.shape[1])], 1)[0]\n"
-                                        "for row in m.maps:\n"
-                                        "    for head in row: head.log_a = None\n"
-                                        "plain = m(ids)[0]\n"
-                                        "print('maxdiff', float((got - ref['logits']).abs().max()), float((rec - got).abs().max()),\n"
-                                        "      float((plain - ref['logits']).abs().max()))\n";
-    ASSERT_EQ(test::run_command(python + " " + tmp + "/check.py 2>&1", &o), 0) << o;
-    std::istringstream in(o.substr(o.find("maxdiff")));
-    std::string word;
-    double diff = 1, rec = 1, without = 0;
-    in >> word >> diff >> rec >> without;
-    EXPECT_LT(diff, 1e-4) << o;
-    EXPECT_LT(rec, 1e-4) << o;
-    EXPECT_GT(without, 1e-2) << "the runner's decay changes nothing: " << o;  // the comparison has power
+    const auto py = test::python_runner_diffs(decayed, ids, 0,
+                                              "for row in m.maps:\n"
+                                              "    for head in row: head.log_a = None");
+    if (!py) continue;
+    EXPECT_LT(py->batch, 1e-4) << py->output;
+    EXPECT_LT(py->recurrent, 1e-4) << py->output;
+    EXPECT_GT(py->variant, 1e-2) << "the runner's decay changes nothing: " << py->output;  // the comparison has power
   }
 }
 

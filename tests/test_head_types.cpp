@@ -225,26 +225,11 @@ TEST(HeadTypes, AMixedModelIsWrittenReadAndRunByPython) {
     msg = broken([](nlohmann::json& j) { j["dims"][0][1] = 8; });
     EXPECT_NE(msg.find("layer 0 head 1 is a softmax head with feature dimension 8"), std::string::npos) << msg;
 
-    const std::string python = test::python_with_torch();
-    if (python.empty()) continue;
-    std::string list, o;
-    for (int64_t i = 0; i < ids.size(1); ++i) list += (i ? "," : "") + std::to_string(ids[0][i].item<int64_t>());
-    ASSERT_EQ(test::run_command(cli + " logits --model " + out + " --ids " + list + " --out " + out + "/ref.safetensors 2>&1", &o), 0) << o;
-    std::ofstream(tmp + "/check.py") << "import sys, torch; sys.path.insert(0, '" + out + "'); import attnscope_linear as a\n"
-                                        "m = a.load('" + out + "')\n"
-                                        "ref = a.read_safetensors('" + out + "/ref.safetensors')\n"
-                                        "ids = ref['ids'].view(1, -1)\n"
-                                        "got = m(ids)[0]\n"
-                                        "cache = m.new_cache()\n"
-                                        "rec = torch.cat([m(ids[:, :7], cache, 0)] + [m(ids[:, t:t + 1], cache, t) for t in range(7, ids.shape[1])], 1)[0]\n"
-                                        "print('maxdiff', float((got - ref['logits']).abs().max()), float((rec - got).abs().max()))\n";
-    ASSERT_EQ(test::run_command(python + " " + tmp + "/check.py 2>&1", &o), 0) << o;
-    std::istringstream in(o.substr(o.find("maxdiff")));
-    std::string word;
-    double diff = 1, rec = 1;
-    in >> word >> diff >> rec;
-    EXPECT_LT(diff, 1e-4) << o;
-    EXPECT_LT(rec, 1e-4) << o;
+    std::vector<int64_t> id_list(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    const auto py = test::python_runner_diffs(out, id_list, 7);
+    if (!py) continue;
+    EXPECT_LT(py->batch, 1e-4) << py->output;
+    EXPECT_LT(py->recurrent, 1e-4) << py->output;
   }
 }
 

@@ -1,5 +1,9 @@
 #include "test_support.h"
 
+#include <gtest/gtest.h>
+
+#include <sstream>
+
 #include "attnscope/io/safetensors.h"
 
 #include <ATen/ATen.h>
@@ -82,6 +86,40 @@ std::string python_with_torch() {
     return std::string();
   }();
   return python;
+}
+
+std::optional<RunnerDiffs> python_runner_diffs(const std::string& dir, const std::vector<int64_t>& ids, int prefix,
+                                               const std::string& variant) {
+  const std::string python = python_with_torch();
+  if (python.empty()) return std::nullopt;
+  RunnerDiffs r;
+  std::string list;
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+  if (run_command(cli_path() + " logits --model " + dir + " --ids " + list + " --out " + dir + "/ref.safetensors", &r.output) != 0) {
+    ADD_FAILURE() << r.output;
+    return r;
+  }
+  std::string py = "import sys, torch; sys.path.insert(0, '" + dir + "'); import attnscope_linear as a\n"
+                   "m = a.load('" + dir + "')\n"
+                   "ref = a.read_safetensors('" + dir + "/ref.safetensors')\n"
+                   "ids = ref['ids'].view(1, -1)\n"
+                   "got = m(ids)[0]\n"
+                   "cache = m.new_cache()\n"
+                   "p = " + std::to_string(prefix) + "\n"
+                   "rec = torch.cat(([m(ids[:, :p], cache, 0)] if p else []) + [m(ids[:, t:t + 1], cache, t) for t in range(p, ids.shape[1])], 1)[0]\n"
+                   "var = 0.0\n";
+  if (!variant.empty()) py += variant + "\nvar = float((m(ids)[0] - ref['logits']).abs().max())\n";
+  py += "print('maxdiff', float((got - ref['logits']).abs().max()), float((rec - got).abs().max()), var)\n";
+  const std::string script = dir + "/runner_check.py";
+  std::ofstream(script) << py;
+  if (run_command(python + " " + script, &r.output) != 0 || r.output.find("maxdiff") == std::string::npos) {
+    ADD_FAILURE() << r.output;
+    return r;
+  }
+  std::istringstream in(r.output.substr(r.output.find("maxdiff")));
+  std::string word;
+  in >> word >> r.batch >> r.recurrent >> r.variant;
+  return r;
 }
 
 std::vector<TextDocument> sample_documents() {

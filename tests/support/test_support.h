@@ -1,6 +1,7 @@
 // Paths and small helpers shared by the test suites.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,18 @@ int run_command(const std::string& cmd, std::string* output);
 // A python3 that imports torch (/usr/bin/python3 first), or "" when there is none (the caller skips
 // with GTEST_SKIP). Looked up once.
 std::string python_with_torch();
+
+// attnscope_linear.py run on converted model `dir` against attnscope's logits of `ids` (`attnscope
+// logits`): the largest absolute difference of the runner's batch logits, and of its recurrent
+// logits (the first `prefix` tokens in one call, then one token per call), from attnscope's; with
+// `variant` (Python statements that change the loaded model `m`), also how far the changed model's
+// batch logits are from attnscope's (a check that the comparison has power; 0 without). nullopt
+// when no Python with torch is installed. A failing command fails the calling test (output in `output`).
+struct RunnerDiffs {
+  double batch = 1, recurrent = 1, variant = 0;
+  std::string output;
+};
+std::optional<RunnerDiffs> python_runner_diffs(const std::string& dir, const std::vector<int64_t>& ids, int prefix = 0,
+                                               const std::string& variant = "");
 
 }  // namespace attnscope::test
