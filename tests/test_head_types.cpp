@@ -26,6 +26,7 @@
 #include "attnscope/base/error.h"
 #include "attnscope/base/file_tree.h"
 #include "attnscope/capture/capture.h"
+#include "attnscope/convert/converted_eval.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/formats/converted_json.h"
@@ -401,6 +402,58 @@ TEST(HeadTypes, StateBudgetFromTheCliAndDistill) {
                                        root + "/bad 2>&1", &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("give a strategy"), std::string::npos) << out;
+}
+
+// The closeness measure per head (what --exact-heads-by kl ranks by): 0 for a softmax head, 0 for a
+// hybrid head whose window covers every key (its row is softmax's), positive for a linear head; the
+// layer's KL is the row-weighted mean of its heads' (every head has the same rows here).
+TEST(HeadTypes, PerHeadAttentionKlIsZeroForExactHeads) {
+  LoadedModel original = load_model(test::source_dir() + "/resources/models/brown-gpt2-mini");
+  const ModelConfig& c = original.model->config();
+  Types types = all_of(kL, c.n_layer, c.n_head);
+  types[1][0] = kS, types[1][1] = kH;
+  Model m(c, original.model->weights());
+  m.set_feature_maps(maps_of(*original.model, 64, types));  // window 64 >= the 48 tokens evaluated
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back((i * 733 + 5) % c.vocab_size);
+  ConvertedEvalOptions eo;
+  eo.seq_len = 48;
+  eo.closeness_windows = 2;
+  eo.speed = false;
+  eo.faithfulness = false;
+  const ConvertedEvaluation ev = evaluate_converted(m, ids, eo);
+  const auto& l1 = ev.layers[1];
+  ASSERT_EQ(l1.head_kl.size(), size_t(c.n_head));
+  EXPECT_NEAR(l1.head_kl[0], 0.0, 1e-9);
+  EXPECT_NEAR(l1.head_kl[1], 0.0, 1e-6);
+  EXPECT_GT(l1.head_kl[2], 1e-3);
+  double mean = 0;
+  for (double v : l1.head_kl) mean += v / double(c.n_head);
+  EXPECT_NEAR(l1.attention_kl, mean, 1e-9 + 1e-9 * mean);
+}
+
+// linearize --state-share with --exact-heads-by kl (the default): stage 1 trains every head, then
+// the heads kept softmax are the state budget's rule applied to stage 1's KL per head (recomputed
+// here from exact_heads.json with the stage-1 dims); the final model has exactly those types.
+TEST(HeadTypes, LinearizeKeepsTheHeadsStage1LosesMostExact) {
+  const std::string out = test::temp_dir("head_types_linearize") + "/run";
+  std::string o;
+  ASSERT_EQ(test::run_command(test::cli_path() + " linearize --model " + test::source_dir() + "/resources/models/brown-gpt2-mini -t " +
+                                  test::source_dir() + "/resources/texts/brown_fiction_ck29.txt --seq-len 64 --max-windows 8 --steps 4 "
+                                  "--finetune-steps 2 --window 8 --state-share 0.6 --no-speed --out " + out, &o), 0) << o;
+  const auto exact = nlohmann::json::parse(test::read_file(out + "/exact_heads.json"));
+  EXPECT_EQ(exact["by"], "kl");
+  const auto kl = exact["head_kl"].get<std::vector<std::vector<double>>>();
+  const DistillJob job = read_distill_job(out + "/stage1");
+  EXPECT_TRUE(job.types.empty()) << "stage 1 trains every head";
+  const Types want = keep_exact_under({0, 0.6, 64, 8, 4, 4}, kl, job.dims_for(4, 4), 32);
+  EXPECT_EQ(head_types_json(want).dump(), exact["head_types"].dump());
+  LoadedModel m = load_model(out + "/model");
+  EXPECT_EQ(head_types_of(*m.model->feature_maps()), want);
+  int kept = 0;
+  for (const auto& l : want) kept += int(std::count(l.begin(), l.end(), kS));
+  EXPECT_GT(kept, 0);
+  EXPECT_NE(test::read_file(out + "/linearize.md").find("heads kept softmax"), std::string::npos);
 }
 
 }  // namespace test_head_types

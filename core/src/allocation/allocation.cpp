@@ -18,48 +18,6 @@ int64_t round_dim(double t, int64_t m) {
   return std::max<int64_t>(m, m * std::llround(t / double(m)));
 }
 
-// Head types under opt.state (allocation.h's StateBudget): softmax heads in order of decreasing DoF
-// while the state fits.
-void allocate_head_types(Allocation& a, const std::vector<std::vector<double>>& head_dof, const AllocOptions& opt) {
-  const StateBudget& b = opt.state;
-  const size_t S = head_dof.size(), H = head_dof[0].size();
-  if (b.context < 1) fail_value("state budget", "needs the context length it is counted at (tokens per sequence)");
-  if (b.window < 0 || b.window >= b.context)
-    fail_value("state budget", "the window " + std::to_string(b.window) + " must be below the context " + std::to_string(b.context));
-  if (b.value_bytes < 1) fail_value("state budget", "bytes per value must be at least 1");
-  const int64_t d = opt.head_dim, kv = b.kv_heads > 0 ? b.kv_heads : int64_t(H);
-  const HeadType mapped = map_head_type(b.window);
-  const auto bytes = [&](HeadType t, int64_t M) { return head_cost(t, d, d, b.context, M, b.window).state_values * b.value_bytes; };
-  a.original_bytes = int64_t(S) * kv * bytes(HeadType::Softmax, 0);
-  const int64_t budget = b.bytes > 0 ? b.bytes : int64_t(std::floor(b.share * double(a.original_bytes)));
-  if (b.bytes > 0 && b.share > 0) fail_value("state budget", "give bytes or a share of the original's cache, not both");
-  if (budget > a.original_bytes)
-    fail_value("state budget", std::to_string(budget) + " bytes per sequence is more than the original's key-value cache at " +
-                                   std::to_string(b.context) + " tokens (" + std::to_string(a.original_bytes) + " bytes): keep the original");
-  a.types.assign(S, std::vector<HeadType>(H, mapped));
-  int64_t used = 0;
-  for (size_t s = 0; s < S; ++s)
-    for (size_t h = 0; h < H; ++h) used += bytes(mapped, a.dims[s][h]);
-  if (used > budget)
-    fail_value("state budget", std::to_string(budget) + " bytes per sequence is below the cheapest model of these maps: every head " +
-                                   head_type_name(mapped) + " at its feature dimension keeps " + std::to_string(used) + " bytes");
-  std::vector<std::pair<size_t, size_t>> order;
-  for (size_t s = 0; s < S; ++s)
-    for (size_t h = 0; h < H; ++h) order.emplace_back(s, h);
-  std::stable_sort(order.begin(), order.end(), [&](const auto& x, const auto& y) { return head_dof[x.first][x.second] > head_dof[y.first][y.second]; });
-  for (const auto& [s, h] : order) {
-    const int64_t more = bytes(HeadType::Softmax, 0) - bytes(mapped, a.dims[s][h]);
-    if (used + more > budget) continue;
-    used += more;
-    a.types[s][h] = HeadType::Softmax;
-    a.dims[s][h] = 0;
-  }
-  a.state_bytes = used;
-  for (size_t s = 0; s < S; ++s)
-    for (size_t h = 0; h < H; ++h)
-      if (a.types[s][h] != HeadType::Softmax) a.predicted_loss += head_dof[s][h];
-}
-
 }  // namespace
 
 constexpr Named<AllocStrategy> kStrategies[] = {{AllocStrategy::Fix, "fix"},
@@ -128,8 +86,57 @@ Allocation allocate(const std::vector<std::vector<double>>& head_dof, const Allo
   for (const auto& row : a.dims)
     for (int64_t M : row) cost += double(M);
   a.mean_cost = cost / double(S * H);
-  if (opt.state.given()) allocate_head_types(a, head_dof, opt);
+  if (opt.state.given()) {
+    a.types = keep_exact_under(opt.state, head_dof, a.dims, opt.head_dim, &a.state_bytes, &a.original_bytes);
+    for (size_t s = 0; s < S; ++s)
+      for (size_t h = 0; h < H; ++h) {
+        if (a.types[s][h] == HeadType::Softmax) a.dims[s][h] = 0;
+        else a.predicted_loss += head_dof[s][h];
+      }
+  }
   return a;
+}
+
+std::vector<std::vector<HeadType>> keep_exact_under(const StateBudget& b, const std::vector<std::vector<double>>& loss,
+                                                    const std::vector<std::vector<int64_t>>& dims, int64_t head_dim,
+                                                    int64_t* state_bytes, int64_t* original_bytes) {
+  const size_t S = dims.size(), H = S ? dims[0].size() : 0;
+  if (loss.size() != S) fail(kAllocateWhere, "a loss for " + std::to_string(loss.size()) + " layers, dimensions for " + std::to_string(S));
+  if (b.context < 1) fail_value("state budget", "needs the context length it is counted at (tokens per sequence)");
+  if (b.window < 0 || b.window >= b.context)
+    fail_value("state budget", "the window " + std::to_string(b.window) + " must be below the context " + std::to_string(b.context));
+  if (b.value_bytes < 1) fail_value("state budget", "bytes per value must be at least 1");
+  if (b.bytes > 0 && b.share > 0) fail_value("state budget", "give bytes or a share of the original's cache, not both");
+  const int64_t d = head_dim, kv = b.kv_heads > 0 ? b.kv_heads : int64_t(H);
+  const HeadType mapped = map_head_type(b.window);
+  const auto bytes = [&](HeadType t, int64_t M) { return head_cost(t, d, d, b.context, M, b.window).state_values * b.value_bytes; };
+  const int64_t original = int64_t(S) * kv * bytes(HeadType::Softmax, 0);
+  const int64_t budget = b.bytes > 0 ? b.bytes : int64_t(std::floor(b.share * double(original)));
+  if (budget > original)
+    fail_value("state budget", std::to_string(budget) + " bytes per sequence is more than the original's key-value cache at " +
+                                   std::to_string(b.context) + " tokens (" + std::to_string(original) + " bytes): keep the original");
+  std::vector<std::vector<HeadType>> types(S, std::vector<HeadType>(H, mapped));
+  int64_t used = 0;
+  for (size_t s = 0; s < S; ++s) {
+    if (dims[s].size() != H || loss[s].size() != H) fail(kAllocateWhere, "layer " + std::to_string(s) + " lists another number of heads");
+    for (size_t h = 0; h < H; ++h) used += bytes(mapped, dims[s][h]);
+  }
+  if (used > budget)
+    fail_value("state budget", std::to_string(budget) + " bytes per sequence is below the cheapest model of these maps: every head " +
+                                   head_type_name(mapped) + " at its feature dimension keeps " + std::to_string(used) + " bytes");
+  std::vector<std::pair<size_t, size_t>> order;
+  for (size_t s = 0; s < S; ++s)
+    for (size_t h = 0; h < H; ++h) order.emplace_back(s, h);
+  std::stable_sort(order.begin(), order.end(), [&](const auto& x, const auto& y) { return loss[x.first][x.second] > loss[y.first][y.second]; });
+  for (const auto& [s, h] : order) {
+    const int64_t more = bytes(HeadType::Softmax, 0) - bytes(mapped, dims[s][h]);
+    if (used + more > budget) continue;
+    used += more;
+    types[s][h] = HeadType::Softmax;
+  }
+  if (state_bytes) *state_bytes = used;
+  if (original_bytes) *original_bytes = original;
+  return types;
 }
 
 std::vector<std::pair<int, int>> DofAllocation::unconverged_heads() const {

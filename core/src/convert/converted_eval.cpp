@@ -133,6 +133,7 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
   if (windows.empty()) windows.push_back({0, ids.size()});  // a text shorter than one window
   r.closeness_windows = int(windows.size());
   std::vector<double> kl_sum(c.n_layer, 0), kl_rows(c.n_layer, 0), err_num(c.n_layer, 0), err_den(c.n_layer, 0);
+  std::vector<std::vector<double>> head_kl_sum(size_t(c.n_layer), std::vector<double>(size_t(c.n_head), 0.0)), head_rows = head_kl_sum;
   std::vector<double> pos_kl(size_t(n_buckets), 0.0), pos_rows(size_t(n_buckets), 0.0);
   for (const auto& [start, n] : windows) {
     const at::Tensor w =
@@ -172,6 +173,12 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
         const at::Tensor row_kl = terms.sum(-1), defined = Ah.isnan().any(-1).logical_not();  // [H, L]
         const at::Tensor kl_by_pos = at::where(defined, row_kl, at::zeros_like(row_kl)).sum(0).contiguous();
         const at::Tensor rows_by_pos = defined.to(at::kDouble).sum(0).contiguous();
+        const at::Tensor kl_by_head = at::where(defined, row_kl, at::zeros_like(row_kl)).sum(1).contiguous();
+        const at::Tensor rows_by_head = defined.to(at::kDouble).sum(1).contiguous();
+        for (int64_t h = 0; h < kl_by_head.size(0); ++h) {
+          head_kl_sum[size_t(s)][size_t(h)] += kl_by_head[h].item<double>();
+          head_rows[size_t(s)][size_t(h)] += rows_by_head[h].item<double>();
+        }
         const double* kp = kl_by_pos.data_ptr<double>();
         const double* rp = rows_by_pos.data_ptr<double>();
         for (int64_t i = 0; i < kl_by_pos.size(0); ++i) {
@@ -191,9 +198,13 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
     };
     original.forward(w, &hook);
   }
-  for (int s = 0; s < c.n_layer; ++s)
+  for (int s = 0; s < c.n_layer; ++s) {
     r.layers.push_back({s, kl_rows[s] > 0 ? kl_sum[s] / kl_rows[s] : std::nan(""),
-                        err_den[s] > 0 ? std::sqrt(err_num[s] / err_den[s]) : std::nan("")});
+                        err_den[s] > 0 ? std::sqrt(err_num[s] / err_den[s]) : std::nan(""), {}});
+    for (int h = 0; h < c.n_head; ++h)
+      r.layers.back().head_kl.push_back(head_rows[size_t(s)][size_t(h)] > 0 ? head_kl_sum[size_t(s)][size_t(h)] / head_rows[size_t(s)][size_t(h)]
+                                                                           : std::nan(""));
+  }
   for (int b = 0; b < n_buckets; ++b)
     r.positions[size_t(b)].attention_kl = pos_rows[size_t(b)] > 0 ? pos_kl[size_t(b)] / pos_rows[size_t(b)] : std::nan("");
   if (options.faithfulness) {

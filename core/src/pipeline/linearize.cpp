@@ -16,8 +16,10 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "attnscope/allocation/allocation.h"
 #include "attnscope/base/error.h"
 #include "attnscope/base/json_file.h"
+#include "attnscope/base/names.h"
 #include "attnscope/base/option_defs.h"
 #include "attnscope/base/table.h"
 #include "attnscope/base/text_file.h"
@@ -29,6 +31,7 @@
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/layer_maps.h"
+#include "attnscope/formats/dims_json.h"
 #include "attnscope/formats/job_file.h"
 #include "attnscope/run/run_dir.h"
 #include "attnscope/finetune/finetune.h"
@@ -41,6 +44,14 @@
 namespace fs = std::filesystem;
 
 namespace attnscope {
+namespace {
+constexpr Named<ExactHeadsBy> kExactHeadsBy[] = {{ExactHeadsBy::Kl, "kl"}, {ExactHeadsBy::Dof, "dof"}};
+}  // namespace
+
+ExactHeadsBy parse_exact_heads_by(const std::string& name) { return parse_name(kExactHeadsBy, name, "exact heads by"); }
+const char* exact_heads_by_name(ExactHeadsBy by) { return name_of(kExactHeadsBy, by); }
+std::vector<std::string> exact_heads_by_names() { return names_of(kExactHeadsBy); }
+
 namespace {
 
 using LO = LinearizeOptions;
@@ -81,6 +92,7 @@ const OptionTable<LO>& table() {
       stage1_row("--lambda"),
       stage1_row("--state-budget"),
       stage1_row("--state-share"),
+      omitted_at_default(bind(opt::exact_heads_by, &LO::exact_heads_by, parse_exact_heads_by, exact_heads_by_name, exact_heads_by_names())),
       described(stage1_row("--loss"), "stage-1 loss: output | kl | softmax | l2"),
       described(stage1_row("--steps"), "stage-1 steps"),
       described(stage1_row("--lr"), "stage-1 learning rate"),
@@ -100,7 +112,42 @@ DistillOptions stage1_options(const LO& o, const std::string& out, int64_t head_
   d.capture = (fs::path(out) / "capture").string();
   if (d.strategy && d.budget == 0) d.budget = default_budget(d.feature_map, head_dim);
   d.checkpoint_every = std::max<int64_t>(1, d.steps / 5);
+  // Heads kept softmax by stage 1's KL: stage 1 trains every head, the types come after it.
+  if (o.exact_heads_by == ExactHeadsBy::Kl) d.state_budget = 0, d.state_share = 0;
   return d;
+}
+
+// Types by stage 1's KL (--exact-heads-by kl): the stage-1 maps' attention KL per head, teacher-forced
+// on windows of the training text (converted_eval.h's closeness), ranks the heads for the state
+// budget (keep_exact_under); the heads kept softmax lose their maps. `kl` gets the measure.
+std::shared_ptr<HeadFeatureMaps> keep_exact_by_kl(const LO& o, const LoadedModel& m, const HeadFeatureMaps& maps,
+                                                  const std::vector<int64_t>& train_ids, int64_t L,
+                                                  std::vector<std::vector<double>>& kl) {
+  const ModelConfig& c = m.model->config();
+  Model probe(c, m.model->weights());
+  probe.set_feature_maps(std::shared_ptr<const HeadFeatureMaps>(&maps, [](const HeadFeatureMaps*) {}));
+  ConvertedEvalOptions eo;
+  eo.seq_len = int(L);
+  eo.closeness_windows = 8;
+  eo.speed = false;
+  eo.faithfulness = false;
+  const ConvertedEvaluation ev = evaluate_converted(probe, train_ids, eo);
+  kl.clear();
+  std::vector<std::vector<int64_t>> dims;
+  for (const LayerCloseness& l : ev.layers) {
+    kl.push_back(l.head_kl);
+    for (double& v : kl.back())
+      if (!std::isfinite(v)) v = 0;
+    dims.emplace_back();
+    for (const auto& map : maps.maps[size_t(l.layer)]) dims.back().push_back(map ? map->feature_dim() : 0);
+  }
+  const StateBudget b{o.stage1.state_budget, o.stage1.state_share, L, o.stage1.window, c.n_kv_head, 4};
+  auto out = std::make_shared<HeadFeatureMaps>(maps);
+  out->types = keep_exact_under(b, kl, dims, c.head_dim);
+  for (size_t s = 0; s < out->maps.size(); ++s)
+    for (size_t h = 0; h < out->maps[s].size(); ++h)
+      if (out->types[s][h] == HeadType::Softmax) out->maps[s][h] = nullptr;
+  return out;
 }
 
 // The stage-2 job: exactly what OUT/stage2 runs.
@@ -209,7 +256,11 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
                     std::to_string(L) + "; give more text, a larger held-out share or a shorter sequence length",
                 "held-out share");
   const DistillOptions d1 = stage1_options(o, out, c.head_dim);
-  check_distill_options(d1);
+  {  // the state budget's rules too, where stage 1 leaves it to linearize (--exact-heads-by kl)
+    DistillOptions with_budget = d1;
+    with_budget.state_budget = o.stage1.state_budget, with_budget.state_share = o.stage1.state_share;
+    check_distill_options(with_budget);
+  }
   if (o.stage2.steps > 0) check_finetune_options(stage2_options(o, out, L));
   if (o.python_module.empty() || !fs::is_regular_file(o.python_module))
     fail(o.python_module.empty() ? "attnscope_linear.py" : o.python_module, "the PyTorch module to ship is missing");
@@ -255,6 +306,14 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     ConvertOptions co = distill_run_convert_options(s1, c);
     co.copy_weights = c.arch == Arch::Llama2C;
     co.python_module = o.python_module;
+    if (o.exact_heads_by == ExactHeadsBy::Kl && (o.stage1.state_budget > 0 || o.stage1.state_share > 0)) {
+      phases.begin("the heads kept softmax: stage 1's attention KL per head", 0.55);
+      std::vector<std::vector<double>> kl;
+      co.maps = keep_exact_by_kl(o, m, *co.maps, train_ids, L, kl);
+      nlohmann::ordered_json j = {{"by", "kl"}, {"head_kl", kl}, {"head_types", head_types_json(co.maps->types)}};
+      write_text_file((dir / "exact_heads.json").string(), j.dump(2) + "\n");
+      rd.log("heads kept softmax by stage 1's KL: exact_heads.json");
+    }
     convert_model(m, co, conv);
   }
   // 4. Stage 2.
@@ -396,8 +455,10 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
     for (const auto& layer : trained.types) kept += std::count(layer.begin(), layer.end(), HeadType::Softmax);
     md += "Head types: " + std::to_string(kept) + " of " + std::to_string(int64_t(c.n_layer) * c.n_head) +
           " heads kept softmax (exact, their key-value cache), the rest " + head_type_name(map_head_type(o.stage1.window)) +
-          ": the heads with the largest DoF at lambda " + fmt_lambda(d1.lambda) + ", as many as the state budget (" +
-          (d1.state_budget > 0 ? std::to_string(d1.state_budget) + " bytes" : fmt_number(d1.state_share, 3) + " of the original's key-value cache") +
+          (o.exact_heads_by == ExactHeadsBy::Kl ? std::string(": the heads whose stage-1 maps lose most (attention KL per head on the training text, exact_heads.json)")
+                                                : ": the heads with the largest DoF at lambda " + fmt_lambda(d1.lambda)) +
+          ", as many as the state budget (" +
+          (o.stage1.state_budget > 0 ? std::to_string(o.stage1.state_budget) + " bytes" : fmt_number(o.stage1.state_share, 3) + " of the original's key-value cache") +
           " at " + std::to_string(L) + " tokens) holds. The layer table marks them `softmax`.\n\n";
   }
   if (adapted) {

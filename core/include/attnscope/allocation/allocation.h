@@ -72,6 +72,15 @@ struct Allocation {
   std::vector<int64_t> layer_dims() const;  // per layer: dims[s][0], or the layer max for per-head
 };
 
+// The rule of StateBudget, on any per-head measure of how much a head loses to its map (`loss`
+// [S][H]: the DoF, or stage 1's attention KL per head): every head a map head at dims[s][h], then the
+// heads of largest loss kept softmax while the state fits the budget. Returns the types; `state_bytes`
+// and `original_bytes` (optional) get the model's state and the original's cache per sequence. Error
+// (quantity "state budget") for a budget below the cheapest model or above the original's cache.
+std::vector<std::vector<HeadType>> keep_exact_under(const StateBudget& budget, const std::vector<std::vector<double>>& loss,
+                                                    const std::vector<std::vector<int64_t>>& dims, int64_t head_dim,
+                                                    int64_t* state_bytes = nullptr, int64_t* original_bytes = nullptr);
+
 // head_dof: [S][H], finite and non-negative, every layer with the same H >= 1. Throws Error for bad
 // input (empty, ragged, NaN, negative, all zero with a DoF strategy) or options (budget < 1,
 // multiple < 1, head_dim < 1); under a state budget, for a budget below the cheapest model (every

@@ -170,6 +170,11 @@ inline const OptionDef state_share{"--state-share", "state share",
                                    "with a strategy: the state budget as a share of the original's key-value cache at the "
                                    "context (0.25: a quarter)",
                                    "state_share", OptionKind::Number, {0, 1, false, false}};
+inline const OptionDef exact_heads_by{"--exact-heads-by", "exact heads by",
+                                      "with a state budget, what picks the heads kept softmax: kl (stage 1's attention KL "
+                                      "per head on the training text, after stage 1 trained every head) | dof (the "
+                                      "capture's DoF, before stage 1)",
+                                      "exact_heads_by", OptionKind::Name};
 inline const OptionDef lambda{"--lambda", "lambda", "DoF tolerance lambda (2^-8, 0.0625, 1e-3)", "lambda", OptionKind::Number,
                               {0, 1e300, true, false}};
 inline const OptionDef dof_samples{"-J,--samples", "samples", "vectors sampled per head for the DoF", "dof_samples",

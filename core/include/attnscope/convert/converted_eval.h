@@ -39,6 +39,8 @@ struct LayerCloseness {
   // ||Y_lin - Y||_F / ||Y||_F over all heads, rows and windows, Y the softmax attention output per
   // head and Y_lin = linear_attention_output of the same q, k, v (before the output projection).
   double output_rel_error = 0;
+  // The same KL per head (its rows only): which heads lose most to their map (0 for softmax heads).
+  std::vector<double> head_kl;
 };
 
 struct SpeedEntry {

@@ -39,6 +39,15 @@ namespace attnscope {
 // head dim, output loss, learning rate 0.01, 200 finetune steps).
 DistillOptions linearize_stage1_defaults();
 
+// With a state budget (stage 1's --state-budget/--state-share), what ranks the heads for softmax,
+// one name table: kl (stage 1's held-out attention KL per head, measured on the training text after
+// stage 1 trained every head; the heads kept softmax lose their maps) | dof (the capture's DoF,
+// before stage 1, as distill and allocate rank them).
+enum class ExactHeadsBy { Kl, Dof };
+ExactHeadsBy parse_exact_heads_by(const std::string& name);  // else Error (quantity "exact heads by")
+const char* exact_heads_by_name(ExactHeadsBy by);
+std::vector<std::string> exact_heads_by_names();
+
 struct LinearizeOptions {
   std::string model;
   std::optional<at::ScalarType> compute;  // --dtype (compute_dtype.h) of the whole run; unset: f32 on the CPU
@@ -47,6 +56,7 @@ struct LinearizeOptions {
   int64_t seq_len = 0;       // capture and evaluation length; 0: the context length, at most 4096
   int64_t max_windows = 64;  // capture windows of the training text (fewer when it is shorter)
   bool speed = true;         // measure tokens/s at the run's length (each timing twice) for the report
+  ExactHeadsBy exact_heads_by = ExactHeadsBy::Kl;  // with a state budget: what ranks the heads kept softmax
   // Stage 1, the distillation job OUT/stage1 runs. Set when the run starts: its capture (OUT/capture),
   // its checkpoint interval, and the budget when a strategy has none (2 x head dim for hedgehog,
   // else head dim). Its batch and seed are linearize's for both stages and the capture.
