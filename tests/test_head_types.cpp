@@ -147,6 +147,38 @@ TEST(HeadTypes, EachHeadRunsItsOwnRule) {
   }
 }
 
+// The recurrent step runs a layer's heads group by group (one computation per type and feature
+// dimension): on stories260K (GQA, 8 heads of dimension 8) with mixed types, hybrid heads of two
+// sizes (their maps stacked) and linear heads of fixed prf maps (head by head), greedy generation
+// is token-identical to greedy decoding by full forward passes (the batch form), and the recurrent
+// logits match the batch ones.
+TEST(HeadTypes, GroupedStepsGenerateTheBatchFormsTokensOnStories260K) {
+  const std::string path = test::shared_model_file("stories260K/stories260K.bin");
+  if (path.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  LoadedModel original = load_model(path);
+  const ModelConfig& c = original.model->config();
+  Types types = Types(size_t(c.n_layer), std::vector<HeadType>{kH, kH, kS, kH, kL, kH, kH, kL});
+  types[3] = std::vector<HeadType>(size_t(c.n_head), kS);
+  auto maps = maps_of(*original.model, 16, types);
+  std::vector<std::vector<int64_t>> dims(size_t(c.n_layer), std::vector<int64_t>{8, 16, 0, 8, 8, 16, 8, 8});
+  for (size_t s = 0; s < dims.size(); ++s)
+    for (size_t h = 0; h < dims[s].size(); ++h) {
+      if (types[s][h] == kS) continue;
+      FeatureMapSpec spec;
+      spec.name = types[s][h] == kL ? "prf" : "hedgehog";
+      spec.d = c.head_dim;
+      spec.features = dims[s][h];
+      spec.seed = 100 + s * 8 + h;
+      maps->maps[s][h] = std::shared_ptr<FeatureMap>(make_feature_map(spec));
+    }
+  Model m(c, original.model->weights());
+  m.set_feature_maps(maps);
+  const std::vector<int64_t> prompt = original.tokenizer->encode_for_model("Once upon a time, there was a little dog");
+  EXPECT_EQ(m.generate_greedy(prompt, 24), greedy_by_forward(m, prompt, 24));
+  const at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
+  EXPECT_LT((m.forward_recurrent(ids) - m.forward(ids)).abs().max().item<double>(), 1e-4);
+}
+
 // The settings a mixed model refuses: a hybrid head without a window, a softmax head with a map, a
 // mapped head without one, a table of the wrong shape.
 TEST(HeadTypes, BadTypesAreRefused) {

@@ -182,6 +182,8 @@ class StackHead : public FeatureMap {
     if (!own_) return {};
     return maps_.params;
   }
+  const StackedMaps& stack() const { return maps_; }
+  bool own() const { return own_; }
 
  private:
   // The stack of one this head computes with, its parameters in x's dtype and on its device.
@@ -307,4 +309,29 @@ std::unique_ptr<FeatureMap> make_trainable(const FeatureMapSpec& spec) {
 }
 
 }  // namespace fmap
+std::optional<StackedMaps> stack_of_heads(const std::vector<const FeatureMap*>& heads) {
+  if (heads.empty()) return std::nullopt;
+  std::vector<const StackHead*> hs;
+  for (const FeatureMap* m : heads) {
+    const auto* h = dynamic_cast<const StackHead*>(m);
+    if (!h || !h->own()) return std::nullopt;
+    const StackedMaps& a = h->stack(), &b = hs.empty() ? a : hs[0]->stack();
+    if (a.map != b.map || a.activation != b.activation || a.d != b.d || a.features != b.features || a.params.size() != b.params.size())
+      return std::nullopt;
+    hs.push_back(h);
+  }
+  StackedMaps out = hs[0]->stack();
+  out.heads = int64_t(hs.size());
+  for (size_t i = 0; i < out.params.size(); ++i) {
+    std::vector<at::Tensor> parts;
+    for (const StackHead* h : hs) {
+      const auto& [name, t] = h->stack().params[i];
+      if (name != out.params[i].first) return std::nullopt;
+      parts.push_back(t.detach());
+    }
+    out.params[i].second = at::stack(parts, 0);
+  }
+  return out;
+}
+
 }  // namespace attnscope

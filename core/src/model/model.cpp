@@ -11,9 +11,11 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/attention/head.h"
+#include "attnscope/attention/stacked_maps.h"
 #include "attnscope/base/error.h"
 #include "attnscope/kernels/linear_attention.h"
 #include "attnscope/attention/attention.h"
@@ -446,18 +448,43 @@ class KvCache {
   int64_t most_held_ = 0, most_slots_ = 0;
 };
 
-// The recurrent form of linear attention through the whole model. Per layer and head the running
-// sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [B, M, d] and z = sum_j exp(ls_j - c) values(k_j)
-// [B, M] are carried relative to c = the largest key log scale seen so far (as
-// linear_attention_output does), so phi never overflows and a token costs the same at every position.
-// Hybrid heads also keep a ring of their last W tokens (keys, values, key features): a key enters
-// the sums when it leaves the ring, so memory stays constant in the sequence length. Softmax heads
-// of a mixed model keep every key and value (the last sliding_window of them with the model's
-// window): their key-value cache, the only state that grows with the context.
+// The recurrent form of linear attention through the whole model, one step per group of heads: a
+// layer's heads are grouped by type and feature dimension (as the batch form groups them), and each
+// group steps as one computation, its heads stacked ([B, G, ...]; the kernels see B G independent
+// heads). Per head the running sums S = sum_j exp(ls_j - c) values(k_j) v_j^T [M, d] and z =
+// sum_j exp(ls_j - c) values(k_j) [M] are carried relative to c = the largest key log scale seen so
+// far (as linear_attention_output does), so phi never overflows and a token costs the same at every
+// position. Hybrid heads also keep a ring of their last W tokens (keys, values, key features): a key
+// enters the sums when it leaves the ring, so memory stays constant in the sequence length. Softmax
+// heads of a mixed model keep every key and value (the last sliding_window of them with the model's
+// window): their key-value cache, the only state that grows with the context. Maps of one trainable
+// family compute a group's features in one call (stack_of_heads); other maps head by head.
 class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
-      : c_(c), w_(w), lin_(lin), state_(c.n_layer, std::vector<Head>(c.n_head)), lambda_(c.n_layer) {}
+      : c_(c), w_(w), lin_(lin), groups_(c.n_layer), lambda_(c.n_layer) {
+    for (int s = 0; s < c.n_layer; ++s) {
+      std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> by;  // (type, M) -> heads, as linear_heads
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        const HeadType t = lin.type(s, h);
+        by[{t, t == HeadType::Softmax ? 0 : lin.maps[size_t(s)][size_t(h)]->feature_dim()}].push_back(h);
+      }
+      for (const auto& [key, heads] : by) {
+        Group g;
+        g.type = key.first;
+        g.heads = heads;
+        g.index = at::tensor(heads, at::kLong);
+        if (g.type != HeadType::Softmax) {
+          std::vector<const FeatureMap*> maps;
+          for (int64_t h : heads) maps.push_back(lin.maps[size_t(s)][size_t(h)].get());
+          g.maps = maps;
+          g.stack = stack_of_heads(maps);
+        }
+        if (g.type == HeadType::Hybrid) g.gamma = lin.gamma[size_t(s)].index_select(0, g.index);
+        groups_[size_t(s)].push_back(std::move(g));
+      }
+    }
+  }
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
   // token-by-token steps would (kernels::final_state of its keys and values; a hybrid head's last
@@ -469,27 +496,29 @@ class Recurrent {
     hook.on_layer = [&](const AttentionActivations& a) {
       const at::Tensor lambda = decay_lambda(lin_, a.layer, a.x);  // [B, H, L]; undefined without decay
       if (lambda.defined()) lambda_[a.layer] = lambda.select(2, lambda.size(2) - 1).to(at::kDouble);  // Lambda at L - 1
-      for (int64_t h = 0; h < c_.n_head; ++h) {
-        Head& st = state_[a.layer][h];
-        const HeadType type = lin_.type(a.layer, h);
-        const at::Tensor v = a.v.select(1, h);
-        const int64_t L = v.size(1);
-        if (type == HeadType::Softmax) {  // its cache: copies, a view would keep the prompt's activations alive
+      for (Group& g : groups_[size_t(a.layer)]) {
+        const at::Tensor index = g.index.to(a.v.device());
+        const at::Tensor k = a.k.index_select(1, index), v = a.v.index_select(1, index);  // [B, G, L, d]
+        const int64_t B = v.size(0), G = v.size(1), L = v.size(2), d = v.size(3);
+        if (g.type == HeadType::Softmax) {  // the cache: copies, a view would keep the prompt's activations alive
           const int64_t keep = c_.sliding_window > 0 ? std::min<int64_t>(L, c_.sliding_window) : L;
-          st.k = a.k.select(1, h).narrow(1, L - keep, keep).clone(), st.v = v.narrow(1, L - keep, keep).clone();
+          g.k = k.narrow(2, L - keep, keep).clone(), g.v = v.narrow(2, L - keep, keep).clone();
           continue;
         }
-        const Features fk = lin_.maps[a.layer][h]->scaled_key_features(a.k.select(1, h));
-        const at::Tensor values = fk.values;
+        const Features fk = features(g, k, MapSide::Key);  // [B, G, L, M], [B, G, L, 1]
         at::Tensor scales = fk.log_scale.to(fk.values.scalar_type());
         if (lambda.defined())  // keys' log scales - Lambda_j, as the batch form has them
-          scales = scales - lambda.select(1, h).unsqueeze(-1).to(scales.scalar_type());
-        const int64_t older = type == HeadType::Hybrid ? std::max<int64_t>(0, L - lin_.window) : L;
-        if (older > 0) st.sums = kernels::final_state(values.narrow(1, 0, older), scales.narrow(1, 0, older), v.narrow(1, 0, older));
-        if (type == HeadType::Hybrid) {
+          scales = scales - lambda.index_select(1, index).unsqueeze(-1).to(scales.scalar_type());
+        const int64_t M = fk.values.size(-1);
+        const int64_t older = g.type == HeadType::Hybrid ? std::max<int64_t>(0, L - lin_.window) : L;
+        if (older > 0)
+          g.sums = kernels::final_state(fk.values.narrow(2, 0, older).reshape({B * G, older, M}),
+                                        scales.narrow(2, 0, older).reshape({B * G, older, 1}),
+                                        v.narrow(2, 0, older).reshape({B * G, older, d}));
+        if (g.type == HeadType::Hybrid) {
           const int64_t n = L - older;
-          st.k = a.k.select(1, h).narrow(1, older, n).clone(), st.v = v.narrow(1, older, n).clone();
-          st.fk = values.narrow(1, older, n).clone(), st.ls = scales.narrow(1, older, n).clone();
+          g.k = k.narrow(2, older, n).clone(), g.v = v.narrow(2, older, n).clone();
+          g.fk = fk.values.narrow(2, older, n).clone(), g.ls = scales.narrow(2, older, n).clone();
         }
       }
     };
@@ -502,87 +531,113 @@ class Recurrent {
       // Decayed heads: Lambda at this position, [B, H] float64 (undefined without decay).
       const at::Tensor log_a = decay_log_a_step(lin_, s, p.x.select(1, 0));
       if (log_a.defined()) lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
-      std::vector<at::Tensor> ys;
-      for (int64_t h = 0; h < c_.n_head; ++h) {
-        const at::Tensor lam = log_a.defined() ? lambda_[s].select(1, h).to(p.q.scalar_type()) : at::Tensor();  // [B]
-        switch (lin_.type(s, h)) {
-          case HeadType::Softmax: ys.push_back(softmax_step(state_[s][h], p, h)); break;
-          case HeadType::Hybrid:
-            ys.push_back(hybrid_step(state_[s][h], *lin_.maps[s][h], lin_.gamma[size_t(s)][h], p, h, lam));
-            break;
-          case HeadType::Linear: ys.push_back(head_step(state_[s][h], *lin_.maps[s][h], p, h, lam)); break;
+      at::Tensor y = at::empty_like(p.v.squeeze(2));  // [B, H, d]
+      for (Group& g : groups_[size_t(s)]) {
+        const at::Tensor index = g.index.to(p.q.device());
+        const at::Tensor q = p.q.index_select(1, index), k = p.k.index_select(1, index), v = p.v.index_select(1, index);  // [B, G, 1, d]
+        const at::Tensor lam = log_a.defined() ? lambda_[s].index_select(1, index).to(p.q.scalar_type()) : at::Tensor();  // [B, G]
+        at::Tensor yg;
+        switch (g.type) {
+          case HeadType::Softmax: yg = softmax_step(g, q, k, v); break;
+          case HeadType::Hybrid: yg = hybrid_step(g, q, k, v, lam); break;
+          case HeadType::Linear: yg = linear_step(g, q, k, v, lam); break;
         }
+        y.index_copy_(1, index, yg.to(y.scalar_type()));
       }
-      return at::stack(ys, 1);  // [B, H, d]
+      return y;
     });
   }
 
  private:
-  struct Head {
-    kernels::RecurrentState sums;  // keys older than the window (all keys for plain linear heads)
-    at::Tensor k, v, fk, ls;       // hybrid heads: the ring, oldest first: [B, n, d], [B, n, d], [B, n, M], [B, n, 1];
-                                   // softmax heads: k and v, every key so far (the cache)
+  // The heads of a layer that share a type and a feature dimension, and their state, stacked.
+  struct Group {
+    HeadType type = HeadType::Linear;
+    std::vector<int64_t> heads;
+    at::Tensor index;                       // heads as a tensor
+    std::vector<const FeatureMap*> maps;    // each head's map (none for softmax heads)
+    std::optional<StackedMaps> stack;       // the maps as one stack, where they stack
+    at::Tensor gamma;                       // hybrid heads' balances [G]
+    kernels::RecurrentState sums;           // keys older than the window (all keys of linear heads), [B G, ...]
+    at::Tensor k, v, fk, ls;                // hybrid: the ring, oldest first [B, G, n, d|M|1]; softmax: the cache
   };
 
-  // A softmax head's token: this token's key and value join the cache (the oldest leaves it past
-  // the model's sliding window), the query reads it with softmax weights. y [B, d].
-  at::Tensor softmax_step(Head& st, const Projected& p, int64_t h) const {
-    const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
-    st.k = st.k.defined() ? at::cat({st.k, k}, 1) : k;
-    st.v = st.v.defined() ? at::cat({st.v, v}, 1) : v;
-    if (c_.sliding_window > 0 && st.k.size(1) > c_.sliding_window) {
-      st.k = st.k.narrow(1, 1, c_.sliding_window), st.v = st.v.narrow(1, 1, c_.sliding_window);
+  // The group's features of x [B, G, L, d]: values [B, G, L, M] and log scales [B, G, L, 1].
+  static Features features(const Group& g, const at::Tensor& x, MapSide side) {
+    if (g.stack) {
+      StackedMaps m = *g.stack;
+      for (auto& [name, t] : m.params) t = t.to(x.device(), x.scalar_type());
+      return stacked_features(m, x, side);
     }
-    const at::Tensor scores = at::matmul(q, st.k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));  // [B, 1, n]
-    return at::matmul(at::softmax(scores, -1), st.v).squeeze(1);
+    std::vector<at::Tensor> values, scales;
+    for (size_t i = 0; i < g.maps.size(); ++i) {
+      const at::Tensor xi = x.select(1, int64_t(i));
+      const Features f = side == MapSide::Query ? g.maps[i]->scaled_query_features(xi) : g.maps[i]->scaled_key_features(xi);
+      values.push_back(f.values), scales.push_back(f.log_scale);
+    }
+    return {at::stack(values, 1), at::stack(scales, 1)};
   }
 
-  // Adds this token's key and value to the head's sums and reads its query: y [B, d]. `lambda`
-  // [B]: the decay's Lambda at this position (undefined without decay), taken off the key's log scale.
-  static at::Tensor head_step(Head& st, const FeatureMap& map, const Projected& p, int64_t h, const at::Tensor& lambda) {
-    const Features fq = map.scaled_query_features(p.q.select(1, h));  // [B, 1, M]; its own scale cancels
-    const Features fk = map.scaled_key_features(p.k.select(1, h));
-    const at::Tensor ls = fk.log_scale.view({-1});
-    return zero_undefined_rows(kernels::recurrent_step(st.sums, fq.values.squeeze(1), fk.values.squeeze(1),
-                                                       (lambda.defined() ? ls - lambda : ls).to(fq.values.scalar_type()),
-                                                       p.v.select(1, h).squeeze(1)));
+  // A softmax head's token: this token's key and value join the cache (the oldest leaves it past
+  // the model's sliding window), the query reads it with softmax weights. y [B, G, d].
+  at::Tensor softmax_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+    g.k = g.k.defined() ? at::cat({g.k, k}, 2) : k;
+    g.v = g.v.defined() ? at::cat({g.v, v}, 2) : v;
+    if (c_.sliding_window > 0 && g.k.size(2) > c_.sliding_window)
+      g.k = g.k.narrow(2, 1, c_.sliding_window), g.v = g.v.narrow(2, 1, c_.sliding_window);
+    const at::Tensor scores = at::matmul(q, g.k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));  // [B, G, 1, n]
+    return at::matmul(at::softmax(scores, -1), g.v).squeeze(2);
+  }
+
+  // Adds this token's keys and values to the heads' sums and reads their queries: y [B, G, d].
+  // `lambda` [B, G]: the decay's Lambda at this position (undefined without decay), taken off the
+  // keys' log scales.
+  at::Tensor linear_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda) const {
+    const int64_t B = q.size(0), G = q.size(1), d = v.size(-1);
+    const Features fq = features(g, q, MapSide::Query);  // [B, G, 1, M]; its own scale cancels
+    const Features fk = features(g, k, MapSide::Key);
+    const int64_t M = fq.values.size(-1);
+    at::Tensor ls = fk.log_scale.reshape({B, G});
+    if (lambda.defined()) ls = ls - lambda;
+    const at::Tensor y = kernels::recurrent_step(g.sums, fq.values.reshape({B * G, M}), fk.values.reshape({B * G, M}),
+                                                 ls.reshape({B * G}).to(fq.values.scalar_type()), v.reshape({B * G, d}));
+    return zero_undefined_rows(y.view({B, G, d}));
   }
 
   // A hybrid head's token: the key leaving the ring (position pos - W) joins the sums, which the
   // query reads with their log normalizer; this token's key joins the ring, which the query reads
-  // with softmax weights; one normalizer over both (SPEC 5). y [B, d].
-  // With decay (lambda: Lambda at this position) the keys enter the ring with log scale - Lambda_j
-  // and the linear part's log normalizer gains + Lambda_i, the query's share of exp(Lambda_i - Lambda_j).
-  at::Tensor hybrid_step(Head& st, const FeatureMap& map, const at::Tensor& gamma, const Projected& p, int64_t h,
-                         const at::Tensor& lambda_b) const {
-    const at::Tensor lambda = lambda_b.defined() ? lambda_b.view({-1, 1, 1}) : at::Tensor();  // [B, 1, 1]
+  // with softmax weights; one normalizer over both (SPEC 5). y [B, G, d].
+  // With decay (lambda [B, G]: Lambda at this position) the keys enter the ring with log scale
+  // - Lambda_j and the linear part's log normalizer gains + Lambda_i, the query's share of
+  // exp(Lambda_i - Lambda_j).
+  at::Tensor hybrid_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda_bg) const {
+    const at::Tensor lambda = lambda_bg.defined() ? lambda_bg.unsqueeze(-1).unsqueeze(-1) : at::Tensor();  // [B, G, 1, 1]
     // t + Lambda (sign 1) or t - Lambda (sign -1); t itself without decay.
     const auto decayed = [&](const at::Tensor& t, int sign) { return !lambda.defined() ? t : sign > 0 ? t + lambda : t - lambda; };
-    const at::Tensor q = p.q.select(1, h), k = p.k.select(1, h), v = p.v.select(1, h);  // [B, 1, d]
-    const Features fq = map.scaled_query_features(q), fk = map.scaled_key_features(k);
+    const Features fq = features(g, q, MapSide::Query), fk = features(g, k, MapSide::Key);  // [B, G, 1, M]
     const auto dtype = fq.values.scalar_type();
-    const int64_t B = q.size(0);
+    const int64_t B = q.size(0), G = q.size(1), d = v.size(-1), M = fq.values.size(-1);
     // The linear part: none while the ring holds every key so far.
-    HeadPart linear{at::zeros({B, 1, v.size(-1)}, v.options()),
-                    at::full({B, 1, 1}, -std::numeric_limits<double>::infinity(), fq.values.options())};
-    if (st.k.defined() && st.k.size(1) == lin_.window) {
+    HeadPart linear{at::zeros({B, G, 1, d}, v.options()),
+                    at::full({B, G, 1, 1}, -std::numeric_limits<double>::infinity(), fq.values.options())};
+    if (g.k.defined() && g.k.size(2) == lin_.window) {
       at::Tensor lse;
-      linear.y = kernels::recurrent_step(st.sums, fq.values.squeeze(1), st.fk.select(1, 0), st.ls.select(1, 0).squeeze(-1),
-                                         st.v.select(1, 0), &lse).unsqueeze(1);
-      linear.lse = decayed(lse.view({B, 1, 1}) + fq.log_scale, 1).to(dtype);
-      auto rest = [&](const at::Tensor& t) { return t.narrow(1, 1, t.size(1) - 1); };
-      st.k = rest(st.k), st.v = rest(st.v), st.fk = rest(st.fk), st.ls = rest(st.ls);
+      linear.y = kernels::recurrent_step(g.sums, fq.values.reshape({B * G, M}), g.fk.select(2, 0).reshape({B * G, M}),
+                                         g.ls.select(2, 0).reshape({B * G}), g.v.select(2, 0).reshape({B * G, d}), &lse)
+                     .view({B, G, 1, d});
+      linear.lse = decayed(lse.view({B, G, 1, 1}) + fq.log_scale, 1).to(dtype);
+      auto rest = [&](const at::Tensor& t) { return t.narrow(2, 1, t.size(2) - 1); };
+      g.k = rest(g.k), g.v = rest(g.v), g.fk = rest(g.fk), g.ls = rest(g.ls);
     }
-    auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 1) : t; };
-    st.k = push(st.k, k), st.v = push(st.v, v), st.fk = push(st.fk, fk.values), st.ls = push(st.ls, decayed(fk.log_scale, -1).to(dtype));
-    const WindowPart win = sliding_window_attention(q, st.k, st.v, lin_.window);
-    return combine_head_parts({win.y, win.lse}, linear, gamma).squeeze(1);
+    auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 2) : t; };
+    g.k = push(g.k, k), g.v = push(g.v, v), g.fk = push(g.fk, fk.values), g.ls = push(g.ls, decayed(fk.log_scale, -1).to(dtype));
+    const WindowPart win = sliding_window_attention(q, g.k, g.v, lin_.window);
+    return combine_head_parts({win.y, win.lse}, linear, g.gamma.to(q.device())).squeeze(2);
   }
 
   const ModelConfig& c_;
   const ModelWeights& w_;
   const HeadFeatureMaps& lin_;
-  std::vector<std::vector<Head>> state_;
+  std::vector<std::vector<Group>> groups_;  // per layer
   std::vector<at::Tensor> lambda_;  // decayed heads: Lambda at the last position read, [B, H] float64 per layer
 };
 

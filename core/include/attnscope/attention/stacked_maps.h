@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,5 +70,11 @@ std::shared_ptr<FeatureMap> stacked_head_view(const StackedMaps& maps, int64_t h
 
 // Head h as a FeatureMap of its own: CPU float32 copies of its parameters, in SPEC 7's shapes.
 std::unique_ptr<FeatureMap> stacked_head_copy(const StackedMaps& maps, int64_t head);
+
+// Maps of one trainable family with their own parameters (a converted model's heads, copies) and the
+// same size, stacked in order (their tensors, not copies): what computes a group of heads' features
+// in one call (stacked_features). nullopt for anything else (fixed maps, a trainer's views, mixed
+// families or sizes): the caller computes those head by head.
+std::optional<StackedMaps> stack_of_heads(const std::vector<const FeatureMap*>& heads);
 
 }  // namespace attnscope
