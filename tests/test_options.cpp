@@ -414,6 +414,19 @@ TEST(Options, LinearizeHoldsItsStagesOptions) {
   // Written back: only what differs from nothing given is on the command line.
   EXPECT_EQ(linearize_command(d, "OUT").find("--features"), std::string::npos);
   EXPECT_NE(linearize_command(d, "OUT").find("--window 64"), std::string::npos);
+  // Window 0 (plain linear heads) differs from linearize's default: written, and read back as 0.
+  LinearizeOptions w0 = d;
+  w0.stage1.window = 0;
+  EXPECT_NE(linearize_command(w0, "OUT").find("--window 0"), std::string::npos);
+  LinearizeOptions back;  // window 64
+  read_options_json(linearize_option_table(), nlohmann::json::parse(options_json(linearize_option_table(), w0).dump()), back, "job.json");
+  EXPECT_EQ(back.stage1.window, 0);
+  // A lambda written as its argument ("2^-8") is stored in job.json as the number it stands for.
+  DistillOptions s = d.stage1;
+  s.lambda = 1.0 / 256;
+  EXPECT_DOUBLE_EQ(options_json(distill_option_table(), s)["lambda"].get<double>(), 1.0 / 256);
+  s.lambda = std::pow(2.0, -8.25);
+  EXPECT_DOUBLE_EQ(options_json(distill_option_table(), s)["lambda"].get<double>(), std::pow(2.0, -8.25));
 }
 
 // Issue 25: a fresh Train form runs exactly `attnscope linearize`'s recipe (its defaults were its

@@ -91,6 +91,21 @@ std::string number_arg(double v) {
   return buf;
 }
 
+double number_of_arg(const std::string& text) {
+  char* end = nullptr;
+  const auto caret = text.find('^');
+  if (caret == std::string::npos) {
+    const double v = std::strtod(text.c_str(), &end);
+    return end && *end == '\0' && !text.empty() ? v : std::nan("");
+  }
+  const std::string b = text.substr(0, caret), x = text.substr(caret + 1);
+  char* end_b = nullptr;
+  char* end_x = nullptr;
+  const double base = std::strtod(b.c_str(), &end_b), exponent = std::strtod(x.c_str(), &end_x);
+  if (b.empty() || x.empty() || *end_b != '\0' || *end_x != '\0') return std::nan("");
+  return std::pow(base, exponent);
+}
+
 std::string lambda_arg(double lambda) {
   if (!(lambda > 0) || !std::isfinite(lambda)) return number_arg(lambda);
   int e = 0;

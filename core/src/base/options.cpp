@@ -1,6 +1,8 @@
 // Options (options.h): ranges, parsing in range, and the JSON form of a row's value.
 #include "attnscope/base/options.h"
 
+#include "attnscope/base/command_line.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -100,7 +102,7 @@ void put(nlohmann::ordered_json& j, const char* key, OptionKind kind, const std:
   switch (kind) {
     case OptionKind::Whole: v = std::stoll(value); break;
     case OptionKind::Unsigned: v = std::stoull(value); break;
-    case OptionKind::Number: v = std::strtod(value.c_str(), nullptr); break;
+    case OptionKind::Number: v = number_of_arg(value); break;  // "2^-8" (lambda_arg) is 0.00390625, not 2
     case OptionKind::Flag: v = value == "1"; break;
     case OptionKind::Texts: {
       v = nlohmann::ordered_json::array();

@@ -167,10 +167,11 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
       // The original's own probabilities: within its sliding window (Mistral) when it has one. The
       // converted heads' maps read every key (hybrids: their own window), as the converted model runs.
       in.reference = a.probs.select(0, 0);
-      {  // KL of every row (float64), by position: undefined rows (NaN in Ahat) left out.
+      {  // KL of every row (float64), by position and by head: undefined rows (NaN in Ahat) left
+         // out; Ahat read at compute_head_metrics' floor where it underflows to 0 under A > 0.
         const at::Tensor A = in.reference.to(at::kDouble), Ah = in.map.to(at::kDouble);  // [H, L, L]
-        const at::Tensor terms = at::where(A > 0, A * (A.log() - Ah.log()), at::zeros_like(A));
-        const at::Tensor row_kl = terms.sum(-1), defined = Ah.isnan().any(-1).logical_not();  // [H, L]
+        const at::Tensor row_kl = (at::special_xlogy(A, A) - at::special_xlogy(A, Ah.clamp_min(1e-300))).sum(-1);  // [H, L]
+        const at::Tensor defined = Ah.isnan().any(-1).logical_not();
         const at::Tensor kl_by_pos = at::where(defined, row_kl, at::zeros_like(row_kl)).sum(0).contiguous();
         const at::Tensor rows_by_pos = defined.to(at::kDouble).sum(0).contiguous();
         const at::Tensor kl_by_head = at::where(defined, row_kl, at::zeros_like(row_kl)).sum(1).contiguous();

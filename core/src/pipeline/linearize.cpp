@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <chrono>
 #include <cmath>
@@ -82,7 +83,9 @@ const OptionTable<LO>& table() {
       stage1_row("--feature-map"),
       then(described(stage1_row("--features"), "one M for every head (instead of a strategy)"),
            +[](LO& o) { o.stage1.strategy.reset(); }),
-      stage1_row("--window"),
+      // Linearize's window defaults to 64, so 0 (plain linear heads) is a value to write back, not
+      // distill's "not given": without it job.json's command and a resumed run took window 64.
+      nest(&LO::stage1, bind(opt::window, &DistillOptions::window), "stage1."),
       stage1_row("--decay"),
       stage1_row("--decay-init"),
       then(described(stage1_row("--allocation"), "an allocation file (instead of a strategy)"),
@@ -137,7 +140,7 @@ std::shared_ptr<HeadFeatureMaps> keep_exact_by_kl(const LO& o, const LoadedModel
   for (const LayerCloseness& l : ev.layers) {
     kl.push_back(l.head_kl);
     for (double& v : kl.back())
-      if (!std::isfinite(v)) v = 0;
+      if (std::isnan(v)) v = std::numeric_limits<double>::infinity();  // no defined row: its map loses everything
     dims.emplace_back();
     for (const auto& map : maps.maps[size_t(l.layer)]) dims.back().push_back(map ? map->feature_dim() : 0);
   }

@@ -33,5 +33,8 @@ std::string short_number(double v);
 // lambda as --lambda takes it and reads back to the same double: "2^-8" for powers of two, "2^-8.25"
 // for the DoF view's quarter steps, else number_arg.
 std::string lambda_arg(double lambda);
+// The number an argument written by number_arg or lambda_arg stands for ("2^-8" is std::pow(2, -8));
+// NaN for text that is neither. job.json stores numbers, not their argument text.
+double number_of_arg(const std::string& text);
 
 }  // namespace attnscope
