@@ -1316,6 +1316,8 @@ TEST(DistillOptionTable, EveryRowRoundTripsAndFlagsAreDistinct) {
   o.budget = 40;
   o.lambda = std::pow(2.0, -6.25);
   o.dof_samples = 300;
+  o.state_budget = 123456;
+  o.state_share = 0.3;
   o.loss = DistillLoss::L2;
   o.steps = 77;
   o.lr = 0.0123;
