@@ -7,6 +7,7 @@
 #include <QAbstractButton>
 #include <QAction>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QImage>
@@ -188,6 +189,13 @@ TEST_F(MainWindowTest, TheHeadGridMarksAMixedModelsHeadTypes) {
   capture_and_wait(*w);
   views::HeadGrid* grid = w->heads_view()->grid();
   EXPECT_EQ(grid->head_type_letter(0, 0), QString()) << "a softmax model has no badges";
+  // The DoF view's "Keep exact" share reaches the allocation and the Train tab's description of it.
+  w->dof_view()->state_share_box()->setValue(0.9);
+  ASSERT_TRUE(w->workbench()->dof_state().has_value());
+  EXPECT_FALSE(w->workbench()->dof_state()->allocation.types.empty());
+  bool described = false;
+  for (QLabel* l : w->findChildren<QLabel*>()) described = described || l->text().contains("heads kept softmax (state share 0.9");
+  EXPECT_TRUE(described) << "the Train tab does not say which heads stay softmax";
   QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
   w->open_model(QString::fromStdString(dir));
   ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));
