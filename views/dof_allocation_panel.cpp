@@ -198,6 +198,7 @@ QString DofAllocationPanel::caption() const { return cost_text_->text(); }
 
 // Under a state budget: how many heads stay softmax and the state against the original's cache.
 QString DofAllocationPanel::kept_text(const Allocation& a) {
+  if (!a.state_note.empty()) return "\n" + QString::fromStdString(a.state_note);
   if (a.types.empty()) return {};
   int kept = 0, heads = 0;
   for (const auto& layer : a.types)

@@ -510,12 +510,24 @@ std::optional<DofAllocation> Workbench::set_dof_settings(double lambda, int64_t 
     o.multiple = session_.multiple;
     o.state = state_budget();
     // A budget or strategy move keeps the DoF of every head: only the allocation is redone.
-    if (dof_state_ && dof_state_->lambda == lambda && dof_spectra_ == spectra_) {
-      dof_state_ = reallocate(*dof_state_, spectra_->head_dim, o);
-    } else {
-      dof_state_ = allocation_at(*spectra_, lambda, o);
-      dof_spectra_ = spectra_;
-      ++dof_evaluations_;
+    const auto compute = [&](const AllocOptions& a) {
+      if (dof_state_ && dof_state_->lambda == lambda && dof_spectra_ == spectra_) {
+        dof_state_ = reallocate(*dof_state_, spectra_->head_dim, a);
+      } else {
+        dof_state_ = allocation_at(*spectra_, lambda, a);
+        dof_spectra_ = spectra_;
+        ++dof_evaluations_;
+      }
+    };
+    try {
+      compute(o);
+    } catch (const Error& e) {
+      // A share the maps alone exceed (or above the cache) is the slider's setting, not a failure:
+      // the allocation without types, and the panel says why.
+      if (e.quantity() != "state budget" || !o.state.given()) throw;
+      o.state = {};
+      compute(o);
+      dof_state_->allocation.state_note = e.what();
     }
     emit dofStateChanged();
     return dof_state_;

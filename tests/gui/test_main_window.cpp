@@ -196,6 +196,14 @@ TEST_F(MainWindowTest, TheHeadGridMarksAMixedModelsHeadTypes) {
   bool described = false;
   for (QLabel* l : w->findChildren<QLabel*>()) described = described || l->text().contains("heads kept softmax (state share 0.9");
   EXPECT_TRUE(described) << "the Train tab does not say which heads stay softmax";
+  // A share the maps alone exceed: no error box, no types, and the DoF view's caption says why.
+  QSignalSpy errors(w.get(), &MainWindow::errorShown);
+  w->dof_view()->state_share_box()->setValue(0.1);
+  EXPECT_EQ(errors.count(), 0);
+  ASSERT_TRUE(w->workbench()->dof_state().has_value());
+  EXPECT_TRUE(w->workbench()->dof_state()->allocation.types.empty());
+  EXPECT_TRUE(w->dof_view()->allocation_caption().contains("below the cheapest model")) << w->dof_view()->allocation_caption().toStdString();
+  w->dof_view()->state_share_box()->setValue(0);
   QSignalSpy model(w->workbench(), &gui::Workbench::modelChanged);
   w->open_model(QString::fromStdString(dir));
   ASSERT_TRUE(wait_until([&] { return model.count() > 0; }));

@@ -68,6 +68,8 @@ struct Allocation {
   std::vector<std::vector<HeadType>> types;
   int64_t state_bytes = 0, original_bytes = 0;
   double predicted_loss = 0;
+  // Why a state budget gave no types (the workbench's share below the cheapest model); "" otherwise.
+  std::string state_note;
 
   std::vector<int64_t> layer_dims() const;  // per layer: dims[s][0], or the layer max for per-head
 };
