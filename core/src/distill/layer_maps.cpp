@@ -188,12 +188,13 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
   auto lin = std::make_shared<HeadFeatureMaps>();
   lin->types = types;
   bool gamma = false, delta = false, gate = false;  // whether any group has them: then every layer has them
+  int64_t gate_width = 0;                             // the gates' w [H, width]
   for (const auto& layer : groups)
     for (const auto& g : layer) {
       lin->window = std::max(lin->window, g.maps.window);
       gamma = gamma || g.maps.has_param(kGammaParam);
       delta = delta || g.maps.has_param(kDecayParam);
-      gate = gate || g.maps.has_param(kGateWeightParam);
+      if (g.maps.has_param(kGateWeightParam)) gate = true, gate_width = g.maps.param(kGateWeightParam).size(1);
     }
   if (!types.empty() && types.size() != groups.size()) fail("distill", "head types for " + std::to_string(types.size()) + " layers, groups for " + std::to_string(groups.size()));
   for (size_t s = 0; s < groups.size(); ++s) {
@@ -229,11 +230,7 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
     if (gamma) lin->gamma.push_back(param(kGammaParam, {}));
     if (delta) lin->decay_delta.push_back(param(kDecayParam, {}));
     if (gate) {
-      int64_t width = 0;
-      for (const auto& l : groups)
-        for (const auto& g : l)
-          if (g.maps.has_param(kGateWeightParam)) width = g.maps.param(kGateWeightParam).size(1);
-      lin->decay_w.push_back(param(kGateWeightParam, {width}));
+      lin->decay_w.push_back(param(kGateWeightParam, {gate_width}));
       lin->decay_b.push_back(param(kGateBiasParam, {}));
     }
   }

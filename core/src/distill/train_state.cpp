@@ -150,8 +150,6 @@ double head_weighted(const LayerState& st, const std::vector<double>& per_group)
 at::Tensor layer_block_loss(const LayerState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& x, const at::Tensor& resid) {
   if (!st.block_model) fail("distill", "the block loss needs the model");
-  if (std::find(st.types.begin(), st.types.end(), HeadType::Softmax) != st.types.end())
-    fail_value("loss", "block with softmax heads kept exact is not supported yet: use output or kl");
   LayerOutputs all;
   for (const GroupState& g : st.groups) {
     const LayerOutputs o = layer_outputs(g.group.maps, group_heads(st, g, q), group_heads(st, g, k), group_heads(st, g, v), x);

@@ -200,6 +200,18 @@ at::Tensor softmax_heads(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return at::matmul(a, v);
 }
 
+// A layer's heads grouped by type and feature dimension (0 for softmax heads): what the batch form
+// and the recurrent form each compute as one.
+std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> head_groups(const HeadFeatureMaps& lin, int layer) {
+  std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> groups;
+  const MapsOfLayer& maps = lin.maps[size_t(layer)];
+  for (int64_t h = 0; h < int64_t(maps.size()); ++h) {
+    const HeadType t = lin.type(layer, h);
+    groups[{t, t == HeadType::Softmax ? 0 : maps[size_t(h)]->feature_dim()}].push_back(h);
+  }
+  return groups;
+}
+
 // A converted model's attention: each head by its type (HeadFeatureMaps::type). Linear and hybrid
 // heads run SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for the heads of a
 // layer that share a type and a feature dimension M (heads may differ in M: per-head budgets);
@@ -212,20 +224,15 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
   const int64_t H = q.size(1);
   const at::Tensor lambda = decay_lambda(lin, layer, x);  // [B, H, L]; undefined without decay
   std::vector<Features> fq(H), fk(H);
-  std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> groups;  // (type, M) -> its heads
+  const auto groups = head_groups(lin, layer);
   for (int64_t h = 0; h < H; ++h) {
-    const HeadType type = lin.type(layer, h);
-    if (type == HeadType::Softmax) {
-      groups[{type, 0}].push_back(h);
-      continue;
-    }
+    if (lin.type(layer, h) == HeadType::Softmax) continue;
     fq[h] = maps[h]->scaled_query_features(q.select(1, h));
     fk[h] = maps[h]->scaled_key_features(k.select(1, h));
     if (lambda.defined()) {  // decayed heads (head.h): Lambda on the features' log scales
       const DecayedFeatures d = decayed_features(fq[h], fk[h], lambda.select(1, h).to(q.scalar_type()));
       fq[h] = d.q, fk[h] = d.k;
     }
-    groups[{type, fq[h].values.size(-1)}].push_back(h);
   }
   const at::Tensor gamma = lin.window > 0 ? lin.gamma[size_t(layer)].to(q.device()) : at::Tensor();
   std::vector<at::Tensor> outs(H), maps_out(probs ? H : 0);
@@ -464,12 +471,7 @@ class Recurrent {
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
       : c_(c), w_(w), lin_(lin), groups_(c.n_layer), lambda_(c.n_layer) {
     for (int s = 0; s < c.n_layer; ++s) {
-      std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> by;  // (type, M) -> heads, as linear_heads
-      for (int64_t h = 0; h < c.n_head; ++h) {
-        const HeadType t = lin.type(s, h);
-        by[{t, t == HeadType::Softmax ? 0 : lin.maps[size_t(s)][size_t(h)]->feature_dim()}].push_back(h);
-      }
-      for (const auto& [key, heads] : by) {
+      for (const auto& [key, heads] : head_groups(lin, s)) {
         Group g;
         g.type = key.first;
         g.heads = heads;
