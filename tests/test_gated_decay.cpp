@@ -296,4 +296,98 @@ TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
   EXPECT_FALSE(fs::exists(root + "/refused"));
 }
 
+// `convert --decay` (untrained decayed heads, issue 27): each head starts where distill starts it
+// (fixed: the delta a one-step run at lr 1e-12 leaves; gated: w = 0 and b = that delta, so the
+// same logits as the fixed model), --decay-init none is kUndecayedDelta, the model runs the same in
+// attnscope_linear.py, and an allocation file's head types are kept. Refused before anything is
+// written: fit without a capture, a capture of another model, --decay with --job.
+TEST(GatedDecay, ConvertStartsDecayedHeadsWhereTrainingDoes) {
+  const std::string cli = test::cli_path(), root = test::temp_dir("convert_decay");
+  const std::string bundled = test::source_dir() + "/resources/models/brown-gpt2-mini";
+  const std::string capture = test::bundled_capture();
+  const CaptureStore cap(capture);
+  DistillOptions o;
+  o.capture = capture;
+  o.val_capture = capture;
+  o.feature_map = "hedgehog";
+  o.loss = DistillLoss::Kl;
+  o.features = 16;
+  o.steps = 1;
+  o.seed = 5;
+  o.batch = 2;
+  o.lr = o.lr_alpha = 1e-12;
+  o.decay = Decay::Fixed;
+  distill(o, root + "/start_fixed");
+  const auto start = test::read_tensors(root + "/start_fixed/feature_maps.safetensors");
+
+  const std::string base = cli + " convert --model " + bundled + " --feature-map hedgehog --features 16 --seed 5";
+  std::string out;
+  ASSERT_EQ(test::run_command(base + " --decay fixed --capture " + capture + " --out " + root + "/fixed 2>&1", &out), 0) << out;
+  ASSERT_EQ(test::run_command(base + " --decay gated --capture " + capture + " --out " + root + "/gated 2>&1", &out), 0) << out;
+  ASSERT_EQ(test::run_command(base + " --decay fixed --decay-init none --out " + root + "/none 2>&1", &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/gated/config.json"))["attnscope"]["decay"], "gated");
+  const auto fixed = test::read_tensors(root + "/fixed/feature_maps.safetensors");
+  const auto gated = test::read_tensors(root + "/gated/feature_maps.safetensors");
+  const auto none = test::read_tensors(root + "/none/feature_maps.safetensors");
+  double spread_lo = 1e9, spread_hi = -1e9;
+  for (int s = 0; s < cap.num_layers(); ++s)
+    for (int h = 0; h < cap.num_heads(); ++h) {
+      const double d = start.at(convert::decay_delta_name(s, h)).item<double>();
+      spread_lo = std::min(spread_lo, d), spread_hi = std::max(spread_hi, d);
+      EXPECT_NEAR(fixed.at(convert::decay_delta_name(s, h)).item<double>(), d, 1e-6) << s << " " << h;
+      EXPECT_NEAR(gated.at(convert::decay_b_name(s, h)).item<double>(), d, 1e-6) << s << " " << h;
+      EXPECT_EQ(gated.at(convert::decay_w_name(s, h)).abs().max().item<double>(), 0.0);
+      EXPECT_EQ(none.at(convert::decay_delta_name(s, h)).item<double>(), kUndecayedDelta);
+    }
+  EXPECT_GT(spread_hi - spread_lo, 0.5) << "the fitted decays differ between heads";
+  LoadedModel mf = load_model(root + "/fixed"), mg = load_model(root + "/gated"), mn = load_model(root + "/none");
+  const at::Tensor ids = cap.ids().narrow(0, 0, 1).narrow(1, 0, 48);
+  const at::Tensor lf = mf.model->forward(ids);
+  EXPECT_LT((mg.model->forward(ids) - lf).abs().max().item<double>(), 1e-5);
+  EXPECT_GT((mn.model->forward(ids) - lf).abs().max().item<double>(), 1e-2) << "the fitted decays change the model";
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 24; ++i) tokens.push_back(ids[0][i].item<int64_t>());
+  if (const auto py = test::python_runner_diffs(root + "/fixed", tokens, 5)) {
+    EXPECT_LT(py->batch, 1e-4) << py->output;
+    EXPECT_LT(py->recurrent, 1e-4) << py->output;
+  }
+
+  // An allocation file's head types reach the converted model (softmax heads have no decay tensor).
+  nlohmann::json alloc;
+  alloc["dims"] = nlohmann::json::array();
+  alloc["head_types"] = nlohmann::json::array();
+  for (int s = 0; s < cap.num_layers(); ++s) {
+    alloc["dims"].push_back({s == 1 ? 0 : 8, 8, 8, 8});
+    alloc["head_types"].push_back({s == 1 ? "softmax" : "linear", "linear", "linear", "linear"});
+  }
+  std::ofstream(root + "/alloc.json") << alloc.dump();
+  ASSERT_EQ(test::run_command(cli + " convert --model " + bundled + " --feature-map hedgehog --allocation " + root +
+                                  "/alloc.json --decay fixed --capture " + capture + " --out " + root + "/mixed 2>&1", &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/mixed/config.json"))["attnscope"]["head_types"][1][0], "softmax");
+  const auto mixed = test::read_tensors(root + "/mixed/feature_maps.safetensors");
+  EXPECT_FALSE(mixed.count(convert::decay_delta_name(1, 0)));
+  EXPECT_NEAR(mixed.at(convert::decay_delta_name(1, 1)).item<double>(), start.at(convert::decay_delta_name(1, 1)).item<double>(), 1e-6);
+
+  // Refusals, each before the output exists.
+  struct Bad {
+    std::string args, says;
+  };
+  const std::string other = root + "/other_capture";
+  fs::copy(capture, other, fs::copy_options::recursive);
+  nlohmann::json man = nlohmann::json::parse(test::read_file(other + "/manifest.json"));
+  man["model"]["heads"] = 2;
+  std::ofstream(other + "/manifest.json") << man.dump();
+  for (const Bad& b : {Bad{" --decay fixed", "--capture"}, Bad{" --decay gated --capture " + other, other},
+                       Bad{" --capture " + capture, "--capture"}, Bad{" --decay sometimes", "--decay"}}) {
+    SCOPED_TRACE(b.args);
+    const int rc = test::run_command(base + b.args + " --out " + root + "/refused 2>&1", &out);
+    EXPECT_NE(rc, 0) << out;
+    EXPECT_NE(out.find(b.says), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(root + "/refused"));
+  }
+  EXPECT_NE(test::run_command(cli + " convert --job " + root + "/start_fixed --decay gated --out " + root + "/refused 2>&1", &out), 0);
+  EXPECT_NE(out.find("--decay"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/refused"));
+}
+
 }  // namespace test_gated_decay

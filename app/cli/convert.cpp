@@ -1,7 +1,7 @@
 // `attnscope convert`: a model with feature maps in place of softmax attention, written as a
 // converted model directory (SPEC 7) that attnscope and plain PyTorch load. The maps are a
 // finished distillation job's (--job RUN) or untrained ones (--feature-map with --features or
-// --allocation: the Performer-style baselines).
+// --allocation: the Performer-style baselines; --decay: decayed heads where training starts them).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +13,8 @@
 #include "attnscope/convert/convert_options.h"
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/base/error.h"
+#include "attnscope/capture/capture.h"
+#include "attnscope/distill/layer_maps.h"
 #include "common.h"
 
 namespace fs = std::filesystem;
@@ -24,7 +26,8 @@ void register_convert(CLI::App& app) {
   auto c = std::make_shared<ConvertCommand>();
   auto output = std::make_shared<OutputOptions>();
   add_option_table(cmd, convert_command_option_table(), c);
-  for (const char* flag : {"--feature-map", "--features", "--allocation", "--window"}) exclusive(cmd, {"--job", flag});
+  for (const char* flag : {"--feature-map", "--features", "--allocation", "--window", "--decay", "--decay-init", "--capture"})
+    exclusive(cmd, {"--job", flag});
   exclusive(cmd, {"--features", "--allocation"});
   add_out_option(cmd, output, "output directory (written atomically)", true);
   cmd->callback([=] {
@@ -53,14 +56,28 @@ void register_convert(CLI::App& app) {
     if (!fixed && features == 0 && allocation.empty())
       throw CLI::ValidationError(option_for_quantity(attnscope::opt::features.quantity),
                                  "feature map " + o->map.name + " needs --features M or --allocation FILE");
+    const bool fit = c->decay != Decay::None && c->decay_init == DecayInit::Fit;
+    if (fit && c->capture.empty())
+      throw CLI::ValidationError(option_for_quantity(attnscope::opt::capture.quantity),
+                                 "--decay-init fit reads each head's decay from a capture of the model: give --capture DIR, "
+                                 "or --decay-init none");
+    if (!fit && !c->capture.empty())
+      throw CLI::ValidationError(option_for_quantity(attnscope::opt::capture.quantity),
+                                 "a capture is read only for --decay fixed|gated with --decay-init fit");
     LoadedModel m = load_model_of(c->model);
     const ModelConfig& cfg = m.model->config();
+    std::unique_ptr<CaptureStore> cap;
+    if (fit) {
+      cap = std::make_unique<CaptureStore>(c->capture);
+      check_capture_of(*cap, cfg, c->capture, m.path);
+    }
     ConvertOptions opt = *o;
     opt.copy_weights = copy_weights;
     opt.python_module = resources_dir() + "/python/attnscope_linear.py";
     if (!allocation.empty()) {
       const AllocationFile a = read_allocation_file(allocation, cfg.n_layer, cfg.n_head);
       opt.dims = a.dims;
+      opt.types = a.types;
       if (a.strategy) opt.strategy = alloc_strategy_name(*a.strategy);
       opt.lambda = a.lambda;
       opt.budget = a.budget;
@@ -70,8 +87,15 @@ void register_convert(CLI::App& app) {
       opt.strategy = "fix";
       opt.budget = M;
     }
+    if (c->decay != Decay::None) {  // the maps here, so the decays can be added to them
+      auto maps = std::make_shared<HeadFeatureMaps>(
+          make_head_feature_maps(opt.map, opt.dims, cfg.n_layer, cfg.n_head, cfg.head_dim, opt.window, opt.types));
+      add_initial_decays(*maps, c->decay, c->decay_init, cap.get(), cfg.n_layer, cfg.n_head, cfg.d_model);
+      opt.maps = maps;
+    }
     convert_model(m, opt, *out);
     std::cout << "wrote " << fs::absolute(*out).lexically_normal().string() << " (" << o->map.name
+              << (c->decay != Decay::None ? std::string(", ") + decay_name(c->decay) + " decay" : std::string())
               << " linear attention, " << cfg.n_layer << " layers x " << cfg.n_head << " heads)\n";
   });
 }

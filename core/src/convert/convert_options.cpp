@@ -12,6 +12,7 @@ namespace {
 using ConvertRow = Option<ConvertCommand>;
 
 bool convert_without_job(const ConvertCommand& c) { return c.job.empty(); }
+bool convert_with_decay(const ConvertCommand& c) { return c.job.empty() && c.decay != Decay::None; }
 
 // A row of the map's spec (FeatureMapSpec), reached through the command's ConvertOptions; written
 // back only without a job.
@@ -39,6 +40,12 @@ const OptionTable<ConvertCommand>& convert_command_option_table() {
                                                       "untrained hybrid heads: softmax over the last W keys beside the "
                                                       "map, balance 1/2 (0: plain linear attention)")),
                           convert_without_job));
+    t.push_back(only_when(omitted_at_default(bind(opt::decay, &C::decay, parse_decay, decay_name, decay_names())),
+                          convert_without_job));
+    t.push_back(only_when(bind(opt::decay_init, &C::decay_init, parse_decay_init, decay_init_name, decay_init_names()),
+                          convert_with_decay));
+    t.push_back(only_when(described(bind(opt::capture, &C::capture), "--decay-init fit: a capture of the model (attnscope capture)"),
+                          convert_with_decay));
     t.push_back(map_row(described(bind(opt::seed, &F::seed),
                                   "seed of the maps' random draws (head (s, h) uses derive_seed(seed, s, h))")));
     t.push_back(map_row(described(bind(opt::init, &F::init), "initialization (family default when empty)")));

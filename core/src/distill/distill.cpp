@@ -237,7 +237,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
     }
     // A decayed head's start (a resumed run's comes from its checkpoint; another rank's layer from its owner).
     init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.d_model(), cap.sliding_window(), st,
-                     !resume && dist.owns(s) ? initial_decay_delta(o, &cap, s, cap.num_heads()) : at::Tensor(),
+                     !resume && dist.owns(s) ? initial_decay_delta(o.decay, o.decay_init, &cap, s, cap.num_heads()) : at::Tensor(),
                      job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)]);
     if (block) st.block_model = lm.model.get(), st.layer = s;
     to_device(st, device);

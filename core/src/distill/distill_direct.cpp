@@ -128,7 +128,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   std::vector<LayerState> layers(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
     init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.d_model, c.sliding_window, layers[size_t(s)],
-                     resume ? at::Tensor() : initial_decay_delta(o, cap.get(), s, c.n_head),
+                     resume ? at::Tensor() : initial_decay_delta(o.decay, o.decay_init, cap.get(), s, c.n_head),
                      job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)]);
     to_device(layers[size_t(s)], device);
   }

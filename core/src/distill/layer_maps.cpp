@@ -168,11 +168,23 @@ at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer) {
   return delta;
 }
 
-at::Tensor initial_decay_delta(const DistillOptions& o, const CaptureStore* capture, int layer, int64_t heads) {
-  if (o.decay == Decay::None) return {};
-  if (o.decay_init == DecayInit::None) return at::full({heads}, kUndecayedDelta, at::kFloat);
+at::Tensor initial_decay_delta(Decay decay, DecayInit init, const CaptureStore* capture, int layer, int64_t heads) {
+  if (decay == Decay::None) return {};
+  if (init == DecayInit::None) return at::full({heads}, kUndecayedDelta, at::kFloat);
   if (!capture) fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
   return fitted_decay_delta(*capture, layer);
+}
+
+void add_initial_decays(HeadFeatureMaps& maps, Decay decay, DecayInit init, const CaptureStore* capture, int n_layer,
+                        int64_t n_head, int64_t d_model) {
+  for (int s = 0; s < n_layer && decay != Decay::None; ++s) {
+    const at::Tensor start = initial_decay_delta(decay, init, capture, s, n_head);
+    if (decay == Decay::Fixed) maps.decay_delta.push_back(start);
+    if (decay == Decay::Gated) {
+      maps.decay_b.push_back(start);
+      maps.decay_w.push_back(at::zeros({n_head, d_model}, at::kFloat));
+    }
+  }
 }
 
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {

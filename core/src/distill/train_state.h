@@ -85,12 +85,6 @@ LayerMaps cpu_copy(const LayerMaps& maps);
 // Layer states over the given groups' own tensors (the benchmark hook trains them in place).
 std::vector<LayerState> bench_layers(const std::vector<std::vector<HeadGroup>>& groups);
 
-struct ModelConfig;
-
-// A capture must be of `model` (named so in the message): its layers, heads, head dim and (when it
-// records one) width; Error naming the capture `where` otherwise.
-void check_capture_of(const CaptureStore& cap, const ModelConfig& model, const std::string& where,
-                      const std::string& model_name);
 
 // The seeded draws: the mini-batch of `step` (indices into n_train windows), the l2 pairs (i >= j)
 // of `step` (-1: validation's), and the train / held-out split of T windows (Error naming `source`

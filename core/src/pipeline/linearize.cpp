@@ -362,14 +362,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   // gate's b where a fixed decay's delta would be, its w = 0).
   if (o.stage1.decay != Decay::None) {
     const CaptureStore cap((dir / "capture").string());
-    for (int s = 0; s < c.n_layer; ++s) {
-      const at::Tensor start = initial_decay_delta(o.stage1, &cap, s, c.n_head);
-      if (o.stage1.decay == Decay::Fixed) fresh->decay_delta.push_back(start);
-      if (o.stage1.decay == Decay::Gated) {
-        fresh->decay_b.push_back(start);
-        fresh->decay_w.push_back(at::zeros({c.n_head, c.d_model}, at::kFloat));
-      }
-    }
+    add_initial_decays(*fresh, o.stage1.decay, o.stage1.decay_init, &cap, c.n_layer, c.n_head, c.d_model);
   }
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the

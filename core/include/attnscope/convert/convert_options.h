@@ -13,7 +13,7 @@
 namespace attnscope {
 
 // `attnscope convert`: a finished distillation run's trained maps (job), or untrained maps
-// (convert.map) of one M for every head (features) or an allocation file's dims.
+// (convert.map) of one M for every head (features) or an allocation file's dims and head types.
 struct ConvertCommand {
   ModelOptions model;  // with a job: "" = the job's model
   std::string job;
@@ -21,6 +21,11 @@ struct ConvertCommand {
   int64_t features = 0;    // 0: not given
   std::string allocation;
   std::string weights = "copy";  // copy | reference (ConvertOptions::copy_weights)
+  // Untrained decayed heads (SPEC 5) where training would start them: fit reads each head's decay
+  // from `capture` (a capture of this model), none starts every head without decay.
+  Decay decay = Decay::None;
+  DecayInit decay_init = DecayInit::Fit;
+  std::string capture;
 };
 // The map rows are written back only without a job (they are the job's then).
 const OptionTable<ConvertCommand>& convert_command_option_table();

@@ -34,6 +34,7 @@ namespace attnscope {
 class CaptureStore;
 class Model;
 struct HeadFeatureMaps;
+struct ModelConfig;
 
 // The stacked parameter of hybrid heads' balances gamma [H] (LayerMaps::params, with window > 0).
 constexpr const char* kGammaParam = "gamma";
@@ -96,10 +97,19 @@ at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* nam
 // per head, so the held-out windows are read too), within the model's sliding window. The
 // untrained model linearize reports starts from the same.
 at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer);
-// Where o's decayed heads of layer s start, delta [H]: fitted_decay_delta for decay_init fit (Error
+// Where decayed heads of layer s start, delta [H]: fitted_decay_delta for decay_init fit (Error
 // naming the decay initialization without a capture), kUndecayedDelta for none; undefined without
 // decay. Distill's start and linearize's untrained model.
-at::Tensor initial_decay_delta(const DistillOptions& o, const CaptureStore* capture, int layer, int64_t heads);
+at::Tensor initial_decay_delta(Decay decay, DecayInit init, const CaptureStore* capture, int layer, int64_t heads);
+// Untrained decayed heads where training would start them: every layer's deltas (fixed) or gates
+// (gated: w = 0 [H, d_model], b = the delta: the same decay) from initial_decay_delta. Nothing for
+// decay none. linearize's untrained model and `convert --decay`.
+void add_initial_decays(HeadFeatureMaps& maps, Decay decay, DecayInit init, const CaptureStore* capture, int n_layer,
+                        int64_t n_head, int64_t d_model);
+// A capture must be of `model` (named so in the message): its layers, heads, head dim and (when it
+// records one) width; Error naming the capture `where` otherwise.
+void check_capture_of(const CaptureStore& cap, const ModelConfig& model, const std::string& where,
+                      const std::string& model_name);
 // Sets the groups' deltas (fixed) or gate biases b (gated, w = 0: the same decay) to delta [H] (head order).
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta);
 
