@@ -502,4 +502,100 @@ TEST(Kernels, BadInputsNameTheArgument) {
             std::string::npos);
 }
 
+// A hybrid head's token (hybrid_step: window W of softmax beside the sums of older keys, one
+// normalizer, balance sigmoid(gamma)) against a float64 loop over each query's keys written here,
+// token by token from an empty state: windows of 1 and 4 tokens, L = 1 and L = 23, key log scales
+// spread by hundreds, a decay's Lambda down to -1e4 (float64), balances at +-30. The loop per head
+// (the CPU) and the composition of recurrent_step and LibTorch (other devices) both.
+TEST(Kernels, HybridStepEqualsAFloat64Loop) {
+  struct Case {
+    int64_t W, L;
+    double spread, decay;  // key log scales N(0, spread^2); Lambda's step -decay |N(0, 1)| (0: no decay)
+    at::ScalarType dtype;
+    double tol;
+  };
+  const int64_t N = 3, M = 5, D = 4;
+  for (const Case& c : {Case{4, 23, 300.0, 900.0, at::kDouble, 1e-9}, Case{1, 23, 300.0, 0.0, at::kDouble, 1e-9},
+                        Case{4, 1, 3.0, 1.0, at::kDouble, 1e-9}, Case{4, 23, 3.0, 0.5, at::kFloat, 2e-4}}) {
+    SCOPED_TRACE("W " + std::to_string(c.W) + " L " + std::to_string(c.L) + " " + c10::toString(c.dtype));
+    const uint64_t seed = 500 + uint64_t(c.W * 7 + c.L);
+    const at::Tensor q = test::seeded_randn({c.L, N, D}, seed), k = test::seeded_randn({c.L, N, D}, seed + 1) * 3;
+    const at::Tensor v = test::seeded_randn({c.L, N, D}, seed + 2);
+    const at::Tensor fq = at::exp(test::seeded_randn({c.L, N, M}, seed + 3)), fk = at::exp(test::seeded_randn({c.L, N, M}, seed + 4));
+    const at::Tensor q_ls = test::seeded_randn({c.L, N}, seed + 5, c.spread);
+    at::Tensor lambda;  // Lambda_i [L, N]: a running sum of log a <= 0
+    if (c.decay > 0) lambda = (-c.decay * test::seeded_randn({c.L, N}, seed + 7).abs()).cumsum(0);
+    at::Tensor k_ls = test::seeded_randn({c.L, N}, seed + 6, c.spread);
+    if (lambda.defined()) k_ls = k_ls - lambda;  // what the model passes: the key's log scale - Lambda_j
+    const at::Tensor gamma = at::tensor({30.0, -30.0, 0.7}, at::kDouble);
+    if (c.decay > 100) EXPECT_LT(lambda[c.L - 1].max().item<double>(), -5000.0) << "the strong decay reaches its extreme";
+    // The reference: y_i from the keys of the window (j > i - W) and the older ones (j <= i - W).
+    auto a_ = [](const at::Tensor& t) { return t.accessor<double, 3>(); };
+    const at::Tensor qd = q.to(at::kDouble), kd = k.to(at::kDouble), vd = v.to(at::kDouble), fqd = fq.to(at::kDouble), fkd = fk.to(at::kDouble);
+    const auto Q = a_(qd), Kk = a_(kd), V = a_(vd), FQ = a_(fqd), FK = a_(fkd);
+    const auto QL = q_ls.accessor<double, 2>(), KL = k_ls.accessor<double, 2>();
+    const auto G = gamma.accessor<double, 1>();
+    auto reference = [&](int64_t i, int64_t n) {
+      std::vector<double> y(size_t(D), 0.0);
+      // log-sum-exp of a list, and the weighted mean of values by those log weights.
+      auto part = [&](const std::vector<std::pair<double, int64_t>>& logw, std::vector<double>& out) {
+        if (logw.empty()) return -std::numeric_limits<double>::infinity();
+        double top = -std::numeric_limits<double>::infinity();
+        for (const auto& [l, j] : logw) top = std::max(top, l);
+        double z = 0;
+        for (const auto& [l, j] : logw) {
+          const double e = std::exp(l - top);
+          z += e;
+          for (int64_t d = 0; d < D; ++d) out[size_t(d)] += e * V[j][n][d];
+        }
+        for (double& o : out) o /= z;
+        return top + std::log(z);
+      };
+      std::vector<std::pair<double, int64_t>> win, lin;
+      for (int64_t j = 0; j <= i; ++j) {
+        if (j > i - c.W) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += Q[i][n][d] * Kk[j][n][d];
+          win.emplace_back(dot / std::sqrt(double(D)), j);
+        } else {
+          double dot = 0;
+          for (int64_t m = 0; m < M; ++m) dot += FQ[i][n][m] * FK[j][n][m];
+          lin.emplace_back(std::log(dot) + KL[j][n], j);
+        }
+      }
+      std::vector<double> yw(size_t(D), 0.0), yl(size_t(D), 0.0);
+      const double lse_w = part(win, yw);
+      double lse_l = part(lin, yl) + QL[i][n];
+      if (lambda.defined()) lse_l += lambda[i][n].item<double>();
+      const double g = G[n];
+      const double a = lse_l + std::log(1 / (1 + std::exp(g))), b = lse_w + std::log(1 / (1 + std::exp(-g)));
+      const double top = std::max(a, b), ea = std::isinf(a) ? 0.0 : std::exp(a - top), eb = std::exp(b - top);
+      for (int64_t d = 0; d < D; ++d) y[size_t(d)] = (ea * yl[size_t(d)] + eb * yw[size_t(d)]) / (ea + eb);
+      return y;
+    };
+    K::HybridState loop, composed;
+    for (int64_t i = 0; i < c.L; ++i) {
+      auto in = [&](const at::Tensor& t) { return t[i].to(c.dtype); };
+      const at::Tensor lam = lambda.defined() ? in(lambda) : at::Tensor();
+      const at::Tensor y1 = K::hybrid_step(loop, c.W, in(q), in(fq), in(q_ls), in(k), in(fk), in(k_ls), in(v), gamma.to(c.dtype), lam);
+      const at::Tensor y2 = K::hybrid_step_composed(composed, c.W, in(q), in(fq), in(q_ls), in(k), in(fk), in(k_ls), in(v), gamma.to(c.dtype), lam);
+      std::vector<double> want;
+      for (int64_t n = 0; n < N; ++n)
+        for (double x : reference(i, n)) want.push_back(x);
+      const at::Tensor ref = at::tensor(want, at::kDouble).view({N, D});
+      ASSERT_LT(max_rel(y1, ref), c.tol) << "token " << i;
+      ASSERT_LT(max_rel(y2, ref), c.tol) << "token " << i;
+    }
+    EXPECT_EQ(loop.n, c.L);
+    EXPECT_EQ(composed.n, c.L);
+  }
+  // A state that does not fit the token is refused, naming it.
+  K::HybridState st;
+  const at::Tensor x = at::ones({2, 4}, at::kDouble), f = at::ones({2, 3}, at::kDouble), r = at::zeros({2}, at::kDouble);
+  K::hybrid_step(st, 3, x, f, r, x, f, r, x, r);
+  const std::string msg = test::error_of([&] { K::hybrid_step(st, 5, x, f, r, x, f, r, x, r); });
+  EXPECT_NE(msg.find("hybrid state"), std::string::npos) << msg;
+  EXPECT_NE(test::error_of([&] { K::hybrid_step(st, 3, x, f, r, x, f, r, x, at::zeros({3}, at::kDouble)); }).find("[N]"), std::string::npos);
+}
+
 }  // namespace test_kernels

@@ -291,4 +291,85 @@ at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Ten
   return y;
 }
 
+void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
+                 const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
+                 const at::Tensor& gamma, const at::Tensor& lambda, at::Tensor& y) {
+  const int64_t N = q.size(0), D = q.size(1), M = fq.size(1), pos = st.n;
+  const int64_t slot = pos % W, held = std::min(pos + 1, W);  // after this token: slots 0 .. held - 1
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hybrid_step", [&] {
+    using T = scalar_t;
+    constexpr T ninf = -std::numeric_limits<T>::infinity();
+    T *S = st.sums.S.data_ptr<T>(), *z = st.sums.z.data_ptr<T>(), *c = st.sums.c.data_ptr<T>();
+    T *rk = st.k.data_ptr<T>(), *rv = st.v.data_ptr<T>(), *rf = st.fk.data_ptr<T>(), *rl = st.ls.data_ptr<T>();
+    const T *qp = q.data_ptr<T>(), *fqp = fq.data_ptr<T>(), *qlp = q_ls.data_ptr<T>(), *kp = k.data_ptr<T>(),
+            *fkp = fk.data_ptr<T>(), *klp = k_ls.data_ptr<T>(), *vp = v.data_ptr<T>(), *gp = gamma.data_ptr<T>();
+    const T* lamp = lambda.defined() ? lambda.data_ptr<T>() : nullptr;
+    T* yp = y.data_ptr<T>();
+    const T scale = T(1) / std::sqrt(T(D));
+    // log sigmoid(x) = min(x, 0) - log1p(exp(-|x|)): no overflow at either end.
+    const auto log_sigmoid = [](T x) { return std::min(x, T(0)) - std::log1p(std::exp(-std::abs(x))); };
+    at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+      std::vector<T> num(static_cast<size_t>(D)), win(static_cast<size_t>(D)), s(static_cast<size_t>(W));
+      for (int64_t n = n0; n < n1; ++n) {
+        T* Sn = S + n * M * D;
+        T* zn = z + n * M;
+        T *kr = rk + n * W * D, *vr = rv + n * W * D, *fr = rf + n * W * M, *lr = rl + n * W;
+        // 1. The token at pos - W leaves the ring (slot pos % W) into the sums.
+        if (pos >= W) {
+          const T cn = std::max(c[n], lr[slot]);
+          const T keep = exp_below(c[n], cn), add = exp_below(lr[slot], cn);
+          c[n] = cn;
+          for (int64_t m = 0; m < M; ++m) {
+            const T km = add * fr[slot * M + m];
+            T* row = Sn + m * D;
+            for (int64_t d = 0; d < D; ++d) row[d] = keep * row[d] + km * vr[slot * D + d];
+            zn[m] = keep * zn[m] + km;
+          }
+        }
+        // 2. This token takes the slot.
+        std::copy(kp + n * D, kp + (n + 1) * D, kr + slot * D);
+        std::copy(vp + n * D, vp + (n + 1) * D, vr + slot * D);
+        std::copy(fkp + n * M, fkp + (n + 1) * M, fr + slot * M);
+        lr[slot] = klp[n];
+        // 3. The linear part: the sums read through the query's features.
+        const T* fqn = fqp + n * M;
+        std::fill(num.begin(), num.end(), T(0));
+        T den = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          den += fqn[m] * zn[m];
+          const T* row = Sn + m * D;
+          for (int64_t d = 0; d < D; ++d) num[size_t(d)] += fqn[m] * row[d];
+        }
+        const T lse_l = den > 0 ? c[n] + std::log(den) + qlp[n] + (lamp ? lamp[n] : T(0)) : ninf;
+        // 4. The window part: softmax over the held slots (order does not matter to softmax).
+        const T* qn = qp + n * D;
+        T mx = ninf;
+        for (int64_t j = 0; j < held; ++j) {
+          T dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += qn[d] * kr[j * D + d];
+          s[size_t(j)] = dot * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        std::fill(win.begin(), win.end(), T(0));
+        T Z = 0;
+        for (int64_t j = 0; j < held; ++j) {
+          const T e = std::exp(s[size_t(j)] - mx);
+          Z += e;
+          for (int64_t d = 0; d < D; ++d) win[size_t(d)] += e * vr[j * D + d];
+        }
+        const T lse_w = mx + std::log(Z);
+        // 5. One normalizer over both parts, balance sigmoid(gamma).
+        const T a = lse_l + log_sigmoid(-gp[n]), b = lse_w + log_sigmoid(gp[n]);
+        const T top = std::max(a, b);
+        const T ea = a == ninf ? T(0) : std::exp(a - top), eb = std::exp(b - top);
+        for (int64_t d = 0; d < D; ++d) {
+          const T lin = ea == 0 ? T(0) : ea * num[size_t(d)] / den;
+          yp[n * D + d] = (lin + eb * win[size_t(d)] / Z) / (ea + eb);
+        }
+      }
+    });
+  });
+  ++st.n;
+}
+
 }  // namespace attnscope::kernels::cpu

@@ -29,4 +29,10 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
 at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
                           const at::Tensor& v, at::Tensor* lse = nullptr);
 
+// hybrid_step (linear_attention.h) on contiguous float32/float64 tensors; the state's tensors are
+// allocated by the dispatch. Writes y [N, D].
+void hybrid_step(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
+                 const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
+                 const at::Tensor& gamma, const at::Tensor& lambda, at::Tensor& y);
+
 }  // namespace attnscope::kernels::cpu

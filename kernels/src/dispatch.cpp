@@ -293,6 +293,82 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
   return cpu::recurrent_step(state, q.contiguous(), k.contiguous(), k_log_scale.contiguous(), v.contiguous(), lse);
 }
 
+namespace {
+
+// hybrid_step's checks of its inputs and state; allocates an empty state before the first token.
+void prepare_hybrid(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
+                    const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
+                    const at::Tensor& gamma, const at::Tensor& lambda) {
+  if (!q.defined() || q.dim() != 2) fail(kWhere, "hybrid q must be [N, D], got " + (q.defined() ? shape(q) : "nothing"));
+  if (W < 1) fail(kWhere, "a hybrid head's window must be at least 1 token, got " + std::to_string(W));
+  const int64_t N = q.size(0), D = q.size(1);
+  if (!fq.defined() || fq.dim() != 2 || fq.size(0) != N) fail(kWhere, "hybrid fq " + (fq.defined() ? shape(fq) : "nothing") + " must be [N, M]");
+  const int64_t M = fq.size(1);
+  const std::pair<const char*, const at::Tensor*> args[] = {{"fq", &fq}, {"q_log_scale", &q_ls}, {"k", &k}, {"fk", &fk},
+                                                            {"k_log_scale", &k_ls}, {"v", &v}, {"gamma", &gamma}};
+  for (const auto& [what, t] : args) check_dtype_device(what, *t, q);
+  if (lambda.defined()) check_dtype_device("lambda", lambda, q);
+  if (q.scalar_type() != at::kFloat && q.scalar_type() != at::kDouble)
+    fail(kWhere, std::string("hybrid_step takes float32 or float64, got ") + c10::toString(q.scalar_type()));
+  if (k.sizes() != q.sizes() || v.sizes() != q.sizes() || fk.sizes() != fq.sizes())
+    fail(kWhere, "hybrid k " + shape(k) + ", v " + shape(v) + ", fk " + shape(fk) + " must match q " + shape(q) + " and fq " + shape(fq));
+  for (const at::Tensor* t : {&q_ls, &k_ls, &gamma, &lambda})
+    if (t->defined() && (t->dim() != 1 || t->size(0) != N)) fail(kWhere, "hybrid per-head input " + shape(*t) + " must be [N]");
+  const auto o = q.options();
+  const double ninf = -std::numeric_limits<double>::infinity();
+  if (!st.k.defined()) {  // the first token: an empty ring and empty sums
+    st.k = at::zeros({N, W, D}, o), st.v = at::zeros({N, W, D}, o), st.fk = at::zeros({N, W, M}, o);
+    st.ls = at::full({N, W}, ninf, o);
+    st.n = 0;
+  }
+  if (!st.sums.S.defined()) st.sums = {at::zeros({N, M, D}, o), at::zeros({N, M}, o), at::full({N}, ninf, o)};
+  if (st.k.sizes() != at::IntArrayRef{N, W, D} || st.v.sizes() != st.k.sizes() || st.fk.sizes() != at::IntArrayRef{N, W, M} ||
+      st.ls.sizes() != at::IntArrayRef{N, W} || st.sums.S.sizes() != at::IntArrayRef{N, M, D} || st.k.scalar_type() != q.scalar_type() ||
+      st.sums.S.scalar_type() != q.scalar_type() || st.k.device() != q.device() || st.n < 0)
+    fail(kWhere, "hybrid state: ring " + shape(st.k) + ", features " + shape(st.fk) + ", sums " + shape(st.sums.S) +
+                     " do not match N, W, M, D = " + std::to_string(N) + ", " + std::to_string(W) + ", " + std::to_string(M) + ", " +
+                     std::to_string(D) + " in q's dtype and device");
+}
+
+}  // namespace
+
+at::Tensor hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
+                       const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
+                       const at::Tensor& gamma, const at::Tensor& lambda) {
+  if (q.defined() && !q.is_cpu()) return hybrid_step_composed(st, W, q, fq, q_ls, k, fk, k_ls, v, gamma, lambda);
+  prepare_hybrid(st, W, q, fq, q_ls, k, fk, k_ls, v, gamma, lambda);
+  for (at::Tensor* t : {&st.k, &st.v, &st.fk, &st.ls, &st.sums.S, &st.sums.z, &st.sums.c}) *t = t->contiguous();
+  at::Tensor y = at::empty(q.sizes(), q.options());
+  cpu::hybrid_step(st, W, q.contiguous(), fq.contiguous(), q_ls.contiguous(), k.contiguous(), fk.contiguous(),
+                   k_ls.contiguous(), v.contiguous(), gamma.contiguous(), lambda.defined() ? lambda.contiguous() : lambda, y);
+  return y;
+}
+
+at::Tensor hybrid_step_composed(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
+                                const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
+                                const at::Tensor& gamma, const at::Tensor& lambda) {
+  prepare_hybrid(st, W, q, fq, q_ls, k, fk, k_ls, v, gamma, lambda);
+  const int64_t N = q.size(0), D = q.size(1), slot = st.n % W, held = std::min(st.n + 1, W);
+  const auto o = q.options();
+  // 1. The token at n - W leaves the ring into the sums (recurrent_step adds it and reads the query).
+  at::Tensor y_l = at::zeros({N, D}, o), lse_l = at::full({N}, -std::numeric_limits<double>::infinity(), o);
+  if (st.n >= W) y_l = recurrent_step(st.sums, fq, st.fk.select(1, slot), st.ls.select(1, slot), st.v.select(1, slot), &lse_l);
+  // 2. This token takes its slot.
+  st.k.select(1, slot).copy_(k), st.v.select(1, slot).copy_(v), st.fk.select(1, slot).copy_(fk), st.ls.select(1, slot).copy_(k_ls);
+  lse_l = lse_l + q_ls;
+  if (lambda.defined()) lse_l = lse_l + lambda;
+  // 3. Softmax over the held slots; 4. one normalizer over both parts.
+  const at::Tensor s = at::bmm(q.unsqueeze(1), st.k.narrow(1, 0, held).transpose(1, 2)).squeeze(1) / std::sqrt(double(D));
+  const at::Tensor lse_w = at::logsumexp(s, -1);
+  const at::Tensor y_w = at::bmm(at::exp(s - lse_w.unsqueeze(-1)).unsqueeze(1), st.v.narrow(1, 0, held)).squeeze(1);
+  const at::Tensor a = lse_l + at::log_sigmoid(-gamma), b = lse_w + at::log_sigmoid(gamma);
+  const at::Tensor top = at::maximum(a, b);
+  const at::Tensor ea = at::exp(a - top).unsqueeze(-1), eb = at::exp(b - top).unsqueeze(-1);
+  const at::Tensor lin = at::where(at::isfinite(a).unsqueeze(-1), y_l, at::zeros_like(y_l));
+  ++st.n;
+  return (ea * lin + eb * y_w) / (ea + eb);
+}
+
 RecurrentState final_state(const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v) {
   if (!k.defined() || k.dim() != 3) fail(kWhere, "final_state k must be [N, L, M], got " + (k.defined() ? shape(k) : "nothing"));
   check_dtype_device("k_log_scale", k_log_scale, k);

@@ -372,35 +372,68 @@ at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const a
   return lm_logits(weights, norm(c, x, weights.lnf_w, weights.lnf_b)).squeeze(1);
 }
 
+// The keys and values of softmax heads as generation keeps them, [B, H, slots, d] in the wide
+// dtype: every token read (the buffers grow by half when full, so a token costs no copy of the
+// cache), or with a sliding window W only the last W in a ring of W slots, position p in slot
+// p % W (overwritten once p + W is read). Softmax does not depend on the order of its keys, so a
+// full ring is read as it lies; the result equals attending over positions n - W .. n - 1 in order
+// up to float rounding (the sums' order).
+struct KvRows {
+  at::Tensor k, v;
+  int64_t n = 0;  // tokens read
+
+  // A prompt's keys and values [B, H, L, d]: the last W (or all) in their slots.
+  void fill(const at::Tensor& keys, const at::Tensor& values, int64_t W) {
+    const int64_t L = keys.size(2), keep = W > 0 ? std::min(L, W) : L;
+    const at::Tensor slots = at::arange(L - keep, L, at::kLong).remainder(W > 0 ? W : L + 1).to(keys.device());
+    for (auto [buf, t] : {std::pair<at::Tensor*, const at::Tensor*>{&k, &keys}, {&v, &values}}) {
+      std::vector<int64_t> shape = t->sizes().vec();
+      shape[2] = W > 0 ? W : L + 256;
+      *buf = at::empty(shape, t->options());
+      buf->index_copy_(2, slots, t->narrow(2, L - keep, keep));
+    }
+    n = L;
+  }
+  // One token's key and value [B, H, 1, d] (the first token allocates the buffers).
+  void push(const at::Tensor& key, const at::Tensor& value, int64_t W) {
+    if (!k.defined()) {
+      std::vector<int64_t> shape = key.sizes().vec();
+      shape[2] = W > 0 ? W : 256;
+      k = at::empty(shape, key.options()), v = at::empty(shape, value.options());
+    }
+    const int64_t slot = W > 0 ? n % W : n;
+    if (W <= 0 && k.size(2) <= n)
+      for (at::Tensor* buf : {&k, &v}) {
+        std::vector<int64_t> shape = buf->sizes().vec();
+        shape[2] = n + std::max<int64_t>(n / 2, 256);
+        at::Tensor grown = at::empty(shape, buf->options());
+        grown.narrow(2, 0, n).copy_(buf->narrow(2, 0, n));
+        *buf = grown;
+      }
+    k.narrow(2, slot, 1).copy_(key), v.narrow(2, slot, 1).copy_(value);
+    ++n;
+  }
+  int64_t held(int64_t W) const { return W > 0 ? std::min(n, W) : n; }  // slots 0 .. held - 1
+  at::Tensor keys(int64_t W) const { return k.narrow(2, 0, held(W)); }
+  at::Tensor values(int64_t W) const { return v.narrow(2, 0, held(W)); }
+};
+
 // Softmax attention with a key-value cache, as every runtime generates: each layer keeps the keys
 // and values of the tokens read so far (its key/value heads only, not expanded for grouped-query
-// attention; in the wide dtype), and a new token attends over them: O(n d) per head per token.
-// With a sliding window W (Mistral) a token sees only the last W keys, so the cache keeps only
-// those: a ring of W slots, position p in slot p % W, overwritten once p + W is read. Softmax
-// does not depend on the order of its keys, so a full ring is read as it lies; the result equals
-// attending over positions n - W .. n - 1 in order up to float rounding (the sums' order).
+// attention; in the wide dtype, KvRows), and a new token attends over them: O(n d) per head per
+// token. With a sliding window W (Mistral) a token sees only the last W keys, so the cache keeps
+// only those.
 class KvCache {
  public:
-  KvCache(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), k_(c.n_layer), v_(c.n_layer), n_(c.n_layer, 0) {}
+  KvCache(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), rows_(c.n_layer) {}
 
   // Reads a prompt ids [B, L] in one batch forward, keeping every layer's keys and values (the
   // last W with a window); the logits of its last position [B, V]. The next step() is at position L.
   at::Tensor prefill(const at::Tensor& ids) {
-    const int64_t g = c_.n_head / c_.n_kv_head, W = c_.sliding_window;
+    const int64_t g = c_.n_head / c_.n_kv_head;
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
-      const at::Tensor k = a.k.slice(1, 0, c_.n_head, g), v = a.v.slice(1, 0, c_.n_head, g);  // [B, Hkv, L, d]
-      const int64_t L = k.size(2);
-      const int64_t keep = W > 0 ? std::min(L, W) : L;
-      // The kept positions L - keep .. L - 1 in their slots (p % W in a ring; p otherwise).
-      const at::Tensor slots = at::arange(L - keep, L, at::kLong).remainder(W > 0 ? W : L + 1).to(k.device());
-      for (auto [buf, t] : {std::pair<at::Tensor*, const at::Tensor*>{&k_[a.layer], &k}, {&v_[a.layer], &v}}) {
-        std::vector<int64_t> shape = t->sizes().vec();
-        shape[2] = W > 0 ? W : L + 256;
-        *buf = at::empty(shape, t->options());
-        buf->index_copy_(2, slots, t->narrow(2, L - keep, keep));
-      }
-      n_[a.layer] = L;
+      rows_[a.layer].fill(a.k.slice(1, 0, c_.n_head, g), a.v.slice(1, 0, c_.n_head, g), c_.sliding_window);  // [B, Hkv, L, d]
       note_held(a.layer);
     };
     return last_logits(c_, w_, nullptr, ids, &hook);
@@ -409,17 +442,12 @@ class KvCache {
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
       const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, g = H / Hkv, d = c_.head_dim, W = c_.sliding_window;
-      // This token (position n) goes to slot n % W of a ring; the oldest key it overwrites is the
-      // one at n - W, just out of its window.
-      const int64_t slot = W > 0 ? n_[s] % W : n_[s];
-      if (W <= 0) grow(s);
-      k_[s].narrow(2, slot, 1).copy_(p.k.slice(1, 0, H, g));
-      v_[s].narrow(2, slot, 1).copy_(p.v.slice(1, 0, H, g));
-      ++n_[s];
-      const int64_t held = note_held(s);  // the keys this token sees: all of them, or the last W
+      KvRows& r = rows_[size_t(s)];
+      r.push(p.k.slice(1, 0, H, g), p.v.slice(1, 0, H, g), W);
+      note_held(s);
       const at::Tensor q = p.q.reshape({B, Hkv, g, d});  // query head j*g+i reads key/value head j
-      const at::Tensor scores = at::matmul(q, k_[s].narrow(2, 0, held).transpose(-2, -1)) / std::sqrt(double(d));
-      return at::matmul(at::softmax(scores, -1), v_[s].narrow(2, 0, held)).reshape({B, H, d});
+      const at::Tensor scores = at::matmul(q, r.keys(W).transpose(-2, -1)) / std::sqrt(double(d));
+      return at::matmul(at::softmax(scores, -1), r.values(W)).reshape({B, H, d});
     });
   }
 
@@ -427,31 +455,14 @@ class KvCache {
   int64_t most_slots() const { return most_slots_; }  // slots any layer had allocated, at most
 
  private:
-  // Without a window: makes room for one more token in layer s, growing its buffers by half when full.
-  void grow(int s) {
-    const int64_t n = n_[s];
-    for (at::Tensor* buf : {&k_[s], &v_[s]}) {
-      if (buf->size(2) > n) continue;
-      std::vector<int64_t> shape = buf->sizes().vec();
-      shape[2] = n + std::max<int64_t>(n / 2, 256);
-      at::Tensor grown = at::empty(shape, buf->options());
-      grown.narrow(2, 0, n).copy_(buf->narrow(2, 0, n));
-      *buf = grown;
-    }
-  }
-
-  // The keys layer s holds now (min(n, W) with a window: slots 0 .. held - 1), recorded.
-  int64_t note_held(int s) {
-    const int64_t held = c_.sliding_window > 0 ? std::min<int64_t>(n_[s], c_.sliding_window) : n_[s];
-    most_held_ = std::max(most_held_, held);
-    most_slots_ = std::max(most_slots_, k_[s].size(2));
-    return held;
+  void note_held(int s) {
+    most_held_ = std::max(most_held_, rows_[size_t(s)].held(c_.sliding_window));
+    most_slots_ = std::max(most_slots_, rows_[size_t(s)].k.size(2));
   }
 
   const ModelConfig& c_;
   const ModelWeights& w_;
-  std::vector<at::Tensor> k_, v_;  // per layer [B, Hkv, slots, d]
-  std::vector<int64_t> n_;         // per layer: tokens read
+  std::vector<KvRows> rows_;  // per layer, [B, Hkv, slots, d]
   int64_t most_held_ = 0, most_slots_ = 0;
 };
 
@@ -462,10 +473,11 @@ class KvCache {
 // sum_j exp(ls_j - c) values(k_j) [M] are carried relative to c = the largest key log scale seen so
 // far (as linear_attention_output does), so phi never overflows and a token costs the same at every
 // position. Hybrid heads also keep a ring of their last W tokens (keys, values, key features): a key
-// enters the sums when it leaves the ring, so memory stays constant in the sequence length. Softmax
-// heads of a mixed model keep every key and value (the last sliding_window of them with the model's
-// window): their key-value cache, the only state that grows with the context. Maps of one trainable
-// family compute a group's features in one call (stack_of_heads); other maps head by head.
+// enters the sums when it leaves the ring (kernels::hybrid_step: the whole head's token in one
+// call), so memory stays constant in the sequence length. Softmax heads of a mixed model keep every
+// key and value (the last sliding_window of them with the model's window): their key-value cache,
+// the only state that grows with the context. Maps of one trainable family compute a group's
+// features in one call (stack_of_heads); other maps head by head.
 class Recurrent {
  public:
   Recurrent(const ModelConfig& c, const ModelWeights& w, const HeadFeatureMaps& lin)
@@ -476,6 +488,7 @@ class Recurrent {
         g.type = key.first;
         g.heads = heads;
         g.index = at::tensor(heads, at::kLong);
+        g.all = int64_t(heads.size()) == c.n_head;  // groups hold distinct heads in order: then 0 .. H - 1
         if (g.type != HeadType::Softmax) {
           std::vector<const FeatureMap*> maps;
           for (int64_t h : heads) maps.push_back(lin.maps[size_t(s)][size_t(h)].get());
@@ -490,38 +503,49 @@ class Recurrent {
 
   // Reads a whole prompt ids [B, L] in the chunked (batch) form and leaves every head's state as L
   // token-by-token steps would (kernels::final_state of its keys and values; a hybrid head's last
-  // W tokens in its ring; a softmax head's keys and values): the prompt costs one batch forward
-  // instead of L steps. Returns the logits of the last position, [B, V] (the language-model head
-  // reads that position only). The next step() is at position L.
+  // W tokens in their ring slots; a softmax head's keys and values): the prompt costs one batch
+  // forward instead of L steps. Returns the logits of the last position, [B, V] (the language-model
+  // head reads that position only). The next step() is at position L.
   at::Tensor prefill(const at::Tensor& ids) {
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
       const at::Tensor lambda = decay_lambda(lin_, a.layer, a.x);  // [B, H, L]; undefined without decay
       if (lambda.defined()) lambda_[a.layer] = lambda.select(2, lambda.size(2) - 1).to(at::kDouble);  // Lambda at L - 1
       for (Group& g : groups_[size_t(a.layer)]) {
-        const at::Tensor index = g.index.to(a.v.device());
-        const at::Tensor k = a.k.index_select(1, index), v = a.v.index_select(1, index);  // [B, G, L, d]
+        const at::Tensor k = heads_of(g, a.k), v = heads_of(g, a.v);  // [B, G, L, d]
         const int64_t B = v.size(0), G = v.size(1), L = v.size(2), d = v.size(3);
-        if (g.type == HeadType::Softmax) {  // the cache: copies, a view would keep the prompt's activations alive
-          const int64_t keep = c_.sliding_window > 0 ? std::min<int64_t>(L, c_.sliding_window) : L;
-          g.k = k.narrow(2, L - keep, keep).clone(), g.v = v.narrow(2, L - keep, keep).clone();
+        if (g.type == HeadType::Softmax) {
+          g.cache.fill(k, v, c_.sliding_window);
           continue;
         }
         const Features fk = features(g, k, MapSide::Key);  // [B, G, L, M], [B, G, L, 1]
         at::Tensor scales = fk.log_scale.to(fk.values.scalar_type());
         if (lambda.defined())  // keys' log scales - Lambda_j, as the batch form has them
-          scales = scales - lambda.index_select(1, index).unsqueeze(-1).to(scales.scalar_type());
-        const int64_t M = fk.values.size(-1);
-        const int64_t older = g.type == HeadType::Hybrid ? std::max<int64_t>(0, L - lin_.window) : L;
+          scales = scales - heads_of(g, lambda).unsqueeze(-1).to(scales.scalar_type());
+        const int64_t M = fk.values.size(-1), W = lin_.window;
+        const int64_t older = g.type == HeadType::Hybrid ? std::max<int64_t>(0, L - W) : L;
+        kernels::RecurrentState sums;
         if (older > 0)
-          g.sums = kernels::final_state(fk.values.narrow(2, 0, older).reshape({B * G, older, M}),
-                                        scales.narrow(2, 0, older).reshape({B * G, older, 1}),
-                                        v.narrow(2, 0, older).reshape({B * G, older, d}));
-        if (g.type == HeadType::Hybrid) {
-          const int64_t n = L - older;
-          g.k = k.narrow(2, older, n).clone(), g.v = v.narrow(2, older, n).clone();
-          g.fk = fk.values.narrow(2, older, n).clone(), g.ls = scales.narrow(2, older, n).clone();
+          sums = kernels::final_state(fk.values.narrow(2, 0, older).reshape({B * G, older, M}),
+                                      scales.narrow(2, 0, older).reshape({B * G, older, 1}),
+                                      v.narrow(2, 0, older).reshape({B * G, older, d}));
+        if (g.type == HeadType::Linear) {
+          g.sums = sums;
+          continue;
         }
+        // The ring: positions older .. L - 1 in slots p % W.
+        kernels::HybridState& h = g.hybrid;
+        const auto o = v.options();
+        h.k = at::zeros({B * G, W, d}, o), h.v = at::zeros({B * G, W, d}, o), h.fk = at::zeros({B * G, W, M}, o);
+        h.ls = at::full({B * G, W}, -std::numeric_limits<double>::infinity(), o);
+        const int64_t n = L - older;
+        const at::Tensor slots = at::arange(older, L, at::kLong).remainder(W).to(v.device());
+        h.k.index_copy_(1, slots, k.narrow(2, older, n).reshape({B * G, n, d}));
+        h.v.index_copy_(1, slots, v.narrow(2, older, n).reshape({B * G, n, d}));
+        h.fk.index_copy_(1, slots, fk.values.narrow(2, older, n).reshape({B * G, n, M}).to(o.dtype()));
+        h.ls.index_copy_(1, slots, scales.narrow(2, older, n).reshape({B * G, n}).to(o.dtype()));
+        if (older > 0) h.sums = {sums.S.to(o.dtype()), sums.z.to(o.dtype()), sums.c.to(o.dtype())};
+        h.n = L;
       }
     };
     return last_logits(c_, w_, &lin_, ids, &hook);
@@ -533,18 +557,19 @@ class Recurrent {
       // Decayed heads: Lambda at this position, [B, H] float64 (undefined without decay).
       const at::Tensor log_a = decay_log_a_step(lin_, s, p.x.select(1, 0));
       if (log_a.defined()) lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
-      at::Tensor y = at::empty_like(p.v.squeeze(2));  // [B, H, d]
-      for (Group& g : groups_[size_t(s)]) {
-        const at::Tensor index = g.index.to(p.q.device());
-        const at::Tensor q = p.q.index_select(1, index), k = p.k.index_select(1, index), v = p.v.index_select(1, index);  // [B, G, 1, d]
-        const at::Tensor lam = log_a.defined() ? lambda_[s].index_select(1, index).to(p.q.scalar_type()) : at::Tensor();  // [B, G]
+      std::vector<Group>& groups = groups_[size_t(s)];
+      at::Tensor y = groups.size() == 1 ? at::Tensor() : at::empty_like(p.v.squeeze(2));  // [B, H, d]
+      for (Group& g : groups) {
+        const at::Tensor q = heads_of(g, p.q), k = heads_of(g, p.k), v = heads_of(g, p.v);  // [B, G, 1, d]
+        const at::Tensor lam = log_a.defined() ? heads_of(g, lambda_[s]).to(p.q.scalar_type()) : at::Tensor();  // [B, G]
         at::Tensor yg;
         switch (g.type) {
           case HeadType::Softmax: yg = softmax_step(g, q, k, v); break;
           case HeadType::Hybrid: yg = hybrid_step(g, q, k, v, lam); break;
           case HeadType::Linear: yg = linear_step(g, q, k, v, lam); break;
         }
-        y.index_copy_(1, index, yg.to(y.scalar_type()));
+        if (!y.defined()) return yg.scalar_type() == p.v.scalar_type() ? yg : yg.to(p.v.scalar_type());
+        y.index_copy_(1, g.index.to(y.device()), yg.to(y.scalar_type()));
       }
       return y;
     });
@@ -556,19 +581,30 @@ class Recurrent {
     HeadType type = HeadType::Linear;
     std::vector<int64_t> heads;
     at::Tensor index;                       // heads as a tensor
+    bool all = false;                       // every head of the layer, in order
     std::vector<const FeatureMap*> maps;    // each head's map (none for softmax heads)
-    std::optional<StackedMaps> stack;       // the maps as one stack, where they stack
+    std::optional<StackedMaps> stack;       // the maps as one stack, where they stack (on the activations' device and dtype after the first call)
     at::Tensor gamma;                       // hybrid heads' balances [G]
-    kernels::RecurrentState sums;           // keys older than the window (all keys of linear heads), [B G, ...]
-    at::Tensor k, v, fk, ls;                // hybrid: the ring, oldest first [B, G, n, d|M|1]; softmax: the cache
+    at::Tensor gamma_rows;                  // ... as the kernel reads them: [B G] in the activations' dtype
+    kernels::RecurrentState sums;           // linear heads: all keys, [B G, ...]
+    kernels::HybridState hybrid;            // hybrid heads: the ring and the sums of older keys, [B G, ...]
+    KvRows cache;                           // softmax heads: the key-value cache [B, G, slots, d]
   };
 
-  // The group's features of x [B, G, L, d]: values [B, G, L, M] and log scales [B, G, L, 1].
-  static Features features(const Group& g, const at::Tensor& x, MapSide side) {
+  // The group's heads of t [B, H, ...] (dim 1): t itself when the group is the whole layer.
+  static at::Tensor heads_of(Group& g, const at::Tensor& t) {
+    if (g.all) return t;
+    if (g.index.device() != t.device()) g.index = g.index.to(t.device());
+    return t.index_select(1, g.index);
+  }
+
+  // The group's features of x [B, G, L, d]: values [B, G, L, M] and log scales [B, G, L, 1]. A
+  // stack's parameters move to x's device and dtype once.
+  static Features features(Group& g, const at::Tensor& x, MapSide side) {
     if (g.stack) {
-      StackedMaps m = *g.stack;
-      for (auto& [name, t] : m.params) t = t.to(x.device(), x.scalar_type());
-      return stacked_features(m, x, side);
+      for (auto& [name, t] : g.stack->params)
+        if (t.device() != x.device() || t.scalar_type() != x.scalar_type()) t = t.to(x.device(), x.scalar_type());
+      return stacked_features(*g.stack, x, side);
     }
     std::vector<at::Tensor> values, scales;
     for (size_t i = 0; i < g.maps.size(); ++i) {
@@ -579,15 +615,22 @@ class Recurrent {
     return {at::stack(values, 1), at::stack(scales, 1)};
   }
 
+  // The group's query and key features of one token, q and k [B, G, 1, d]: in one call of the
+  // stack on [B, G, 2, d] where its maps do not tell queries from keys (tied; the log scale is a
+  // row's own), else one call each.
+  static std::pair<Features, Features> token_features(Group& g, const at::Tensor& q, const at::Tensor& k) {
+    if (!g.stack || g.stack->has_param("q.W")) return {features(g, q, MapSide::Query), features(g, k, MapSide::Key)};
+    const Features f = features(g, at::cat({q, k}, 2), MapSide::Query);
+    return {{f.values.narrow(2, 0, 1), f.log_scale.narrow(2, 0, 1)}, {f.values.narrow(2, 1, 1), f.log_scale.narrow(2, 1, 1)}};
+  }
+
   // A softmax head's token: this token's key and value join the cache (the oldest leaves it past
   // the model's sliding window), the query reads it with softmax weights. y [B, G, d].
   at::Tensor softmax_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
-    g.k = g.k.defined() ? at::cat({g.k, k}, 2) : k;
-    g.v = g.v.defined() ? at::cat({g.v, v}, 2) : v;
-    if (c_.sliding_window > 0 && g.k.size(2) > c_.sliding_window)
-      g.k = g.k.narrow(2, 1, c_.sliding_window), g.v = g.v.narrow(2, 1, c_.sliding_window);
-    const at::Tensor scores = at::matmul(q, g.k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));  // [B, G, 1, n]
-    return at::matmul(at::softmax(scores, -1), g.v).squeeze(2);
+    const int64_t W = c_.sliding_window;
+    g.cache.push(k, v, W);
+    const at::Tensor scores = at::matmul(q, g.cache.keys(W).transpose(-2, -1)) / std::sqrt(double(q.size(-1)));  // [B, G, 1, n]
+    return at::matmul(at::softmax(scores, -1), g.cache.values(W)).squeeze(2);
   }
 
   // Adds this token's keys and values to the heads' sums and reads their queries: y [B, G, d].
@@ -595,8 +638,7 @@ class Recurrent {
   // keys' log scales.
   at::Tensor linear_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda) const {
     const int64_t B = q.size(0), G = q.size(1), d = v.size(-1);
-    const Features fq = features(g, q, MapSide::Query);  // [B, G, 1, M]; its own scale cancels
-    const Features fk = features(g, k, MapSide::Key);
+    const auto [fq, fk] = token_features(g, q, k);  // [B, G, 1, M]; the query's own scale cancels
     const int64_t M = fq.values.size(-1);
     at::Tensor ls = fk.log_scale.reshape({B, G});
     if (lambda.defined()) ls = ls - lambda;
@@ -605,36 +647,28 @@ class Recurrent {
     return zero_undefined_rows(y.view({B, G, d}));
   }
 
-  // A hybrid head's token: the key leaving the ring (position pos - W) joins the sums, which the
-  // query reads with their log normalizer; this token's key joins the ring, which the query reads
-  // with softmax weights; one normalizer over both (SPEC 5). y [B, G, d].
-  // With decay (lambda [B, G]: Lambda at this position) the keys enter the ring with log scale
-  // - Lambda_j and the linear part's log normalizer gains + Lambda_i, the query's share of
-  // exp(Lambda_i - Lambda_j).
-  at::Tensor hybrid_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda_bg) const {
-    const at::Tensor lambda = lambda_bg.defined() ? lambda_bg.unsqueeze(-1).unsqueeze(-1) : at::Tensor();  // [B, G, 1, 1]
-    // t + Lambda (sign 1) or t - Lambda (sign -1); t itself without decay.
-    const auto decayed = [&](const at::Tensor& t, int sign) { return !lambda.defined() ? t : sign > 0 ? t + lambda : t - lambda; };
-    const Features fq = features(g, q, MapSide::Query), fk = features(g, k, MapSide::Key);  // [B, G, 1, M]
-    const auto dtype = fq.values.scalar_type();
-    const int64_t B = q.size(0), G = q.size(1), d = v.size(-1), M = fq.values.size(-1);
-    // The linear part: none while the ring holds every key so far.
-    HeadPart linear{at::zeros({B, G, 1, d}, v.options()),
-                    at::full({B, G, 1, 1}, -std::numeric_limits<double>::infinity(), fq.values.options())};
-    if (g.k.defined() && g.k.size(2) == lin_.window) {
-      at::Tensor lse;
-      linear.y = kernels::recurrent_step(g.sums, fq.values.reshape({B * G, M}), g.fk.select(2, 0).reshape({B * G, M}),
-                                         g.ls.select(2, 0).reshape({B * G}), g.v.select(2, 0).reshape({B * G, d}), &lse)
-                     .view({B, G, 1, d});
-      linear.lse = decayed(lse.view({B, G, 1, 1}) + fq.log_scale, 1).to(dtype);
-      auto rest = [&](const at::Tensor& t) { return t.narrow(2, 1, t.size(2) - 1); };
-      g.k = rest(g.k), g.v = rest(g.v), g.fk = rest(g.fk), g.ls = rest(g.ls);
-    }
-    auto push = [](const at::Tensor& ring, const at::Tensor& t) { return ring.defined() ? at::cat({ring, t}, 2) : t; };
-    g.k = push(g.k, k), g.v = push(g.v, v), g.fk = push(g.fk, fk.values), g.ls = push(g.ls, decayed(fk.log_scale, -1).to(dtype));
-    const WindowPart win = sliding_window_attention(q, g.k, g.v, lin_.window);
-    return combine_head_parts({win.y, win.lse}, linear, g.gamma.to(q.device())).squeeze(2);
+  // A hybrid head's token (SPEC 5), kernels::hybrid_step: the key leaving the ring (position
+  // pos - W) joins the sums, this token's key takes its slot, the query reads both with one
+  // normalizer. y [B, G, d]. With decay (lambda [B, G]: Lambda at this position) the keys enter the
+  // ring with log scale - Lambda_j and the linear part's log normalizer gains + Lambda_i, the
+  // query's share of exp(Lambda_i - Lambda_j).
+  at::Tensor hybrid_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda) const {
+    const auto [fq, fk] = token_features(g, q, k);  // [B, G, 1, M]
+    const auto dtype = q.scalar_type();
+    const int64_t B = q.size(0), G = q.size(1), d = v.size(-1), M = fq.values.size(-1), N = B * G;
+    if (!g.gamma_rows.defined() || g.gamma_rows.size(0) != N || g.gamma_rows.device() != q.device())
+      g.gamma_rows = g.gamma.to(q.device(), dtype).repeat({B});
+    at::Tensor k_ls = as_dtype(fk.log_scale.reshape({N}), dtype);
+    if (lambda.defined()) k_ls = k_ls - lambda.reshape({N});
+    const at::Tensor y = kernels::hybrid_step(g.hybrid, lin_.window, q.reshape({N, d}), as_dtype(fq.values.reshape({N, M}), dtype),
+                                              as_dtype(fq.log_scale.reshape({N}), dtype), k.reshape({N, d}),
+                                              as_dtype(fk.values.reshape({N, M}), dtype), k_ls, v.reshape({N, d}), g.gamma_rows,
+                                              lambda.defined() ? lambda.reshape({N}) : at::Tensor());
+    return y.view({B, G, d});
   }
+
+  // t in dtype, without a call where it already is (the step's hot path).
+  static at::Tensor as_dtype(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_type() == dtype ? t : t.to(dtype); }
 
   const ModelConfig& c_;
   const ModelWeights& w_;

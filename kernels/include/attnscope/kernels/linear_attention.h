@@ -84,6 +84,39 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
 // k [N, L, M], k_log_scale [N, L, 1], v [N, L, D].
 RecurrentState final_state(const at::Tensor& k, const at::Tensor& k_log_scale, const at::Tensor& v);
 
+// A hybrid head's generation state (core's hybrid heads, SPEC 5: softmax over the last W keys
+// beside linear attention over the older ones, one normalizer): `sums` over the keys older than the
+// window, and a ring of the last W tokens, position p in slot p % W: keys and values [N, W, D],
+// key features [N, W, M] and their log scales [N, W]; n = the tokens read so far. Empty (undefined
+// tensors, n = 0) before the first token; a prefill may set it with its last tokens in their slots.
+struct HybridState {
+  RecurrentState sums;
+  at::Tensor k, v, fk, ls;
+  int64_t n = 0;
+};
+
+// One token (position n = state.n) of N hybrid heads with window W: the ring's token at n - W (if
+// any) leaves it into the sums, this token's key k [N, D], value v [N, D], key features fk [N, M]
+// and their log scale k_log_scale [N] take its slot; the query reads the ring with softmax weights
+// (q [N, D] . k_j / sqrt(D): lse_w, y_w) and the sums through its features fq [N, M] (y_l, lse_l =
+// c + log(fq . z) + q_log_scale [N] + lambda [N]; lambda: the decay's Lambda_i, or undefined), and
+// the two parts share one normalizer with balance g = sigmoid(gamma [N]):
+//   y = (e^a y_l + e^b y_w) / (e^a + e^b),  a = lse_l + log(1 - g),  b = lse_w + log g
+// (y_l read as 0 where a = -inf: no older key yet). y [N, D]; the state advances to n + 1. All
+// tensors one floating dtype (float32 or float64) on one device: a loop per head on the CPU,
+// hybrid_step_composed elsewhere. Not differentiable. Error naming the argument for bad shapes,
+// dtypes, devices or a state that does not fit them.
+at::Tensor hybrid_step(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& fq,
+                       const at::Tensor& q_log_scale, const at::Tensor& k, const at::Tensor& fk,
+                       const at::Tensor& k_log_scale, const at::Tensor& v, const at::Tensor& gamma,
+                       const at::Tensor& lambda = {});
+// The same step as recurrent_step and LibTorch operations, on any device (what hybrid_step runs off
+// the CPU; here so that tests reach it on the CPU): same checks, state, conventions and result.
+at::Tensor hybrid_step_composed(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& fq,
+                                const at::Tensor& q_log_scale, const at::Tensor& k, const at::Tensor& fk,
+                                const at::Tensor& k_log_scale, const at::Tensor& v, const at::Tensor& gamma,
+                                const at::Tensor& lambda = {});
+
 // Whether this build has the CUDA kernels (nvcc was found); the CUDA tensors of a CUDA LibTorch
 // need them.
 bool have_cuda_kernels();
