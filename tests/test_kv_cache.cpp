@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/attention/feature_map.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/io/safetensors.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_config.h"
@@ -162,6 +164,50 @@ TEST(KvCache, WithoutAWindowTheCacheHoldsEveryToken) {
   m.generate_greedy({3, 1, 4}, 30, -1, nullptr, true, &trace);
   EXPECT_EQ(trace.kv_cache_tokens, 3 + 30 - 1);  // the last token is chosen, never read
   EXPECT_GE(trace.kv_cache_slots, trace.kv_cache_tokens);
+}
+
+// Batched generation (generate_greedy_batch): prompts of lengths 3, 9 and 5 decoded together give
+// each sequence exactly the tokens generate_greedy gives its prompt alone, across the context end
+// (n_ctx 60, 70 new tokens), for softmax with its cache (learned positions; RoPE with grouped-query
+// attention), a converted model of hybrid heads and one of mixed head types (softmax, hybrid,
+// linear in one layer); a stop token ends only the sequence that makes it.
+TEST(BatchedGeneration, EachSequenceIsWhatItsPromptMakesAlone) {
+  const std::vector<std::vector<int64_t>> prompts = {{3, 14, 15}, {9, 26, 5, 35, 8, 9, 7, 9, 3}, {2, 7, 1, 8, 2}};
+  const int steps = 70;
+  for (RefArch arch : {RefArch::GPT2, RefArch::Llama}) {
+    Model m = tiny(arch, 60, 5);
+    const int S = m.config().n_layer, H = m.config().n_head, d = m.config().head_dim;
+    FeatureMapSpec spec;
+    spec.name = "hedgehog";
+    spec.seed = 3;
+    const std::vector<std::vector<int64_t>> dims(size_t(S), std::vector<int64_t>(size_t(H), 8));
+    const auto hybrid = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, S, H, d, 3));
+    const std::vector<std::vector<HeadType>> types = {{HeadType::Softmax, HeadType::Hybrid, HeadType::Linear, HeadType::Linear},
+                                                      {HeadType::Linear, HeadType::Hybrid, HeadType::Hybrid, HeadType::Softmax}};
+    const auto mixed = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(spec, dims, S, H, d, 3, types));
+    for (const auto& [name, maps] : std::vector<std::pair<std::string, std::shared_ptr<HeadFeatureMaps>>>{
+             {"softmax", nullptr}, {"hybrid", hybrid}, {"mixed", mixed}}) {
+      SCOPED_TRACE(std::string(arch == RefArch::GPT2 ? "gpt2 " : "llama gqa ") + name);
+      if (maps) m.set_feature_maps(maps);
+      std::vector<std::vector<int64_t>> alone;
+      for (const auto& p : prompts) alone.push_back(m.generate_greedy(p, steps));
+      int calls = 0;
+      const auto batch = m.generate_greedy_batch(prompts, steps, -1, [&](size_t, const std::vector<int64_t>&) { ++calls; });
+      ASSERT_EQ(batch.size(), prompts.size());
+      for (size_t b = 0; b < prompts.size(); ++b) EXPECT_EQ(batch[b], alone[b]) << "sequence " << b;
+      EXPECT_EQ(calls, steps * int(prompts.size()));
+      // The fifth token sequence 1 makes, as a stop token: sequence 1 ends before it; each sequence
+      // is what generate_greedy with that stop makes of its prompt.
+      const int64_t stop = alone[1][prompts[1].size() + 4];
+      const auto stopped = m.generate_greedy_batch(prompts, steps, stop);
+      EXPECT_LE(stopped[1].size(), prompts[1].size() + 4);
+      for (size_t b = 0; b < prompts.size(); ++b) EXPECT_EQ(stopped[b], m.generate_greedy(prompts[b], steps, stop)) << "sequence " << b;
+      std::vector<int64_t> made;  // every generated token: a degenerate text would hide a wrong read
+      for (size_t b = 0; b < prompts.size(); ++b) made.insert(made.end(), alone[b].begin() + int64_t(prompts[b].size()), alone[b].end());
+      std::sort(made.begin(), made.end());
+      EXPECT_GT(std::unique(made.begin(), made.end()) - made.begin(), 5);
+    }
+  }
 }
 
 }  // namespace test_kv_cache

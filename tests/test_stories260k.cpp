@@ -75,6 +75,36 @@ TEST(Stories260K, CliGenerateMatchesRunC) {
   EXPECT_EQ(rstrip(out), rstrip(want));
 }
 
+// --prompts: three prompts of different lengths decoded as one batch; the "Zoo" one is run.c's
+// reference story, the others what --prompt makes of each alone; an unreadable file is refused.
+TEST(Stories260K, CliGeneratesABatchOfPromptsAsEachAlone) {
+  REQUIRE_STORIES(bin);
+  const std::string dir = test::temp_dir("prompts");
+  const std::vector<std::string> prompts = {"Once upon a time there was a", "Zoo", "Lily saw a ball"};
+  {
+    std::ofstream f(dir + "/prompts.txt");
+    for (const auto& p : prompts) f << p << "\n\n";
+  }
+  std::string out;
+  ASSERT_EQ(test::run_command(test::cli_path() + " generate --model " + bin + " --prompts " + dir + "/prompts.txt --steps 60 2>&1", &out), 0) << out;
+  std::vector<std::string> blocks;  // the continuations, separated by blank lines
+  for (size_t at = 0; at < out.size();) {
+    const size_t end = out.find("\n\n", at);
+    blocks.push_back(rstrip(out.substr(at, end == std::string::npos ? std::string::npos : end - at)));
+    if (end == std::string::npos) break;
+    at = end + 2;
+  }
+  ASSERT_EQ(blocks.size(), prompts.size()) << out;
+  EXPECT_EQ(blocks[1], rstrip(read_file(test::shared_models() + "/stories260K/reference_greedy_t0_n60_prompt_Zoo.txt")));
+  for (size_t i : {size_t(0), size_t(2)}) {
+    std::string alone;
+    ASSERT_EQ(test::run_command(test::cli_path() + " generate --model " + bin + " --prompt '" + prompts[i] + "' --steps 60", &alone), 0);
+    EXPECT_EQ(blocks[i], rstrip(alone)) << prompts[i];
+  }
+  EXPECT_NE(test::run_command(test::cli_path() + " generate --model " + bin + " --prompts " + dir + "/none.txt 2>&1", &out), 0);
+  EXPECT_NE(out.find(dir + "/none.txt"), std::string::npos) << out;
+}
+
 TEST(Stories260K, PerplexityOnItsOwnStoryIsLow) {
   // The model's own greedy story is far more likely under it than uniform (log 512 = 6.24 nats).
   REQUIRE_STORIES(bin);

@@ -1,7 +1,12 @@
 // `attnscope generate`: greedy decoding. --steps counts like llama2.c's `run -n`: the output holds
 // that many tokens in all, prompt included (BOS not counted), so results compare one to one with
-// run.c; --new-tokens counts only what is generated.
+// run.c; --new-tokens counts only what is generated. --prompts FILE: one prompt per line, decoded as
+// one batch (Model::generate_greedy_batch), each continuation printed when all are done.
+#include <algorithm>
+#include <fstream>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "attnscope/base/error.h"
 #include "common.h"
@@ -14,9 +19,43 @@ void register_generate(CLI::App& app) {
   o->model.model = default_model();
   add_option_table(cmd, generate_option_table(), o);
   exclusive(cmd, {"--steps", "--new-tokens"});
+  exclusive(cmd, {"--prompt", "--prompts"});
   cmd->callback([=] {
     if (o->steps == 0 && o->new_tokens == 0) o->steps = GenerateOptions::kDefaultSteps;
     const int steps = int(o->steps), new_tokens = int(o->new_tokens);
+    if (!o->prompts.empty()) {  // one batch, read before the model is loaded
+      std::vector<std::string> lines;
+      {
+        std::ifstream in(o->prompts);
+        if (!in) fail(o->prompts, "cannot be read (--prompts)");
+        for (std::string line; std::getline(in, line);)
+          if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+      }
+      if (lines.empty()) fail(o->prompts, "has no prompt (one per line)");
+      LoadedModel m = load_model_of(o->model);
+      const Tokenizer& tok = *m.tokenizer;
+      std::vector<std::vector<int64_t>> ids;
+      int todo = new_tokens;
+      for (const std::string& line : lines) {
+        ids.push_back(tok.encode_for_model(line));
+        if (ids.back().empty()) fail(o->prompts, "line " + std::to_string(ids.size()) + " encodes to no token");
+        const bool bos = ids.back().front() == tok.bos_id() && tok.adds_bos();
+        if (new_tokens == 0) todo = std::max(todo, steps - (int(ids.back().size()) - (bos ? 1 : 0)));
+      }
+      const int64_t stop = tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id();
+      const auto out = m.model->generate_greedy_batch(ids, std::max(todo, 0), stop);
+      for (size_t b = 0; b < out.size(); ++b) {
+        // --steps counts the output of each prompt: a shorter prompt's sequence is cut there.
+        size_t keep = out[b].size();
+        if (new_tokens == 0) {
+          const bool bos = ids[b].front() == tok.bos_id() && tok.adds_bos();
+          keep = std::min(keep, size_t(std::max<int64_t>(int64_t(ids[b].size()), steps + (bos ? 1 : 0))));
+        }
+        std::cout << tok.decode(std::vector<int64_t>(out[b].begin(), out[b].begin() + int64_t(keep))) << "\n";
+        if (b + 1 < out.size()) std::cout << "\n";
+      }
+      return;
+    }
     LoadedModel m = load_model_of(o->model);
     const Tokenizer& tok = *m.tokenizer;
     std::vector<int64_t> ids = tok.encode_for_model(o->prompt);

@@ -26,7 +26,9 @@ is "FILE: problem" in attnscope's words; run as a program it prints that line an
 
 Generation runs the recurrent form: per head a state S = sum phi(k) v^T [M, d] and z = sum phi(k)
 [M] carries the prefix, so each new token costs the same at every position (model(ids, cache, pos)
-with a cache from model.new_cache()).
+with a cache from model.new_cache()). There a layer's heads of one type, M, window and decay run as
+one group (head_groups, attend_groups): their maps stacked, one feature call for the group, their
+states stacked and updated together.
 
 Hybrid heads (attnscope.window W > 0, LoLCATs' linear + sliding window; SPEC 5): query i gives key
 j <= i the weight g exp(q_i.k_j / sqrt d) when i - j < W and (1 - g) phi(q_i).phi(k_j) when
@@ -719,22 +721,24 @@ class FeatureMap:
 
     def _linear(self, x, side):
         if "W" in self.t:
-            return x @ self.t["W"] + self.t["b"]
-        return x @ self.t[side + ".W"] + self.t[side + ".b"]
+            return x @ self.t["W"] + self.t["b"].unsqueeze(-2)
+        return x @ self.t[side + ".W"] + self.t[side + ".b"].unsqueeze(-2)
 
     def _apply(self, x, side):
+        # x [..., L, d]. The tensors may carry a leading [G] (a group's stacked maps, GroupMap) with x
+        # [B, G, L, d]: hence transpose(-1, -2) and unsqueeze(-2) rather than .T and plain broadcasting.
         n, d = self.name, self.d
         zero = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
         if n in ("prf", "prf-orthogonal", "learned-prf", "prf-hyperbolic"):
             xs = x / d ** 0.25
             half_sq = 0.5 * (xs * xs).sum(-1, keepdim=True)
             w = self.t["z"] if n == "learned-prf" else self.t["w"]
-            proj = xs @ w.T
+            proj = xs @ w.transpose(-1, -2)
             if n == "prf-hyperbolic":
                 proj = torch.cat([proj, -proj], -1)
             logits = proj - half_sq - 0.5 * math.log(proj.shape[-1])
             if n == "learned-prf":
-                logits = logits + 0.5 * self.t["alpha"]
+                logits = logits + 0.5 * self.t["alpha"].unsqueeze(-2)
             return _shift(logits)
         if n == "hedgehog":
             u = self._linear(x, side)
@@ -756,14 +760,14 @@ class FeatureMap:
             return _shift(self.temperature * x)
         if n in ("flex-stationary", "flex-nonstationary"):
             # exp(|x|^2 / e^tau) / sqrt(n) [cos, sin]: the norm factor is the log scale
-            log_scale = (x * x).sum(-1, keepdim=True) * torch.exp(-self.t["tau"]) - 0.5 * math.log(self.t[
-                "omega" if n == "flex-stationary" else "omega1"].shape[0])
+            log_scale = (x * x).sum(-1, keepdim=True) * torch.exp(-self.t["tau"]).unsqueeze(-1) - 0.5 * math.log(self.t[
+                "omega" if n == "flex-stationary" else "omega1"].shape[-2])
             if n == "flex-stationary":
-                a = x @ self.t["omega"].T
+                a = x @ self.t["omega"].transpose(-1, -2)
                 return torch.cat([torch.cos(a), torch.sin(a)], -1), log_scale
             w1, w2 = self.t["omega1"], self.t["omega2"]
-            a = x @ (0.5 * (w1 + w2)).T
-            c = torch.cos(x @ (0.5 * (w1 - w2)).T)
+            a = x @ (0.5 * (w1 + w2)).transpose(-1, -2)
+            c = torch.cos(x @ (0.5 * (w1 - w2)).transpose(-1, -2))
             return torch.cat([torch.cos(a) * c, torch.sin(a) * c], -1), log_scale
         if n == "taylor2":
             s = d ** 0.25
@@ -812,7 +816,10 @@ def linear_attention(fq, fk, v, state=None):
 def decay_lambda(m, x, first, prev):
     """Lambda_i of this call's positions first .. first + n - 1, [B, n, 1] float64 (SPEC 5's decayed
     heads; zeros for a head without decay). x [B, n, D] is the layer's input; `prev` [B, 1] the
-    Lambda of the position before `first` (a gated head's running sum; None at the start)."""
+    Lambda of the position before `first` (a gated head's running sum; None at the start). For a
+    group's GroupMap: [B G, n, 1] and `prev` [B G, 1], the heads folded into the batch."""
+    if isinstance(m, GroupMap):
+        return m.decay_lambda(x, first, prev)
     B, n = x.shape[0], x.shape[1]
     if m.gate_w is not None:
         lam = torch.cumsum(torch.nn.functional.logsigmoid(x.to(torch.float64) @ m.gate_w + m.gate_b), 1)
@@ -908,9 +915,12 @@ def hybrid_attention(q, k, v, m, lam, state=None):
     W = m.window
     B, L, d = q.shape
     dv = v.shape[-1]
+    # gamma: the head's scalar, or a group's one per head [G] (GroupMap: row b G + g is batch row b,
+    # head g), repeated over the batch rows.
     gamma = m.gamma.to(q.dtype)
-    log_g = torch.nn.functional.logsigmoid(gamma)
-    log_1mg = torch.nn.functional.logsigmoid(-gamma)
+    gamma = gamma.repeat(B // gamma.numel()) if gamma.dim() else gamma
+    log_g = torch.nn.functional.logsigmoid(gamma).view(-1, 1, 1, 1)  # against the scores [B, nb, n, width]
+    log_1mg = torch.nn.functional.logsigmoid(-gamma).view(-1, 1)  # against the rows' linear weights [B, L]
     # Keys this call sees besides the state's: the ring (earlier calls' last r keys), then its own.
     if state and "ring_k" in state:
         keys, vals = torch.cat([state["ring_k"], k], 1), torch.cat([state["ring_v"], v], 1)
@@ -1001,8 +1011,111 @@ def hybrid_attention(q, k, v, m, lam, state=None):
     return y
 
 
-def _cache(n_layer, n_head):
-    return [[{} for _ in range(n_head)] for _ in range(n_layer)]
+# ---- the recurrent form: a layer's heads in groups, each group one computation -------------------
+
+class GroupMap:
+    """The maps of a group of G heads (HeadGroup) as one map for attend, linear_attention and
+    hybrid_attention, whose rows then hold the G heads folded into the batch: row b G + g is batch
+    row b, the group's head g. Stacked once: the heads' map tensors [G, ...] (one query or key call
+    for all G heads), gamma [G], the decay's log a [G] or gate w [G, D] and b [G]. Maps that do not
+    stack (other families or tensor shapes) are applied head by head; the rest stays stacked."""
+
+    def __init__(self, maps):
+        m0 = maps[0]
+        self.maps, self.size = maps, len(maps)
+        self.d, self.features, self.window = m0.d, m0.features, m0.window
+        self.gamma = torch.stack([m.gamma for m in maps]) if m0.window > 0 else None
+        self.log_a = torch.stack([m.log_a for m in maps]) if m0.log_a is not None else None
+        self.gate_w = torch.stack([m.gate_w for m in maps]) if m0.gate_w is not None else None
+        self.gate_b = torch.stack([m.gate_b for m in maps]) if m0.gate_w is not None else None
+        shapes = {k: t.shape for k, t in m0.t.items()}
+        same = all((m.name, m.activation, m.temperature, m.d) == (m0.name, m0.activation, m0.temperature, m0.d)
+                   and {k: t.shape for k, t in m.t.items()} == shapes for m in maps)
+        self.stacked = None  # a FeatureMap whose tensors are [G, ...]
+        if same:
+            spec = {"name": m0.name, "activation": m0.activation, "temperature": m0.temperature}
+            self.stacked = FeatureMap(spec, {k: torch.stack([m.t[k] for m in maps]) for k in shapes}, m0.d, m0.features)
+
+    def query(self, x):
+        return self._apply(x, "q")
+
+    def key(self, x):
+        return self._apply(x, "k")
+
+    def _apply(self, x, side):
+        """x [B G, L, d] -> (values [B G, L, M], log_scale [B G, L, 1]): every head's map on its rows."""
+        G = self.size
+        x = x.reshape(x.shape[0] // G, G, x.shape[1], x.shape[2])
+        if self.stacked is not None:
+            vals, log = self.stacked._apply(x, side)
+        else:
+            out = [m._apply(x[:, g], side) for g, m in enumerate(self.maps)]
+            vals, log = torch.stack([v for v, _ in out], 1), torch.stack([l for _, l in out], 1)
+        return vals.flatten(0, 1), log.flatten(0, 1)
+
+    def decay_lambda(self, x, first, prev):
+        """decay_lambda of the G heads at once: [B G, n, 1]; `prev` [B G, 1] or None."""
+        B, n, G = x.shape[0], x.shape[1], self.size
+        if self.gate_w is not None:
+            lam = torch.cumsum(torch.nn.functional.logsigmoid(x.to(torch.float64) @ self.gate_w.T + self.gate_b), 1)
+            if prev is not None:
+                lam = lam + prev.view(B, 1, G)
+            return lam.transpose(1, 2).reshape(B * G, n, 1)  # [B, n, G] -> rows b G + g
+        if self.log_a is None:
+            return torch.zeros(B * G, n, 1, dtype=torch.float64)
+        lam = torch.arange(first + 1, first + n + 1, dtype=torch.float64) * self.log_a.view(G, 1)  # [G, n]
+        return lam.expand(B, G, n).reshape(B * G, n, 1)
+
+
+class HeadGroup:
+    """Heads of one layer that the recurrent form runs as one computation (head_groups): `heads` their
+    indices in the layer, `kv` their key/value heads (grouped-query attention), `map` the group's
+    GroupMap, or a SoftmaxHead for softmax heads."""
+
+    def __init__(self, heads, maps, per_kv):
+        self.heads = torch.tensor(heads)
+        self.kv = torch.tensor([j // per_kv for j in heads])
+        self.size = len(heads)
+        self.map = maps[0] if isinstance(maps[0], SoftmaxHead) else GroupMap(maps)
+
+
+def head_groups(row, per_kv=1):
+    """A layer's heads (row: [head] -> FeatureMap or SoftmaxHead) in groups, in the order of their
+    first heads: softmax heads by their sliding window; the others by head type (hybrid: window > 0),
+    feature dimension M, window and decay (none, fixed, gated). per_kv query heads share a key/value head."""
+    groups = {}
+    for j, m in enumerate(row):
+        if isinstance(m, SoftmaxHead):
+            key = ("softmax", m.sliding_window)
+        else:
+            decay = "gated" if m.gate_w is not None else "fixed" if m.log_a is not None else "none"
+            key = ("hybrid" if m.window > 0 else "linear", m.features, m.window, decay)
+        groups.setdefault(key, []).append(j)
+    return [HeadGroup(heads, [row[j] for j in heads], per_kv) for heads in groups.values()]
+
+
+def attend_groups(layer, q, k, v, x):
+    """One layer's attention in the recurrent form, one computation per group of heads: q [B, L, H, d],
+    k, v [B, L, H_kv, d] after RoPE, x [B, L, D] the layer's input, `layer` the cache's (HeadGroup,
+    state) pairs of the layer. A group's G heads are folded into the batch (row b G + g) and run
+    through attend with its GroupMap, so its state holds them stacked: S [B G, M, d_v], z [B G, M],
+    c [B G, 1, 1] (each head's running log-scale maximum), the hybrid ring's keys, values and Lambda
+    [B G, r, ...], a softmax group's keys and values. Returns [B, L, H, d_v] float64, heads in order."""
+    B, L = q.shape[:2]
+
+    def rows(t, heads):  # [B, L, heads, d] -> the heads' rows [B G, L, d] float64
+        return t[:, :, heads].transpose(1, 2).reshape(B * len(heads), L, t.shape[-1]).to(torch.float64)
+    out = torch.empty(q.shape[:3] + v.shape[-1:], dtype=torch.float64)
+    for g, state in layer:
+        y = attend(g.map, rows(q, g.heads), rows(k, g.kv), rows(v, g.kv), x, state)
+        out[:, :, g.heads] = y.view(B, g.size, L, -1).transpose(1, 2)
+    return out
+
+
+def _cache(maps, per_kv=1):
+    """An empty recurrent state: per layer, each group of heads (head_groups) with its state dict. The
+    groups stack the maps once, as they are when the cache is made (so a new cache sees edited maps)."""
+    return [[(g, {}) for g in head_groups(row, per_kv)] for row in maps]
 
 
 def _rope_tables(theta, rotary_dim, pos, L, llama3=None):
@@ -1056,7 +1169,7 @@ class LinearGPT2(torch.nn.Module):
         return torch.nn.functional.layer_norm(x, (self.d_model,), self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
 
     def new_cache(self):
-        return _cache(self.n_layer, self.n_head)
+        return _cache(self.maps)
 
     def forward(self, ids, cache=None, pos=0):
         B, L = ids.shape
@@ -1069,13 +1182,16 @@ class LinearGPT2(torch.nn.Module):
             h = self._ln(x, pre + "ln_1")
             qkv = h @ w[pre + "attn.c_attn.weight"] + w[pre + "attn.c_attn.bias"]  # Conv1D: [in, out]
             q, k, v = qkv.split(D, -1)
-            heads = []
-            for j in range(H):
-                sl = slice(j * d, (j + 1) * d)
-                qh, kh, vh = (t[..., sl].to(torch.float64) for t in (q, k, v))
-                m = self.maps[s][j]
-                heads.append(attend(m, qh, kh, vh, h, cache[s][j] if cache else None))
-            a = torch.cat(heads, -1).to(torch.float32)
+            if cache:  # the recurrent form: a computation per group of heads
+                q, k, v = (t.view(B, L, H, d) for t in (q, k, v))
+                a = attend_groups(cache[s], q, k, v, h).reshape(B, L, D).to(torch.float32)
+            else:  # the batch form: head by head
+                heads = []
+                for j in range(H):
+                    sl = slice(j * d, (j + 1) * d)
+                    qh, kh, vh = (t[..., sl].to(torch.float64) for t in (q, k, v))
+                    heads.append(attend(self.maps[s][j], qh, kh, vh, h))
+                a = torch.cat(heads, -1).to(torch.float32)
             x = x + a @ w[pre + "attn.c_proj.weight"] + w[pre + "attn.c_proj.bias"]
             h = self._ln(x, pre + "ln_2")
             u = torch.nn.functional.gelu(h @ w[pre + "mlp.c_fc.weight"] + w[pre + "mlp.c_fc.bias"], approximate=self.gelu_approx)
@@ -1139,7 +1255,7 @@ class LinearLlama(torch.nn.Module):
         return y + self.w[name + ".bias"] if name + ".bias" in self.w else y
 
     def new_cache(self):
-        return _cache(self.n_layer, self.n_head)
+        return _cache(self.maps, self.n_head // self.n_kv)
 
     def forward(self, ids, cache=None, pos=0):
         B, L = ids.shape
@@ -1158,13 +1274,15 @@ class LinearLlama(torch.nn.Module):
             q = _rotate_half(q, cos, sin, d)
             k = _rotate_half(k, cos, sin, d)
             v = self._linear(h, pre + "self_attn.v_proj").view(B, L, Hkv, d)
-            heads = []
-            for j in range(H):
-                kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
-                m = self.maps[s][j]
-                qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
-                heads.append(attend(m, qh, kh, vh, h, cache[s][j] if cache else None))
-            a = torch.cat(heads, -1).to(torch.float32)
+            if cache:  # the recurrent form: a computation per group of heads
+                a = attend_groups(cache[s], q, k, v, h).reshape(B, L, H * d).to(torch.float32)
+            else:  # the batch form: head by head
+                heads = []
+                for j in range(H):
+                    kv = j // (H // Hkv)  # grouped-query: kv head kv serves query heads kv*g .. kv*g+g-1
+                    qh, kh, vh = (t.to(torch.float64) for t in (q[:, :, j], k[:, :, kv], v[:, :, kv]))
+                    heads.append(attend(self.maps[s][j], qh, kh, vh, h))
+                a = torch.cat(heads, -1).to(torch.float32)
             x = x + self._linear(a, pre + "self_attn.o_proj")
             h = self._rms(x, w[pre + "post_attention_layernorm.weight"])
             u = torch.nn.functional.silu(h @ w[pre + "mlp.gate_proj.weight"].T) * self._linear(h, pre + "mlp.up_proj")
@@ -1206,7 +1324,7 @@ class LinearNeoX(torch.nn.Module):
         self.lm_head = self.w["embed_in.weight"] if tied else weights.get("embed_out.weight", [V, D])
 
     def new_cache(self):
-        return _cache(self.n_layer, self.n_head)
+        return _cache(self.maps)
 
     def _ln(self, x, name):
         return torch.nn.functional.layer_norm(x, (self.d_model,), self.w[name + ".weight"], self.w[name + ".bias"], self.eps)
@@ -1227,12 +1345,15 @@ class LinearNeoX(torch.nn.Module):
             q = _rotate_half(qkv[..., 0, :], cos, sin, r)
             k = _rotate_half(qkv[..., 1, :], cos, sin, r)
             v = qkv[..., 2, :]
-            heads = []
-            for j in range(H):
-                m = self.maps[s][j]
-                qh, kh, vh = (t[:, :, j].to(torch.float64) for t in (q, k, v))
-                heads.append(attend(m, qh, kh, vh, h, cache[s][j] if cache else None))
-            a = self._linear(torch.cat(heads, -1).to(torch.float32), pre + "attention.dense")
+            if cache:  # the recurrent form: a computation per group of heads
+                a = attend_groups(cache[s], q, k, v, h).reshape(B, L, H * d).to(torch.float32)
+            else:  # the batch form: head by head
+                heads = []
+                for j in range(H):
+                    qh, kh, vh = (t[:, :, j].to(torch.float64) for t in (q, k, v))
+                    heads.append(attend(self.maps[s][j], qh, kh, vh, h))
+                a = torch.cat(heads, -1).to(torch.float32)
+            a = self._linear(a, pre + "attention.dense")
 
             def mlp(t):
                 u = torch.nn.functional.gelu(self._linear(t, pre + "mlp.dense_h_to_4h"), approximate=self.gelu_approx)

@@ -831,43 +831,65 @@ std::vector<int64_t> Model::generate_greedy(
     std::vector<int64_t> prompt, int steps, int64_t stop_id,
     const std::function<void(const std::vector<int64_t>&)>& on_token, bool kv_cache, GenerationTrace* trace) const {
   if (prompt.empty()) fail("generate", "the prompt has no tokens");
-  if (trace) trace->logits.clear(), trace->kv_cache_tokens = trace->kv_cache_slots = 0;
-  // The logits a token is chosen from, [V], kept when the trace asks.
-  auto chosen = [&](const at::Tensor& row) {
-    if (trace && trace->keep_logits) trace->logits.push_back(row.to(at::kCPU, at::kFloat).clone());
-    return row.argmax().item<int64_t>();
-  };
-  at::NoGradGuard no_grad;
-  const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
-  auto window = [&] {  // the last n_ctx tokens: the model's positions run out beyond them
-    const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);
-    return at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
-  };
-  if (!linear_ && !kv_cache) {  // the whole window again for every token (benchmarks' "no cache" column)
+  if (!linear_ && !kv_cache) {
+    if (trace) trace->logits.clear(), trace->kv_cache_tokens = trace->kv_cache_slots = 0;
+    auto chosen = [&](const at::Tensor& row) {  // the logits a token is chosen from, [V], kept when the trace asks
+      if (trace && trace->keep_logits) trace->logits.push_back(row.to(at::kCPU, at::kFloat).clone());
+      return row.argmax().item<int64_t>();
+    };  // the whole window again for every token (benchmarks' "no cache" column)
+    at::NoGradGuard no_grad;
+    const at::Device device = weights_.tok_emb.device();
     for (int i = 0; i < steps; ++i) {
-      const int64_t next = chosen(last_logits(config_, weights_, nullptr, window(), nullptr).squeeze(0));
+      const size_t n = std::min<size_t>(prompt.size(), config_.n_ctx);  // the last n_ctx tokens
+      const at::Tensor ids = at::tensor(std::vector<int64_t>(prompt.end() - n, prompt.end())).view({1, -1}).to(device);
+      const int64_t next = chosen(last_logits(config_, weights_, nullptr, ids, nullptr).squeeze(0));
       if (next == stop_id) break;
       prompt.push_back(next);
       if (on_token) on_token(prompt);
     }
     return prompt;
   }
-  // The prompt in one batch forward, then one step per token: linear attention's recurrent state
-  // (constant work per token) or softmax attention's key-value cache (work growing with the context).
+  std::function<void(size_t, const std::vector<int64_t>&)> each;
+  if (on_token) each = [&](size_t, const std::vector<int64_t>& seq) { on_token(seq); };
+  return generate_greedy_batch({std::move(prompt)}, steps, stop_id, each, trace).front();
+}
+
+std::vector<std::vector<int64_t>> Model::generate_greedy_batch(
+    std::vector<std::vector<int64_t>> prompts, int steps, int64_t stop_id,
+    const std::function<void(size_t, const std::vector<int64_t>&)>& on_token, GenerationTrace* trace) const {
+  const size_t B = prompts.size();
+  if (B == 0) fail("generate", "no prompts");
+  size_t shortest = prompts[0].size();
+  for (size_t b = 0; b < B; ++b) {
+    if (prompts[b].empty()) fail("generate", "prompt " + std::to_string(b + 1) + " has no tokens");
+    shortest = std::min(shortest, prompts[b].size());
+  }
+  if (trace) trace->logits.clear(), trace->kv_cache_tokens = trace->kv_cache_slots = 0;
+  at::NoGradGuard no_grad;
+  const at::Device device = weights_.tok_emb.device();  // token ids go where the weights are
+  // fed[b]: the tokens sequence b has read, in order (its prompt, then what it generated); every
+  // sequence has read the same number of tokens at every step.
+  std::vector<std::vector<int64_t>> fed(B), out = prompts;
+  for (size_t b = 0; b < B; ++b) fed[b].assign(prompts[b].begin(), prompts[b].begin() + int64_t(shortest));
+  std::vector<int> made(B, 0);
+  std::vector<bool> done(B, steps <= 0);
   std::unique_ptr<Recurrent> recurrent;
   std::unique_ptr<KvCache> cache;
   int64_t pos = 0;
-  at::Tensor logits;
+  at::Tensor logits;  // [B, V]
   auto note_cache = [&] {  // the trace's record of the cache's size, before a cache is dropped
     if (trace && cache) {
       trace->kv_cache_tokens = std::max(trace->kv_cache_tokens, cache->most_held());
       trace->kv_cache_slots = std::max(trace->kv_cache_slots, cache->most_slots());
     }
   };
-  // From scratch over the last n_ctx tokens: at the start, and when positions run out.
+  // From scratch over each sequence's last n_ctx tokens: at the start, and when positions run out.
   auto restart = [&] {
     note_cache();
-    const at::Tensor ids = window();
+    const size_t n = std::min<size_t>(fed[0].size(), config_.n_ctx);
+    std::vector<int64_t> flat;
+    for (const auto& f : fed) flat.insert(flat.end(), f.end() - int64_t(n), f.end());
+    const at::Tensor ids = at::tensor(flat).view({int64_t(B), int64_t(n)}).to(device);
     if (linear_) {
       recurrent = std::make_unique<Recurrent>(config_, weights_, *linear_);
       logits = recurrent->prefill(ids);
@@ -875,25 +897,45 @@ std::vector<int64_t> Model::generate_greedy(
       cache = std::make_unique<KvCache>(config_, weights_);
       logits = cache->prefill(ids);
     }
-    pos = ids.size(1);
+    pos = int64_t(n);
   };
   restart();
-  for (int i = 0; i < steps; ++i) {
-    const int64_t next = chosen(logits.select(0, 0));
-    if (next == stop_id) break;
-    prompt.push_back(next);
-    if (on_token) on_token(prompt);
-    if (i + 1 == steps) break;
+  for (;;) {
+    // Each sequence's next token: the rest of its prompt first, then its own greedy choice.
+    std::vector<int64_t> next(B);
+    const at::Tensor rows = logits.to(at::kCPU);
+    for (size_t b = 0; b < B; ++b) {
+      if (fed[b].size() < prompts[b].size()) {
+        next[b] = prompts[b][fed[b].size()];
+        continue;
+      }
+      if (done[b]) {  // it still steps with the others; what it reads is not used
+        next[b] = out[b].back();
+        continue;
+      }
+      const at::Tensor row = rows.select(0, int64_t(b));
+      if (b == 0 && trace && trace->keep_logits) trace->logits.push_back(row.to(at::kFloat).clone());
+      next[b] = row.argmax().item<int64_t>();
+      if (next[b] == stop_id) {
+        done[b] = true;
+        continue;
+      }
+      out[b].push_back(next[b]);
+      if (on_token) on_token(b, out[b]);
+      done[b] = ++made[b] == steps;
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    for (size_t b = 0; b < B; ++b) fed[b].push_back(next[b]);
     if (pos >= config_.n_ctx) {
       restart();
       continue;
     }
-    const at::Tensor id = at::tensor(std::vector<int64_t>{next}).to(device);
-    logits = linear_ ? recurrent->step(id, pos) : cache->step(id, pos);
+    const at::Tensor ids = at::tensor(next).to(device);
+    logits = linear_ ? recurrent->step(ids, pos) : cache->step(ids, pos);
     ++pos;
   }
   note_cache();
-  return prompt;
+  return out;
 }
 
 }  // namespace attnscope

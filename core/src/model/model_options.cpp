@@ -47,6 +47,7 @@ const OptionTable<GenerateOptions>& generate_option_table() {
     OptionTable<GenerateOptions> t;
     nest_rows(t, &GenerateOptions::model, model_option_table());
     t.push_back(bind(opt::prompt, &GenerateOptions::prompt));
+    t.push_back(bind(opt::prompts, &GenerateOptions::prompts));
     t.push_back(bind(opt::output_tokens, &GenerateOptions::steps, 0));
     t.push_back(bind(opt::new_tokens, &GenerateOptions::new_tokens, 0));
     return t;

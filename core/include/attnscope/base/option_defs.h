@@ -38,6 +38,9 @@ inline const OptionDef input_text{"--text", "input text", "text, tokenized as th
 inline const OptionDef ids{"--ids", "token ids", "comma-separated token ids, used verbatim (no BOS added)", "ids",
                            OptionKind::Text};
 inline const OptionDef prompt{"-p,--prompt", "prompt", "prompt text (may be empty)", "prompt", OptionKind::Text};
+inline const OptionDef prompts{"--prompts", "prompts file",
+                               "a text file of prompts, one per line (empty lines skipped), generated as one batch", "prompts",
+                               OptionKind::Text};
 inline const OptionDef spectra{"--spectra", "spectra", "spectra saved by `attnscope dof --out` (no recomputation)", "spectra",
                                OptionKind::Text};
 inline const OptionDef job{"--job", "job", "a finished distillation run directory: convert with its trained maps", "job",

@@ -131,6 +131,17 @@ class Model {
       std::vector<int64_t> prompt, int steps, int64_t stop_id = -1,
       const std::function<void(const std::vector<int64_t>&)>& on_token = nullptr, bool kv_cache = true,
       GenerationTrace* trace = nullptr) const;
+  // Greedy decoding of B prompts as one batch (a key-value cache of B sequences, or a recurrent
+  // state of B): each sequence appends up to `steps` tokens and stops at `stop_id` on its own
+  // (on_token(b, sequence b) after each of its tokens). Prompts of different lengths: the shortest
+  // length is read in one batch forward and each longer prompt's remaining tokens go in with the
+  // steps (that sequence generates once its prompt is read), so every sequence is at the same
+  // position at every step. Each sequence is what generate_greedy makes of its prompt alone, up to
+  // float rounding. `trace` records the first sequence's logits and the cache's size.
+  std::vector<std::vector<int64_t>> generate_greedy_batch(
+      std::vector<std::vector<int64_t>> prompts, int steps, int64_t stop_id = -1,
+      const std::function<void(size_t, const std::vector<int64_t>&)>& on_token = nullptr,
+      GenerationTrace* trace = nullptr) const;
 
  private:
   ModelConfig config_;

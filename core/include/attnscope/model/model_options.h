@@ -40,6 +40,7 @@ const OptionTable<LogitsOptions>& logits_option_table();
 struct GenerateOptions {
   ModelOptions model;
   std::string prompt;
+  std::string prompts;     // a file of prompts, one per line: decoded as one batch (exclusive with prompt)
   int64_t steps = 0;       // tokens in the output, prompt included (llama2.c's -n); 0: not given
   int64_t new_tokens = 0;  // tokens after the prompt; 0: not given (exclusive with steps)
   static constexpr int64_t kDefaultSteps = 256;  // when neither is given
