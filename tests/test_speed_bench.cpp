@@ -81,6 +81,51 @@ TEST(SpeedBench, GenerationAtEachContextWithPeakMemory) {
   EXPECT_LT(rows[1].linear_generate_peak_bytes, 2 * rows[0].linear_generate_peak_bytes);
 }
 
+// --batch: B sequences at once hold B caches (softmax) or B states (converted), and the estimate
+// of each row bounds what it measured; under a memory budget between the two estimates softmax is
+// skipped and the converted model still runs; below the converted model's, the row is refused
+// before anything runs, with the estimate in the message.
+TEST(SpeedBench, BatchesOfSequencesAndTheMemoryEstimate) {
+  const Pair& p = bundled_pair();
+  const ModelConfig& c = p.loaded.model->config();
+  const int64_t state_bytes = int64_t(c.n_layer) * c.n_head * (32 * c.head_dim + 32 + 1) * 4;  // M = 32, float32
+  auto cache_bytes = [&](int64_t n) { return 2 * int64_t(c.n_layer) * c.n_kv_head * n * c.head_dim * 4; };
+  GenerateBenchOptions o;
+  o.contexts = {64};
+  o.batches = {1, 3};
+  o.tokens = 3;
+  const auto rows = bench_generate(*p.loaded.model, *p.converted, o);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].batch, 1);
+  EXPECT_EQ(rows[1].batch, 3);
+  for (const ContextSpeed& r : rows) {
+    EXPECT_GT(r.softmax_generate_tokens_per_s, 0);
+    EXPECT_GT(r.linear_generate_tokens_per_s, 0);
+    EXPECT_GE(r.softmax_generate_peak_bytes, r.batch * cache_bytes(64 - 3));
+    EXPECT_GE(r.linear_generate_peak_bytes, r.batch * state_bytes);
+    const GenerateBenchMemory need = generate_bench_memory(c, 32, r.context, r.batch, true);
+    EXPECT_LE(r.softmax_generate_peak_bytes, need.softmax);
+    EXPECT_LE(r.linear_generate_peak_bytes, need.linear);
+    EXPECT_LE(r.softmax_batch_peak_bytes, need.softmax);
+    EXPECT_EQ(r.softmax_skipped_bytes, 0);
+  }
+  EXPECT_EQ(rows[1].softmax_batch_tokens_per_s, 0) << "the batch forward runs at batch 1 only";
+  EXPECT_EQ(rows[1].softmax_nocache_generate_tokens_per_s, 0);
+  // A budget between the two estimates: softmax skipped (with its estimate), the converted model run.
+  o.batches = {3};
+  o.contexts = {200};
+  const GenerateBenchMemory need = generate_bench_memory(c, 32, 200, 3, true);
+  ASSERT_GT(need.softmax, need.linear);
+  const auto fit = bench_generate(*p.loaded.model, *p.converted, o, nullptr, need.linear + 1);
+  ASSERT_EQ(fit.size(), 1u);
+  EXPECT_EQ(fit[0].softmax_skipped_bytes, need.softmax);
+  EXPECT_EQ(fit[0].softmax_generate_tokens_per_s, 0);
+  EXPECT_GT(fit[0].linear_generate_tokens_per_s, 0);
+  const std::string msg = test::error_of([&] { bench_generate(*p.loaded.model, *p.converted, o, nullptr, need.linear - 1); });
+  EXPECT_NE(msg.find("200 x batch 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GB"), std::string::npos) << msg;
+}
+
 TEST(SpeedBench, BadGenerateOptionsAreClearErrors) {
   const Pair& p = bundled_pair();
   GenerateBenchOptions o;
@@ -92,9 +137,11 @@ TEST(SpeedBench, BadGenerateOptionsAreClearErrors) {
   o.tokens = 3;
   EXPECT_NE(test::error_of([&] { bench_generate(*p.loaded.model, *p.loaded.model, o); }).find("softmax"),
             std::string::npos);
+  o.batches = {2, 0};
+  EXPECT_NE(test::error_of([&] { bench_generate(*p.loaded.model, *p.converted, o); }).find("batch"), std::string::npos);
   GenerateBenchOptions big;
-  big.contexts = {8192};
-  EXPECT_NE(test::error_of([&] { bench_generate(big); }).find("4096"), std::string::npos);
+  big.contexts = {65536};
+  EXPECT_NE(test::error_of([&] { bench_generate(big); }).find("32768"), std::string::npos);
 }
 
 TEST(SpeedBench, Gpt2SmallShape) {
@@ -104,7 +151,7 @@ TEST(SpeedBench, Gpt2SmallShape) {
   EXPECT_EQ(c.head_dim, 64);
   EXPECT_EQ(c.d_model, 768);
   EXPECT_EQ(c.d_ff, 3072);
-  EXPECT_EQ(c.n_ctx, 4096);
+  EXPECT_EQ(c.n_ctx, 4096);  // the default; bench_generate builds it with its largest context
   EXPECT_EQ(c.vocab_size, 50257);
   // GPT-2 small's 124,439,808 parameters at its 1024 positions (tied embeddings).
   EXPECT_EQ(gpt2_small_config(1024).n_params(), 124439808);
@@ -145,7 +192,7 @@ TEST(SpeedBench, CliErrorsExitOne) {
   std::string out;
   EXPECT_EQ(test::run_command(test::cli_path() + " bench train --loss nope 2>&1", &out), 2) << out;
   EXPECT_NE(out.find("nope"), std::string::npos) << out;
-  EXPECT_EQ(test::run_command(test::cli_path() + " bench generate --contexts 8192 2>&1", &out), 1) << out;
+  EXPECT_EQ(test::run_command(test::cli_path() + " bench generate --contexts 65536 2>&1", &out), 1) << out;
   EXPECT_NE(out.find("--contexts"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(test::cli_path() + " bench 2>&1", &out), 2) << out;
 }

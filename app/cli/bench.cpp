@@ -17,19 +17,24 @@ std::string megabytes(int64_t bytes) { return fmt_number(double(bytes) / 1e6, 1)
 
 void print_generate(const std::vector<ContextSpeed>& rows, const GenerateBenchOptions& o) {
   Table t;
-  t.caption = "Generation (" + std::to_string(o.tokens) + " tokens timed per context) and batch forward, GPT-2-small "
-              "shape, " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
-  t.header = {"context", "softmax gen tok/s (KV cache)", "linear gen tok/s", "gen speedup vs KV cache",
+  t.caption = "Generation (" + std::to_string(o.tokens) + " tokens timed per context, tokens/s of all sequences) and batch "
+              "forward (batch 1), GPT-2-small shape, " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
+  t.header = {"context", "batch", "softmax gen tok/s (KV cache)", "linear gen tok/s", "gen speedup vs KV cache",
               "softmax gen tok/s (no cache)", "softmax batch tok/s", "linear batch tok/s",
               "softmax gen peak MB (KV cache)", "linear gen peak MB", "softmax batch peak MB", "linear batch peak MB"};
-  for (const auto& r : rows)
-    t.add_row({std::to_string(r.context), fmt_number(r.softmax_generate_tokens_per_s, 2),
+  for (const auto& r : rows) {
+    // Softmax not run (it would not fit), or a column not measured at this batch size.
+    const std::string skipped = "out of memory (needs ~" + fmt_number(double(r.softmax_skipped_bytes) / 1e9, 1) + " GB)";
+    auto softmax = [&](const std::string& v) { return r.softmax_skipped_bytes > 0 ? skipped : v; };
+    auto measured = [](double v, int digits) { return v > 0 ? fmt_number(v, digits) : std::string("-"); };
+    t.add_row({std::to_string(r.context), std::to_string(r.batch), softmax(fmt_number(r.softmax_generate_tokens_per_s, 2)),
                fmt_number(r.linear_generate_tokens_per_s, 2),
-               fmt_number(r.linear_generate_tokens_per_s / r.softmax_generate_tokens_per_s, 2),
-               fmt_number(r.softmax_nocache_generate_tokens_per_s, 2),
-               fmt_number(r.softmax_batch_tokens_per_s, 1), fmt_number(r.linear_batch_tokens_per_s, 1),
-               megabytes(r.softmax_generate_peak_bytes), megabytes(r.linear_generate_peak_bytes),
-               megabytes(r.softmax_batch_peak_bytes), megabytes(r.linear_batch_peak_bytes)});
+               softmax(fmt_number(r.linear_generate_tokens_per_s / r.softmax_generate_tokens_per_s, 2)),
+               softmax(measured(r.softmax_nocache_generate_tokens_per_s, 2)), softmax(measured(r.softmax_batch_tokens_per_s, 1)),
+               measured(r.linear_batch_tokens_per_s, 1), softmax(megabytes(r.softmax_generate_peak_bytes)),
+               megabytes(r.linear_generate_peak_bytes), softmax(megabytes(r.softmax_batch_peak_bytes)),
+               megabytes(r.linear_batch_peak_bytes)});
+  }
   std::cout << to_markdown(t);
 }
 
@@ -40,6 +45,7 @@ nlohmann::json generate_json(const std::vector<ContextSpeed>& rows, const Genera
                         {"device", o.device},      {"rows", nlohmann::json::array()}};
   for (const auto& r : rows)
     out["rows"].push_back({{"context", r.context},
+                           {"batch", r.batch},
                            {"softmax_generate_tokens_per_s", r.softmax_generate_tokens_per_s},
                            {"linear_generate_tokens_per_s", r.linear_generate_tokens_per_s},
                            {"softmax_nocache_generate_tokens_per_s", r.softmax_nocache_generate_tokens_per_s},
@@ -48,7 +54,8 @@ nlohmann::json generate_json(const std::vector<ContextSpeed>& rows, const Genera
                            {"softmax_generate_peak_bytes", r.softmax_generate_peak_bytes},
                            {"linear_generate_peak_bytes", r.linear_generate_peak_bytes},
                            {"softmax_batch_peak_bytes", r.softmax_batch_peak_bytes},
-                           {"linear_batch_peak_bytes", r.linear_batch_peak_bytes}});
+                           {"linear_batch_peak_bytes", r.linear_batch_peak_bytes},
+                           {"softmax_skipped_bytes", r.softmax_skipped_bytes}});
   return out;
 }
 

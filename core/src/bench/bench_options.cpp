@@ -28,6 +28,7 @@ const OptionTable<GenerateBenchOptions>& generate_bench_option_table() {
   using G = GenerateBenchOptions;
   static const OptionTable<G> rows = {
       bind_list(opt::contexts, &G::contexts),
+      bind_list(opt::sequences, &G::batches),
       bind(opt::tokens, &G::tokens),
       described(bind(opt::feature_map, &G::feature_map, feature_map_names()), "the converted model's map (untrained)"),
       described(bind(opt::features, &G::features), "feature dimension M per head"),

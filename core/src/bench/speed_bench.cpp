@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "attnscope/convert/converted_model.h"
@@ -20,6 +22,7 @@
 #include "attnscope/model/model_config.h"
 #include "attnscope/model/pretrain.h"
 #include "attnscope/base/random.h"
+#include "attnscope/base/table.h"
 
 namespace attnscope {
 namespace {
@@ -34,58 +37,110 @@ MemoryDevice memory_device(const at::Device& d) { return d.is_cuda() ? MemoryDev
 
 ModelConfig gpt2_small_config(int n_ctx, int vocab) { return gpt2_config(12, 12, 768, vocab, n_ctx); }
 
+GenerateBenchMemory generate_bench_memory(const ModelConfig& c, int64_t M, int64_t T, int64_t B, bool batch_forward) {
+  const int64_t f = 4, L = c.n_layer, H = c.n_head, Hkv = c.n_kv_head, d = c.head_dim, D = c.d_model, F = c.d_ff,
+                V = c.vocab_size;
+  const int64_t act = B * T * (6 * D + 2 * F) * f;           // one layer's activations of the prompts
+  const int64_t scores = 3 * B * H * T * T * f;              // scores, probabilities and their sum
+  const int64_t cache = L * 2 * B * Hkv * (T + std::max<int64_t>(T / 2, 256)) * d * f;
+  const int64_t chunked = 3 * B * H * T * (2 * M + 2 * d + 2) * f;  // features, outputs, the chunks' states
+  const int64_t state = L * B * H * (M * d + M + 1) * f;
+  const int64_t logits = batch_forward && B == 1 ? T * V * f : 0;
+  GenerateBenchMemory m;
+  m.softmax = std::max(cache + act + scores, logits > 0 ? act + scores + logits : 0);
+  m.linear = std::max(state + act + chunked, logits > 0 ? act + chunked + logits : 0);
+  return m;
+}
+
+int64_t available_memory_bytes(const std::string& device) {
+  if (parse_device(device).is_cuda()) return 0;
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    int64_t kb = 0;
+    in >> kb;
+    if (key == "MemAvailable:") return kb * 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
 std::vector<ContextSpeed> bench_generate(const Model& original, const Model& converted,
-                                         const GenerateBenchOptions& o, const ProgressFn& progress) {
+                                         const GenerateBenchOptions& o, const ProgressFn& progress, int64_t available) {
   if (!converted.feature_maps()) fail("bench", "the converted model runs softmax attention");
   if (o.tokens < 2) fail_value("tokens", std::to_string(o.tokens) + " must be >= 2 (the time between tokens is measured)");
+  if (o.batches.empty()) fail_value("batch", "none given");
+  for (int b : o.batches)
+    if (b < 1) fail_value("batch", std::to_string(b) + " must be >= 1 (sequences at once)");
   const int n_ctx = original.config().n_ctx;
   for (int c : o.contexts)
     if (c <= o.tokens || c > n_ctx)
       fail_value("context", std::to_string(c) + " must be in " + std::to_string(o.tokens + 1) + ".." + std::to_string(n_ctx) +
                                 " (more than the tokens generated, at most the model's context length)");
+  // Every row's memory, before the first measurement.
+  int64_t M = 0;
+  for (const auto& layer : converted.feature_maps()->maps)
+    for (const auto& map : layer)
+      if (map) M = std::max(M, map->feature_dim());
+  auto gb = [](int64_t bytes) { return fmt_number(double(bytes) / 1e9, 1) + " GB"; };
+  std::vector<ContextSpeed> out;
+  for (int context : o.contexts)
+    for (int B : o.batches) {
+      ContextSpeed r;
+      r.context = context, r.batch = B;
+      const GenerateBenchMemory need = generate_bench_memory(original.config(), M, context, B, o.batch);
+      if (available > 0 && need.linear > available)
+        fail_value("context", std::to_string(context) + " x batch " + std::to_string(B) + ": the converted model needs about " +
+                                  gb(need.linear) + " (its prompts' forward and state), " + gb(available) + " are available");
+      if (available > 0 && need.softmax > available) r.softmax_skipped_bytes = need.softmax;
+      out.push_back(r);
+    }
   const MemoryDevice mem = memory_device(original.weights().tok_emb.device());
   Rng rng(o.seed);
-  std::vector<ContextSpeed> out;
   size_t done = 0;
-  const size_t total = o.contexts.size();
-  for (int context : o.contexts) {
-    if (progress) progress(double(done++) / double(total), "context " + std::to_string(context));
-    ContextSpeed r;
-    r.context = context;
-    // A random prompt of context - tokens tokens; the last `tokens` tokens of the sequence are
+  for (ContextSpeed& r : out) {
+    const int context = r.context, B = r.batch;
+    if (progress) progress(double(done++) / double(out.size()), "context " + std::to_string(context) + " x " + std::to_string(B));
+    // B random prompts of context - tokens tokens; the last `tokens` tokens of each sequence are
     // generated and the time between the first and the last of them is measured.
-    std::vector<int64_t> prompt(size_t(context - o.tokens));
-    for (auto& id : prompt) id = int64_t(rng.below(uint64_t(original.config().vocab_size)));
-    // Memory of the generation itself, once the prompt has been read (a converted model reads it in
-    // one batch forward, whose memory the batch columns report): what is still held when the first
-    // new token comes (the recurrent state) plus the peak of the steps after it.
+    std::vector<std::vector<int64_t>> prompts(size_t(B), std::vector<int64_t>(size_t(context - o.tokens)));
+    for (auto& prompt : prompts)
+      for (auto& id : prompt) id = int64_t(rng.below(uint64_t(original.config().vocab_size)));
+    // Memory of the generation itself, once the prompts have been read (a converted model reads them
+    // in one batch forward, whose memory the batch columns report): what is still held when the
+    // first new token comes (the recurrent state) plus the peak of the steps after it.
     auto generation = [&](const Model& m, double* tokens_per_s, int64_t* peak, bool kv_cache) {
       std::vector<clock_type::time_point> stamps;
       const PeakMemoryMeter counting(mem);  // live_tensor_bytes counts from the first meter on
       std::unique_ptr<PeakMemoryMeter> meter;
       const int64_t live_before = live_tensor_bytes(mem);
       int64_t held = 0;
-      m.generate_greedy(
-          prompt, o.tokens, -1,
-          [&](const std::vector<int64_t>&) {
-            stamps.push_back(clock_type::now());
-            if (!meter) {
-              held = std::max<int64_t>(0, live_tensor_bytes(mem) - live_before);
-              meter = std::make_unique<PeakMemoryMeter>(mem);
-            }
-          },
-          kv_cache);
+      auto stamp = [&] {
+        stamps.push_back(clock_type::now());
+        if (!meter) {
+          held = std::max<int64_t>(0, live_tensor_bytes(mem) - live_before);
+          meter = std::make_unique<PeakMemoryMeter>(mem);
+        }
+      };
+      if (kv_cache)
+        m.generate_greedy_batch(prompts, o.tokens, -1, [&](size_t b, const std::vector<int64_t>&) {
+          if (b == 0) stamp();
+        });
+      else
+        m.generate_greedy(prompts[0], o.tokens, -1, [&](const std::vector<int64_t>&) { stamp(); }, false);
       *peak = held + meter->peak_bytes();
-      *tokens_per_s = double(stamps.size() - 1) / std::chrono::duration<double>(stamps.back() - stamps.front()).count();
+      *tokens_per_s = double(B) * double(stamps.size() - 1) / std::chrono::duration<double>(stamps.back() - stamps.front()).count();
     };
-    generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes, true);
-    int64_t nocache_peak = 0;
-    generation(original, &r.softmax_nocache_generate_tokens_per_s, &nocache_peak, false);
+    const bool softmax = r.softmax_skipped_bytes == 0;
+    if (softmax) generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes, true);
+    if (softmax && B == 1) {
+      int64_t nocache_peak = 0;
+      generation(original, &r.softmax_nocache_generate_tokens_per_s, &nocache_peak, false);
+    }
     generation(converted, &r.linear_generate_tokens_per_s, &r.linear_generate_peak_bytes, true);
-    if (o.batch) {
+    if (o.batch && B == 1) {
       at::NoGradGuard no_grad;
-      std::vector<int64_t> ids(prompt);
-      while (int(ids.size()) < context) ids.push_back(ids[ids.size() % prompt.size()]);
+      std::vector<int64_t> ids(prompts[0]);
+      while (int(ids.size()) < context) ids.push_back(ids[ids.size() % prompts[0].size()]);
       const at::Tensor w = at::tensor(ids).view({1, context}).to(original.weights().tok_emb.device());
       auto batch = [&](const Model& m, double* tokens_per_s, int64_t* peak) {
         PeakMemoryMeter meter(mem);
@@ -94,10 +149,9 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
         *tokens_per_s = double(context) / seconds_since(t0);
         *peak = meter.peak_bytes();
       };
-      batch(original, &r.softmax_batch_tokens_per_s, &r.softmax_batch_peak_bytes);
+      if (softmax) batch(original, &r.softmax_batch_tokens_per_s, &r.softmax_batch_peak_bytes);
       batch(converted, &r.linear_batch_tokens_per_s, &r.linear_batch_peak_bytes);
     }
-    out.push_back(r);
   }
   if (progress) progress(1.0, "done");
   return out;
@@ -106,7 +160,9 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
 std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const ProgressFn& progress) {
   if (o.contexts.empty()) fail_value("context", "none given");
   const int largest = *std::max_element(o.contexts.begin(), o.contexts.end());
-  if (largest > 4096) fail_value("context", std::to_string(largest) + " exceeds 4096, the benchmark model's context length");
+  if (largest > kBenchLongestContext)
+    fail_value("context", std::to_string(largest) + " exceeds " + std::to_string(kBenchLongestContext) +
+                              ", the benchmark model's longest context");
   if (o.vocab < 2) fail_value("vocabulary size", std::to_string(o.vocab) + " must be >= 2");
   if (o.features < 1) fail_value("feature dimension", std::to_string(o.features) + " must be >= 1");
   const at::Device device = parse_device(o.device);
@@ -124,7 +180,7 @@ std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const Pr
     for (auto& map : layer)
       for (auto& [name, t] : feature_map_tensors(*map)) t.set_data(t.to(device));
   converted.set_feature_maps(linear);
-  return bench_generate(original, converted, o, progress);
+  return bench_generate(original, converted, o, progress, available_memory_bytes(o.device));
 }
 
 // ---- training ----

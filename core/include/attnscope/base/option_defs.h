@@ -258,11 +258,13 @@ inline const OptionDef finetune_lr{"--finetune-lr", "finetune learning rate",
                                    {0, kMaxLr, true, false}};
 
 // ---- benchmarks ----
-inline const OptionDef contexts{"--contexts", "context", "context lengths, at most 4096", "contexts", OptionKind::Wholes,
+inline const OptionDef contexts{"--contexts", "context", "context lengths, at most 32768", "contexts", OptionKind::Wholes,
                                 whole_range(2, kMaxTokens)};
 inline const OptionDef tokens{"--tokens", "tokens", "new tokens timed at each context (>= 2)", "tokens", OptionKind::Whole,
                               whole_range(2, kMaxTokens)};
 inline const OptionDef no_batch{"--no-batch", "batch forward", "skip the batch forward", "no_batch", OptionKind::Flag};
+inline const OptionDef sequences{"--batch", "sequences", "sequences generated at once, comma-separated (e.g. 1,8,32)", "batch",
+                                 OptionKind::Wholes, whole_range(1, kMaxBatch)};
 inline const OptionDef lengths{"-L,--lengths", "length", "sequence lengths", "lengths", OptionKind::Wholes,
                                whole_range(1, kMaxTokens)};
 inline const OptionDef bench_heads{"--heads", "heads per sequence", "heads per sequence", "heads", OptionKind::Whole,

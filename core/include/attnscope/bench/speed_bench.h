@@ -19,8 +19,12 @@ ModelConfig gpt2_small_config(int n_ctx = 4096, int vocab = 50257);
 
 
 // ---- generation and batch speed at growing contexts ----
+constexpr int kBenchLongestContext = 32768;  // bench_generate's model is built with the largest context asked
+
 struct GenerateBenchOptions {
   std::vector<int> contexts{256, 512, 1024, 2048, 4096};
+  std::vector<int> batches{1};           // sequences generated at once (prompts of one length); each
+                                         // context is measured at each batch size
   int tokens = 3;                        // new tokens timed per context (>= 2): the last ones of a
                                          // sequence of `context` tokens, from a random prompt
   std::string feature_map = "learned-prf";  // the converted model's map (untrained, seed 0)
@@ -36,6 +40,7 @@ const OptionTable<GenerateBenchOptions>& generate_bench_option_table();
 
 struct ContextSpeed {
   int context = 0;
+  int batch = 1;  // sequences at once: tokens/s count the tokens of all of them
   // Generation: new tokens per second once the sequence is `context` long. Softmax keeps a
   // key-value cache (Model::generate_greedy, as every runtime does: the baseline); the no-cache
   // figure re-runs the whole window per token (labelled, for comparison with older tables); linear
@@ -51,16 +56,38 @@ struct ContextSpeed {
   // a forward of the whole context costs.)
   int64_t softmax_generate_peak_bytes = 0, linear_generate_peak_bytes = 0;  // softmax: with the cache
   int64_t softmax_batch_peak_bytes = 0, linear_batch_peak_bytes = 0;
+  // > 0: softmax was not run at this context and batch: what generate_bench_memory estimates it
+  // needs is more than the memory available (its columns are 0).
+  int64_t softmax_skipped_bytes = 0;
 };
 
-// Each context must be in tokens+1 .. 4096 (the model is built with n_ctx = the largest context).
-// Throws Error for bad options.
+// What one context and batch size of bench_generate needs beyond the weights, estimated before it
+// runs, in bytes (float32 activations): softmax reads the prompts in one batch forward (scores
+// [B, H, T, T]) and keeps a key-value cache (2 n_layer n_kv_head d values per token and sequence, made
+// for T + max(T/2, 256) tokens); the converted model reads them in the chunked form and keeps a
+// state per head; the batch-forward columns (batch 1) form [T, V] logits.
+struct GenerateBenchMemory {
+  int64_t softmax = 0, linear = 0;
+};
+GenerateBenchMemory generate_bench_memory(const ModelConfig& c, int64_t features, int64_t context, int64_t batch,
+                                          bool batch_forward);
+// The memory left for tensors on `device` (bytes): MemAvailable of /proc/meminfo on the CPU; 0 where
+// unknown (CUDA here), and then nothing is refused.
+int64_t available_memory_bytes(const std::string& device);
+
+// Each context must be in tokens+1 .. kBenchLongestContext (the model is built with n_ctx = the
+// largest context), each batch size >= 1. Before the first measurement, every row's memory is
+// estimated (generate_bench_memory): a row the converted model cannot fit is refused (Error with the
+// estimate), a row softmax cannot fit is reported without softmax (softmax_skipped_bytes). Throws
+// Error for bad options.
 std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& options, const ProgressFn& progress = nullptr);
 
 // The same measurement on given models (original: softmax; converted: the same weights with linear
-// attention), contexts within their n_ctx. `eval`-independent; bench_generate calls it.
+// attention), contexts within their n_ctx. `eval`-independent; bench_generate calls it. `available`:
+// the memory budget of the estimates (0: none).
 std::vector<ContextSpeed> bench_generate(const Model& original, const Model& converted,
-                                         const GenerateBenchOptions& options, const ProgressFn& progress = nullptr);
+                                         const GenerateBenchOptions& options, const ProgressFn& progress = nullptr,
+                                         int64_t available = 0);
 
 // ---- training: milliseconds per sample ----
 struct TrainBenchOptions {
