@@ -200,9 +200,9 @@ QString DofAllocationPanel::caption() const { return cost_text_->text(); }
 QString DofAllocationPanel::kept_text(const Allocation& a) {
   if (!a.state_note.empty()) return "\n" + QString::fromStdString(a.state_note);
   if (a.types.empty()) return {};
-  int kept = 0, heads = 0;
-  for (const auto& layer : a.types)
-    for (HeadType t : layer) kept += t == HeadType::Softmax, ++heads;
+  const int64_t kept = softmax_head_count(a.types);
+  int64_t heads = 0;
+  for (const auto& layer : a.types) heads += int64_t(layer.size());
   return tr("\n%1 of %2 heads kept softmax (S in the grid); state %3 KB = %4% of the key-value cache")
       .arg(kept)
       .arg(heads)

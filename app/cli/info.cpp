@@ -63,21 +63,14 @@ void register_info(CLI::App& app) {
     if (const HeadFeatureMaps* lin = m.feature_maps.get()) {
       nlohmann::ordered_json dims = nlohmann::ordered_json::array();
       std::string map_name;
-      int64_t kept = 0;
       for (const auto& layer : lin->maps)
         for (const auto& map : layer)
           if (map) map_name = map->name();
-          else ++kept;
+      const int64_t kept = softmax_head_count(head_types_of(*lin));
       attention = "linear (" + map_name + "), features per layer";
-      for (const auto& layer : lin->maps) {
-        nlohmann::ordered_json heads = nlohmann::ordered_json::array();
-        int64_t most = 0;
-        for (const auto& map : layer) {
-          heads.push_back(map ? map->feature_dim() : 0);
-          most = std::max<int64_t>(most, map ? map->feature_dim() : 0);
-        }
-        dims.push_back(heads);
-        attention += " " + std::to_string(most);
+      for (const auto& layer : head_dims(*lin)) {
+        dims.push_back(layer);
+        attention += " " + std::to_string(*std::max_element(layer.begin(), layer.end()));
       }
       if (kept > 0) attention += "; " + std::to_string(kept) + " softmax heads kept exact";
       j["attention"] = {{"kind", "linear"}, {"feature_map", map_name}, {"features", dims}};

@@ -969,8 +969,7 @@ void MainWindow::update_training_allocation() {
                      .arg(q(lambda_arg(s.lambda)), dims);
   if (s.strategy == AllocStrategy::PerHead) text += tr(" (the layer's largest; every head its own M)");
   if (!st->allocation.types.empty()) {  // the DoF view's "Keep exact" share: Linearize takes it as --state-share
-    int kept = 0;
-    for (const auto& layer : st->allocation.types) kept += int(std::count(layer.begin(), layer.end(), HeadType::Softmax));
+    const int64_t kept = softmax_head_count(st->allocation.types);
     text += tr("; %1 heads kept softmax (state share %2 of the key-value cache)").arg(kept).arg(s.state_share, 0, 'g', 3);
   }
   training_->set_allocation(text, true);

@@ -61,8 +61,7 @@ Table allocation_table(const std::string& model, const std::vector<Allocation>& 
     }
     row.push_back(fmt_number(a.mean_cost, 1));
     if (typed) {
-      int64_t kept = 0;
-      for (const auto& layer : a.types) kept += std::count(layer.begin(), layer.end(), HeadType::Softmax);
+      const int64_t kept = softmax_head_count(a.types);
       row.push_back(a.types.empty() ? "" : std::to_string(kept));
       row.push_back(a.types.empty() ? "" : std::to_string(a.state_bytes) + " (" +
                                                fmt_number(100.0 * double(a.state_bytes) / double(std::max<int64_t>(1, a.original_bytes)), 1) + "%)");

@@ -76,6 +76,11 @@ constexpr Named<DecayInit> kDecayInits[] = {{DecayInit::Fit, "fit"}, {DecayInit:
 HeadType parse_head_type(const std::string& name) { return parse_name(kHeadTypes, name, "head type"); }
 const char* head_type_name(HeadType type) { return name_of(kHeadTypes, type); }
 std::vector<std::string> head_type_names() { return names_of(kHeadTypes); }
+int64_t softmax_head_count(const std::vector<std::vector<HeadType>>& types) {
+  int64_t n = 0;
+  for (const auto& layer : types) n += std::count(layer.begin(), layer.end(), HeadType::Softmax);
+  return n;
+}
 Decay parse_decay(const std::string& name) { return parse_name(kDecays, name, "decay"); }
 const char* decay_name(Decay decay) { return name_of(kDecays, decay); }
 std::vector<std::string> decay_names() { return names_of(kDecays); }

@@ -119,4 +119,13 @@ HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::ve
   return lin;
 }
 
+std::vector<std::vector<int64_t>> head_dims(const HeadFeatureMaps& lin) {
+  std::vector<std::vector<int64_t>> dims;
+  for (const auto& layer : lin.maps) {
+    dims.emplace_back();
+    for (const auto& map : layer) dims.back().push_back(map ? map->feature_dim() : 0);
+  }
+  return dims;
+}
+
 }  // namespace attnscope

@@ -117,10 +117,14 @@ ConvertedEvaluation evaluate_converted(const Model& converted, const std::vector
     }
     return total / double(count);
   };
-  report(0.0, "original loss");
-  r.original_loss = losses(original, &PositionBucket::original_loss);
-  report(0.15, "converted loss");
-  r.converted_loss = losses(converted, &PositionBucket::converted_loss);
+  if (options.losses) {
+    report(0.0, "original loss");
+    r.original_loss = losses(original, &PositionBucket::original_loss);
+    report(0.15, "converted loss");
+    r.converted_loss = losses(converted, &PositionBucket::converted_loss);
+  } else {
+    r.original_loss = r.converted_loss = std::nan("");
+  }
 
   // Closeness, teacher-forced: the original model's q, k, v and softmax output of every layer, and
   // each head's linear map of those same q, k (the converted model's own activations would drift

@@ -134,16 +134,15 @@ std::shared_ptr<HeadFeatureMaps> keep_exact_by_kl(const LO& o, const LoadedModel
   eo.closeness_windows = 8;
   eo.speed = false;
   eo.faithfulness = false;
+  eo.losses = false;  // the per-head KL only
   const ConvertedEvaluation ev = evaluate_converted(probe, train_ids, eo);
   kl.clear();
-  std::vector<std::vector<int64_t>> dims;
   for (const LayerCloseness& l : ev.layers) {
     kl.push_back(l.head_kl);
     for (double& v : kl.back())
       if (std::isnan(v)) v = std::numeric_limits<double>::infinity();  // no defined row: its map loses everything
-    dims.emplace_back();
-    for (const auto& map : maps.maps[size_t(l.layer)]) dims.back().push_back(map ? map->feature_dim() : 0);
   }
+  const std::vector<std::vector<int64_t>> dims = head_dims(maps);
   const StateBudget b{o.stage1.state_budget, o.stage1.state_share, L, o.stage1.window, c.n_kv_head, 4};
   auto out = std::make_shared<HeadFeatureMaps>(maps);
   out->types = keep_exact_under(b, kl, dims, c.head_dim);
@@ -347,11 +346,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   const at::ScalarType compute = compute_dtype_of(o.compute, Device::Cpu);
   LoadedModel stage1 = load_model(conv, "", compute), fin = load_model(final_model, "", compute);
   const HeadFeatureMaps& trained = *stage1.model->feature_maps();
-  std::vector<std::vector<int64_t>> dims;  // 0 for softmax heads
-  for (const auto& layer : trained.maps) {
-    dims.emplace_back();
-    for (const auto& map : layer) dims.back().push_back(map ? map->feature_dim() : 0);
-  }
+  const std::vector<std::vector<int64_t>> dims = head_dims(trained);  // 0 for softmax heads
   FeatureMapSpec spec;
   spec.name = o.stage1.feature_map;
   spec.seed = o.stage1.seed;
@@ -447,8 +442,7 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
         (o.stage2.steps > 0 ? ", stage 2 rank " + std::to_string(o.stage2.rank) + " x " + std::to_string(o.stage2.steps) + " steps" : "") +
         "). The final model is `" + final_model + "`.\n\n";
   if (trained.mixed()) {
-    int64_t kept = 0;
-    for (const auto& layer : trained.types) kept += std::count(layer.begin(), layer.end(), HeadType::Softmax);
+    const int64_t kept = softmax_head_count(trained.types);
     md += "Head types: " + std::to_string(kept) + " of " + std::to_string(int64_t(c.n_layer) * c.n_head) +
           " heads kept softmax (exact, their key-value cache), the rest " + head_type_name(map_head_type(o.stage1.window)) +
           (o.exact_heads_by == ExactHeadsBy::Kl ? std::string(": the heads whose stage-1 maps lose most (attention KL per head on the training text, exact_heads.json)")

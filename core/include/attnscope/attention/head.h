@@ -27,6 +27,8 @@ HeadType map_head_type(int64_t window);
 HeadType parse_head_type(const std::string& name);  // else Error (quantity "head type")
 const char* head_type_name(HeadType type);
 std::vector<std::string> head_type_names();
+// How many heads of a types table [S][H] are softmax heads (kept exact).
+int64_t softmax_head_count(const std::vector<std::vector<HeadType>>& types);
 
 // What a head keeps per sequence and computes per token at context T in the recurrent form (a count
 // of values: times the bytes of the state's dtype), for the cost of a converted model (issue 28):

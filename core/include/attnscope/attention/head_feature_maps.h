@@ -76,6 +76,8 @@ void check_head_types(const std::vector<std::vector<HeadType>>& types, int n_lay
 // what the original keeps: its key-value cache, each of n_kv_head heads per layer once.
 int64_t state_values(const HeadFeatureMaps& lin, int64_t head_dim, int64_t T);
 int64_t kv_cache_values(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, int64_t T);
+// Each head's feature dimension M [S][H] (0 for a softmax head, which has no map).
+std::vector<std::vector<int64_t>> head_dims(const HeadFeatureMaps& lin);
 // The types as a table with every head spelled out: types itself, or map_head_type(window) everywhere.
 std::vector<std::vector<HeadType>> head_types_of(const HeadFeatureMaps& lin);
 

@@ -22,6 +22,7 @@ struct ConvertedEvalOptions {
   int closeness_windows = 4;
   std::vector<int> speed_lengths;  // empty: default_speed_lengths(n_ctx)
   bool speed = true;               // false: no timings (e.g. the second length of `eval --seq-len a,b`)
+  bool losses = true;              // false: no losses over the text (closeness only: linearize's per-head KL)
   double min_seconds = 0.2;        // each timing repeats until it has run this long (and >= 2 times)
   // Recall at distance and generation agreement (faithfulness.h) against `original` (default, null:
   // the converted model's own weights with softmax attention, which for a finetuned conversion is
