@@ -311,6 +311,37 @@ TEST(KernelsCuda, RecurrentStepMatchesCpu) {
     }
 }
 
+// A hybrid head's token on CUDA (hybrid_step's composition: recurrent_step's CUDA kernel and
+// LibTorch) against the CPU loop: 40 tokens through windows of 1 and 8, key log scales spread 300
+// with a strong decay (Lambda down to -1e4) and balances at +-30, float32 and float64.
+TEST(KernelsCuda, HybridStepMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const at::NoGradGuard no_grad;
+  for (at::ScalarType dt : {at::kFloat, at::kDouble})
+    for (int64_t W : {int64_t(1), int64_t(8)}) {
+      const int64_t N = 3, M = 16, D = 32, T = 40;
+      const Inputs in = rounded(make_inputs(T, M, D, 300.0, 700 + W), dt);
+      const at::Tensor q_raw = test::seeded_randn({T, N, D}, 710 + W).to(dt), k_raw = test::seeded_randn({T, N, D}, 720 + W).to(dt);
+      const at::Tensor lambda = (-500.0 * uniform({T, N}, 730 + W, 0.0, 1.0)).cumsum(0).to(dt);
+      const at::Tensor gamma = at::tensor({30.0, -30.0, 0.5}, at::kDouble).to(dt);
+      auto token = [&](const at::Tensor& x, int64_t t) {  // [1, H, T, X] -> [N, X]: heads 0, 1 and 0 backwards
+        return at::cat({x[0][0][t].unsqueeze(0), x[0][1][t].unsqueeze(0), x[0][0][T - 1 - t].unsqueeze(0)}, 0);
+      };
+      K::HybridState gpu, cpu;
+      double err = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const at::Tensor fq = token(in.q, t).to(dt), fk = token(in.k, t).to(dt), v = token(in.v, t).to(dt);
+        const at::Tensor q_ls = token(in.ls, t).view({N}).to(dt), k_ls = token(in.ls, T - 1 - t).view({N}).to(dt) - lambda[t];
+        const at::Tensor yc = K::hybrid_step(cpu, W, q_raw[t], fq, q_ls, k_raw[t], fk, k_ls, v, gamma, lambda[t]);
+        auto g = [](const at::Tensor& x) { return x.to(at::kCUDA); };
+        const at::Tensor yg = K::hybrid_step(gpu, W, g(q_raw[t]), g(fq), g(q_ls), g(k_raw[t]), g(fk), g(k_ls), g(v), g(gamma), g(lambda[t]));
+        err = std::max(err, rel_error(yg.to(at::kCPU).to(at::kDouble), yc.to(at::kDouble)));
+      }
+      EXPECT_LE(err, tolerance(dt).y) << "W=" << W << " " << c10::toString(dt);
+      EXPECT_EQ(gpu.n, T);
+    }
+}
+
 // lse and the gradients through it (alone, and with y) against the CPU kernel: lengths around the
 // chunk and a long one, key log scales spread 2 and 300 and a rising ramp, every dtype.
 TEST(KernelsCuda, LseAndGradientsMatchCpu) {
