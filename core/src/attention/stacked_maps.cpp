@@ -111,12 +111,14 @@ std::vector<std::pair<std::string, at::Tensor>> initial_params(const FeatureMapS
 
 at::Tensor stacked_log_features(const StackedMaps& m, const at::Tensor& x, MapSide side) {
   if (map_family(m.map).id == MapId::LearnedPrf) {
-    const at::Tensor xs = x / std::pow(double(m.d), 0.25);
+    // With x_s = x d^(-1/4): x_s.z - |x_s|^2 / 2 + alpha / 2 - log(M) / 2, in as few calls as it takes
+    // (generation runs this once per layer and token).
+    const double s = std::pow(double(m.d), -0.25);
     const at::Tensor z = m.param("z");          // [H, M, d]
     const at::Tensor alpha = m.param("alpha");  // [H, M]
-    const at::Tensor proj = at::matmul(xs, z.unsqueeze(0).transpose(-1, -2));  // [B, H, L, M]
-    const at::Tensor half_sq = 0.5 * (xs * xs).sum(-1, true);
-    return proj - half_sq + 0.5 * alpha.unsqueeze(0).unsqueeze(2) - 0.5 * std::log(double(m.features));
+    const at::Tensor proj = at::matmul(x, z.unsqueeze(0).transpose(-1, -2));  // [B, H, L, M]
+    const at::Tensor l = at::sub(proj * s, (x * x).sum(-1, true), 0.5 * s * s);
+    return at::add(l, alpha.unsqueeze(0).unsqueeze(2), 0.5) - 0.5 * std::log(double(m.features));
   }
   const std::string pre = m.has_param("W") ? "" : side == MapSide::Query ? "q." : "k.";  // untied: q.* or k.*
   const at::Tensor W = m.param(pre + "W");  // [H, d, d']

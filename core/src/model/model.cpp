@@ -555,7 +555,7 @@ class Recurrent {
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
       // Decayed heads: Lambda at this position, [B, H] float64 (undefined without decay).
-      const at::Tensor log_a = decay_log_a_step(lin_, s, p.x.select(1, 0));
+      const at::Tensor log_a = lin_.decay() == Decay::None ? at::Tensor() : decay_log_a_step(lin_, s, p.x.select(1, 0));
       if (log_a.defined()) lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
       std::vector<Group>& groups = groups_[size_t(s)];
       at::Tensor y = groups.size() == 1 ? at::Tensor() : at::empty_like(p.v.squeeze(2));  // [B, H, d]
