@@ -166,6 +166,29 @@ TEST(KvCache, WithoutAWindowTheCacheHoldsEveryToken) {
   EXPECT_GE(trace.kv_cache_slots, trace.kv_cache_tokens);
 }
 
+// A prompt longer than the prefill's chunk (512 tokens) is read chunk by chunk against the cache:
+// 1100 tokens (a batch forward of 512, then chunks of 512 and 76) give the logits of the whole
+// window's forward and the tokens of the uncached path, learned positions and RoPE with GQA.
+TEST(KvCache, ALongPromptIsReadInChunksAsInOneForward) {
+  for (RefArch arch : {RefArch::GPT2, RefArch::Llama}) {
+    SCOPED_TRACE(arch == RefArch::GPT2 ? "gpt2" : "llama gqa");
+    const Model m = tiny(arch, 1200, 17);
+    std::mt19937 rng(3);
+    std::vector<int64_t> prompt(1100);
+    for (auto& id : prompt) id = int64_t(rng() % 60);
+    GenerationTrace trace;
+    trace.keep_logits = true;
+    const std::vector<int64_t> cached = m.generate_greedy(prompt, 12, -1, nullptr, true, &trace);
+    const std::vector<int64_t> whole = m.generate_greedy(prompt, 12, -1, nullptr, /*kv_cache=*/false);
+    EXPECT_EQ(cached, whole);
+    at::NoGradGuard no_grad;
+    const at::Tensor full = m.forward(at::tensor(prompt).view({1, -1}));
+    ASSERT_FALSE(trace.logits.empty());
+    EXPECT_LT((trace.logits[0] - full[0][-1].to(at::kFloat)).abs().max().item<double>(), 1e-4);
+    EXPECT_GE(trace.kv_cache_tokens, 1100);
+  }
+}
+
 // Batched generation (generate_greedy_batch): prompts of lengths 3, 9 and 5 decoded together give
 // each sequence exactly the tokens generate_greedy gives its prompt alone, across the context end
 // (n_ctx 60, 70 new tokens), for softmax with its cache (learned positions; RoPE with grouped-query

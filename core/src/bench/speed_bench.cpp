@@ -41,14 +41,17 @@ GenerateBenchMemory generate_bench_memory(const ModelConfig& c, int64_t M, int64
   const int64_t f = 4, L = c.n_layer, H = c.n_head, Hkv = c.n_kv_head, d = c.head_dim, D = c.d_model, F = c.d_ff,
                 V = c.vocab_size;
   const int64_t act = B * T * (6 * D + 2 * F) * f;           // one layer's activations of the prompts
-  const int64_t scores = 3 * B * H * T * T * f;              // scores, probabilities and their sum
+  const int64_t scores = 3 * B * H * std::min<int64_t>(T, 512) * T * f;  // a prefill chunk's scores, probabilities, mask
   const int64_t cache = L * 2 * B * Hkv * (T + std::max<int64_t>(T / 2, 256)) * d * f;
   const int64_t chunked = 3 * B * H * T * (2 * M + 2 * d + 2) * f;  // features, outputs, the chunks' states
   const int64_t state = L * B * H * (M * d + M + 1) * f;
-  const int64_t logits = batch_forward && B == 1 ? T * V * f : 0;
+  // The batch-forward columns (batch 1, contexts up to kBatchForwardLongest): one forward, its [T, V]
+  // logits and, for softmax, the whole [H, T, T] scores.
+  const bool whole = batch_forward && B == 1 && T <= kBatchForwardLongest;
+  const int64_t logits = whole ? T * V * f : 0;
   GenerateBenchMemory m;
-  m.softmax = std::max(cache + act + scores, logits > 0 ? act + scores + logits : 0);
-  m.linear = std::max(state + act + chunked, logits > 0 ? act + chunked + logits : 0);
+  m.softmax = std::max(cache + act + scores, whole ? act + 3 * H * T * T * f + logits : 0);
+  m.linear = std::max(state + act + chunked, whole ? act + chunked + logits : 0);
   return m;
 }
 
@@ -132,12 +135,12 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
     };
     const bool softmax = r.softmax_skipped_bytes == 0;
     if (softmax) generation(original, &r.softmax_generate_tokens_per_s, &r.softmax_generate_peak_bytes, true);
-    if (softmax && B == 1) {
+    if (softmax && B == 1 && context <= kBatchForwardLongest) {
       int64_t nocache_peak = 0;
       generation(original, &r.softmax_nocache_generate_tokens_per_s, &nocache_peak, false);
     }
     generation(converted, &r.linear_generate_tokens_per_s, &r.linear_generate_peak_bytes, true);
-    if (o.batch && B == 1) {
+    if (o.batch && B == 1 && context <= kBatchForwardLongest) {
       at::NoGradGuard no_grad;
       std::vector<int64_t> ids(prompts[0]);
       while (int(ids.size()) < context) ids.push_back(ids[ids.size() % prompts[0].size()]);

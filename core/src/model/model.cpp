@@ -356,20 +356,29 @@ at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const 
 // attend(layer, p) gives the heads' outputs [B, H, d] from this token's projections p (q, k, v
 // [B, H, 1, d] in the wide dtype, key/value heads expanded to the query heads) and whatever state
 // it keeps (a key-value cache, the recurrent sums).
+// n new tokens ids [B, n] at positions pos .. pos + n - 1 through every layer -> the logits of the
+// last, [B, V]: how a key-value cache reads a long prompt in chunks. attend(layer, p) gives the
+// heads' outputs [B, H, n, d] from the chunk's projections p (q, k, v [B, H, n, d] in the wide dtype).
 template <class Attend>
-at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
-  at::Tensor x = embed(c, weights, ids.unsqueeze(1), pos);  // [B, 1, D]
+at::Tensor chunk_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
+  const int64_t n = ids.size(1);
+  at::Tensor x = embed(c, weights, ids, pos);  // [B, n, D]
   at::Tensor cos, sin;
-  if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, 1, x.device(), pos);
+  if (c.rotary_dim > 0) std::tie(cos, sin) = rope_tables(c, n, x.device(), pos);
   const at::ScalarType f = wide(x.scalar_type());
   for (int s = 0; s < c.n_layer; ++s) {
     const LayerWeights w = in_dtype(weights.layers[s], weights.compute);
     Projected p = project(c, w, norm(c, x, w.ln1_w, w.ln1_b), cos, sin);
     p.q = p.q.to(f), p.k = p.k.to(f), p.v = p.v.to(f), p.x = p.x.to(f);  // attention in float32
-    const at::Tensor y = attend(s, p);                  // [B, H, d]
-    x = finish_layer(c, w, x, output_projection(w, y.unsqueeze(2), x.scalar_type()));
+    const at::Tensor y = attend(s, p);  // [B, H, n, d]
+    x = finish_layer(c, w, x, output_projection(w, y, x.scalar_type()));
   }
-  return lm_logits(weights, norm(c, x, weights.lnf_w, weights.lnf_b)).squeeze(1);
+  return lm_logits(weights, norm(c, x.narrow(1, n - 1, 1), weights.lnf_w, weights.lnf_b)).squeeze(1);
+}
+
+template <class Attend>
+at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
+  return chunk_step(c, weights, ids.unsqueeze(1), pos, [&](int s, const Projected& p) { return attend(s, p).unsqueeze(2); });
 }
 
 // The keys and values of softmax heads as generation keeps them, [B, H, slots, d] in the wide
@@ -394,24 +403,26 @@ struct KvRows {
     }
     n = L;
   }
-  // One token's key and value [B, H, 1, d] (the first token allocates the buffers).
+  // The keys and values [B, H, m, d] of the next m tokens (the first token allocates the buffers);
+  // with a window, one token at a time (m = 1).
   void push(const at::Tensor& key, const at::Tensor& value, int64_t W) {
+    const int64_t m = key.size(2);
     if (!k.defined()) {
       std::vector<int64_t> shape = key.sizes().vec();
-      shape[2] = W > 0 ? W : 256;
+      shape[2] = W > 0 ? W : std::max<int64_t>(m, 256);
       k = at::empty(shape, key.options()), v = at::empty(shape, value.options());
     }
     const int64_t slot = W > 0 ? n % W : n;
-    if (W <= 0 && k.size(2) <= n)
+    if (W <= 0 && k.size(2) < n + m)
       for (at::Tensor* buf : {&k, &v}) {
         std::vector<int64_t> shape = buf->sizes().vec();
-        shape[2] = n + std::max<int64_t>(n / 2, 256);
+        shape[2] = n + m + std::max<int64_t>((n + m) / 2, 256);
         at::Tensor grown = at::empty(shape, buf->options());
         grown.narrow(2, 0, n).copy_(buf->narrow(2, 0, n));
         *buf = grown;
       }
-    k.narrow(2, slot, 1).copy_(key), v.narrow(2, slot, 1).copy_(value);
-    ++n;
+    k.narrow(2, slot, m).copy_(key), v.narrow(2, slot, m).copy_(value);
+    n += m;
   }
   int64_t held(int64_t W) const { return W > 0 ? std::min(n, W) : n; }  // slots 0 .. held - 1
   at::Tensor keys(int64_t W) const { return k.narrow(2, 0, held(W)); }
@@ -427,16 +438,36 @@ class KvCache {
  public:
   KvCache(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), rows_(c.n_layer) {}
 
-  // Reads a prompt ids [B, L] in one batch forward, keeping every layer's keys and values (the
-  // last W with a window); the logits of its last position [B, V]. The next step() is at position L.
+  // Reads a prompt ids [B, L], keeping every layer's keys and values (the last W with a window);
+  // the logits of its last position [B, V]. The next step() is at position L. The first
+  // kPrefillChunk tokens in one batch forward, the rest chunk by chunk against the cache (as
+  // runtimes prefill), so the scores held are [B, H, chunk, L], not [B, H, L, L]; a model with a
+  // sliding window reads the whole prompt in one forward.
+  static constexpr int64_t kPrefillChunk = 512;
   at::Tensor prefill(const at::Tensor& ids) {
-    const int64_t g = c_.n_head / c_.n_kv_head;
+    const int64_t g = c_.n_head / c_.n_kv_head, L = ids.size(1);
+    const int64_t first = c_.sliding_window > 0 ? L : std::min(L, kPrefillChunk);
     CaptureHook hook;
     hook.on_layer = [&](const AttentionActivations& a) {
       rows_[a.layer].fill(a.k.slice(1, 0, c_.n_head, g), a.v.slice(1, 0, c_.n_head, g), c_.sliding_window);  // [B, Hkv, L, d]
       note_held(a.layer);
     };
-    return last_logits(c_, w_, nullptr, ids, &hook);
+    at::Tensor logits = last_logits(c_, w_, nullptr, ids.narrow(1, 0, first), &hook);
+    for (int64_t at_ = first; at_ < L; at_ += kPrefillChunk) {
+      const int64_t n = std::min(kPrefillChunk, L - at_);
+      logits = chunk_step(c_, w_, ids.narrow(1, at_, n), at_, [&](int s, const Projected& p) {
+        const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, d = c_.head_dim;
+        KvRows& r = rows_[size_t(s)];
+        r.push(p.k.slice(1, 0, H, g), p.v.slice(1, 0, H, g), 0);
+        note_held(s);
+        // Query i of the chunk (position at_ + i) sees keys 0 .. at_ + i: -inf above that.
+        const at::Tensor mask = at::full({n, r.n}, -std::numeric_limits<float>::infinity(), p.q.options()).triu(at_ + 1);
+        const at::Tensor q = p.q.reshape({B, Hkv, g * n, d});  // query head j*g+i reads key/value head j
+        const at::Tensor scores = at::matmul(q, r.keys(0).transpose(-2, -1)) / std::sqrt(double(d)) + mask.repeat({g, 1});
+        return at::matmul(at::softmax(scores, -1), r.values(0)).reshape({B, H, n, d});
+      });
+    }
+    return logits;
   }
 
   at::Tensor step(const at::Tensor& ids, int64_t pos) {

@@ -20,6 +20,9 @@ ModelConfig gpt2_small_config(int n_ctx = 4096, int vocab = 50257);
 
 // ---- generation and batch speed at growing contexts ----
 constexpr int kBenchLongestContext = 32768;  // bench_generate's model is built with the largest context asked
+// The whole-window columns (a batch forward of the context; softmax without a cache, which runs one
+// per token) form [H, T, T] scores: measured at batch 1 up to this context only.
+constexpr int kBatchForwardLongest = 4096;
 
 struct GenerateBenchOptions {
   std::vector<int> contexts{256, 512, 1024, 2048, 4096};
@@ -62,10 +65,11 @@ struct ContextSpeed {
 };
 
 // What one context and batch size of bench_generate needs beyond the weights, estimated before it
-// runs, in bytes (float32 activations): softmax reads the prompts in one batch forward (scores
-// [B, H, T, T]) and keeps a key-value cache (2 n_layer n_kv_head d values per token and sequence, made
+// runs, in bytes (float32 activations): softmax reads the prompts in chunks of 512 tokens (scores
+// [B, H, 512, T]) and keeps a key-value cache (2 n_layer n_kv_head d values per token and sequence, made
 // for T + max(T/2, 256) tokens); the converted model reads them in the chunked form and keeps a
-// state per head; the batch-forward columns (batch 1) form [T, V] logits.
+// state per head; the batch-forward columns (batch 1, up to kBatchForwardLongest) form [T, V] logits
+// and, for softmax, [H, T, T] scores.
 struct GenerateBenchMemory {
   int64_t softmax = 0, linear = 0;
 };
