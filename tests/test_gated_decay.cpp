@@ -238,23 +238,29 @@ TEST(GatedDecay, AConvertedModelWithGatesRunsInEveryForm) {
   }
 }
 
-// distill --decay gated on the bundled capture: the gates start at w = 0 and b = the fixed decay's
-// fitted delta, both train from the capture's layer inputs, a killed run resumes exactly, and the
-// run converts to a model that says "decay": "gated" and runs the same in the batch and recurrent
-// forms. A capture without layer inputs is refused before the run directory exists.
-TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
-  const std::string root = test::temp_dir("gated_distill");
+// Hedgehog maps of 16 features with `decay` distilled on the bundled capture (KL, seed 5, batch 2).
+DistillOptions hedgehog_on_bundled_capture(Decay decay) {
   DistillOptions o;
   o.capture = test::bundled_capture();
   o.val_capture = o.capture;
   o.feature_map = "hedgehog";
   o.loss = DistillLoss::Kl;
   o.features = 16;
-  o.steps = 12;
   o.seed = 5;
   o.batch = 2;
+  o.decay = decay;
+  return o;
+}
+
+// distill --decay gated on the bundled capture: the gates start at w = 0 and b = the fixed decay's
+// fitted delta, both train from the capture's layer inputs, a killed run resumes exactly, and the
+// run converts to a model that says "decay": "gated" and runs the same in the batch and recurrent
+// forms. A capture without layer inputs is refused before the run directory exists.
+TEST(GatedDecay, DistillTrainsGatesResumesAndConverts) {
+  const std::string root = test::temp_dir("gated_distill");
+  DistillOptions o = hedgehog_on_bundled_capture(Decay::Gated);
+  o.steps = 12;
   o.lr = 0.02;
-  o.decay = Decay::Gated;
   const CaptureStore cap(o.capture);
   {
     DistillOptions start = o;
@@ -306,17 +312,9 @@ TEST(GatedDecay, ConvertStartsDecayedHeadsWhereTrainingDoes) {
   const std::string bundled = test::source_dir() + "/resources/models/brown-gpt2-mini";
   const std::string capture = test::bundled_capture();
   const CaptureStore cap(capture);
-  DistillOptions o;
-  o.capture = capture;
-  o.val_capture = capture;
-  o.feature_map = "hedgehog";
-  o.loss = DistillLoss::Kl;
-  o.features = 16;
+  DistillOptions o = hedgehog_on_bundled_capture(Decay::Fixed);
   o.steps = 1;
-  o.seed = 5;
-  o.batch = 2;
-  o.lr = o.lr_alpha = 1e-12;
-  o.decay = Decay::Fixed;
+  o.lr = o.lr_alpha = 1e-12;  // where training starts
   distill(o, root + "/start_fixed");
   const auto start = test::read_tensors(root + "/start_fixed/feature_maps.safetensors");
 
