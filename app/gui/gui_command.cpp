@@ -75,14 +75,19 @@ void arm_screenshot(gui::MainWindow& w, const GuiOptions& a, std::string* failur
   if (view != View::Training) {
     QObject::connect(w.workbench(), &gui::Workbench::pipelineFinished, &w, shoot);
   } else {
-    // The train view with something in it: once the analysis is in, linearize with the form's
-    // settings; the picture is taken when the held-out table is shown.
+    // The train view with something in it: a session's finished run as it is; else, once the
+    // analysis is in, linearize with the form's settings, and the picture is taken when the
+    // held-out table is shown.
     gui::Workbench* wb = w.workbench();
-    QObject::connect(wb, &gui::Workbench::pipelineFinished, &w, [&w] {
+    auto shot = std::make_shared<bool>(false);
+    QObject::connect(wb, &gui::Workbench::pipelineFinished, &w, [&w, wb, shoot, shot] {
       w.show_view(View::Training);
+      if (wb->linearize_report()) {
+        if (!*shot) *shot = true, shoot();
+        return;
+      }
       w.start_linearize();
     });
-    auto shot = std::make_shared<bool>(false);
     QObject::connect(wb, &gui::Workbench::trainingChanged, &w, [wb, shoot, shot] {
       if (*shot || !wb->linearize_report()) return;
       *shot = true;
