@@ -525,8 +525,8 @@ TEST(Kernels, HybridStepEqualsAFloat64Loop) {
     const at::Tensor q_ls = test::seeded_randn({c.L, N}, seed + 5, c.spread);
     at::Tensor lambda;  // Lambda_i [L, N]: a running sum of log a <= 0
     if (c.decay > 0) lambda = (-c.decay * test::seeded_randn({c.L, N}, seed + 7).abs()).cumsum(0);
-    at::Tensor k_ls = test::seeded_randn({c.L, N}, seed + 6, c.spread);
-    if (lambda.defined()) k_ls = k_ls - lambda;  // what the model passes: the key's log scale - Lambda_j
+    const at::Tensor k_ls_raw = test::seeded_randn({c.L, N}, seed + 6, c.spread);  // the key's own log scale
+    const at::Tensor k_ls = lambda.defined() ? k_ls_raw - lambda : k_ls_raw;          // with the decay: - Lambda_j
     const at::Tensor gamma = at::tensor({30.0, -30.0, 0.7}, at::kDouble);
     if (c.decay > 100) EXPECT_LT(lambda[c.L - 1].max().item<double>(), -5000.0) << "the strong decay reaches its extreme";
     // The reference: y_i from the keys of the window (j > i - W) and the older ones (j <= i - W).
@@ -577,8 +577,9 @@ TEST(Kernels, HybridStepEqualsAFloat64Loop) {
     for (int64_t i = 0; i < c.L; ++i) {
       auto in = [&](const at::Tensor& t) { return t[i].to(c.dtype); };
       const at::Tensor lam = lambda.defined() ? in(lambda) : at::Tensor();
-      const at::Tensor y1 = K::hybrid_step(loop, c.W, in(q), in(fq), in(q_ls), in(k), in(fk), in(k_ls), in(v), gamma.to(c.dtype), lam);
-      const at::Tensor y2 = K::hybrid_step_composed(composed, c.W, in(q), in(fq), in(q_ls), in(k), in(fk), in(k_ls), in(v), gamma.to(c.dtype), lam);
+      const at::Tensor f = at::stack({in(fq), in(fk)}, 1), ls = at::stack({in(q_ls), in(k_ls_raw)}, 1);  // [N, 2, M], [N, 2]
+      const at::Tensor y1 = K::hybrid_step(loop, c.W, in(q), in(k), in(v), f, ls, gamma.to(c.dtype), lam);
+      const at::Tensor y2 = K::hybrid_step_composed(composed, c.W, in(q), in(k), in(v), f, ls, gamma.to(c.dtype), lam);
       std::vector<double> want;
       for (int64_t n = 0; n < N; ++n)
         for (double x : reference(i, n)) want.push_back(x);
@@ -591,11 +592,13 @@ TEST(Kernels, HybridStepEqualsAFloat64Loop) {
   }
   // A state that does not fit the token is refused, naming it.
   K::HybridState st;
-  const at::Tensor x = at::ones({2, 4}, at::kDouble), f = at::ones({2, 3}, at::kDouble), r = at::zeros({2}, at::kDouble);
-  K::hybrid_step(st, 3, x, f, r, x, f, r, x, r);
-  const std::string msg = test::error_of([&] { K::hybrid_step(st, 5, x, f, r, x, f, r, x, r); });
+  const at::Tensor x = at::ones({2, 4}, at::kDouble), f = at::ones({2, 2, 3}, at::kDouble), ls = at::zeros({2, 2}, at::kDouble),
+                   r = at::zeros({2}, at::kDouble);
+  K::hybrid_step(st, 3, x, x, x, f, ls, r);
+  const std::string msg = test::error_of([&] { K::hybrid_step(st, 5, x, x, x, f, ls, r); });
   EXPECT_NE(msg.find("hybrid state"), std::string::npos) << msg;
-  EXPECT_NE(test::error_of([&] { K::hybrid_step(st, 3, x, f, r, x, f, r, x, at::zeros({3}, at::kDouble)); }).find("[N]"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { K::hybrid_step(st, 3, x, x, x, f, ls, at::zeros({3}, at::kDouble)); }).find("[N]"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { K::hybrid_step(st, 3, x, x, x, at::ones({2, 3}, at::kDouble), ls, r); }).find("features"), std::string::npos);
 }
 
 }  // namespace test_kernels

@@ -331,10 +331,11 @@ TEST(KernelsCuda, HybridStepMatchesCpu) {
       double err = 0;
       for (int64_t t = 0; t < T; ++t) {
         const at::Tensor fq = token(in.q, t).to(dt), fk = token(in.k, t).to(dt), v = token(in.v, t).to(dt);
-        const at::Tensor q_ls = token(in.ls, t).view({N}).to(dt), k_ls = token(in.ls, T - 1 - t).view({N}).to(dt) - lambda[t];
-        const at::Tensor yc = K::hybrid_step(cpu, W, q_raw[t], fq, q_ls, k_raw[t], fk, k_ls, v, gamma, lambda[t]);
+        const at::Tensor q_ls = token(in.ls, t).view({N}).to(dt), k_ls = token(in.ls, T - 1 - t).view({N}).to(dt);
+        const at::Tensor f = at::stack({fq, fk}, 1), ls = at::stack({q_ls, k_ls}, 1);
+        const at::Tensor yc = K::hybrid_step(cpu, W, q_raw[t], k_raw[t], v, f, ls, gamma, lambda[t]);
         auto g = [](const at::Tensor& x) { return x.to(at::kCUDA); };
-        const at::Tensor yg = K::hybrid_step(gpu, W, g(q_raw[t]), g(fq), g(q_ls), g(k_raw[t]), g(fk), g(k_ls), g(v), g(gamma), g(lambda[t]));
+        const at::Tensor yg = K::hybrid_step(gpu, W, g(q_raw[t]), g(k_raw[t]), g(v), g(f), g(ls), g(gamma), g(lambda[t]));
         err = std::max(err, rel_error(yg.to(at::kCPU).to(at::kDouble), yc.to(at::kDouble)));
       }
       EXPECT_LE(err, tolerance(dt).y) << "W=" << W << " " << c10::toString(dt);

@@ -291,18 +291,18 @@ at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Ten
   return y;
 }
 
-void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
-                 const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
-                 const at::Tensor& gamma, const at::Tensor& lambda, at::Tensor& y) {
-  const int64_t N = q.size(0), D = q.size(1), M = fq.size(1), pos = st.n;
+void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& features, const at::Tensor& log_scales, const at::Tensor& gamma, const at::Tensor& lambda,
+                 at::Tensor& y) {
+  const int64_t D = q.size(-1), N = q.numel() / D, M = features.size(-1), pos = st.n;
   const int64_t slot = pos % W, held = std::min(pos + 1, W);  // after this token: slots 0 .. held - 1
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "hybrid_step", [&] {
     using T = scalar_t;
     constexpr T ninf = -std::numeric_limits<T>::infinity();
     T *S = st.sums.S.data_ptr<T>(), *z = st.sums.z.data_ptr<T>(), *c = st.sums.c.data_ptr<T>();
     T *rk = st.k.data_ptr<T>(), *rv = st.v.data_ptr<T>(), *rf = st.fk.data_ptr<T>(), *rl = st.ls.data_ptr<T>();
-    const T *qp = q.data_ptr<T>(), *fqp = fq.data_ptr<T>(), *qlp = q_ls.data_ptr<T>(), *kp = k.data_ptr<T>(),
-            *fkp = fk.data_ptr<T>(), *klp = k_ls.data_ptr<T>(), *vp = v.data_ptr<T>(), *gp = gamma.data_ptr<T>();
+    const T *qp = q.data_ptr<T>(), *kp = k.data_ptr<T>(), *vp = v.data_ptr<T>(), *fp = features.data_ptr<T>(),
+            *lsp = log_scales.data_ptr<T>(), *gp = gamma.data_ptr<T>();
     const T* lamp = lambda.defined() ? lambda.data_ptr<T>() : nullptr;
     T* yp = y.data_ptr<T>();
     const T scale = T(1) / std::sqrt(T(D));
@@ -326,13 +326,14 @@ void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tens
             zn[m] = keep * zn[m] + km;
           }
         }
-        // 2. This token takes the slot.
+        // 2. This token takes the slot (its key's log scale less Lambda_n).
+        const T lam = lamp ? lamp[n] : T(0);
         std::copy(kp + n * D, kp + (n + 1) * D, kr + slot * D);
         std::copy(vp + n * D, vp + (n + 1) * D, vr + slot * D);
-        std::copy(fkp + n * M, fkp + (n + 1) * M, fr + slot * M);
-        lr[slot] = klp[n];
+        std::copy(fp + (2 * n + 1) * M, fp + (2 * n + 2) * M, fr + slot * M);
+        lr[slot] = lsp[2 * n + 1] - lam;
         // 3. The linear part: the sums read through the query's features.
-        const T* fqn = fqp + n * M;
+        const T* fqn = fp + 2 * n * M;
         std::fill(num.begin(), num.end(), T(0));
         T den = 0;
         for (int64_t m = 0; m < M; ++m) {
@@ -340,7 +341,7 @@ void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tens
           const T* row = Sn + m * D;
           for (int64_t d = 0; d < D; ++d) num[size_t(d)] += fqn[m] * row[d];
         }
-        const T lse_l = den > 0 ? c[n] + std::log(den) + qlp[n] + (lamp ? lamp[n] : T(0)) : ninf;
+        const T lse_l = den > 0 ? c[n] + std::log(den) + lsp[2 * n] + lam : ninf;
         // 4. The window part: softmax over the held slots (order does not matter to softmax).
         const T* qn = qp + n * D;
         T mx = ninf;

@@ -29,10 +29,11 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
 at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
                           const at::Tensor& v, at::Tensor* lse = nullptr);
 
-// hybrid_step (linear_attention.h) on contiguous float32/float64 tensors; the state's tensors are
-// allocated by the dispatch. Writes y [N, D].
-void hybrid_step(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
-                 const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
-                 const at::Tensor& gamma, const at::Tensor& lambda, at::Tensor& y);
+// hybrid_step (linear_attention.h) on contiguous float32/float64 tensors (q, k, v: N x D values;
+// features N x 2 x M; log_scales N x 2; gamma, lambda N); the state's tensors are allocated by the
+// dispatch. Writes y [N, D].
+void hybrid_step(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& features, const at::Tensor& log_scales, const at::Tensor& gamma, const at::Tensor& lambda,
+                 at::Tensor& y);
 
 }  // namespace attnscope::kernels::cpu

@@ -295,25 +295,27 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
 
 namespace {
 
-// hybrid_step's checks of its inputs and state; allocates an empty state before the first token.
-void prepare_hybrid(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
-                    const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
-                    const at::Tensor& gamma, const at::Tensor& lambda) {
-  if (!q.defined() || q.dim() != 2) fail(kWhere, "hybrid q must be [N, D], got " + (q.defined() ? shape(q) : "nothing"));
+// hybrid_step's checks of its inputs and state (N rows, M features); allocates an empty state
+// before the first token.
+std::pair<int64_t, int64_t> prepare_hybrid(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const at::Tensor& f, const at::Tensor& ls,
+                                           const at::Tensor& gamma, const at::Tensor& lambda) {
+  if (!q.defined() || q.dim() < 1 || q.size(-1) < 1) fail(kWhere, "hybrid q must be [..., D], got " + (q.defined() ? shape(q) : "nothing"));
   if (W < 1) fail(kWhere, "a hybrid head's window must be at least 1 token, got " + std::to_string(W));
-  const int64_t N = q.size(0), D = q.size(1);
-  if (!fq.defined() || fq.dim() != 2 || fq.size(0) != N) fail(kWhere, "hybrid fq " + (fq.defined() ? shape(fq) : "nothing") + " must be [N, M]");
-  const int64_t M = fq.size(1);
-  const std::pair<const char*, const at::Tensor*> args[] = {{"fq", &fq}, {"q_log_scale", &q_ls}, {"k", &k}, {"fk", &fk},
-                                                            {"k_log_scale", &k_ls}, {"v", &v}, {"gamma", &gamma}};
+  const int64_t D = q.size(-1), N = q.numel() / D;
+  const std::pair<const char*, const at::Tensor*> args[] = {{"k", &k}, {"v", &v}, {"features", &f}, {"log_scales", &ls}, {"gamma", &gamma}};
   for (const auto& [what, t] : args) check_dtype_device(what, *t, q);
   if (lambda.defined()) check_dtype_device("lambda", lambda, q);
   if (q.scalar_type() != at::kFloat && q.scalar_type() != at::kDouble)
     fail(kWhere, std::string("hybrid_step takes float32 or float64, got ") + c10::toString(q.scalar_type()));
-  if (k.sizes() != q.sizes() || v.sizes() != q.sizes() || fk.sizes() != fq.sizes())
-    fail(kWhere, "hybrid k " + shape(k) + ", v " + shape(v) + ", fk " + shape(fk) + " must match q " + shape(q) + " and fq " + shape(fq));
-  for (const at::Tensor* t : {&q_ls, &k_ls, &gamma, &lambda})
-    if (t->defined() && (t->dim() != 1 || t->size(0) != N)) fail(kWhere, "hybrid per-head input " + shape(*t) + " must be [N]");
+  if (k.numel() != q.numel() || v.numel() != q.numel() || k.size(-1) != D || v.size(-1) != D)
+    fail(kWhere, "hybrid k " + shape(k) + " and v " + shape(v) + " must have q's rows and width " + shape(q));
+  if (f.dim() < 2 || f.size(-2) != 2 || f.numel() != 2 * N * f.size(-1))
+    fail(kWhere, "hybrid features " + shape(f) + " must be [..., 2, M] (query, key) for the " + std::to_string(N) + " rows of q");
+  const int64_t M = f.size(-1);
+  if (ls.numel() != 2 * N) fail(kWhere, "hybrid log_scales " + shape(ls) + " must hold 2 per row (" + std::to_string(N) + " rows)");
+  for (const at::Tensor* t : {&gamma, &lambda})
+    if (t->defined() && t->numel() != N) fail(kWhere, "hybrid gamma / lambda " + shape(*t) + " must hold one per row [N], N = " + std::to_string(N));
   const auto o = q.options();
   const double ninf = -std::numeric_limits<double>::infinity();
   if (!st.k.defined()) {  // the first token: an empty ring and empty sums
@@ -328,27 +330,32 @@ void prepare_hybrid(HybridState& st, int64_t W, const at::Tensor& q, const at::T
     fail(kWhere, "hybrid state: ring " + shape(st.k) + ", features " + shape(st.fk) + ", sums " + shape(st.sums.S) +
                      " do not match N, W, M, D = " + std::to_string(N) + ", " + std::to_string(W) + ", " + std::to_string(M) + ", " +
                      std::to_string(D) + " in q's dtype and device");
+  return {N, M};
 }
 
 }  // namespace
 
-at::Tensor hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
-                       const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
-                       const at::Tensor& gamma, const at::Tensor& lambda) {
-  if (q.defined() && !q.is_cpu()) return hybrid_step_composed(st, W, q, fq, q_ls, k, fk, k_ls, v, gamma, lambda);
-  prepare_hybrid(st, W, q, fq, q_ls, k, fk, k_ls, v, gamma, lambda);
+at::Tensor hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& features, const at::Tensor& log_scales, const at::Tensor& gamma, const at::Tensor& lambda) {
+  if (q.defined() && !q.is_cpu()) return hybrid_step_composed(st, W, q, k, v, features, log_scales, gamma, lambda);
+  const int64_t N = prepare_hybrid(st, W, q, k, v, features, log_scales, gamma, lambda).first;
   for (at::Tensor* t : {&st.k, &st.v, &st.fk, &st.ls, &st.sums.S, &st.sums.z, &st.sums.c}) *t = t->contiguous();
-  at::Tensor y = at::empty(q.sizes(), q.options());
-  cpu::hybrid_step(st, W, q.contiguous(), fq.contiguous(), q_ls.contiguous(), k.contiguous(), fk.contiguous(),
-                   k_ls.contiguous(), v.contiguous(), gamma.contiguous(), lambda.defined() ? lambda.contiguous() : lambda, y);
+  at::Tensor y = at::empty({N, q.size(-1)}, q.options());
+  cpu::hybrid_step(st, W, q.contiguous(), k.contiguous(), v.contiguous(), features.contiguous(), log_scales.contiguous(),
+                   gamma.contiguous(), lambda.defined() ? lambda.contiguous() : lambda, y);
   return y;
 }
 
-at::Tensor hybrid_step_composed(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& fq, const at::Tensor& q_ls,
-                                const at::Tensor& k, const at::Tensor& fk, const at::Tensor& k_ls, const at::Tensor& v,
-                                const at::Tensor& gamma, const at::Tensor& lambda) {
-  prepare_hybrid(st, W, q, fq, q_ls, k, fk, k_ls, v, gamma, lambda);
-  const int64_t N = q.size(0), D = q.size(1), slot = st.n % W, held = std::min(st.n + 1, W);
+at::Tensor hybrid_step_composed(HybridState& st, int64_t W, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                const at::Tensor& features, const at::Tensor& log_scales, const at::Tensor& gamma_in,
+                                const at::Tensor& lambda_in) {
+  const auto [N, M] = prepare_hybrid(st, W, q_in, k_in, v_in, features, log_scales, gamma_in, lambda_in);
+  const int64_t D = q_in.size(-1), slot = st.n % W, held = std::min(st.n + 1, W);
+  const at::Tensor q = q_in.reshape({N, D}), k = k_in.reshape({N, D}), v = v_in.reshape({N, D}), gamma = gamma_in.reshape({N});
+  const at::Tensor f = features.reshape({N, 2, M}), ls = log_scales.reshape({N, 2});
+  const at::Tensor fq = f.select(1, 0), fk = f.select(1, 1);
+  at::Tensor q_ls = ls.select(1, 0), k_ls = ls.select(1, 1);
+  if (lambda_in.defined()) q_ls = q_ls + lambda_in.reshape({N}), k_ls = k_ls - lambda_in.reshape({N});
   const auto o = q.options();
   // 1. The token at n - W leaves the ring into the sums (recurrent_step adds it and reads the query).
   at::Tensor y_l = at::zeros({N, D}, o), lse_l = at::full({N}, -std::numeric_limits<double>::infinity(), o);
@@ -356,7 +363,6 @@ at::Tensor hybrid_step_composed(HybridState& st, int64_t W, const at::Tensor& q,
   // 2. This token takes its slot.
   st.k.select(1, slot).copy_(k), st.v.select(1, slot).copy_(v), st.fk.select(1, slot).copy_(fk), st.ls.select(1, slot).copy_(k_ls);
   lse_l = lse_l + q_ls;
-  if (lambda.defined()) lse_l = lse_l + lambda;
   // 3. Softmax over the held slots; 4. one normalizer over both parts.
   const at::Tensor s = at::bmm(q.unsqueeze(1), st.k.narrow(1, 0, held).transpose(1, 2)).squeeze(1) / std::sqrt(double(D));
   const at::Tensor lse_w = at::logsumexp(s, -1);

@@ -646,13 +646,16 @@ class Recurrent {
     return {at::stack(values, 1), at::stack(scales, 1)};
   }
 
-  // The group's query and key features of one token, q and k [B, G, 1, d]: in one call of the
-  // stack on [B, G, 2, d] where its maps do not tell queries from keys (tied; the log scale is a
-  // row's own), else one call each.
-  static std::pair<Features, Features> token_features(Group& g, const at::Tensor& q, const at::Tensor& k) {
-    if (!g.stack || g.stack->has_param("q.W")) return {features(g, q, MapSide::Query), features(g, k, MapSide::Key)};
-    const Features f = features(g, at::cat({q, k}, 2), MapSide::Query);
-    return {{f.values.narrow(2, 0, 1), f.log_scale.narrow(2, 0, 1)}, {f.values.narrow(2, 1, 1), f.log_scale.narrow(2, 1, 1)}};
+  // The group's query and key features of one token, q and k [B, G, 1, d], side by side: values
+  // [B, G, 2, M] and log scales [B, G, 2, 1] (the query's, then the key's). One call of the stack
+  // on [B, G, 2, d] where its maps do not tell queries from keys (tied; the log scale is a row's
+  // own), else one call each.
+  static Features token_features(Group& g, const at::Tensor& q, const at::Tensor& k) {
+    if (!g.stack || g.stack->has_param("q.W")) {
+      const Features fq = features(g, q, MapSide::Query), fk = features(g, k, MapSide::Key);
+      return {at::cat({fq.values, fk.values}, 2), at::cat({fq.log_scale, fk.log_scale}, 2)};
+    }
+    return features(g, at::cat({q, k}, 2), MapSide::Query);
   }
 
   // A softmax head's token: this token's key and value join the cache (the oldest leaves it past
@@ -669,12 +672,12 @@ class Recurrent {
   // keys' log scales.
   at::Tensor linear_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda) const {
     const int64_t B = q.size(0), G = q.size(1), d = v.size(-1);
-    const auto [fq, fk] = token_features(g, q, k);  // [B, G, 1, M]; the query's own scale cancels
-    const int64_t M = fq.values.size(-1);
-    at::Tensor ls = fk.log_scale.reshape({B, G});
+    const Features f = token_features(g, q, k);  // [B, G, 2, M]: query, key; the query's own scale cancels
+    const int64_t M = f.values.size(-1);
+    at::Tensor ls = f.log_scale.select(2, 1).reshape({B, G});
     if (lambda.defined()) ls = ls - lambda;
-    const at::Tensor y = kernels::recurrent_step(g.sums, fq.values.reshape({B * G, M}), fk.values.reshape({B * G, M}),
-                                                 ls.reshape({B * G}).to(fq.values.scalar_type()), v.reshape({B * G, d}));
+    const at::Tensor y = kernels::recurrent_step(g.sums, f.values.select(2, 0).reshape({B * G, M}), f.values.select(2, 1).reshape({B * G, M}),
+                                                 ls.reshape({B * G}).to(f.values.scalar_type()), v.reshape({B * G, d}));
     return zero_undefined_rows(y.view({B, G, d}));
   }
 
@@ -684,18 +687,14 @@ class Recurrent {
   // ring with log scale - Lambda_j and the linear part's log normalizer gains + Lambda_i, the
   // query's share of exp(Lambda_i - Lambda_j).
   at::Tensor hybrid_step(Group& g, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lambda) const {
-    const auto [fq, fk] = token_features(g, q, k);  // [B, G, 1, M]
+    const Features f = token_features(g, q, k);  // [B, G, 2, M]
     const auto dtype = q.scalar_type();
-    const int64_t B = q.size(0), G = q.size(1), d = v.size(-1), M = fq.values.size(-1), N = B * G;
+    const int64_t B = q.size(0), G = q.size(1), d = v.size(-1), N = B * G;
     if (!g.gamma_rows.defined() || g.gamma_rows.size(0) != N || g.gamma_rows.device() != q.device())
       g.gamma_rows = g.gamma.to(q.device(), dtype).repeat({B});
-    at::Tensor k_ls = as_dtype(fk.log_scale.reshape({N}), dtype);
-    if (lambda.defined()) k_ls = k_ls - lambda.reshape({N});
-    const at::Tensor y = kernels::hybrid_step(g.hybrid, lin_.window, q.reshape({N, d}), as_dtype(fq.values.reshape({N, M}), dtype),
-                                              as_dtype(fq.log_scale.reshape({N}), dtype), k.reshape({N, d}),
-                                              as_dtype(fk.values.reshape({N, M}), dtype), k_ls, v.reshape({N, d}), g.gamma_rows,
-                                              lambda.defined() ? lambda.reshape({N}) : at::Tensor());
-    return y.view({B, G, d});
+    return kernels::hybrid_step(g.hybrid, lin_.window, q, k, v, as_dtype(f.values, dtype), as_dtype(f.log_scale, dtype),
+                                g.gamma_rows, lambda)
+        .view({B, G, d});
   }
 
   // t in dtype, without a call where it already is (the step's hot path).

@@ -95,27 +95,27 @@ struct HybridState {
   int64_t n = 0;
 };
 
-// One token (position n = state.n) of N hybrid heads with window W: the ring's token at n - W (if
-// any) leaves it into the sums, this token's key k [N, D], value v [N, D], key features fk [N, M]
-// and their log scale k_log_scale [N] take its slot; the query reads the ring with softmax weights
-// (q [N, D] . k_j / sqrt(D): lse_w, y_w) and the sums through its features fq [N, M] (y_l, lse_l =
-// c + log(fq . z) + q_log_scale [N] + lambda [N]; lambda: the decay's Lambda_i, or undefined), and
-// the two parts share one normalizer with balance g = sigmoid(gamma [N]):
+// One token (position n = state.n) of N hybrid heads with window W. Per head (row): q, k, v
+// [..., D] (N = numel / D rows), this token's query and key features `features` [..., 2, M] (the
+// query's, then the key's) and their log scales `log_scales` [..., 2] or [..., 2, 1], balance gamma
+// and, with decay, lambda = the decay's Lambda_n (numel N each; lambda undefined without decay).
+// The ring's token at n - W (if any) leaves it into the sums; this token's key, value and key
+// features take its slot, the key with log scale ls_k - lambda; the query reads the ring with
+// softmax weights (q . k_j / sqrt(D): lse_w, y_w) and the sums through its features (y_l, lse_l =
+// c + log(fq . z) + ls_q + lambda), and the two parts share one normalizer with g = sigmoid(gamma):
 //   y = (e^a y_l + e^b y_w) / (e^a + e^b),  a = lse_l + log(1 - g),  b = lse_w + log g
 // (y_l read as 0 where a = -inf: no older key yet). y [N, D]; the state advances to n + 1. All
-// tensors one floating dtype (float32 or float64) on one device: a loop per head on the CPU,
-// hybrid_step_composed elsewhere. Not differentiable. Error naming the argument for bad shapes,
-// dtypes, devices or a state that does not fit them.
-at::Tensor hybrid_step(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& fq,
-                       const at::Tensor& q_log_scale, const at::Tensor& k, const at::Tensor& fk,
-                       const at::Tensor& k_log_scale, const at::Tensor& v, const at::Tensor& gamma,
+// tensors one floating dtype (float32 or float64) on one device: a loop per head on the CPU (no
+// call per input: generation's hot path), hybrid_step_composed elsewhere. Not differentiable.
+// Error naming the argument for bad shapes, dtypes, devices or a state that does not fit them.
+at::Tensor hybrid_step(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& features, const at::Tensor& log_scales, const at::Tensor& gamma,
                        const at::Tensor& lambda = {});
 // The same step as recurrent_step and LibTorch operations, on any device (what hybrid_step runs off
 // the CPU; here so that tests reach it on the CPU): same checks, state, conventions and result.
-at::Tensor hybrid_step_composed(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& fq,
-                                const at::Tensor& q_log_scale, const at::Tensor& k, const at::Tensor& fk,
-                                const at::Tensor& k_log_scale, const at::Tensor& v, const at::Tensor& gamma,
-                                const at::Tensor& lambda = {});
+at::Tensor hybrid_step_composed(HybridState& state, int64_t window, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v, const at::Tensor& features, const at::Tensor& log_scales,
+                                const at::Tensor& gamma, const at::Tensor& lambda = {});
 
 // Whether this build has the CUDA kernels (nvcc was found); the CUDA tensors of a CUDA LibTorch
 // need them.
