@@ -17,6 +17,7 @@
 #include "attnscope/distill/layer_maps.h"
 #include "attnscope/base/error.h"
 #include "attnscope/attention/feature_map_tensors.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/base/memory_meter.h"
 #include "attnscope/model/model.h"
 #include "attnscope/model/model_config.h"
@@ -81,9 +82,7 @@ std::vector<ContextSpeed> bench_generate(const Model& original, const Model& con
                                 " (more than the tokens generated, at most the model's context length)");
   // Every row's memory, before the first measurement.
   int64_t M = 0;
-  for (const auto& layer : converted.feature_maps()->maps)
-    for (const auto& map : layer)
-      if (map) M = std::max(M, map->feature_dim());
+  for (const auto& layer : head_dims(*converted.feature_maps())) M = std::max(M, *std::max_element(layer.begin(), layer.end()));
   auto gb = [](int64_t bytes) { return fmt_number(double(bytes) / 1e9, 1) + " GB"; };
   std::vector<ContextSpeed> out;
   for (int context : o.contexts)

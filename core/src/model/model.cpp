@@ -352,10 +352,6 @@ at::Tensor last_logits(const ModelConfig& c, const ModelWeights& weights, const 
   return lm_logits(weights, final_hidden(c, weights, linear, ids, hook).select(1, ids.size(1) - 1));
 }
 
-// One new token ids [B] at position pos through every layer -> logits [B, V]: how generation steps.
-// attend(layer, p) gives the heads' outputs [B, H, d] from this token's projections p (q, k, v
-// [B, H, 1, d] in the wide dtype, key/value heads expanded to the query heads) and whatever state
-// it keeps (a key-value cache, the recurrent sums).
 // n new tokens ids [B, n] at positions pos .. pos + n - 1 through every layer -> the logits of the
 // last, [B, V]: how a key-value cache reads a long prompt in chunks. attend(layer, p) gives the
 // heads' outputs [B, H, n, d] from the chunk's projections p (q, k, v [B, H, n, d] in the wide dtype).
@@ -376,6 +372,10 @@ at::Tensor chunk_step(const ModelConfig& c, const ModelWeights& weights, const a
   return lm_logits(weights, norm(c, x.narrow(1, n - 1, 1), weights.lnf_w, weights.lnf_b)).squeeze(1);
 }
 
+// One new token ids [B] at position pos through every layer -> logits [B, V]: how generation steps.
+// attend(layer, p) gives the heads' outputs [B, H, d] from this token's projections p (q, k, v
+// [B, H, 1, d] in the wide dtype, key/value heads expanded to the query heads) and whatever state
+// it keeps (a key-value cache, the recurrent sums).
 template <class Attend>
 at::Tensor token_step(const ModelConfig& c, const ModelWeights& weights, const at::Tensor& ids, int64_t pos, Attend&& attend) {
   return chunk_step(c, weights, ids.unsqueeze(1), pos, [&](int s, const Projected& p) { return attend(s, p).unsqueeze(2); });
@@ -564,19 +564,10 @@ class Recurrent {
           g.sums = sums;
           continue;
         }
-        // The ring: positions older .. L - 1 in slots p % W.
-        kernels::HybridState& h = g.hybrid;
-        const auto o = v.options();
-        h.k = at::zeros({B * G, W, d}, o), h.v = at::zeros({B * G, W, d}, o), h.fk = at::zeros({B * G, W, M}, o);
-        h.ls = at::full({B * G, W}, -std::numeric_limits<double>::infinity(), o);
-        const int64_t n = L - older;
-        const at::Tensor slots = at::arange(older, L, at::kLong).remainder(W).to(v.device());
-        h.k.index_copy_(1, slots, k.narrow(2, older, n).reshape({B * G, n, d}));
-        h.v.index_copy_(1, slots, v.narrow(2, older, n).reshape({B * G, n, d}));
-        h.fk.index_copy_(1, slots, fk.values.narrow(2, older, n).reshape({B * G, n, M}).to(o.dtype()));
-        h.ls.index_copy_(1, slots, scales.narrow(2, older, n).reshape({B * G, n}).to(o.dtype()));
-        if (older > 0) h.sums = {sums.S.to(o.dtype()), sums.z.to(o.dtype()), sums.c.to(o.dtype())};
-        h.n = L;
+        const int64_t n = L - older;  // the ring's tokens
+        g.hybrid = kernels::hybrid_state(W, L, k.narrow(2, older, n).reshape({B * G, n, d}), v.narrow(2, older, n).reshape({B * G, n, d}),
+                                         fk.values.narrow(2, older, n).reshape({B * G, n, M}),
+                                         scales.narrow(2, older, n).reshape({B * G, n}), sums);
       }
     };
     return last_logits(c_, w_, &lin_, ids, &hook);
@@ -600,7 +591,7 @@ class Recurrent {
           case HeadType::Linear: yg = linear_step(g, q, k, v, lam); break;
         }
         if (!y.defined()) return yg.scalar_type() == p.v.scalar_type() ? yg : yg.to(p.v.scalar_type());
-        y.index_copy_(1, g.index.to(y.device()), yg.to(y.scalar_type()));
+        y.index_copy_(1, g.index, yg.to(y.scalar_type()));  // heads_of placed the index on the device
       }
       return y;
     });
@@ -933,7 +924,7 @@ std::vector<std::vector<int64_t>> Model::generate_greedy_batch(
   for (;;) {
     // Each sequence's next token: the rest of its prompt first, then its own greedy choice.
     std::vector<int64_t> next(B);
-    const at::Tensor rows = logits.to(at::kCPU);
+    const at::Tensor best = logits.argmax(-1).to(at::kCPU);  // [B]: one number per sequence leaves the device
     for (size_t b = 0; b < B; ++b) {
       if (fed[b].size() < prompts[b].size()) {
         next[b] = prompts[b][fed[b].size()];
@@ -943,9 +934,8 @@ std::vector<std::vector<int64_t>> Model::generate_greedy_batch(
         next[b] = out[b].back();
         continue;
       }
-      const at::Tensor row = rows.select(0, int64_t(b));
-      if (b == 0 && trace && trace->keep_logits) trace->logits.push_back(row.to(at::kFloat).clone());
-      next[b] = row.argmax().item<int64_t>();
+      if (b == 0 && trace && trace->keep_logits) trace->logits.push_back(logits.select(0, 0).to(at::kCPU, at::kFloat).clone());
+      next[b] = best[int64_t(b)].item<int64_t>();
       if (next[b] == stop_id) {
         done[b] = true;
         continue;
