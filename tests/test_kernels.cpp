@@ -506,7 +506,8 @@ TEST(Kernels, BadInputsNameTheArgument) {
 // normalizer, balance sigmoid(gamma)) against a float64 loop over each query's keys written here,
 // token by token from an empty state: windows of 1 and 4 tokens, L = 1 and L = 23, key log scales
 // spread by hundreds, a decay's Lambda down to -1e4 (float64), balances at +-30. The loop per head
-// (the CPU) and the composition of recurrent_step and LibTorch (other devices) both.
+// (the CPU) and the composition of recurrent_step and LibTorch (other devices) both, and a state
+// made from a prompt at once (hybrid_state) continuing to the last token.
 TEST(Kernels, HybridStepEqualsAFloat64Loop) {
   struct Case {
     int64_t W, L;
@@ -589,6 +590,20 @@ TEST(Kernels, HybridStepEqualsAFloat64Loop) {
     }
     EXPECT_EQ(loop.n, c.L);
     EXPECT_EQ(composed.n, c.L);
+    if (c.L > 1) {  // the first L - 1 tokens read at once (hybrid_state: ring + final_state of the older keys), then the last
+      const int64_t P = c.L - 1, n = std::min(P, c.W), older = P - n;
+      auto rows = [&](const at::Tensor& t, int64_t from, int64_t len) { return t.narrow(0, from, len).transpose(0, 1).to(c.dtype); };
+      K::RecurrentState sums;
+      if (older > 0) sums = K::final_state(rows(fk, 0, older), rows(k_ls, 0, older).unsqueeze(-1), rows(v, 0, older));
+      K::HybridState st = K::hybrid_state(c.W, P, rows(k, older, n), rows(v, older, n), rows(fk, older, n), rows(k_ls, older, n), sums);
+      auto in = [&](const at::Tensor& t) { return t[P].to(c.dtype); };
+      const at::Tensor f = at::stack({in(fq), in(fk)}, 1), ls = at::stack({in(q_ls), in(k_ls_raw)}, 1);
+      const at::Tensor y = K::hybrid_step(st, c.W, in(q), in(k), in(v), f, ls, gamma.to(c.dtype), lambda.defined() ? in(lambda) : at::Tensor());
+      std::vector<double> want;
+      for (int64_t h = 0; h < N; ++h)
+        for (double x : reference(P, h)) want.push_back(x);
+      EXPECT_LT(max_rel(y, at::tensor(want, at::kDouble).view({N, D})), c.tol) << "after a prompt of " << P;
+    }
   }
   // A state that does not fit the token is refused, naming it.
   K::HybridState st;

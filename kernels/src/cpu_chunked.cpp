@@ -254,6 +254,38 @@ Backward backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls
   return out;
 }
 
+namespace {
+
+// One head's running sums S [M, D], z [M] relative to c = the largest key log scale so far: adds key
+// k [M] of log scale ls with value v [D] (c' = max(c, ls), the old sums scaled by exp(c - c')).
+template <typename T>
+void add_key(T* S, T* z, T& c, const T* k, T ls, const T* v, int64_t M, int64_t D) {
+  const T cn = std::max(c, ls);
+  const T keep = exp_below(c, cn), add = exp_below(ls, cn);
+  c = cn;
+  for (int64_t m = 0; m < M; ++m) {
+    const T km = add * k[m];
+    T* row = S + m * D;
+    for (int64_t d = 0; d < D; ++d) row[d] = keep * row[d] + km * v[d];
+    z[m] = keep * z[m] + km;
+  }
+}
+
+// The sums read through query q [M]: num = q^T S [D], returns den = q . z.
+template <typename T>
+T read_sums(const T* S, const T* z, const T* q, int64_t M, int64_t D, std::vector<T>& num) {
+  std::fill(num.begin(), num.end(), T(0));
+  T den = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    den += q[m] * z[m];
+    const T* row = S + m * D;
+    for (int64_t d = 0; d < D; ++d) num[size_t(d)] += q[m] * row[d];
+  }
+  return den;
+}
+
+}  // namespace
+
 at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& ls,
                           const at::Tensor& v, at::Tensor* lse) {
   const int64_t N = q.size(0), M = q.size(1), D = v.size(1);
@@ -266,25 +298,12 @@ at::Tensor recurrent_step(RecurrentState& st, const at::Tensor& q, const at::Ten
     scalar_t* yp = y.data_ptr<scalar_t>();
     scalar_t* lsep = lse ? lse->data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
-      std::vector<scalar_t> num(D);
+      std::vector<scalar_t> num(static_cast<size_t>(D));
       for (int64_t n = n0; n < n1; ++n) {
-        const scalar_t cn = std::max(c[n], lp[n]);
-        const scalar_t keep = exp_below(c[n], cn), add = exp_below(lp[n], cn);
-        c[n] = cn;
-        scalar_t* Sn = S + n * M * D;
-        const scalar_t *qn = qp + n * M, *kn = kp + n * M, *vn = vp + n * D;
-        std::fill(num.begin(), num.end(), scalar_t(0));
-        scalar_t den = 0;
-        for (int64_t m = 0; m < M; ++m) {
-          const scalar_t km = add * kn[m];
-          scalar_t* row = Sn + m * D;
-          for (int64_t d = 0; d < D; ++d) row[d] = keep * row[d] + km * vn[d];
-          z[n * M + m] = keep * z[n * M + m] + km;
-          den += qn[m] * z[n * M + m];
-          for (int64_t d = 0; d < D; ++d) num[d] += qn[m] * row[d];
-        }
-        for (int64_t d = 0; d < D; ++d) yp[n * D + d] = den == 0 ? scalar_t(NAN) : num[d] / den;
-        if (lsep) lsep[n] = den > 0 ? cn + std::log(den) : -std::numeric_limits<scalar_t>::infinity();
+        add_key(S + n * M * D, z + n * M, c[n], kp + n * M, lp[n], vp + n * D, M, D);
+        const scalar_t den = read_sums(S + n * M * D, z + n * M, qp + n * M, M, D, num);
+        for (int64_t d = 0; d < D; ++d) yp[n * D + d] = den == 0 ? scalar_t(NAN) : num[size_t(d)] / den;
+        if (lsep) lsep[n] = den > 0 ? c[n] + std::log(den) : -std::numeric_limits<scalar_t>::infinity();
       }
     });
   });
@@ -315,17 +334,7 @@ void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tens
         T* zn = z + n * M;
         T *kr = rk + n * W * D, *vr = rv + n * W * D, *fr = rf + n * W * M, *lr = rl + n * W;
         // 1. The token at pos - W leaves the ring (slot pos % W) into the sums.
-        if (pos >= W) {
-          const T cn = std::max(c[n], lr[slot]);
-          const T keep = exp_below(c[n], cn), add = exp_below(lr[slot], cn);
-          c[n] = cn;
-          for (int64_t m = 0; m < M; ++m) {
-            const T km = add * fr[slot * M + m];
-            T* row = Sn + m * D;
-            for (int64_t d = 0; d < D; ++d) row[d] = keep * row[d] + km * vr[slot * D + d];
-            zn[m] = keep * zn[m] + km;
-          }
-        }
+        if (pos >= W) add_key(Sn, zn, c[n], fr + slot * M, lr[slot], vr + slot * D, M, D);
         // 2. This token takes the slot (its key's log scale less Lambda_n).
         const T lam = lamp ? lamp[n] : T(0);
         std::copy(kp + n * D, kp + (n + 1) * D, kr + slot * D);
@@ -333,14 +342,7 @@ void hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tens
         std::copy(fp + (2 * n + 1) * M, fp + (2 * n + 2) * M, fr + slot * M);
         lr[slot] = lsp[2 * n + 1] - lam;
         // 3. The linear part: the sums read through the query's features.
-        const T* fqn = fp + 2 * n * M;
-        std::fill(num.begin(), num.end(), T(0));
-        T den = 0;
-        for (int64_t m = 0; m < M; ++m) {
-          den += fqn[m] * zn[m];
-          const T* row = Sn + m * D;
-          for (int64_t d = 0; d < D; ++d) num[size_t(d)] += fqn[m] * row[d];
-        }
+        const T den = read_sums(Sn, zn, fp + 2 * n * M, M, D, num);
         const T lse_l = den > 0 ? c[n] + std::log(den) + lsp[2 * n] + lam : ninf;
         // 4. The window part: softmax over the held slots (order does not matter to softmax).
         const T* qn = qp + n * D;

@@ -295,6 +295,16 @@ at::Tensor recurrent_step(RecurrentState& state, const at::Tensor& q, const at::
 
 namespace {
 
+// An empty ring (log scales -inf) and empty sums (c = -inf) of N heads, n = 0.
+HybridState empty_hybrid_state(int64_t N, int64_t W, int64_t M, int64_t D, const at::TensorOptions& o) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  HybridState st;
+  st.k = at::zeros({N, W, D}, o), st.v = at::zeros({N, W, D}, o), st.fk = at::zeros({N, W, M}, o);
+  st.ls = at::full({N, W}, ninf, o);
+  st.sums = {at::zeros({N, M, D}, o), at::zeros({N, M}, o), at::full({N}, ninf, o)};
+  return st;
+}
+
 // hybrid_step's checks of its inputs and state (N rows, M features); allocates an empty state
 // before the first token.
 std::pair<int64_t, int64_t> prepare_hybrid(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& k,
@@ -316,14 +326,8 @@ std::pair<int64_t, int64_t> prepare_hybrid(HybridState& st, int64_t W, const at:
   if (ls.numel() != 2 * N) fail(kWhere, "hybrid log_scales " + shape(ls) + " must hold 2 per row (" + std::to_string(N) + " rows)");
   for (const at::Tensor* t : {&gamma, &lambda})
     if (t->defined() && t->numel() != N) fail(kWhere, "hybrid gamma / lambda " + shape(*t) + " must hold one per row [N], N = " + std::to_string(N));
-  const auto o = q.options();
-  const double ninf = -std::numeric_limits<double>::infinity();
-  if (!st.k.defined()) {  // the first token: an empty ring and empty sums
-    st.k = at::zeros({N, W, D}, o), st.v = at::zeros({N, W, D}, o), st.fk = at::zeros({N, W, M}, o);
-    st.ls = at::full({N, W}, ninf, o);
-    st.n = 0;
-  }
-  if (!st.sums.S.defined()) st.sums = {at::zeros({N, M, D}, o), at::zeros({N, M}, o), at::full({N}, ninf, o)};
+  if (!st.k.defined()) st = empty_hybrid_state(N, W, M, D, q.options());  // the first token
+  if (!st.sums.S.defined()) st.sums = empty_hybrid_state(N, W, M, D, q.options()).sums;
   if (st.k.sizes() != at::IntArrayRef{N, W, D} || st.v.sizes() != st.k.sizes() || st.fk.sizes() != at::IntArrayRef{N, W, M} ||
       st.ls.sizes() != at::IntArrayRef{N, W} || st.sums.S.sizes() != at::IntArrayRef{N, M, D} || st.k.scalar_type() != q.scalar_type() ||
       st.sums.S.scalar_type() != q.scalar_type() || st.k.device() != q.device() || st.n < 0)
@@ -334,6 +338,24 @@ std::pair<int64_t, int64_t> prepare_hybrid(HybridState& st, int64_t W, const at:
 }
 
 }  // namespace
+
+HybridState hybrid_state(int64_t W, int64_t L, const at::Tensor& k, const at::Tensor& v, const at::Tensor& fk,
+                         const at::Tensor& ls, const RecurrentState& sums) {
+  if (W < 1) fail(kWhere, "a hybrid head's window must be at least 1 token, got " + std::to_string(W));
+  if (!k.defined() || k.dim() != 3 || !v.defined() || v.sizes() != k.sizes() || !fk.defined() || fk.dim() != 3 ||
+      fk.size(0) != k.size(0) || fk.size(1) != k.size(1) || !ls.defined() || ls.sizes() != fk.sizes().slice(0, 2))
+    fail(kWhere, "hybrid_state k " + (k.defined() ? shape(k) : "nothing") + ", v, fk, ls must be [N, n, D], [N, n, D], [N, n, M], [N, n]");
+  const int64_t N = k.size(0), n = k.size(1), D = k.size(2), M = fk.size(2);
+  if (n != std::min(L, W)) fail(kWhere, "hybrid_state holds the last min(length, W) = " + std::to_string(std::min(L, W)) + " tokens, got " + std::to_string(n));
+  const auto o = k.options();
+  HybridState st = empty_hybrid_state(N, W, M, D, o);
+  const at::Tensor slots = at::arange(L - n, L, at::kLong).remainder(W).to(k.device());  // position p in slot p % W
+  st.k.index_copy_(1, slots, k), st.v.index_copy_(1, slots, v.to(o.dtype()));
+  st.fk.index_copy_(1, slots, fk.to(o.dtype())), st.ls.index_copy_(1, slots, ls.to(o.dtype()));
+  if (sums.S.defined()) st.sums = {sums.S.to(o.dtype()), sums.z.to(o.dtype()), sums.c.to(o.dtype())};
+  st.n = L;
+  return st;
+}
 
 at::Tensor hybrid_step(HybridState& st, int64_t W, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const at::Tensor& features, const at::Tensor& log_scales, const at::Tensor& gamma, const at::Tensor& lambda) {

@@ -95,6 +95,13 @@ struct HybridState {
   int64_t n = 0;
 };
 
+// The state hybrid_step leaves after a prompt of `length` tokens, made from the prompt's last
+// n = min(length, W) tokens (keys k and values v [N, n, D], key features fk [N, n, M], their log
+// scales ls [N, n], less Lambda_j where decayed) and `sums` over the earlier keys (final_state of
+// them; empty when there are none): a prompt read in the batch form continues token by token.
+HybridState hybrid_state(int64_t window, int64_t length, const at::Tensor& k, const at::Tensor& v, const at::Tensor& fk,
+                         const at::Tensor& ls, const RecurrentState& sums = {});
+
 // One token (position n = state.n) of N hybrid heads with window W. Per head (row): q, k, v
 // [..., D] (N = numel / D rows), this token's query and key features `features` [..., 2, M] (the
 // query's, then the key's) and their log scales `log_scales` [..., 2] or [..., 2, 1], balance gamma
