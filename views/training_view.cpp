@@ -172,7 +172,9 @@ struct TrainingView::Impl {
     decay->addItems(q_list(decay_names()));
     decay->setToolTip(tr("Decayed heads: a constant-memory head that forgets.\nfixed: the map's weight of key j in row i "
                          "times a^(i-j), a = sigmoid(delta) learned per head (RetNet's decay).\ngated: times a_(j+1)...a_i, "
-                         "a_t = sigmoid(w.x_t + b) from the layer's input, learned per head (Mamba-2's gate).\nnone: no decay."));
+                         "a_t = sigmoid(w.x_t + b) from the layer's input, learned per head (Mamba-2's gate).\nmixer: each head "
+                         "the one the Metrics view's mixer panel names for it (none, fixed or gated,\nfrom its mixer distances "
+                         "at N = 16 on the capture).\nnone: no decay."));
     form->addRow(tr("Decay"), decay);
     decay_init = new QComboBox(box);
     decay_init->setObjectName("train_decay_init");

@@ -56,14 +56,17 @@ void register_convert(CLI::App& app) {
     if (!fixed && features == 0 && allocation.empty())
       throw CLI::ValidationError(option_for_quantity(attnscope::opt::features.quantity),
                                  "feature map " + o->map.name + " needs --features M or --allocation FILE");
-    const bool fit = c->decay != Decay::None && c->decay_init == DecayInit::Fit;
+    // The capture gives each head's decay (fit) and, for mixer, each head's kind.
+    const bool fit = c->decay != Decay::None && (c->decay_init == DecayInit::Fit || c->decay == Decay::Mixer);
     if (fit && c->capture.empty())
       throw CLI::ValidationError(option_for_quantity(attnscope::opt::capture.quantity),
-                                 "--decay-init fit reads each head's decay from a capture of the model: give --capture DIR, "
-                                 "or --decay-init none");
+                                 c->decay == Decay::Mixer
+                                     ? "--decay mixer reads each head's mixer distances from a capture of the model: give --capture DIR"
+                                     : "--decay-init fit reads each head's decay from a capture of the model: give --capture DIR, "
+                                       "or --decay-init none");
     if (!fit && !c->capture.empty())
       throw CLI::ValidationError(option_for_quantity(attnscope::opt::capture.quantity),
-                                 "a capture is read only for --decay fixed|gated with --decay-init fit");
+                                 "a capture is read only for --decay mixer, or --decay fixed|gated with --decay-init fit");
     LoadedModel m = load_model_of(c->model);
     const ModelConfig& cfg = m.model->config();
     std::unique_ptr<CaptureStore> cap;
@@ -90,7 +93,8 @@ void register_convert(CLI::App& app) {
     if (c->decay != Decay::None) {  // the maps here, so the decays can be added to them
       auto maps = std::make_shared<HeadFeatureMaps>(
           make_head_feature_maps(opt.map, opt.dims, cfg.n_layer, cfg.n_head, cfg.head_dim, opt.window, opt.types));
-      add_initial_decays(*maps, c->decay, c->decay_init, cap.get(), cfg.n_layer, cfg.n_head, cfg.d_model);
+      add_initial_decays(*maps, head_decays_for(c->decay, opt.types, cap.get(), cfg.n_layer, cfg.n_head), c->decay_init,
+                         cap.get(), cfg.n_layer, cfg.n_head, cfg.d_model);
       opt.maps = maps;
     }
     convert_model(m, opt, *out);

@@ -36,8 +36,8 @@ i - j >= W, normalized by the row's sum, with g = sigmoid(gamma) from the head's
 layers.{s}.heads.{h}.gamma in feature_maps.safetensors (hybrid_attention). Their recurrent state
 is S, z over the keys older than the window plus a ring of the last W keys and values.
 
-Decayed heads (attnscope.decay "fixed" or "gated"; SPEC 5, paper 003's RetNet/SSD mixers): the map's
-weight of key j for query i is multiplied by exp(Lambda_i - Lambda_j), Lambda_i = sum_{t <= i} log a_t;
+Decayed heads (attnscope.decay "fixed" or "gated" for every head, or each head's own in
+attnscope.head_decays; SPEC 5, paper 003's RetNet/SSD mixers): the map's weight of key j for query i is multiplied by exp(Lambda_i - Lambda_j), Lambda_i = sum_{t <= i} log a_t;
 "fixed": a = sigmoid(delta) from the head's scalar layers.{s}.heads.{h}.decay.delta (Lambda_i =
 (i + 1) log a); "gated": a_t = sigmoid(w.x_t + b) from the layer's input x_t (the normed hidden state
 the projections read) with the head's decay.w [d_model] and decay.b []. The keys' log scales carry
@@ -470,10 +470,34 @@ def parse_header(config, file, n_layer, n_head):
     spec["head_types"] = parse_head_types(a.get("head_types"), n_layer, n_head, spec["window"], where + ".head_types")
     rows = parse_dims(a.get("dims"), n_layer, n_head, where + ".dims", spec["head_types"])
     decay = a.get("decay", "none")
-    if decay not in ("fixed", "gated", "none"):
+    if decay not in DECAYS:
         _fail(where + ".decay", "'%s' is not none, fixed or gated" % (decay,))
-    spec["decay"] = decay
+    spec["head_decays"] = parse_head_decays(a.get("head_decays"), decay, n_layer, n_head, spec["head_types"],
+                                            where + ".head_decays", "decay" in a)
     return spec, rows
+
+
+DECAYS = ("none", "fixed", "gated")
+
+
+def parse_head_decays(decays, decay, n_layer, n_head, head_types, where, decay_given):
+    """Each head's decay [S][H]: attnscope.head_decays ([[none|fixed|gated, ...] per layer], a model
+    that mixes them; a softmax head's is none), else attnscope.decay for every head."""
+    if decays is None:
+        return [[decay] * n_head for _ in range(n_layer)]
+    if decay_given:
+        _fail(where, 'and "decay" both given: a model names one decay for every head or each head\'s (head_decays)')
+    if not isinstance(decays, list) or len(decays) != n_layer:
+        _fail(where, "must list the head decays of each of the %d layers" % n_layer)
+    for s, row in enumerate(decays):
+        if not isinstance(row, list) or len(row) != n_head:
+            _fail(where, "layer %d must list %d head decays" % (s, n_head))
+        for h, d in enumerate(row):
+            if d not in DECAYS:
+                _fail(where, "layer %d head %d: '%s' is not none, fixed or gated" % (s, h, d))
+            if d != "none" and head_types is not None and head_types[s][h] == "softmax":
+                _fail(where, "layer %d head %d is a softmax head: its decay is none" % (s, h))
+    return decays
 
 
 def parse_window(w, where):
@@ -634,20 +658,22 @@ def read_feature_maps(file, spec, dims, shape):
                 m.window = window
                 m.gamma = _head_gamma(tensors, file, s, h, window)
                 used += 1
-            if spec.get("decay") == "fixed":
+            decay = spec["head_decays"][s][h]
+            if decay == "fixed":
                 m.log_a = torch.nn.functional.logsigmoid(_head_scalar(
-                    tensors, file, s, h, "decay.delta", 'config.json\'s attnscope.decay is "fixed"', "a head's decay delta"))
+                    tensors, file, s, h, "decay.delta", "the head's decay is fixed (config.json)", "a head's decay delta"))
                 used += 1
-            if spec.get("decay") == "gated":
-                why = 'config.json\'s attnscope.decay is "gated"'
+            if decay == "gated":
+                why = "the head's decay is gated (config.json)"
                 m.gate_b = _head_scalar(tensors, file, s, h, "decay.b", why, "a gate's bias b")
                 m.gate_w = _head_vector(tensors, file, s, h, "decay.w", shape.d_model, why, "a gate's weights w")
                 used += 2
             row.append(m)
         maps.append(row)
     if used != len(tensors):
-        own = ["feature_map.*"] + (["gamma"] if window > 0 else []) + (["decay.delta"] if spec.get("decay") == "fixed" else []) \
-            + (["decay.w", "decay.b"] if spec.get("decay") == "gated" else [])
+        kinds = {d for row in spec["head_decays"] for d in row}
+        own = ["feature_map.*"] + (["gamma"] if window > 0 else []) + (["decay.delta"] if "fixed" in kinds else []) \
+            + (["decay.w", "decay.b"] if "gated" in kinds else [])
         _fail(file, "holds %d tensors outside layers.{0..%d}.heads.{0..%d}.%s"
               % (len(tensors) - used, shape.n_layer - 1, shape.n_head - 1,
                  own[0] if len(own) == 1 else "{" + ", ".join(own) + "}"))

@@ -172,6 +172,7 @@ TEST_F(MetricsViewTest, HeatmapCellsAndPrintedValuesAreTheAnalysisFields) {
   const int most = int(std::max_element(counts, counts + 3) - counts);
   EXPECT_TRUE(mp->toolTip().contains(QString("most heads: --decay ") + decay_name(Decay(most)))) << mp->toolTip().toStdString();
   EXPECT_TRUE(mp->toolTip().contains(QString("none %1, fixed %2, gated %3").arg(counts[0]).arg(counts[1]).arg(counts[2])));
+  EXPECT_TRUE(mp->toolTip().contains("each head its own: --decay mixer")) << mp->toolTip().toStdString();
   const QString row = QString("L1 H3 → ") + decay_name(best_decay_student(*a.mixers));
   auto* hm = dynamic_cast<ValueHeatmap*>(mp);
   ASSERT_NE(hm, nullptr);

@@ -633,6 +633,15 @@ TEST_F(TrainingTest, DecayRowsSetStageOnesDecay) {
   EXPECT_EQ(f.linearize.stage1.decay_init, DecayInit::None);
   const std::string cmd = command_for("linearize", linearize_option_table(), f.linearize, {});
   EXPECT_NE(cmd.find("--decay fixed --decay-init none"), std::string::npos) << cmd;
+  // mixer: each head the student the Metrics view's mixer panel names (training resolves them from the capture).
+  ASSERT_GE(decay->findText("mixer"), 0);
+  decay->setCurrentText("mixer");
+  EXPECT_TRUE(start->isEnabled());
+  EXPECT_TRUE(decay->toolTip().contains("mixer panel"));
+  const TrainSettings per_head = t.form();
+  EXPECT_EQ(per_head.linearize.stage1.decay, Decay::Mixer);
+  const std::string per_head_cmd = command_for("linearize", linearize_option_table(), per_head.linearize, {});
+  EXPECT_NE(per_head_cmd.find("--decay mixer"), std::string::npos) << per_head_cmd;
   TrainSettings back;
   t.set_form(back);
   EXPECT_EQ(decay->currentText(), "none");

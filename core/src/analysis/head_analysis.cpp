@@ -188,6 +188,20 @@ std::pair<Features, Features> decayed_for_analysis(const AnalysisOptions& opt, c
   return {f.q, f.k};
 }
 
+}  // namespace
+
+MixerDistances head_mixer_distances(const at::Tensor& q, const at::Tensor& k, int64_t W, const AnalysisOptions& opt) {
+  MixerFitOptions mo;
+  mo.state_size = opt.mixer_state;
+  mo.iterations = opt.mixer_iterations;
+  const int64_t L = q.size(-2);
+  const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
+  // In float64, as the analysis reads every head, so large logits cannot overflow.
+  return mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P).to(at::kDouble), k.select(0, 0).narrow(0, 0, P).to(at::kDouble), W), mo);
+}
+
+namespace {
+
 // One head of layer s: q, k, v [T, L, d] float64; W the captured model's softmax window (0: none).
 // `step` is called before the linear side and at the end (the cancellation points).
 HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, const at::Tensor& q, const at::Tensor& k,
@@ -222,13 +236,7 @@ HeadAnalysis analyze_head(const AnalysisOptions& opt, int64_t W, int s, int h, c
       a.softmax.standard_error.erase("entropy");
       a.softmax.standard_error.erase("normalized_entropy");
     }
-    if (opt.mixer_state > 0) {
-      MixerFitOptions mo;
-      mo.state_size = opt.mixer_state;
-      mo.iterations = opt.mixer_iterations;
-      const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
-      a.mixers = mixer_distances(softmax_map(q.select(0, 0).narrow(0, 0, P), k.select(0, 0).narrow(0, 0, P), W), mo);
-    }
+    if (opt.mixer_state > 0) a.mixers = head_mixer_distances(q, k, W, opt);
     if (cache) cache->store(key, a);
   }
   if (!opt.feature_map.empty()) {

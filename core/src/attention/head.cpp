@@ -68,7 +68,7 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
 }
 
 namespace {
-constexpr Named<Decay> kDecays[] = {{Decay::None, "none"}, {Decay::Fixed, "fixed"}, {Decay::Gated, "gated"}};
+constexpr Named<Decay> kDecays[] = {{Decay::None, "none"}, {Decay::Fixed, "fixed"}, {Decay::Gated, "gated"}, {Decay::Mixer, "mixer"}};
 constexpr Named<HeadType> kHeadTypes[] = {{HeadType::Softmax, "softmax"}, {HeadType::Hybrid, "hybrid"}, {HeadType::Linear, "linear"}};
 constexpr Named<DecayInit> kDecayInits[] = {{DecayInit::Fit, "fit"}, {DecayInit::None, "none"}};
 }  // namespace
@@ -82,6 +82,12 @@ int64_t softmax_head_count(const std::vector<std::vector<HeadType>>& types) {
   return n;
 }
 Decay parse_decay(const std::string& name) { return parse_name(kDecays, name, "decay"); }
+Decay parse_head_decay(const std::string& name) {
+  const Decay d = parse_decay(name);
+  if (d == Decay::Mixer)
+    fail_value("decay", "mixer is how training chooses each head's decay; a model's head is none, fixed or gated");
+  return d;
+}
 const char* decay_name(Decay decay) { return name_of(kDecays, decay); }
 std::vector<std::string> decay_names() { return names_of(kDecays); }
 DecayInit parse_decay_init(const std::string& name) { return parse_name(kDecayInits, name, "decay initialization"); }

@@ -66,7 +66,8 @@ ConvertOptions distill_run_convert_options(const std::string& run, const ModelCo
   hdr.map = o.map;
   hdr.dims = o.dims;
   hdr.window = d.window;
-  hdr.decay = d.decay;
+  if (d.decay == Decay::Mixer) hdr.decays = job.decays;  // each head's, as the job resolved them
+  else hdr.decay = d.decay;
   hdr.types = job.types;
   o.maps = read_feature_maps((dir / "feature_maps.safetensors").string(), hdr, c.n_layer, c.n_head, c.head_dim, c.d_model);
   return o;

@@ -16,6 +16,8 @@
 #include "attnscope/io/safetensors.h"
 #include "attnscope/base/text_file.h"
 #include "attnscope/formats/converted_json.h"
+#include "attnscope/formats/dims_json.h"
+#include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/formats/source_weights.h"
 
 namespace fs = std::filesystem;
@@ -179,9 +181,10 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
       }
       if (type == HeadType::Hybrid)
         tensors.emplace_back(convert::gamma_name(s, h), maps->gamma[s][h].detach().to(at::kCPU, at::kFloat).clone());
-      if (!maps->decay_delta.empty())
+      const Decay decay = maps->decay(s, h);
+      if (decay == Decay::Fixed)
         tensors.emplace_back(convert::decay_delta_name(s, h), maps->decay_delta[s][h].detach().to(at::kCPU, at::kFloat).clone());
-      if (!maps->decay_w.empty()) {
+      if (decay == Decay::Gated) {
         tensors.emplace_back(convert::decay_w_name(s, h), maps->decay_w[s][h].detach().to(at::kCPU, at::kFloat).contiguous().clone());
         tensors.emplace_back(convert::decay_b_name(s, h), maps->decay_b[s][h].detach().to(at::kCPU, at::kFloat).clone());
       }
@@ -208,7 +211,9 @@ void convert_model(const LoadedModel& original, const ConvertOptions& o, const s
   a["steps"] = o.steps;
   if (maps->window > 0) a["window"] = maps->window;
   if (maps->mixed()) a["head_types"] = head_types_json(maps->types);
-  if (maps->decay() != Decay::None) a["decay"] = decay_name(maps->decay());
+  const Decay decay = uniform_decay(*maps);  // one for every head, or each head's
+  if (decay == Decay::Mixer) a["head_decays"] = head_decays_json(maps->decays);
+  else if (decay != Decay::None) a["decay"] = decay_name(decay);
   if (o.trained_length > 0) a["trained_length"] = o.trained_length;
   if (o.finetune_rank > 0) a["finetune"] = {{"rank", o.finetune_rank}, {"steps", o.finetune_steps}};
   a["source"] = convert::source_record(src.lexically_normal().string());

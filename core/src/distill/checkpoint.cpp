@@ -11,12 +11,17 @@ namespace attnscope {
 namespace {
 
 // Checkpoint name prefix of a group's tensors: "layers.{s}." for a layer of one group (the names of
-// per-layer runs), "layers.{s}.m{M}." for the group of heads with M features; in a model of mixed
-// head types (where a hybrid and a linear group may share M) "layers.{s}.h{first head}.".
+// per-layer runs), "layers.{s}.m{M}." for the group of heads with M features; where two groups may
+// share M (mixed head types: a hybrid and a linear group; heads of different decays)
+// "layers.{s}.h{first head}.".
 std::string group_prefix(const LayerState& st, int layer, const GroupState& g) {
   const std::string base = "layers." + std::to_string(layer) + ".";
-  if (!st.types.empty()) return base + "h" + std::to_string(g.group.heads.empty() ? -1 : g.group.heads[0]) + ".";
-  return st.groups.size() == 1 ? base : base + "m" + std::to_string(g.group.maps.features) + ".";
+  if (st.groups.size() == 1) return base;
+  bool shared_m = !st.types.empty();
+  for (const GroupState& other : st.groups)
+    shared_m = shared_m || (&other != &g && other.group.maps.features == g.group.maps.features);
+  if (shared_m) return base + "h" + std::to_string(g.group.heads.empty() ? -1 : g.group.heads[0]) + ".";
+  return base + "m" + std::to_string(g.group.maps.features) + ".";
 }
 
 // Every group's maps with their moments, under their checkpoint names.

@@ -168,8 +168,10 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   if (o.loss == DistillLoss::Block && !job.types.empty())
     fail_value("loss", "block with softmax heads kept exact (" + o.allocation + ") is not supported yet: use output or kl");
   check_training_memory(job.dims, cap.head_dim(), cap.num_seqs(), o.batch, cap.seq_len());
+  if (job.decays.empty()) job.decays = head_decays_for(o.decay, job.types, &cap, S, int(cap.num_heads()));
+  check_head_decays_of(job, S, int(cap.num_heads()));
   const bool block = o.loss == DistillLoss::Block;
-  const bool values = o.loss == DistillLoss::Output || block, inputs = o.decay == Decay::Gated;
+  const bool values = o.loss == DistillLoss::Output || block, inputs = job.has_gates();
   check_capture(cap, o.capture, values, inputs);
   Windows win = windows_of(o, cap);
   if (win.val_capture) check_capture(*win.val_capture, o.val_capture, values, inputs);
@@ -237,8 +239,8 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
     }
     // A decayed head's start (a resumed run's comes from its checkpoint; another rank's layer from its owner).
     init_layer_state(o, s, job.dims[size_t(s)], cap.head_dim(), cap.d_model(), cap.sliding_window(), st,
-                     !resume && dist.owns(s) ? initial_decay_delta(o.decay, o.decay_init, &cap, s, cap.num_heads()) : at::Tensor(),
-                     job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)]);
+                     !resume && dist.owns(s) ? initial_decay_delta(job.decays[size_t(s)], o.decay_init, &cap, s) : at::Tensor(),
+                     job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)], job.decays[size_t(s)]);
     if (block) st.block_model = lm.model.get(), st.layer = s;
     to_device(st, device);
     if (st.val_q.defined()) st.initial_val_kl = validate(st, o.loss, val_pairs).second;

@@ -93,6 +93,8 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
     job.dims = distill_dims(o, c.n_layer, c.n_head, cap.get(), &job.types);
     if (o.seq_len == 0) o.seq_len = cap ? std::min<int64_t>(cap->seq_len(), c.n_ctx) : std::min<int64_t>(128, c.n_ctx);
   }
+  if (job.decays.empty()) job.decays = head_decays_for(o.decay, job.types, cap.get(), c.n_layer, c.n_head);
+  check_head_decays_of(job, c.n_layer, c.n_head);
   if (o.seq_len > c.n_ctx)
     fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));
   check_window_fits(o.window, o.seq_len);
@@ -128,8 +130,8 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
   std::vector<LayerState> layers(static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
     init_layer_state(o, s, job.dims[size_t(s)], c.head_dim, c.d_model, c.sliding_window, layers[size_t(s)],
-                     resume ? at::Tensor() : initial_decay_delta(o.decay, o.decay_init, cap.get(), s, c.n_head),
-                     job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)]);
+                     resume ? at::Tensor() : initial_decay_delta(job.decays[size_t(s)], o.decay_init, cap.get(), s),
+                     job.types.empty() ? std::vector<HeadType>() : job.types[size_t(s)], job.decays[size_t(s)]);
     to_device(layers[size_t(s)], device);
   }
   // The softmax model's q, k on held-out windows (it is frozen: they never change).
@@ -139,7 +141,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
     hook.on_layer = [&](const AttentionActivations& a) {
       layers[size_t(a.layer)].val_q = a.q.detach().contiguous();
       layers[size_t(a.layer)].val_k = a.k.detach().contiguous();
-      if (o.decay == Decay::Gated) layers[size_t(a.layer)].val_x = a.x.detach().contiguous();
+      if (job.has_gates()) layers[size_t(a.layer)].val_x = a.x.detach().contiguous();
     };
     model.forward(val_w.narrow(0, 0, std::min<int64_t>(kKlWindows, val_w.size(0))), &hook);
     for (LayerState& st : layers) st.initial_val_kl = validate(st, o.loss, at::Tensor()).second;

@@ -169,6 +169,8 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
       fail_value("decay", std::string(decay_name(o.decay)) + " does not train with the l2 loss (it fits kernel values, not a decayed head's weights): use kl, softmax, output or direct");
     if (o.decay_init == DecayInit::Fit && o.capture.empty())
       fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
+    if (o.decay == Decay::Mixer && o.capture.empty())
+      fail_value("decay", "mixer reads each head's attention from a capture (its mixer distances): give one, or one decay for every head");
   }
   if (o.features != 0) check_map_dims(o, {{o.features}});
 }
@@ -226,9 +228,24 @@ std::string distill_job_json(const DistillJob& job) {
   resolved["optimizer"] = adamw_json();
   resolved["dims"] = dims_json(job.dims);
   if (!job.types.empty()) resolved["head_types"] = head_types_json(job.types);
+  if (job.options.decay == Decay::Mixer) resolved["head_decays"] = head_decays_json(job.decays);
   resolved["world_size"] = job.world_size;
   resolved["trained_length"] = job.trained_length;
   return job_json("distill", job.command, table(), job.options, resolved);
+}
+
+bool DistillJob::has_gates() const {
+  for (const auto& layer : decays)
+    for (Decay d : layer)
+      if (d == Decay::Gated) return true;
+  return false;
+}
+
+void check_head_decays_of(const DistillJob& job, int n_layer, int n_head) {
+  const std::string where = job.file.empty() ? std::string("head decays") : job.file;
+  bool fits = int(job.decays.size()) == n_layer;
+  for (const auto& layer : job.decays) fits = fits && int(layer.size()) == n_head;
+  if (!fits) fail(where, "head_decays must list the decay of each of the model's " + std::to_string(n_layer) + " x " + std::to_string(n_head) + " heads");
 }
 
 std::vector<std::vector<int64_t>> DistillJob::dims_for(int n_layer, int n_head) const {
@@ -271,6 +288,15 @@ DistillJob read_distill_job(const std::string& run_dir) {
     job.types = parse_head_types_json(t, int(d.size()), heads, job.options.window, path + ": head_types");
   }
   job.dims = parse_dims_json(d, int(d.size()), heads, path, job.types);
+  // Each head's decay: recorded for mixer; one kind for every head is resolved again from the options.
+  if (j.contains("head_decays")) {
+    const auto& t = j["head_decays"];
+    const int decay_heads = t.is_array() && !t.empty() && t[0].is_array() ? int(t[0].size()) : heads;
+    if (!job.types.empty() && decay_heads != heads) fail(path, "head_decays and head_types list different numbers of heads");
+    job.decays = parse_head_decays_json(t, int(d.size()), decay_heads, job.types, path + ": head_decays");
+  } else if (job.options.decay == Decay::Mixer) {
+    fail(path, "has decay mixer but no \"head_decays\" (each head's decay, resolved when the job started)");
+  }
   try {
     check_map_dims(job.options, job.dims, job.types);
   } catch (const Error& e) {

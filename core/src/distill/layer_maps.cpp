@@ -6,11 +6,15 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // at::NoGradGuard: not pulled in by ATen.h in LibTorch 2.x
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 #include <limits>
 
 #include "attnscope/distill/layer_maps.h"
 
+#include "attnscope/analysis/head_analysis.h"
 #include "attnscope/analysis/structured_mixers.h"
 #include "attnscope/base/error.h"
 #include "attnscope/capture/capture.h"
@@ -82,7 +86,9 @@ namespace {
 
 // Maps for the given heads of a layer, stacked in that order; head h has seed derive_seed(seed, layer, h).
 LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_t>& head_ids, int64_t d,
-                    int64_t features, int64_t d_model, int64_t window) {
+                    int64_t features, int64_t d_model, int64_t window, Decay decay) {
+  if (decay == Decay::Mixer)
+    fail_value("decay", "mixer gives each head its own decay: the job resolves them (head_decays_for) before the maps are made");
   FeatureMapSpec spec;
   spec.name = o.feature_map;
   spec.d = d;
@@ -97,8 +103,8 @@ LayerMaps init_maps(const DistillOptions& o, int layer, const std::vector<int64_
   static_cast<StackedMaps&>(m) = init_stacked_maps(spec, seeds);
   m.window = window;
   if (window > 0) m.params.emplace_back(kGammaParam, at::zeros({m.heads}, at::kFloat));  // g = 1/2 (SPEC 5)
-  if (o.decay == Decay::Fixed) m.params.emplace_back(kDecayParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
-  if (o.decay == Decay::Gated) {
+  if (decay == Decay::Fixed) m.params.emplace_back(kDecayParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
+  if (decay == Decay::Gated) {
     if (d_model < 1) fail("distill", "gated decays need the layer input's width (d_model)");
     m.params.emplace_back(kGateWeightParam, at::zeros({m.heads, d_model}, at::kFloat));
     m.params.emplace_back(kGateBiasParam, at::full({m.heads}, kUndecayedDelta, at::kFloat));
@@ -114,17 +120,22 @@ LayerMaps init_layer_maps(const DistillOptions& o, int layer, int64_t heads, int
                           int64_t d_model) {
   std::vector<int64_t> all(static_cast<size_t>(heads));
   for (int64_t h = 0; h < heads; ++h) all[size_t(h)] = h;
-  return init_maps(o, layer, all, d, features, d_model, o.window);
+  return init_maps(o, layer, all, d, features, d_model, o.window, o.decay);
 }
 
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
-                                         int64_t d, int64_t d_model, const std::vector<HeadType>& types) {
+                                         int64_t d, int64_t d_model, const std::vector<HeadType>& types,
+                                         const std::vector<Decay>& decays) {
+  if (!decays.empty() && decays.size() != head_dims.size())
+    fail("distill", "layer " + std::to_string(layer) + " has " + std::to_string(decays.size()) + " head decays for " +
+                        std::to_string(head_dims.size()) + " heads");
   std::vector<HeadGroup> groups;
-  std::vector<std::pair<int64_t, int64_t>> group_key;  // (window, M)
+  std::vector<std::tuple<int64_t, int64_t, Decay>> group_key;  // (window, M, decay)
   for (int64_t h = 0; h < int64_t(head_dims.size()); ++h) {
     const HeadType type = types.empty() ? map_head_type(o.window) : types[size_t(h)];
     if (type == HeadType::Softmax) continue;
-    const std::pair<int64_t, int64_t> key{type == HeadType::Hybrid ? o.window : 0, head_dims[size_t(h)]};
+    const std::tuple<int64_t, int64_t, Decay> key{type == HeadType::Hybrid ? o.window : 0, head_dims[size_t(h)],
+                                                  decays.empty() ? o.decay : decays[size_t(h)]};
     size_t g = 0;
     while (g < group_key.size() && group_key[g] != key) ++g;
     if (g == group_key.size()) {
@@ -134,7 +145,8 @@ std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, con
     groups[g].heads.push_back(h);
   }
   for (size_t g = 0; g < groups.size(); ++g)
-    groups[g].maps = init_maps(o, layer, groups[g].heads, d, group_key[g].second, d_model, group_key[g].first);
+    groups[g].maps = init_maps(o, layer, groups[g].heads, d, std::get<1>(group_key[g]), d_model, std::get<0>(group_key[g]),
+                               std::get<2>(group_key[g]));
   return groups;
 }
 
@@ -168,23 +180,60 @@ at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer) {
   return delta;
 }
 
-at::Tensor initial_decay_delta(Decay decay, DecayInit init, const CaptureStore* capture, int layer, int64_t heads) {
-  if (decay == Decay::None) return {};
-  if (init == DecayInit::None) return at::full({heads}, kUndecayedDelta, at::kFloat);
+at::Tensor initial_decay_delta(const std::vector<Decay>& decays, DecayInit init, const CaptureStore* capture, int layer) {
+  if (std::all_of(decays.begin(), decays.end(), [](Decay d) { return d == Decay::None; })) return {};
+  if (init == DecayInit::None) return at::full({int64_t(decays.size())}, kUndecayedDelta, at::kFloat);
   if (!capture) fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
   return fitted_decay_delta(*capture, layer);
 }
 
-void add_initial_decays(HeadFeatureMaps& maps, Decay decay, DecayInit init, const CaptureStore* capture, int n_layer,
-                        int64_t n_head, int64_t d_model) {
-  for (int s = 0; s < n_layer && decay != Decay::None; ++s) {
-    const at::Tensor start = initial_decay_delta(decay, init, capture, s, n_head);
-    if (decay == Decay::Fixed) maps.decay_delta.push_back(start);
-    if (decay == Decay::Gated) {
+std::vector<std::vector<Decay>> head_decays_for(Decay choice, const std::vector<std::vector<HeadType>>& types,
+                                                const CaptureStore* capture, int n_layer, int n_head) {
+  std::vector<std::vector<Decay>> out(size_t(n_layer), std::vector<Decay>(size_t(n_head), Decay::None));
+  if (choice == Decay::Mixer && !capture)
+    fail_value("decay", "mixer reads each head's attention from a capture (its mixer distances): give one, or one decay for every head");
+  for (int s = 0; s < n_layer; ++s) {
+    at::Tensor q, k;
+    if (choice == Decay::Mixer) q = capture->layer_tensor(s, "q"), k = capture->layer_tensor(s, "k");
+    for (int h = 0; h < n_head; ++h) {
+      if (!types.empty() && types[size_t(s)][size_t(h)] == HeadType::Softmax) continue;
+      if (choice != Decay::Mixer) {
+        out[size_t(s)][size_t(h)] = choice;
+        continue;
+      }
+      AnalysisOptions opt;
+      opt.mixer_state = kStudentMixerState;
+      out[size_t(s)][size_t(h)] =
+          best_decay_student(head_mixer_distances(q.select(1, h), k.select(1, h), capture->sliding_window(), opt));
+    }
+  }
+  return out;
+}
+
+void add_initial_decays(HeadFeatureMaps& maps, const std::vector<std::vector<Decay>>& decays, DecayInit init,
+                        const CaptureStore* capture, int n_layer, int64_t n_head, int64_t d_model) {
+  bool fixed = false, gated = false;
+  std::optional<Decay> first;
+  bool one = true;  // every map head the same kind: no per-head table
+  for (int s = 0; s < n_layer; ++s)
+    for (int64_t h = 0; h < n_head; ++h) {
+      if (maps.type(s, h) == HeadType::Softmax) continue;
+      const Decay d = decays[size_t(s)][size_t(h)];
+      if (d == Decay::Mixer) fail_value("decay", "mixer must be resolved to each head's decay (head_decays_for) first");
+      fixed = fixed || d == Decay::Fixed, gated = gated || d == Decay::Gated;
+      if (!first) first = d;
+      one = one && d == *first;
+    }
+  for (int s = 0; s < n_layer && (fixed || gated); ++s) {
+    at::Tensor start = initial_decay_delta(decays[size_t(s)], init, capture, s);
+    if (!start.defined()) start = at::full({n_head}, kUndecayedDelta, at::kFloat);  // a layer without decayed heads: not read
+    if (fixed) maps.decay_delta.push_back(start);
+    if (gated) {
       maps.decay_b.push_back(start);
       maps.decay_w.push_back(at::zeros({n_head, d_model}, at::kFloat));
     }
   }
+  if (!one) maps.decays = decays;
 }
 
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {
@@ -209,6 +258,7 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
       if (g.maps.has_param(kGateWeightParam)) gate = true, gate_width = g.maps.param(kGateWeightParam).size(1);
     }
   if (!types.empty() && types.size() != groups.size()) fail("distill", "head types for " + std::to_string(types.size()) + " layers, groups for " + std::to_string(groups.size()));
+  std::vector<std::vector<Decay>> decays;  // [S][H]
   for (size_t s = 0; s < groups.size(); ++s) {
     const auto& layer = groups[s];
     int64_t n = 0;
@@ -229,6 +279,12 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
                             (softmax ? " is a softmax head but has a map" : " has no map and is not a softmax head"));
     }
     lin->maps.push_back(std::move(heads));
+    // Each head's decay, from its group's parameters (softmax heads none).
+    std::vector<Decay> kinds(size_t(n), Decay::None);
+    for (const auto& g : layer)
+      for (int64_t h : g.heads)
+        kinds[size_t(h)] = g.maps.has_param(kGateWeightParam) ? Decay::Gated : g.maps.has_param(kDecayParam) ? Decay::Fixed : Decay::None;
+    decays.push_back(kinds);
     // Differentiable unless copied: direct training reaches gamma and the decays. A layer without
     // any head that has it (every head softmax) gets zeros.
     const auto param = [&](const char* name, std::vector<int64_t> shape) {
@@ -246,6 +302,9 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
       lin->decay_b.push_back(param(kGateBiasParam, {}));
     }
   }
+  // A per-head table only where the map heads' decays differ (--decay mixer).
+  lin->decays = decays;
+  if (uniform_decay(*lin) != Decay::Mixer) lin->decays.clear();
   return lin;
 }
 

@@ -62,12 +62,12 @@ GroupState group_state(HeadGroup group) {
 
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
                       int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta,
-                      const std::vector<HeadType>& types) {
+                      const std::vector<HeadType>& types, const std::vector<Decay>& decays) {
   st.heads = int64_t(head_dims.size());
   st.types = types;
   st.groups.clear();
-  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d, d_model, types);
-  if (o.decay != Decay::None && decay_delta.defined()) set_layer_decay(groups, decay_delta);
+  std::vector<HeadGroup> groups = init_layer_groups(o, layer, head_dims, d, d_model, types, decays);
+  if (decay_delta.defined()) set_layer_decay(groups, decay_delta);
   for (HeadGroup& hg : groups) {
     hg.maps.softmax_window = softmax_window;
     st.groups.push_back(group_state(std::move(hg)));

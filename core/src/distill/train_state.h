@@ -72,10 +72,11 @@ GroupState group_state(HeadGroup group);
 // model's sliding window (LayerMaps::softmax_window: the layerwise losses' targets apply it).
 // Decayed heads start at `decay_delta` [H] when given (fitted_decay_delta), else without decay;
 // d_model is the layer input's width (gated decays' w).
-// `types`: the layer's head types when the model mixes them (softmax heads get no group).
+// `types`: the layer's head types when the model mixes them (softmax heads get no group);
+// `decays`: each head's decay (DistillJob::decays), empty: o.decay for every head.
 void init_layer_state(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims, int64_t d,
                       int64_t d_model, int64_t softmax_window, LayerState& st, const at::Tensor& decay_delta = {},
-                      const std::vector<HeadType>& types = {});
+                      const std::vector<HeadType>& types = {}, const std::vector<Decay>& decays = {});
 // The layers' head types as a model's table ([S][H]; empty unless the model mixes them).
 std::vector<std::vector<HeadType>> layer_types(const std::vector<LayerState>& layers);
 // Moves a layer's maps, AdamW moments and head indices to `device`.

@@ -50,13 +50,18 @@ ConvertedHeader parse_header(const nlohmann::json& config, const std::string& fi
   if (a.contains("decay")) {
     if (!a["decay"].is_string()) fail(where + ".decay", "must be a string: none, fixed or gated");
     try {
-      h.decay = parse_decay(a["decay"].get<std::string>());
+      h.decay = parse_head_decay(a["decay"].get<std::string>());
     } catch (const Error& e) {
       fail(where + ".decay", e.what());
     }
   }
   if (a.contains("head_types")) h.types = parse_head_types_json(a["head_types"], n_layer, n_head, h.window, where + ".head_types");
   h.dims = parse_dims_json(a["dims"], n_layer, n_head, where + ".dims", h.types);
+  if (a.contains("head_decays")) {
+    if (a.contains("decay"))
+      fail(where + ".head_decays", "and \"decay\" both given: a model names one decay for every head or each head's (head_decays)");
+    h.decays = parse_head_decays_json(a["head_decays"], n_layer, n_head, h.types, where + ".head_decays");
+  }
   return h;
 }
 

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -65,10 +66,8 @@ std::string converted_weights_dir(const std::string& dir) {
 
 std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, const ConvertedHeader& hdr, int n_layer, int n_head,
                                                    int64_t head_dim, int64_t d_model) {
-  const Decay decay = hdr.decay;
   const int64_t window = hdr.window;
   const auto& dims = hdr.dims;
-  if (decay == Decay::Gated && d_model < 1) fail(file, "gated heads need the model's width to be read");
   if (!fs::exists(file)) fail(file, "is missing: it should hold every head's feature map");
   if (int(dims.size()) != n_layer) fail(file, "dims list " + std::to_string(dims.size()) + " layers, the model has " + std::to_string(n_layer));
   check_head_types(hdr.types, n_layer, n_head, window, file);
@@ -76,7 +75,17 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   auto lin = std::make_shared<HeadFeatureMaps>();
   lin->window = window;
   lin->types = hdr.types;
+  lin->decays = hdr.decays;
   lin->maps.resize(n_layer);
+  // Each map head's decay: its entry in head_decays, else the model's one "decay".
+  const auto decay_of = [&](int s, int h) {
+    if (lin->type(s, h) == HeadType::Softmax) return Decay::None;
+    return hdr.decays.empty() ? hdr.decay : hdr.decays[size_t(s)][size_t(h)];
+  };
+  bool fixed = false, gated = false;
+  for (int s = 0; s < n_layer; ++s)
+    for (int h = 0; h < n_head; ++h) fixed = fixed || decay_of(s, h) == Decay::Fixed, gated = gated || decay_of(s, h) == Decay::Gated;
+  if (gated && d_model < 1) fail(file, "gated heads need the model's width to be read");
   size_t used = 0;
   for (int s = 0; s < n_layer; ++s) {
     if (int(dims[s].size()) != n_head) fail(file, "dims of layer " + std::to_string(s) + " do not list " + std::to_string(n_head) + " heads");
@@ -103,12 +112,13 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
   // (the others' entries are 0 and not read): one finite number ([H] float32 per layer: hybrid
   // heads' balances, fixed decays' deltas, gates' biases), or with width > 0 a vector of that many
   // ([H, width]: gates' weights).
-  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs, bool (*uses)(HeadType), int64_t width = 0) {
+  auto per_head = [&](std::string (*name_of)(int, int), const std::string& needs, const std::function<bool(int, int)>& uses,
+                      int64_t width = 0) {
     std::vector<at::Tensor> layers;
     for (int s = 0; s < n_layer; ++s) {
       at::Tensor g = width > 0 ? at::zeros({n_head, width}, at::kFloat) : at::zeros({n_head}, at::kFloat);
       for (int h = 0; h < n_head; ++h) {
-        if (!uses(lin->type(s, h))) continue;
+        if (!uses(s, h)) continue;
         const std::string name = name_of(s, h);
         if (!st.contains(name)) fail(file, "has no " + name + ": " + needs);
         const at::Tensor t = st.tensor(name);
@@ -128,24 +138,25 @@ std::shared_ptr<HeadFeatureMaps> read_feature_maps(const std::string& file, cons
     }
     return layers;
   };
-  const auto hybrid = [](HeadType t) { return t == HeadType::Hybrid; };
-  const auto mapped = [](HeadType t) { return t != HeadType::Softmax; };
+  const auto hybrid = [&](int s, int h) { return lin->type(s, h) == HeadType::Hybrid; };
+  const auto is_fixed = [&](int s, int h) { return decay_of(s, h) == Decay::Fixed; };
+  const auto is_gated = [&](int s, int h) { return decay_of(s, h) == Decay::Gated; };
   if (window > 0) lin->gamma = per_head(convert::gamma_name, "a hybrid head (window " + std::to_string(window) + ") needs its balance", hybrid);
-  if (decay == Decay::Fixed) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta", mapped);
-  if (decay == Decay::Gated) {
-    lin->decay_b = per_head(convert::decay_b_name, "a gated head needs its gate's bias b", mapped);
-    lin->decay_w = per_head(convert::decay_w_name, "a gated head needs its gate's weights w", mapped, d_model);
+  if (fixed) lin->decay_delta = per_head(convert::decay_delta_name, "a head with fixed decay needs its delta", is_fixed);
+  if (gated) {
+    lin->decay_b = per_head(convert::decay_b_name, "a gated head needs its gate's bias b", is_gated);
+    lin->decay_w = per_head(convert::decay_w_name, "a gated head needs its gate's weights w", is_gated, d_model);
   }
   if (used != st.entries().size()) {
     std::string own = "feature_map.*";
     if (window > 0) own += ", gamma";
-    if (decay == Decay::Fixed) own += ", decay.delta";
-    if (decay == Decay::Gated) own += ", decay.w, decay.b";
+    if (fixed) own += ", decay.delta";
+    if (gated) own += ", decay.w, decay.b";
     if (own.find(',') != std::string::npos) own = "{" + own + "}";
     fail(file, "holds " + std::to_string(st.entries().size() - used) + " tensors outside layers.{0.." +
                    std::to_string(n_layer - 1) + "}.heads.{0.." + std::to_string(n_head - 1) + "}." + own +
-                   " (gamma belongs to hybrid heads, decay.delta to a model whose \"decay\" is \"fixed\", decay.w "
-                   "and decay.b to a \"gated\" one; a softmax head has none)");
+                   " (gamma belongs to hybrid heads, decay.delta to heads whose decay is fixed, decay.w and decay.b "
+                   "to gated ones (\"decay\" or \"head_decays\"); a softmax head has none)");
   }
   return lin;
 }

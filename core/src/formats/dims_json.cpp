@@ -58,35 +58,70 @@ std::vector<std::vector<int64_t>> parse_dims_json(const nlohmann::json& d, int n
   return dims;
 }
 
-nlohmann::ordered_json head_types_json(const std::vector<std::vector<HeadType>>& types) {
+namespace {
+
+// A per-head table of names ([[name, ...] per layer]) written and read with one name table: `name`
+// and `parse` (which throws Error); `what` is the entries' noun in messages ("head type").
+template <typename T>
+nlohmann::ordered_json names_json(const std::vector<std::vector<T>>& table, const char* (*name)(T)) {
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  for (const auto& layer : types) {
+  for (const auto& layer : table) {
     nlohmann::ordered_json row = nlohmann::ordered_json::array();
-    for (HeadType t : layer) row.push_back(head_type_name(t));
+    for (T t : layer) row.push_back(name(t));
     j.push_back(row);
   }
   return j;
 }
-
-std::vector<std::vector<HeadType>> parse_head_types_json(const nlohmann::json& j, int n_layer, int n_head, int64_t window,
-                                                         const std::string& where) {
-  if (!j.is_array()) fail(where, "is not a list of layers, each a list of head types (softmax, hybrid, linear)");
-  std::vector<std::vector<HeadType>> types;
+template <typename T>
+std::vector<std::vector<T>> parse_names_json(const nlohmann::json& j, T (*parse)(const std::string&), const std::string& what,
+                                             const std::string& names, const std::string& where) {
+  if (!j.is_array()) fail(where, "is not a list of layers, each a list of " + what + "s (" + names + ")");
+  std::vector<std::vector<T>> table;
   for (size_t s = 0; s < j.size(); ++s) {
-    if (!j[s].is_array()) fail(where, "layer " + std::to_string(s) + " is not a list of head types");
-    std::vector<HeadType> row;
+    if (!j[s].is_array()) fail(where, "layer " + std::to_string(s) + " is not a list of " + what + "s");
+    std::vector<T> row;
     for (const auto& t : j[s]) {
-      if (!t.is_string()) fail(where, "layer " + std::to_string(s) + " has a head type that is not a name: " + t.dump());
+      if (!t.is_string()) fail(where, "layer " + std::to_string(s) + " has a " + what + " that is not a name: " + t.dump());
       try {
-        row.push_back(parse_head_type(t.get<std::string>()));
+        row.push_back(parse(t.get<std::string>()));
       } catch (const Error& e) {
         fail(where, "layer " + std::to_string(s) + ": " + e.what());
       }
     }
-    types.push_back(row);
+    table.push_back(row);
   }
+  return table;
+}
+
+}  // namespace
+
+nlohmann::ordered_json head_types_json(const std::vector<std::vector<HeadType>>& types) {
+  return names_json(types, head_type_name);
+}
+
+std::vector<std::vector<HeadType>> parse_head_types_json(const nlohmann::json& j, int n_layer, int n_head, int64_t window,
+                                                         const std::string& where) {
+  auto types = parse_names_json(j, parse_head_type, "head type", "softmax, hybrid, linear", where);
   check_head_types(types, n_layer, n_head, window, where);
   return types;
+}
+
+nlohmann::ordered_json head_decays_json(const std::vector<std::vector<Decay>>& decays) { return names_json(decays, decay_name); }
+
+std::vector<std::vector<Decay>> parse_head_decays_json(const nlohmann::json& j, int n_layer, int n_head,
+                                                       const std::vector<std::vector<HeadType>>& types, const std::string& where) {
+  auto decays = parse_names_json(j, parse_head_decay, "head decay", "none, fixed, gated", where);
+  if (int(decays.size()) != n_layer)
+    fail(where, std::to_string(decays.size()) + " layers of head decays for a model of " + std::to_string(n_layer));
+  for (int s = 0; s < n_layer; ++s) {
+    if (int(decays[size_t(s)].size()) != n_head)
+      fail(where, "layer " + std::to_string(s) + " lists " + std::to_string(decays[size_t(s)].size()) + " head decays for " +
+                      std::to_string(n_head) + " heads");
+    for (int h = 0; h < n_head && !types.empty(); ++h)
+      if (types[size_t(s)][size_t(h)] == HeadType::Softmax && decays[size_t(s)][size_t(h)] != Decay::None)
+        fail(where, "layer " + std::to_string(s) + " head " + std::to_string(h) + " is a softmax head: its decay is none");
+  }
+  return decays;
 }
 
 }  // namespace attnscope

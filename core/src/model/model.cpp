@@ -577,7 +577,7 @@ class Recurrent {
   at::Tensor step(const at::Tensor& ids, int64_t pos) {
     return token_step(c_, w_, ids, pos, [&](int s, const Projected& p) {
       // Decayed heads: Lambda at this position, [B, H] float64 (undefined without decay).
-      const at::Tensor log_a = lin_.decay() == Decay::None ? at::Tensor() : decay_log_a_step(lin_, s, p.x.select(1, 0));
+      const at::Tensor log_a = lin_.decayed() ? decay_log_a_step(lin_, s, p.x.select(1, 0)) : at::Tensor();
       if (log_a.defined()) lambda_[s] = lambda_[s].defined() ? lambda_[s] + log_a : log_a;
       std::vector<Group>& groups = groups_[size_t(s)];
       at::Tensor y = groups.size() == 1 ? at::Tensor() : at::empty_like(p.v.squeeze(2));  // [B, H, d]
@@ -760,9 +760,11 @@ void Model::set_feature_maps(std::shared_ptr<const HeadFeatureMaps> maps) {
     };
     if (map_head_type(maps->window) == HeadType::Hybrid) per_head(maps->gamma, "hybrid heads", "a balance gamma");
     if (!maps->decay_delta.empty()) per_head(maps->decay_delta, "decayed heads", "a decay delta");
+    check_head_decays(*maps, c.n_layer, c.n_head, "linear attention");
     if (!maps->decay_b.empty()) {
       per_head(maps->decay_b, "gated heads", "a gate bias b");
-      if (!maps->decay_delta.empty()) fail("linear attention", "a model's heads have one kind of decay: fixed or gated, not both");
+      if (!maps->decay_delta.empty() && maps->decays.empty())
+        fail("linear attention", "a model whose heads have both fixed and gated decays needs each head's kind (head_decays)");
       if (int(maps->decay_w.size()) != c.n_layer) fail("linear attention", "gated heads need a gate w for each layer");
       for (int s = 0; s < c.n_layer; ++s)
         if (!maps->decay_w[s].defined() || maps->decay_w[s].sizes() != at::IntArrayRef{c.n_head, c.d_model} ||

@@ -355,9 +355,10 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
       make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window, trained.types));
   // Decayed heads start where distill started them: fitted to the capture, or without decay (a
   // gate's b where a fixed decay's delta would be, its w = 0).
-  if (o.stage1.decay != Decay::None) {
+  // Each head the decay it trained with (--decay mixer chose them per head).
+  if (trained.decayed()) {
     const CaptureStore cap((dir / "capture").string());
-    add_initial_decays(*fresh, o.stage1.decay, o.stage1.decay_init, &cap, c.n_layer, c.n_head, c.d_model);
+    add_initial_decays(*fresh, head_decays_of(trained), o.stage1.decay_init, &cap, c.n_layer, c.n_head, c.d_model);
   }
   untrained.set_feature_maps(fresh);
   // The anchor: the original with softmax attention, finetuned exactly as stage 2 finetunes the

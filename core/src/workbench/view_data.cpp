@@ -172,7 +172,8 @@ MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int la
     size_t most = 0;
     for (size_t i = 1; i < f.mixer_students.size(); ++i)
       if (f.mixer_students[i] > f.mixer_students[most]) most = i;
-    f.mixer_advice = "most heads: --decay " + std::string(decay_name(Decay(most)));
+    f.mixer_advice = "most heads: --decay " + std::string(decay_name(Decay(most))) + "; each head its own: --decay " +
+                     decay_name(Decay::Mixer) + " (at N = " + std::to_string(kStudentMixerState) + ")";
   }
   return f;
 }

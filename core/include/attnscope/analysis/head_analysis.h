@@ -63,6 +63,12 @@ struct HeadAnalysis {
   double decay_length = std::numeric_limits<double>::quiet_NaN();
 };
 
+// A head's structured-mixer distances (HeadAnalysis::mixers): of the softmax map (within the
+// model's sliding window W, 0 = none) of the first opt.mixer_tokens tokens of the first window of
+// q, k [T, L, d], at state size opt.mixer_state (>= 1) and opt.mixer_iterations. The mixer panel
+// and training's --decay mixer (head_decays_for) read it.
+MixerDistances head_mixer_distances(const at::Tensor& q, const at::Tensor& k, int64_t W, const AnalysisOptions& opt);
+
 // The softmax side of each head (HeadAnalysis::softmax and mixers), which no feature-map option
 // changes: analysing the same capture again with another feature map, M or window through the same
 // cache computes only the linear side. Thread-safe (a job fills it while the GUI starts the next).

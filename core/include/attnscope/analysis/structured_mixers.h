@@ -77,6 +77,9 @@ MixerDistances mixer_distances(const at::Tensor& A, const MixerFitOptions& optio
 // the fits); then fixed where RetNet's decay mask alone (position only, no content) is within the
 // margin of SSD, else gated.
 Decay best_decay_student(const MixerDistances& m, double margin = 0.05);
+// The state size N at which training's --decay mixer fits each head's mixers (paper 003's smallest,
+// Table 3) to pick its student: the metrics view's mixer panel at --mixer-state 16 names the same.
+constexpr int64_t kStudentMixerState = 16;
 
 // The decay-only head closest to an attention map by lag (SPEC 5's fixed decay; training's
 // --decay-init fit): the a in (0, 1] that maximizes sum_i sum_{j <= i} A_ij log P_a(i, j),

@@ -91,9 +91,15 @@ at::Tensor combine_head_parts(const HeadPart& window, const HeadPart& linear, co
 
 // The decay a head's linear part carries, one name table: none | fixed (a = sigmoid(delta), one
 // delta per head: RetNet's retention decay) | gated (a_t = sigmoid(w.x_t + b) from the layer's
-// input x_t, w [d_model] and b per head: Mamba-2's scalar gate).
-enum class Decay { None, Fixed, Gated };
+// input x_t, w [d_model] and b per head: Mamba-2's scalar gate) | mixer, which is a choice and not
+// a head's decay: training's and convert's --decay mixer give each head the student its
+// structured-mixer distances point at (best_decay_student, the metrics view's mixer panel), so one
+// model mixes none, fixed and gated heads. A model's heads are none, fixed or gated: its files
+// never say mixer (parse_head_decay).
+enum class Decay { None, Fixed, Gated, Mixer };
 Decay parse_decay(const std::string& name);  // else Error (quantity "decay")
+// A head's decay as a model's file names it: parse_decay without mixer (Error, quantity "decay").
+Decay parse_head_decay(const std::string& name);
 const char* decay_name(Decay decay);
 std::vector<std::string> decay_names();
 

@@ -31,15 +31,29 @@ struct HeadFeatureMaps {
   // delta[s] [H] float32 per layer; empty: no fixed decay.
   std::vector<at::Tensor> decay_delta;
   // Gated decay: a_t = sigmoid(w[s][h].x_t + b[s][h]) from layer s's input x_t; w[s] [H, D], b[s]
-  // [H] float32 per layer; empty: no gated decay. A model has one kind of decay or none.
+  // [H] float32 per layer; empty: no gated decay.
   std::vector<at::Tensor> decay_w, decay_b;
+  // Each head's decay [S][H] (none, fixed or gated; a softmax head none) when the model mixes them
+  // (training's --decay mixer); the tensors above are then there for the kinds some head has, and
+  // their other heads' entries are not read. Empty: every map head has the one kind the tensors
+  // say (gated with decay_w, fixed with decay_delta, else none).
+  std::vector<std::vector<Decay>> decays;
 
   HeadType type(int64_t layer, int64_t head) const {
     return types.empty() ? map_head_type(window) : types[size_t(layer)][size_t(head)];
   }
   bool mixed() const { return !types.empty(); }
-  Decay decay() const { return !decay_w.empty() ? Decay::Gated : !decay_delta.empty() ? Decay::Fixed : Decay::None; }
+  Decay decay(int64_t layer, int64_t head) const {
+    if (type(layer, head) == HeadType::Softmax) return Decay::None;
+    if (!decays.empty()) return decays[size_t(layer)][size_t(head)];
+    return !decay_w.empty() ? Decay::Gated : !decay_delta.empty() ? Decay::Fixed : Decay::None;
+  }
+  bool decayed() const { return !decay_w.empty() || !decay_delta.empty(); }
 };
+
+// The one decay every map head of `lin` has, or Decay::Mixer when they differ (a model's
+// "decay", SPEC 7, or its "head_decays").
+Decay uniform_decay(const HeadFeatureMaps& lin);
 
 // Lambda [B, H, L] of layer s's decayed heads over the layer's input x [B, L, D] (fixed:
 // fixed_decay_lambda, the same for every sequence; gated: gated_decay_lambda), float64 on x's
@@ -71,6 +85,11 @@ HeadFeatureMaps make_head_feature_maps(const FeatureMapSpec& spec, const std::ve
 // file or option in the Error (quantity "head types").
 void check_head_types(const std::vector<std::vector<HeadType>>& types, int n_layer, int n_head, int64_t window,
                       const std::string& where = "head types");
+// The one check of a model's per-head decays (HeadFeatureMaps::decays) against its shape, types
+// and tensors: empty, or S x H kinds, none for softmax heads, never mixer, and the tensors of each
+// kind some head has (decay_delta for fixed, decay_w and decay_b for gated). `where` names the file
+// or option in the Error (quantity "decay").
+void check_head_decays(const HeadFeatureMaps& lin, int n_layer, int n_head, const std::string& where);
 // What a model of these heads keeps per sequence at context T in the recurrent form, in values
 // (head_cost summed over heads: a softmax head's cache per query head, as the model keeps it), and
 // what the original keeps: its key-value cache, each of n_kv_head heads per layer once.
@@ -80,5 +99,7 @@ int64_t kv_cache_values(int64_t n_layer, int64_t n_kv_head, int64_t head_dim, in
 std::vector<std::vector<int64_t>> head_dims(const HeadFeatureMaps& lin);
 // The types as a table with every head spelled out: types itself, or map_head_type(window) everywhere.
 std::vector<std::vector<HeadType>> head_types_of(const HeadFeatureMaps& lin);
+// Each head's decay [S][H] (HeadFeatureMaps::decay: softmax heads none).
+std::vector<std::vector<Decay>> head_decays_of(const HeadFeatureMaps& lin);
 
 }  // namespace attnscope

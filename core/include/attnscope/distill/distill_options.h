@@ -114,6 +114,9 @@ struct DistillJob {
   DistillOptions options;
   std::vector<std::vector<int64_t>> dims;  // [S][H]; as read from job.json, [S][1] for per-layer dims
   std::vector<std::vector<HeadType>> types;  // [S][H] mixed head types ("head_types"); empty: every head as the window says
+  // [S][H] each head's decay (head_decays_for of options.decay; softmax heads none), resolved when
+  // the job starts; job.json records it as "head_decays" for --decay mixer (read back on resume).
+  std::vector<std::vector<Decay>> decays;
   std::string model;                       // the model the maps are for (resolved path)
   int world_size = 1;
   std::string command;                     // distill_command(options, run) when written
@@ -123,7 +126,11 @@ struct DistillJob {
   // dims for a model of n_layer layers and n_head heads (per-layer rows expanded to every head).
   // Throws Error naming the job's file when they do not fit.
   std::vector<std::vector<int64_t>> dims_for(int n_layer, int n_head) const;
+  // Whether some head has a gated decay (training then reads the layers' inputs).
+  bool has_gates() const;
 };
+// job.decays must be n_layer x n_head: Error naming the job's file otherwise.
+void check_head_decays_of(const DistillJob& job, int n_layer, int n_head);
 std::string distill_job_json(const DistillJob& job);
 // RUN/job.json; Error naming the file when missing, malformed or out of range.
 DistillJob read_distill_job(const std::string& run_dir);

@@ -83,9 +83,11 @@ struct HeadGroup {
 // (all heads, in order) when the heads share M. Head h's map is init_layer_maps' head h (seed
 // derive_seed(seed, s, h)) whatever its group. With head types (mixed models, one per head) the
 // heads group by type and M: a hybrid group has o.window, a linear one none, and softmax heads are
-// in no group (they are exact: nothing to train).
+// in no group (they are exact: nothing to train). With `decays` (one per head: head_decays_for)
+// heads group by decay too; empty: o.decay for every head (Error for mixer, which needs them).
 std::vector<HeadGroup> init_layer_groups(const DistillOptions& o, int layer, const std::vector<int64_t>& head_dims,
-                                         int64_t d, int64_t d_model = 0, const std::vector<HeadType>& types = {});
+                                         int64_t d, int64_t d_model = 0, const std::vector<HeadType>& types = {},
+                                         const std::vector<Decay>& decays = {});
 
 // A per-head parameter of the layer's groups (kGammaParam, kDecayParam, the gate's) as [H, ...] in
 // head order for a layer of n_heads heads, gathered from its groups (differentiable in theirs); 0
@@ -97,15 +99,23 @@ at::Tensor layer_head_param(const std::vector<HeadGroup>& layer, const char* nam
 // per head, so the held-out windows are read too), within the model's sliding window. The
 // untrained model linearize reports starts from the same.
 at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer);
-// Where decayed heads of layer s start, delta [H]: fitted_decay_delta for decay_init fit (Error
-// naming the decay initialization without a capture), kUndecayedDelta for none; undefined without
-// decay. Distill's start and linearize's untrained model.
-at::Tensor initial_decay_delta(Decay decay, DecayInit init, const CaptureStore* capture, int layer, int64_t heads);
-// Untrained decayed heads where training would start them: every layer's deltas (fixed) or gates
-// (gated: w = 0 [H, d_model], b = the delta: the same decay) from initial_decay_delta. Nothing for
-// decay none. linearize's untrained model and `convert --decay`.
-void add_initial_decays(HeadFeatureMaps& maps, Decay decay, DecayInit init, const CaptureStore* capture, int n_layer,
-                        int64_t n_head, int64_t d_model);
+// Where decayed heads of layer s start, delta [H] for the layer's heads' decays `decays`:
+// fitted_decay_delta for decay_init fit (Error naming the decay initialization without a capture),
+// kUndecayedDelta for none; undefined when no head of the layer decays. Distill's start and
+// linearize's untrained model.
+at::Tensor initial_decay_delta(const std::vector<Decay>& decays, DecayInit init, const CaptureStore* capture, int layer);
+// Each head's decay [S][H] for --decay `choice`: that kind for every map head (softmax heads
+// none), or for mixer each map head's best_decay_student of its mixer distances on the capture
+// (head_mixer_distances at N = kStudentMixerState: the metrics view's mixer panel at --mixer-state
+// 16); Error naming the decay for mixer without a capture.
+std::vector<std::vector<Decay>> head_decays_for(Decay choice, const std::vector<std::vector<HeadType>>& types,
+                                                const CaptureStore* capture, int n_layer, int n_head);
+// Untrained decayed heads where training would start them: every layer's deltas (fixed heads) or
+// gates (gated: w = 0 [H, d_model], b = the delta: the same decay) from initial_decay_delta, for
+// each head's decay `decays` [S][H] (head_decays_for; maps.decays set when they differ). Nothing
+// when no head decays. linearize's untrained model and `convert --decay`.
+void add_initial_decays(HeadFeatureMaps& maps, const std::vector<std::vector<Decay>>& decays, DecayInit init,
+                        const CaptureStore* capture, int n_layer, int64_t n_head, int64_t d_model);
 // A capture must be of `model` (named so in the message): its layers, heads, head dim and (when it
 // records one) width; Error naming the capture `where` otherwise.
 void check_capture_of(const CaptureStore& cap, const ModelConfig& model, const std::string& where,

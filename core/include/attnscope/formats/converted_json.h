@@ -17,6 +17,8 @@ struct ConvertedHeader {
   int64_t trained_length = 0;              // "trained_length", 0 when absent
   int64_t window = 0;                      // "window": hybrid heads; 0 when absent (plain linear)
   Decay decay = Decay::None;               // "decay": SPEC 5's decayed heads, fixed or gated; none when absent
+  // "head_decays" [S][H] (a model that mixes none, fixed and gated heads; then no "decay"); empty when absent.
+  std::vector<std::vector<Decay>> decays;
   // "head_types" [S][H] (mixed types, SPEC 7); empty when absent (every head as "window" says). A
   // softmax head's dims entry is 0: it has no map.
   std::vector<std::vector<HeadType>> types;

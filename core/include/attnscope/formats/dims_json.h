@@ -26,4 +26,11 @@ nlohmann::ordered_json head_types_json(const std::vector<std::vector<HeadType>>&
 std::vector<std::vector<HeadType>> parse_head_types_json(const nlohmann::json& j, int n_layer, int n_head, int64_t window,
                                                          const std::string& where);
 
+// Each head's decay ("head_decays", SPEC 7: [["none"|"fixed"|"gated", ...] per layer]) of a model
+// that mixes them, and its reader for n_layer x n_head (softmax heads none, mixer refused); Error
+// naming `where`.
+nlohmann::ordered_json head_decays_json(const std::vector<std::vector<Decay>>& decays);
+std::vector<std::vector<Decay>> parse_head_decays_json(const nlohmann::json& j, int n_layer, int n_head,
+                                                       const std::vector<std::vector<HeadType>>& types, const std::string& where);
+
 }  // namespace attnscope
