@@ -18,7 +18,7 @@ std::string megabytes(int64_t bytes) { return fmt_number(double(bytes) / 1e6, 1)
 void print_generate(const std::vector<ContextSpeed>& rows, const GenerateBenchOptions& o) {
   Table t;
   t.caption = "Generation (" + std::to_string(o.tokens) + " tokens timed per context, tokens/s of all sequences) and batch "
-              "forward (batch 1), GPT-2-small shape, " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
+              "forward (batch 1), " + o.shape + " shape (random weights), " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
   t.header = {"context", "batch", "softmax gen tok/s (KV cache)", "linear gen tok/s", "gen speedup vs KV cache",
               "softmax gen tok/s (no cache)", "softmax batch tok/s", "linear batch tok/s",
               "softmax gen peak MB (KV cache)", "linear gen peak MB", "softmax batch peak MB", "linear batch peak MB"};
@@ -61,7 +61,7 @@ nlohmann::json generate_json(const std::vector<ContextSpeed>& rows, const Genera
 
 void register_generate_bench(CLI::App* bench) {
   auto* cmd = bench->add_subcommand("generate", "Generation and batch tokens/s and peak memory, softmax against linear "
-                                                "attention, at growing contexts (GPT-2-small shape, random weights)");
+                                                "attention, at growing contexts (GPT-2-small or a Llama shape, random weights)");
   auto o = std::make_shared<GenerateBenchOptions>();
   auto fmt = std::make_shared<FormatOptions>();
   add_option_table(cmd, generate_bench_option_table(), o);

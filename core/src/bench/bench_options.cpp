@@ -27,12 +27,15 @@ Option<O> bench_device_row(std::string O::*field, const char* help) {
 const OptionTable<GenerateBenchOptions>& generate_bench_option_table() {
   using G = GenerateBenchOptions;
   static const OptionTable<G> rows = {
+      described(bind(opt::shape, &G::shape, model_shape_names()),
+                "the model: gpt2-small (in memory) | llama-3.2-1b | llama-3-8b (random weights written as bench scale "
+                "writes them, read back in float32; rotary, grouped-query)"),
       bind_list(opt::contexts, &G::contexts),
       bind_list(opt::sequences, &G::batches),
       bind(opt::tokens, &G::tokens),
       described(bind(opt::feature_map, &G::feature_map, feature_map_names()), "the converted model's map (untrained)"),
       described(bind(opt::features, &G::features), "feature dimension M per head"),
-      described(bind(opt::vocab, &G::vocab), "vocabulary size"),
+      described(bind(opt::vocab, &G::vocab), "vocabulary size (gpt2-small; a Llama shape has its own)"),
       bench_device_row(&G::device, "cpu, cuda or cuda:N"),
       described(bind(opt::seed, &G::seed), "weights, maps and prompt"),
       bind(opt::no_batch, &G::batch, false),

@@ -58,12 +58,13 @@ bool is_norm_weight(const std::string& name) {
 ModelShape parse_model_shape(const std::string& name) { return parse_name(kModelShapes, name, "model shape"); }
 const char* model_shape_name(ModelShape s) { return name_of(kModelShapes, s); }
 std::vector<std::string> model_shape_names() { return names_of(kModelShapes); }
+ModelConfig model_shape_config(ModelShape s) { return parse_hf_config(shape_config(s), std::string(model_shape_name(s)) + " config"); }
 
 ShapedCheckpoint write_shaped_checkpoint(ModelShape shape, const std::string& dir, const std::string& tokenizer_json,
                                          uint64_t seed, const ProgressFn& progress) {
-  if (!fs::is_regular_file(tokenizer_json)) fail(tokenizer_json, "no such tokenizer file");
+  if (!tokenizer_json.empty() && !fs::is_regular_file(tokenizer_json)) fail(tokenizer_json, "no such tokenizer file");
   const nlohmann::json cj = shape_config(shape);
-  const ModelConfig c = parse_hf_config(cj, std::string(model_shape_name(shape)) + " config");
+  const ModelConfig c = model_shape_config(shape);
   const bool bf16 = c.torch_dtype == "bfloat16";
   const DType dtype = bf16 ? DType::BF16 : DType::F32;
   const auto tensors = hf_tensor_shapes(c);
@@ -115,7 +116,7 @@ ShapedCheckpoint write_shaped_checkpoint(ModelShape shape, const std::string& di
     write_text_file(out.file("model.safetensors.index.json"), index.dump(2) + "\n");
   }
   write_text_file(out.file("config.json"), cj.dump(2) + "\n");
-  fs::copy_file(tokenizer_json, out.file("tokenizer.json"));
+  if (!tokenizer_json.empty()) fs::copy_file(tokenizer_json, out.file("tokenizer.json"));
   out.commit();
   return {out.final_path(), total, params, n, dtype_name(dtype)};
 }

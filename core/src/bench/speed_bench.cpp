@@ -6,13 +6,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
 
+#include <unistd.h>
+
 #include "attnscope/convert/converted_model.h"
 #include "attnscope/base/device.h"
+#include "attnscope/bench/scale_bench.h"
+#include "attnscope/io/safetensors.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/layer_maps.h"
 #include "attnscope/base/error.h"
@@ -26,6 +31,8 @@
 #include "attnscope/base/table.h"
 
 namespace attnscope {
+
+namespace fs = std::filesystem;
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -167,9 +174,31 @@ std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const Pr
                               ", the benchmark model's longest context");
   if (o.vocab < 2) fail_value("vocabulary size", std::to_string(o.vocab) + " must be >= 2");
   if (o.features < 1) fail_value("feature dimension", std::to_string(o.features) + " must be >= 1");
+  const ModelShape shape = parse_model_shape(o.shape);
   const at::Device device = parse_device(o.device);
-  const ModelConfig c = gpt2_small_config(std::max(largest, 1), o.vocab);
-  const ModelWeights w = weights_on(init_gpt2_weights(c, o.seed), device);
+  ModelConfig c;
+  ModelWeights w;
+  if (shape == ModelShape::Gpt2Small) {
+    c = gpt2_small_config(std::max(largest, 1), o.vocab);
+    w = weights_on(init_gpt2_weights(c, o.seed), device);
+  } else {
+    // bench scale's checkpoint of the shape, read back in float32 (a bf16 checkpoint would convert
+    // every layer at every token, for softmax and the converted model alike), then removed.
+    c = model_shape_config(shape);
+    if (largest > c.n_ctx)
+      fail_value("context", std::to_string(largest) + " exceeds the " + o.shape + " shape's context " + std::to_string(c.n_ctx));
+    const fs::path dir = fs::temp_directory_path() / ("attnscope_bench_" + o.shape + "_" + std::to_string(::getpid()));
+    struct Remove {
+      fs::path p;
+      ~Remove() {
+        std::error_code ec;
+        fs::remove_all(p, ec);
+      }
+    } remove{dir};
+    if (progress) progress(0, "writing the " + o.shape + " checkpoint (random weights)");
+    write_shaped_checkpoint(shape, dir.string(), "", o.seed);
+    w = weights_on(load_hf_weights(c, WeightStore(dir.string())), device, at::kFloat);
+  }
   const Model original(c, w);
   Model converted(c, w);
   FeatureMapSpec spec;

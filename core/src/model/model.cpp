@@ -700,8 +700,8 @@ class Recurrent {
 
 }  // namespace
 
-ModelWeights weights_on(const ModelWeights& w, const at::Device& device) {
-  auto to = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+ModelWeights weights_on(const ModelWeights& w, const at::Device& device, std::optional<at::ScalarType> dtype) {
+  auto to = [&](const at::Tensor& t) { return !t.defined() ? t : dtype ? t.to(device, *dtype) : t.to(device); };
   ModelWeights out;
   out.compute = w.compute;
   out.tok_emb = to(w.tok_emb);

@@ -283,6 +283,9 @@ inline const OptionDef memory_limit_gb{"--memory-limit-gb", "memory limit", "ski
                                        "memory_limit_gb", OptionKind::Number, positive_range(1 << 20)};
 inline const OptionDef no_eigvalsh{"--no-eigvalsh", "eigvalsh", "skip LibTorch's eigvalsh per head", "no_eigvalsh",
                                    OptionKind::Flag};
+inline const OptionDef shape{"--shape", "model shape",
+                             "the model's shape: gpt2-small | llama-3.2-1b | llama-3-8b (random weights; Llama shapes rotary, "
+                             "grouped-query)", "shape", OptionKind::Name};
 inline const OptionDef shapes{"--shapes", "shape", "model shapes: gpt2-small | llama-3.2-1b | llama-3-8b", "shapes",
                               OptionKind::Names};
 inline const OptionDef scale_steps{"--steps", "scale steps", "what to run on each: info | capture | spectra | metrics | distill | eval",

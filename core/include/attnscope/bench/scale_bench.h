@@ -12,12 +12,16 @@
 
 namespace attnscope {
 
+struct ModelConfig;
+
 enum class ModelShape { Gpt2Small, Llama32_1B, Llama3_8B };
 
 // "gpt2-small", "llama-3.2-1b", "llama-3-8b" (one table).
 ModelShape parse_model_shape(const std::string& name);
 const char* model_shape_name(ModelShape s);
 std::vector<std::string> model_shape_names();
+// The shape's config as Hugging Face publishes it (write_shaped_checkpoint's config.json), parsed.
+ModelConfig model_shape_config(ModelShape s);
 
 struct ShapedCheckpoint {
   std::string dir;               // the model directory written
@@ -31,7 +35,8 @@ struct ShapedCheckpoint {
 // blocks so memory stays small whatever the size: config.json as Hugging Face publishes it (Llama 3.x
 // without its rope_scaling, which attnscope does not run yet: it changes no cost), tensors
 // ~ N(0, 0.02^2) with norm weights 1 and biases 0 from `seed`, sharded at ~5 GB as the Hub does, and
-// `tokenizer_json` copied beside it (any tokenizer whose vocabulary fits the model's).
+// `tokenizer_json` copied beside it (any tokenizer whose vocabulary fits the model's; "": none, for
+// code that reads only the weights, e.g. bench generate).
 ShapedCheckpoint write_shaped_checkpoint(ModelShape shape, const std::string& dir, const std::string& tokenizer_json,
                                          uint64_t seed = 0, const ProgressFn& progress = nullptr);
 

@@ -25,6 +25,10 @@ constexpr int kBenchLongestContext = 32768;  // bench_generate's model is built 
 constexpr int kBatchForwardLongest = 4096;
 
 struct GenerateBenchOptions {
+  // The model: gpt2-small (built in memory, vocabulary `vocab`) or a rotary Llama shape of bench
+  // scale (model_shape_names(): written as bench scale writes it, random weights in its published
+  // dtype, into a temporary directory, and read back in float32; its own vocabulary).
+  std::string shape = "gpt2-small";
   std::vector<int> contexts{256, 512, 1024, 2048, 4096};
   std::vector<int> batches{1};           // sequences generated at once (prompts of one length); each
                                          // context is measured at each batch size

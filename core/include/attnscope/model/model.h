@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,7 +49,8 @@ const char* compute_dtype_name(at::ScalarType t);
 std::vector<std::string> compute_dtype_names();
 
 // A copy of the weights on `device` (tied weights stay one tensor); the model runs where they are.
-ModelWeights weights_on(const ModelWeights& weights, const at::Device& device);
+// With `dtype`, every weight is cast to it too (bench generate's float32 copy of a bf16 checkpoint).
+ModelWeights weights_on(const ModelWeights& weights, const at::Device& device, std::optional<at::ScalarType> dtype = std::nullopt);
 
 // What one attention layer saw, handed to a capture hook. Shapes [B, H, L, d] with key/value heads
 // already expanded to the H query heads (GQA). q/k are after RoPE; q_pre/k_pre before it (after a q/k norm; equal to
