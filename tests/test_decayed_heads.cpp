@@ -251,10 +251,9 @@ TEST(DecayedHeads, AConvertedModelWithFixedDecayRunsInEveryForm) {
   const at::Tensor batch_ids = at::tensor(ids, at::kLong).view({1, -1});
   for (int64_t W : {int64_t(0), int64_t(4)}) {
     SCOPED_TRACE("window " + std::to_string(W));
-    const std::string plain = tmp + "/plain_w" + std::to_string(W), decayed = tmp + "/decayed_w" + std::to_string(W);
+    const std::string plain = test::bundled_hedgehog16(tmp + "/plain_w" + std::to_string(W), W);
+    const std::string decayed = tmp + "/decayed_w" + std::to_string(W);
     std::string o;
-    ASSERT_EQ(test::run_command(cli + " convert --model " + bundled + " --feature-map hedgehog --features 16 --seed 11" +
-                                    (W ? " --window " + std::to_string(W) : std::string()) + " --out " + plain + " 2>&1", &o), 0) << o;
     LoadedModel original = load_model(bundled);
     LoadedModel m = load_model(plain);
     auto maps = std::make_shared<HeadFeatureMaps>(*m.model->feature_maps());
@@ -272,21 +271,10 @@ TEST(DecayedHeads, AConvertedModelWithFixedDecayRunsInEveryForm) {
     EXPECT_GT((batch - undecayed).abs().max().item<double>(), 1e-2);
     EXPECT_LT((m.model->forward_recurrent(batch_ids) - batch).abs().max().item<double>(), 1e-4);
     // Generation from a prompt (prefill, then steps) is the batch form's argmax.
-    const auto gen = m.model->generate_greedy({ids[0], ids[1], ids[2], ids[3], ids[4]}, 6);
-    std::vector<int64_t> seq(ids.begin(), ids.begin() + 5);
-    for (int t = 0; t < 6; ++t) {
-      const at::Tensor lg = m.model->forward(at::tensor(seq, at::kLong).view({1, -1}));
-      seq.push_back(lg[0][-1].argmax().item<int64_t>());
-    }
-    EXPECT_EQ(gen, seq);
+    const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 5);
+    EXPECT_EQ(m.model->generate_greedy(prompt, 6), test::greedy_by_forward(*m.model, prompt, 6));
     // Written and read back: the same logits.
-    ConvertOptions co;
-    co.maps = maps;
-    co.map = convert::parse_header(convert::read_config(plain), plain, 4, 4).map;
-    co.dims = std::vector<std::vector<int64_t>>(4, std::vector<int64_t>(4, 16));
-    co.window = W;
-    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
-    convert_model(original, co, decayed);
+    convert_model(original, test::hedgehog16_convert_options(maps, plain, 4, 4, W), decayed);
     const auto cfg = nlohmann::json::parse(test::read_file(decayed + "/config.json"));
     EXPECT_EQ(cfg["attnscope"]["decay"], "fixed");
     LoadedModel back = load_model(decayed);

@@ -156,17 +156,16 @@ TEST(GatedDecay, LayerLossMatchesAFloat64Reference) {
 // logits, and attnscope_linear.py computes them too; the reader refuses a gated model without its
 // gates, naming the file and tensor.
 TEST(GatedDecay, AConvertedModelWithGatesRunsInEveryForm) {
-  const std::string cli = test::cli_path(), tmp = test::temp_dir("gated_model");
+  const std::string tmp = test::temp_dir("gated_model");
   const std::string bundled = test::source_dir() + "/resources/models/brown-gpt2-mini";
   std::vector<int64_t> ids;
   for (int i = 0; i < 40; ++i) ids.push_back((i * 733 + 5) % 4096);
   const at::Tensor batch_ids = at::tensor(ids, at::kLong).view({1, -1});
   for (int64_t W : {int64_t(0), int64_t(4)}) {
     SCOPED_TRACE("window " + std::to_string(W));
-    const std::string plain = tmp + "/plain_w" + std::to_string(W), gated = tmp + "/gated_w" + std::to_string(W);
+    const std::string plain = test::bundled_hedgehog16(tmp + "/plain_w" + std::to_string(W), W);
+    const std::string gated = tmp + "/gated_w" + std::to_string(W);
     std::string o;
-    ASSERT_EQ(test::run_command(cli + " convert --model " + bundled + " --feature-map hedgehog --features 16 --seed 11" +
-                                    (W ? " --window " + std::to_string(W) : std::string()) + " --out " + plain + " 2>&1", &o), 0) << o;
     LoadedModel original = load_model(bundled);
     LoadedModel m = load_model(plain);
     const int64_t S = 4, H = 4, D = m.model->config().d_model;
@@ -190,21 +189,10 @@ TEST(GatedDecay, AConvertedModelWithGatesRunsInEveryForm) {
     const at::Tensor batch = m.model->forward(batch_ids);
     EXPECT_GT((batch - with_fixed).abs().max().item<double>(), 1e-2);
     EXPECT_LT((m.model->forward_recurrent(batch_ids) - batch).abs().max().item<double>(), 1e-4);
-    const auto gen = m.model->generate_greedy({ids[0], ids[1], ids[2], ids[3], ids[4]}, 6);
-    std::vector<int64_t> seq(ids.begin(), ids.begin() + 5);
-    for (int t = 0; t < 6; ++t) {
-      const at::Tensor lg = m.model->forward(at::tensor(seq, at::kLong).view({1, -1}));
-      seq.push_back(lg[0][-1].argmax().item<int64_t>());
-    }
-    EXPECT_EQ(gen, seq);
+    const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 5);
+    EXPECT_EQ(m.model->generate_greedy(prompt, 6), test::greedy_by_forward(*m.model, prompt, 6));
     // Written and read back.
-    ConvertOptions co;
-    co.maps = maps;
-    co.map = convert::parse_header(convert::read_config(plain), plain, int(S), int(H)).map;
-    co.dims = std::vector<std::vector<int64_t>>(size_t(S), std::vector<int64_t>(size_t(H), 16));
-    co.window = W;
-    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
-    convert_model(original, co, gated);
+    convert_model(original, test::hedgehog16_convert_options(maps, plain, int(S), int(H), W), gated);
     const auto cfg = nlohmann::json::parse(test::read_file(gated + "/config.json"));
     EXPECT_EQ(cfg["attnscope"]["decay"], "gated");
     const auto written = test::read_tensors(gated + "/feature_maps.safetensors");

@@ -72,14 +72,7 @@ std::vector<at::Tensor> head_outputs(const Model& m, const at::Tensor& ids) {
   return out;
 }
 
-// The prompt and n greedy tokens, each from a full forward pass over the sequence so far.
-std::vector<int64_t> greedy_by_forward(const Model& m, std::vector<int64_t> seq, int n) {
-  for (int t = 0; t < n; ++t) {
-    const at::Tensor lg = m.forward(at::tensor(seq, at::kLong).view({1, -1}));
-    seq.push_back(lg[0][-1].argmax().item<int64_t>());
-  }
-  return seq;
-}
+using test::greedy_by_forward;
 
 at::Tensor some_ids(int n, int vocab) {
   std::vector<int64_t> ids;

@@ -84,16 +84,15 @@ std::vector<int64_t> some_ids(int n) {
 // that names mixer, a decayed softmax head, "decay" beside "head_decays", and a fixed head without
 // its delta, naming the file.
 TEST(MixedDecays, AModelMixingNoneFixedAndGatedHeadsRunsInEveryForm) {
-  const std::string cli = test::cli_path(), tmp = test::temp_dir("mixed_decays");
+  const std::string tmp = test::temp_dir("mixed_decays");
   const std::string bundled = test::source_dir() + "/resources/models/brown-gpt2-mini";
   const std::vector<int64_t> ids = some_ids(40);
   const at::Tensor batch_ids = at::tensor(ids, at::kLong).view({1, -1});
   for (int64_t W : {int64_t(0), int64_t(4)}) {
     SCOPED_TRACE("window " + std::to_string(W));
-    const std::string plain = tmp + "/plain_w" + std::to_string(W), mixed = tmp + "/mixed_w" + std::to_string(W);
+    const std::string plain = test::bundled_hedgehog16(tmp + "/plain_w" + std::to_string(W), W);
+    const std::string mixed = tmp + "/mixed_w" + std::to_string(W);
     std::string o;
-    ASSERT_EQ(test::run_command(cli + " convert --model " + bundled + " --feature-map hedgehog --features 16 --seed 11" +
-                                    (W ? " --window " + std::to_string(W) : std::string()) + " --out " + plain + " 2>&1", &o), 0) << o;
     LoadedModel original = load_model(bundled);
     LoadedModel m = load_model(plain);
     const at::Tensor undecayed = m.model->forward(batch_ids);
@@ -127,24 +126,13 @@ TEST(MixedDecays, AModelMixingNoneFixedAndGatedHeadsRunsInEveryForm) {
     const at::Tensor batch = m.model->forward(batch_ids);
     EXPECT_GT((batch - undecayed).abs().max().item<double>(), 1e-2) << "the decays change the model";
     EXPECT_LT((m.model->forward_recurrent(batch_ids) - batch).abs().max().item<double>(), 1e-4);
-    const auto gen = m.model->generate_greedy({ids[0], ids[1], ids[2], ids[3], ids[4]}, 6);
-    std::vector<int64_t> seq(ids.begin(), ids.begin() + 5);
-    for (int t = 0; t < 6; ++t) {
-      const at::Tensor lg = m.model->forward(at::tensor(seq, at::kLong).view({1, -1}));
-      seq.push_back(lg[0][-1].argmax().item<int64_t>());
-    }
-    EXPECT_EQ(gen, seq);
+    const std::vector<int64_t> prompt(ids.begin(), ids.begin() + 5);
+    EXPECT_EQ(m.model->generate_greedy(prompt, 6), test::greedy_by_forward(*m.model, prompt, 6));
     // The state a decayed head keeps is the one a plain head keeps (SPEC 5: no state for the decay).
     EXPECT_EQ(state_values(*maps, 4, 512), state_values(*load_model(plain).model->feature_maps(), 4, 512));
 
     // Written: head_decays, and only each head's own tensors.
-    ConvertOptions co;
-    co.maps = maps;
-    co.map = convert::parse_header(convert::read_config(plain), plain, S, H).map;
-    co.dims = std::vector<std::vector<int64_t>>(size_t(S), std::vector<int64_t>(size_t(H), 16));
-    co.window = W;
-    co.python_module = test::source_dir() + "/resources/python/attnscope_linear.py";
-    convert_model(original, co, mixed);
+    convert_model(original, test::hedgehog16_convert_options(maps, plain, S, H, W), mixed);
     const auto cfg = nlohmann::json::parse(test::read_file(mixed + "/config.json"));
     EXPECT_FALSE(cfg["attnscope"].contains("decay"));
     ASSERT_TRUE(cfg["attnscope"].contains("head_decays"));

@@ -487,17 +487,23 @@ def parse_head_decays(decays, decay, n_layer, n_head, head_types, where, decay_g
         return [[decay] * n_head for _ in range(n_layer)]
     if decay_given:
         _fail(where, 'and "decay" both given: a model names one decay for every head or each head\'s (head_decays)')
-    if not isinstance(decays, list) or len(decays) != n_layer:
-        _fail(where, "must list the head decays of each of the %d layers" % n_layer)
-    for s, row in enumerate(decays):
-        if not isinstance(row, list) or len(row) != n_head:
-            _fail(where, "layer %d must list %d head decays" % (s, n_head))
-        for h, d in enumerate(row):
-            if d not in DECAYS:
-                _fail(where, "layer %d head %d: '%s' is not none, fixed or gated" % (s, h, d))
-            if d != "none" and head_types is not None and head_types[s][h] == "softmax":
-                _fail(where, "layer %d head %d is a softmax head: its decay is none" % (s, h))
+    for s, h, d in _head_table(decays, DECAYS, "head decays", n_layer, n_head, where):
+        if d != "none" and head_types is not None and head_types[s][h] == "softmax":
+            _fail(where, "layer %d head %d is a softmax head: its decay is none" % (s, h))
     return decays
+
+
+def _head_table(table, names, what, n_layer, n_head, where):
+    """(s, h, name) of a per-head table [[name, ...] per layer] of n_layer x n_head entries from `names`."""
+    if not isinstance(table, list) or len(table) != n_layer:
+        _fail(where, "must list the %s of each of the %d layers" % (what, n_layer))
+    for s, row in enumerate(table):
+        if not isinstance(row, list) or len(row) != n_head:
+            _fail(where, "layer %d must list %d %s" % (s, n_head, what))
+        for h, t in enumerate(row):
+            if t not in names:
+                _fail(where, "layer %d head %d: '%s' is not %s or %s" % (s, h, t, ", ".join(names[:-1]), names[-1]))
+            yield s, h, t
 
 
 def parse_window(w, where):
@@ -517,17 +523,10 @@ def parse_head_types(types_, n_layer, n_head, window, where):
     absent (every head hybrid with a window, linear without); a hybrid head needs window > 0."""
     if types_ is None:
         return None
-    if not isinstance(types_, list) or len(types_) != n_layer:
-        _fail(where, "must list the head types of each of the %d layers" % n_layer)
-    for s, row in enumerate(types_):
-        if not isinstance(row, list) or len(row) != n_head:
-            _fail(where, "layer %d must list %d head types" % (s, n_head))
-        for h, t in enumerate(row):
-            if t not in HEAD_TYPES:
-                _fail(where, "layer %d head %d: '%s' is not softmax, hybrid or linear" % (s, h, t))
-            if t == "hybrid" and window < 1:
-                _fail(where, "layer %d head %d is hybrid, which needs a window of at least 1 token (the window is %d)"
-                      % (s, h, window))
+    for s, h, t in _head_table(types_, HEAD_TYPES, "head types", n_layer, n_head, where):
+        if t == "hybrid" and window < 1:
+            _fail(where, "layer %d head %d is hybrid, which needs a window of at least 1 token (the window is %d)"
+                  % (s, h, window))
     return types_
 
 

@@ -11,6 +11,7 @@
 #include "attnscope/capture/capture.h"
 #include "attnscope/distill/distill.h"
 #include "attnscope/convert/converted_model.h"
+#include "attnscope/formats/converted_json.h"
 #include "attnscope/model/model.h"
 #include "attnscope/tokenize/tokenizer.h"
 #include "hf_checkpoint_writer.h"
@@ -103,6 +104,34 @@ std::string hedgehog_conversion(const std::string& model, const std::string& tag
   o.python_module = source_dir() + "/resources/python/attnscope_linear.py";
   convert_model(m, o, out);
   return out;
+}
+
+std::string bundled_hedgehog16(const std::string& dir, int64_t window) {
+  std::string out;
+  const std::string cmd = cli_path() + " convert --model " + source_dir() + "/resources/models/brown-gpt2-mini" +
+                          " --feature-map hedgehog --features 16 --seed 11" +
+                          (window > 0 ? " --window " + std::to_string(window) : std::string()) + " --out " + dir + " 2>&1";
+  if (run_command(cmd, &out) != 0) throw Error(cmd + " failed: " + out);
+  return dir;
+}
+
+ConvertOptions hedgehog16_convert_options(std::shared_ptr<const HeadFeatureMaps> maps, const std::string& plain, int S, int H,
+                                          int64_t window) {
+  ConvertOptions co;
+  co.maps = std::move(maps);
+  co.map = convert::parse_header(convert::read_config(plain), plain, S, H).map;
+  co.dims = std::vector<std::vector<int64_t>>(size_t(S), std::vector<int64_t>(size_t(H), 16));
+  co.window = window;
+  co.python_module = source_dir() + "/resources/python/attnscope_linear.py";
+  return co;
+}
+
+std::vector<int64_t> greedy_by_forward(const Model& m, std::vector<int64_t> seq, int n) {
+  for (int t = 0; t < n; ++t) {
+    const at::Tensor lg = m.forward(at::tensor(seq, at::kLong).view({1, -1}));
+    seq.push_back(lg[0][-1].argmax().item<int64_t>());
+  }
+  return seq;
 }
 
 void expect_distill_resumes_exactly(DistillOptions o, const std::string& root) {
