@@ -11,6 +11,7 @@
 #include "attnscope/model/model_config.h"
 #include "attnscope/base/device.h"
 #include "attnscope/distill/distill.h"
+#include "attnscope/bench/scale_bench.h"
 #include "attnscope/bench/speed_bench.h"
 #include "test_support.h"
 
@@ -142,6 +143,24 @@ TEST(SpeedBench, BadGenerateOptionsAreClearErrors) {
   GenerateBenchOptions big;
   big.contexts = {65536};
   EXPECT_NE(test::error_of([&] { bench_generate(big); }).find("32768"), std::string::npos);
+  big.shape = "llama-3.2-1b";  // refused before its checkpoint is written
+  EXPECT_NE(test::error_of([&] { bench_generate(big); }).find("32768"), std::string::npos);
+  GenerateBenchOptions shape;
+  shape.shape = "llama-2";
+  const std::string msg = test::error_of([&] { bench_generate(shape); });
+  EXPECT_NE(msg.find("llama-3.2-1b"), std::string::npos) << msg;  // names the shapes it knows
+}
+
+// bench generate's rotary shape is Llama 3.2 1B's published one: 1,235,814,400 parameters (tied
+// embeddings), 32 query heads on 8 key/value heads of 64 dims, RoPE over the whole head.
+TEST(SpeedBench, Llama32Shape) {
+  const ModelConfig c = model_shape_config(ModelShape::Llama32_1B);
+  EXPECT_EQ(c.n_params(), 1235814400);
+  EXPECT_EQ(c.n_head, 32);
+  EXPECT_EQ(c.n_kv_head, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_GE(c.n_ctx, kBenchLongestContext);
 }
 
 TEST(SpeedBench, Gpt2SmallShape) {
