@@ -18,7 +18,8 @@ std::string megabytes(int64_t bytes) { return fmt_number(double(bytes) / 1e6, 1)
 void print_generate(const std::vector<ContextSpeed>& rows, const GenerateBenchOptions& o) {
   Table t;
   t.caption = "Generation (" + std::to_string(o.tokens) + " tokens timed per context, tokens/s of all sequences) and batch "
-              "forward (batch 1), " + o.shape + " shape (random weights), " + o.feature_map + " M = " + std::to_string(o.features) + ", device " + o.device;
+              "forward (batch 1), " + o.shape + " shape (random weights), " + o.feature_map + " M = " + std::to_string(o.features) +
+              (o.window > 0 ? ", hybrid window " + std::to_string(o.window) : std::string()) + ", device " + o.device;
   t.header = {"context", "batch", "softmax gen tok/s (KV cache)", "linear gen tok/s", "gen speedup vs KV cache",
               "softmax gen tok/s (no cache)", "softmax batch tok/s", "linear batch tok/s",
               "softmax gen peak MB (KV cache)", "linear gen peak MB", "softmax batch peak MB", "linear batch peak MB"};

@@ -35,6 +35,7 @@ const OptionTable<GenerateBenchOptions>& generate_bench_option_table() {
       bind(opt::tokens, &G::tokens),
       described(bind(opt::feature_map, &G::feature_map, feature_map_names()), "the converted model's map (untrained)"),
       described(bind(opt::features, &G::features), "feature dimension M per head"),
+      described(bind(opt::window, &G::window, 0), "hybrid heads: the converted model's softmax window W beside the map (0: plain linear)"),
       described(bind(opt::vocab, &G::vocab), "vocabulary size (gpt2-small; a Llama shape has its own)"),
       bench_device_row(&G::device, "cpu, cuda or cuda:N"),
       described(bind(opt::seed, &G::seed), "weights, maps and prompt"),

@@ -206,7 +206,7 @@ std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const Pr
   spec.seed = o.seed;
   auto linear = std::make_shared<HeadFeatureMaps>(make_head_feature_maps(
       spec, std::vector<std::vector<int64_t>>(c.n_layer, std::vector<int64_t>(c.n_head, o.features)), c.n_layer,
-      c.n_head, c.head_dim));
+      c.n_head, c.head_dim, o.window));
   for (auto& layer : linear->maps)
     for (auto& map : layer)
       for (auto& [name, t] : feature_map_tensors(*map)) t.set_data(t.to(device));

@@ -442,6 +442,15 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
         ", stage 1 " + distill_loss_name(o.stage1.loss) + " x " + std::to_string(o.stage1.steps) + " steps" +
         (o.stage2.steps > 0 ? ", stage 2 rank " + std::to_string(o.stage2.rank) + " x " + std::to_string(o.stage2.steps) + " steps" : "") +
         "). The final model is `" + final_model + "`.\n\n";
+  if (trained.decayed()) {  // how many heads forget, and how (one kind, or each its own: --decay mixer)
+    int counts[3] = {0, 0, 0};
+    for (const auto& layer : head_decays_of(trained))
+      for (Decay d : layer) ++counts[int(d)];
+    md += std::string("Decayed heads (--decay ") + decay_name(o.stage1.decay) + ", started at " +
+          decay_init_name(o.stage1.decay_init) + "): " + std::to_string(counts[int(Decay::Gated)]) + " gated, " +
+          std::to_string(counts[int(Decay::Fixed)]) + " fixed, " + std::to_string(counts[int(Decay::None)]) +
+          " without decay (softmax heads counted there).\n\n";
+  }
   if (trained.mixed()) {
     const int64_t kept = softmax_head_count(trained.types);
     md += "Head types: " + std::to_string(kept) + " of " + std::to_string(int64_t(c.n_layer) * c.n_head) +

@@ -36,6 +36,7 @@ struct GenerateBenchOptions {
                                          // sequence of `context` tokens, from a random prompt
   std::string feature_map = "learned-prf";  // the converted model's map (untrained, seed 0)
   int64_t features = 64;                 // M per head
+  int64_t window = 0;                    // > 0: hybrid heads (a softmax window of W keys beside the map)
   bool batch = true;                     // also one batch forward of `context` tokens
   int vocab = 50257;
   std::string device = "cpu";
