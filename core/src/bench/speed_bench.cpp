@@ -21,6 +21,7 @@
 #include "attnscope/distill/distill.h"
 #include "attnscope/distill/layer_maps.h"
 #include "attnscope/base/error.h"
+#include "attnscope/base/file_tree.h"
 #include "attnscope/attention/feature_map_tensors.h"
 #include "attnscope/attention/head_feature_maps.h"
 #include "attnscope/base/memory_meter.h"
@@ -192,7 +193,7 @@ std::vector<ContextSpeed> bench_generate(const GenerateBenchOptions& o, const Pr
       fs::path p;
       ~Remove() {
         std::error_code ec;
-        fs::remove_all(p, ec);
+        remove_tree(p.string(), ec);
       }
     } remove{dir};
     if (progress) progress(0, "writing the " + o.shape + " checkpoint (random weights)");
