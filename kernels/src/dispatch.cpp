@@ -339,6 +339,11 @@ std::pair<int64_t, int64_t> prepare_hybrid(HybridState& st, int64_t W, const at:
 
 }  // namespace
 
+at::Tensor ring_slots(int64_t length, int64_t kept, int64_t W, const at::Device& device) {
+  const at::Tensor p = at::arange(length - kept, length, at::kLong);
+  return (W > 0 ? p.remainder(W) : p).to(device);
+}
+
 HybridState hybrid_state(int64_t W, int64_t L, const at::Tensor& k, const at::Tensor& v, const at::Tensor& fk,
                          const at::Tensor& ls, const RecurrentState& sums) {
   if (W < 1) fail(kWhere, "a hybrid head's window must be at least 1 token, got " + std::to_string(W));
@@ -349,7 +354,7 @@ HybridState hybrid_state(int64_t W, int64_t L, const at::Tensor& k, const at::Te
   if (n != std::min(L, W)) fail(kWhere, "hybrid_state holds the last min(length, W) = " + std::to_string(std::min(L, W)) + " tokens, got " + std::to_string(n));
   const auto o = k.options();
   HybridState st = empty_hybrid_state(N, W, M, D, o);
-  const at::Tensor slots = at::arange(L - n, L, at::kLong).remainder(W).to(k.device());  // position p in slot p % W
+  const at::Tensor slots = ring_slots(L, n, W, k.device());
   st.k.index_copy_(1, slots, k), st.v.index_copy_(1, slots, v.to(o.dtype()));
   st.fk.index_copy_(1, slots, fk.to(o.dtype())), st.ls.index_copy_(1, slots, ls.to(o.dtype()));
   if (sums.S.defined()) st.sums = {sums.S.to(o.dtype()), sums.z.to(o.dtype()), sums.c.to(o.dtype())};

@@ -394,7 +394,7 @@ struct KvRows {
   // A prompt's keys and values [B, H, L, d]: the last W (or all) in their slots.
   void fill(const at::Tensor& keys, const at::Tensor& values, int64_t W) {
     const int64_t L = keys.size(2), keep = W > 0 ? std::min(L, W) : L;
-    const at::Tensor slots = at::arange(L - keep, L, at::kLong).remainder(W > 0 ? W : L + 1).to(keys.device());
+    const at::Tensor slots = kernels::ring_slots(L, keep, W, keys.device());
     for (auto [buf, t] : {std::pair<at::Tensor*, const at::Tensor*>{&k, &keys}, {&v, &values}}) {
       std::vector<int64_t> shape = t->sizes().vec();
       shape[2] = W > 0 ? W : L + 256;

@@ -95,6 +95,11 @@ struct HybridState {
   int64_t n = 0;
 };
 
+// The ring layout of the last `kept` of `length` positions (a hybrid head's window, a sliding-window
+// model's key-value cache): position p in slot p % W, int64 [kept] on `device`; W = 0 (no ring):
+// slot p.
+at::Tensor ring_slots(int64_t length, int64_t kept, int64_t W, const at::Device& device);
+
 // The state hybrid_step leaves after a prompt of `length` tokens, made from the prompt's last
 // n = min(length, W) tokens (keys k and values v [N, n, D], key features fk [N, n, M], their log
 // scales ls [N, n], less Lambda_j where decayed) and `sums` over the earlier keys (final_state of
