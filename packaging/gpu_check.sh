@@ -220,6 +220,14 @@ stage4() {
   tbox 90 "$cli" bench generate --device cuda --contexts 256,512,1024,2048,4096 --tokens 8 --json \
     > "$out/bench_generate_cuda.json" 2> "$out/bench_generate_cuda.err"; rc=$?
   res+=("bench generate $(rc_word $rc)"); cat "$out/bench_generate_cuda.json"
+  # Issue 29's goals that need a GPU: 32 sequences x 8K (GPT-2 shape, goal 5x softmax with its
+  # cache), and the rotary Llama-3.2-1B shape to 32K.
+  tbox 90 "$cli" bench generate --device cuda --contexts 8192 --batch 8,32 --no-batch --tokens 8 --json \
+    > "$out/bench_generate_batch_cuda.json" 2> "$out/bench_generate_batch_cuda.err"; rc=$?
+  res+=("bench generate 32 x 8K $(rc_word $rc)"); cat "$out/bench_generate_batch_cuda.json"
+  tbox 150 "$cli" bench generate --device cuda --shape llama-3.2-1b --contexts 4096,16384,32768 --batch 1,8 --no-batch \
+    --tokens 8 --json > "$out/bench_generate_llama_cuda.json" 2> "$out/bench_generate_llama_cuda.err"; rc=$?
+  res+=("bench generate llama-3.2-1b $(rc_word $rc)"); cat "$out/bench_generate_llama_cuda.json"
   summary 4 "$(joined "${res[@]}")"
 }
 
