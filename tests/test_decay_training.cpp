@@ -361,7 +361,7 @@ TEST(DecayTraining, LinearizeCarriesTheDecayToTheFinalModelAndItsReport) {
     EXPECT_EQ(nlohmann::json::parse(test::read_file(out + m + "/config.json"))["attnscope"]["decay"], "fixed") << m;
   // The report says how many heads forget, and how: all 16 of the bundled model's heads, fixed.
   const std::string md = test::read_file(out + "/linearize.md");
-  EXPECT_NE(md.find("Decayed heads (--decay fixed, started at fit): 0 gated, 16 fixed, 0 without decay"), std::string::npos) << md;
+  EXPECT_NE(md.find("Decayed heads (decay fixed, started at fit): 0 gated, 16 fixed, 0 without decay"), std::string::npos) << md;
   const auto j = nlohmann::json::parse(test::read_file(out + "/linearize.json"));
   const auto& at64 = j["lengths"].back();
   ASSERT_EQ(at64["seq_len"], 64);

@@ -13,6 +13,17 @@
 
 namespace attnscope::cli {
 
+namespace {
+
+// The BOS the tokenizer puts before a prompt's tokens, which --steps does not count (run.c): 1 or 0.
+int leading_bos(const Tokenizer& tok, const std::vector<int64_t>& ids) {
+  return !ids.empty() && ids.front() == tok.bos_id() && tok.adds_bos() ? 1 : 0;
+}
+// Where generation stops: llama2.c's models separate stories with BOS; HF models end a text with EOS.
+int64_t stop_token(const Tokenizer& tok) { return tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id(); }
+
+}  // namespace
+
 void register_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Greedy generation: print the prompt and its continuation");
   auto o = std::make_shared<GenerateOptions>();
@@ -39,18 +50,14 @@ void register_generate(CLI::App& app) {
       for (const std::string& line : lines) {
         ids.push_back(tok.encode_for_model(line));
         if (ids.back().empty()) fail(o->prompts, "line " + std::to_string(ids.size()) + " encodes to no token");
-        const bool bos = ids.back().front() == tok.bos_id() && tok.adds_bos();
-        if (new_tokens == 0) todo = std::max(todo, steps - (int(ids.back().size()) - (bos ? 1 : 0)));
+        if (new_tokens == 0) todo = std::max(todo, steps - (int(ids.back().size()) - leading_bos(tok, ids.back())));
       }
-      const int64_t stop = tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id();
-      const auto out = m.model->generate_greedy_batch(ids, std::max(todo, 0), stop);
+      const auto out = m.model->generate_greedy_batch(ids, std::max(todo, 0), stop_token(tok));
       for (size_t b = 0; b < out.size(); ++b) {
         // --steps counts the output of each prompt: a shorter prompt's sequence is cut there.
         size_t keep = out[b].size();
-        if (new_tokens == 0) {
-          const bool bos = ids[b].front() == tok.bos_id() && tok.adds_bos();
-          keep = std::min(keep, size_t(std::max<int64_t>(int64_t(ids[b].size()), steps + (bos ? 1 : 0))));
-        }
+        if (new_tokens == 0)
+          keep = std::min(keep, size_t(std::max<int64_t>(int64_t(ids[b].size()), steps + leading_bos(tok, ids[b]))));
         std::cout << tok.decode(std::vector<int64_t>(out[b].begin(), out[b].begin() + int64_t(keep))) << "\n";
         if (b + 1 < out.size()) std::cout << "\n";
       }
@@ -59,16 +66,15 @@ void register_generate(CLI::App& app) {
     LoadedModel m = load_model_of(o->model);
     const Tokenizer& tok = *m.tokenizer;
     std::vector<int64_t> ids = tok.encode_for_model(o->prompt);
-    const bool bos = !ids.empty() && ids.front() == tok.bos_id() && tok.adds_bos();
+    const int bos = leading_bos(tok, ids);  // before an unconditioned prompt's EOS below
     const bool unconditioned = ids.empty();
     if (unconditioned) {
       if (tok.eos_id() < 0) fail("--prompt", "empty prompt and the tokenizer has no BOS/EOS token to start from");
       ids.push_back(tok.eos_id());  // GPT-2 style: <|endoftext|> starts an unconditioned sample
     }
-    const int counted = int(ids.size()) - (bos ? 1 : 0);
+    const int counted = int(ids.size()) - bos;
     const int todo = new_tokens > 0 ? new_tokens : std::max(0, steps - counted);
-    // llama2.c's models separate stories with BOS; HF models end a text with EOS.
-    const int64_t stop = tok.kind() == "llama2c" ? tok.bos_id() : tok.eos_id();
+    const int64_t stop = stop_token(tok);
     // Stream: print what each new token adds to the decoded text (decoding the whole sequence
     // keeps multi-byte characters and the tokenizer's spacing rules right).
     const size_t skip = unconditioned ? 1 : 0;

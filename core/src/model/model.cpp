@@ -455,15 +455,19 @@ class KvCache {
     at::Tensor logits = last_logits(c_, w_, nullptr, ids.narrow(1, 0, first), &hook);
     for (int64_t at_ = first; at_ < L; at_ += kPrefillChunk) {
       const int64_t n = std::min(kPrefillChunk, L - at_);
+      // Query i of the chunk (position at_ + i) sees keys 0 .. at_ + i: -inf above that, the same in
+      // every layer (made by the first, in the attention's dtype and device), for the g query heads
+      // of a key/value head.
+      at::Tensor mask;
       logits = chunk_step(c_, w_, ids.narrow(1, at_, n), at_, [&](int s, const Projected& p) {
         const int64_t B = p.q.size(0), H = c_.n_head, Hkv = c_.n_kv_head, d = c_.head_dim;
         KvRows& r = rows_[size_t(s)];
         r.push(p.k.slice(1, 0, H, g), p.v.slice(1, 0, H, g), 0);
         note_held(s);
-        // Query i of the chunk (position at_ + i) sees keys 0 .. at_ + i: -inf above that.
-        const at::Tensor mask = at::full({n, r.n}, -std::numeric_limits<float>::infinity(), p.q.options()).triu(at_ + 1);
+        if (!mask.defined())
+          mask = at::full({n, r.n}, -std::numeric_limits<float>::infinity(), p.q.options()).triu(at_ + 1).repeat({g, 1});
         const at::Tensor q = p.q.reshape({B, Hkv, g * n, d});  // query head j*g+i reads key/value head j
-        const at::Tensor scores = at::matmul(q, r.keys(0).transpose(-2, -1)) / std::sqrt(double(d)) + mask.repeat({g, 1});
+        const at::Tensor scores = at::matmul(q, r.keys(0).transpose(-2, -1)) / std::sqrt(double(d)) + mask;
         return at::matmul(at::softmax(scores, -1), r.values(0)).reshape({B, H, n, d});
       });
     }

@@ -353,9 +353,9 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   Model untrained(c, m.model->weights());
   auto fresh = std::make_shared<HeadFeatureMaps>(
       make_head_feature_maps(spec, dims, c.n_layer, c.n_head, c.head_dim, o.stage1.window, trained.types));
-  // Decayed heads start where distill started them: fitted to the capture, or without decay (a
-  // gate's b where a fixed decay's delta would be, its w = 0).
-  // Each head the decay it trained with (--decay mixer chose them per head).
+  // Decayed heads start where distill started them, each with the decay it trained with (one kind,
+  // or each its own): fitted to the capture, or without decay (a gate's b where a fixed decay's
+  // delta would be, its w = 0).
   if (trained.decayed()) {
     const CaptureStore cap((dir / "capture").string());
     add_initial_decays(*fresh, head_decays_of(trained), o.stage1.decay_init, &cap, c.n_layer, c.n_head, c.d_model);
@@ -442,11 +442,11 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
         ", stage 1 " + distill_loss_name(o.stage1.loss) + " x " + std::to_string(o.stage1.steps) + " steps" +
         (o.stage2.steps > 0 ? ", stage 2 rank " + std::to_string(o.stage2.rank) + " x " + std::to_string(o.stage2.steps) + " steps" : "") +
         "). The final model is `" + final_model + "`.\n\n";
-  if (trained.decayed()) {  // how many heads forget, and how (one kind, or each its own: --decay mixer)
+  if (trained.decayed()) {  // how many heads forget, and how (one kind, or each its own: mixer)
     int counts[3] = {0, 0, 0};
     for (const auto& layer : head_decays_of(trained))
       for (Decay d : layer) ++counts[int(d)];
-    md += std::string("Decayed heads (--decay ") + decay_name(o.stage1.decay) + ", started at " +
+    md += std::string("Decayed heads (decay ") + decay_name(o.stage1.decay) + ", started at " +
           decay_init_name(o.stage1.decay_init) + "): " + std::to_string(counts[int(Decay::Gated)]) + " gated, " +
           std::to_string(counts[int(Decay::Fixed)]) + " fixed, " + std::to_string(counts[int(Decay::None)]) +
           " without decay (softmax heads counted there).\n\n";
