@@ -37,6 +37,11 @@ Decay uniform_decay(const HeadFeatureMaps& lin) {
   return one.value_or(Decay::None);
 }
 
+void set_head_decays(HeadFeatureMaps& lin, std::vector<std::vector<Decay>> decays) {
+  lin.decays = std::move(decays);
+  if (uniform_decay(lin) != Decay::Mixer) lin.decays.clear();
+}
+
 namespace {
 
 // Layer s's map heads by decay: which kinds it has, and [H] masks of its fixed and gated heads

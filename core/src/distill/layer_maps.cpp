@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <tuple>
 #include <limits>
 
@@ -213,16 +212,12 @@ std::vector<std::vector<Decay>> head_decays_for(Decay choice, const std::vector<
 void add_initial_decays(HeadFeatureMaps& maps, const std::vector<std::vector<Decay>>& decays, DecayInit init,
                         const CaptureStore* capture, int n_layer, int64_t n_head, int64_t d_model) {
   bool fixed = false, gated = false;
-  std::optional<Decay> first;
-  bool one = true;  // every map head the same kind: no per-head table
   for (int s = 0; s < n_layer; ++s)
     for (int64_t h = 0; h < n_head; ++h) {
       if (maps.type(s, h) == HeadType::Softmax) continue;
       const Decay d = decays[size_t(s)][size_t(h)];
       if (d == Decay::Mixer) fail_value("decay", "mixer must be resolved to each head's decay (head_decays_for) first");
       fixed = fixed || d == Decay::Fixed, gated = gated || d == Decay::Gated;
-      if (!first) first = d;
-      one = one && d == *first;
     }
   for (int s = 0; s < n_layer && (fixed || gated); ++s) {
     at::Tensor start = initial_decay_delta(decays[size_t(s)], init, capture, s);
@@ -233,7 +228,7 @@ void add_initial_decays(HeadFeatureMaps& maps, const std::vector<std::vector<Dec
       maps.decay_w.push_back(at::zeros({n_head, d_model}, at::kFloat));
     }
   }
-  if (!one) maps.decays = decays;
+  set_head_decays(maps, decays);
 }
 
 void set_layer_decay(std::vector<HeadGroup>& layer, const at::Tensor& delta) {
@@ -302,9 +297,7 @@ std::shared_ptr<HeadFeatureMaps> group_feature_maps(const std::vector<std::vecto
       lin->decay_b.push_back(param(kGateBiasParam, {}));
     }
   }
-  // A per-head table only where the map heads' decays differ (--decay mixer).
-  lin->decays = decays;
-  if (uniform_decay(*lin) != Decay::Mixer) lin->decays.clear();
+  set_head_decays(*lin, std::move(decays));
   return lin;
 }
 

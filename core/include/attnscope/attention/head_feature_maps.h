@@ -54,6 +54,9 @@ struct HeadFeatureMaps {
 // The one decay every map head of `lin` has, or Decay::Mixer when they differ (a model's
 // "decay", SPEC 7, or its "head_decays").
 Decay uniform_decay(const HeadFeatureMaps& lin);
+// Each head's decay [S][H] (none, fixed or gated), kept as lin.decays only where the map heads'
+// decays differ (--decay mixer); where they agree the table stays empty and the tensors say the kind.
+void set_head_decays(HeadFeatureMaps& lin, std::vector<std::vector<Decay>> decays);
 
 // Lambda [B, H, L] of layer s's decayed heads over the layer's input x [B, L, D] (fixed:
 // fixed_decay_lambda, the same for every sequence; gated: gated_decay_lambda), float64 on x's
