@@ -490,3 +490,29 @@ TEST(DecayStudent, TheClosestStudentWinsBeyondTheMargin) {
 }
 
 }  // namespace test_decay_training
+
+namespace test_decay_training {
+
+// The window beside the decayed student (the mixer panel's "→ window + gated", --decay mixer beside
+// --window W): where the window class takes at least kWindowGain off the distance of the student's
+// own class (SSD for fixed and gated, causal low-rank for none); not where it was not measured.
+TEST(DecayStudent, TheWindowWhereItTakesAShareOffTheStudentsDistance) {
+  MixerDistances m;
+  m.causal_low_rank = 0.30, m.retnet = 0.50, m.ssd = 0.20;
+  EXPECT_FALSE(best_student(m).window) << "window class not measured";
+  m.window_size = 16, m.window = 0.20 - kWindowGain + 1e-9;
+  EXPECT_FALSE(best_student(m).window);
+  m.window = 0.20 - kWindowGain - 1e-9;
+  EXPECT_TRUE(best_student(m).window);
+  EXPECT_EQ(best_student(m).decay, Decay::Gated);
+  EXPECT_EQ(student_name(best_student(m)), "window + gated");
+  m.ssd = 0.29;  // no decay: the window against causal low-rank's 0.30
+  m.window = 0.30 - kWindowGain - 1e-9;
+  EXPECT_EQ(student_name(best_student(m)), "window + none");
+  m.window = 0.27;
+  EXPECT_EQ(student_name(best_student(m)), "none");
+  m.window = std::nan("");
+  EXPECT_FALSE(best_student(m).window);
+}
+
+}  // namespace test_decay_training

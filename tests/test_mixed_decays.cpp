@@ -275,4 +275,77 @@ TEST(MixedDecays, DistillByMixerGivesEachHeadTheStudentMetricsNames) {
   EXPECT_NE(msg.find(root + "/broken"), std::string::npos) << msg;
 }
 
+// --decay mixer beside a window (issue 27, item 4): each head hybrid (the last W keys exact) where
+// metrics' student column says "window + ...", linear elsewhere, with the decay the column names;
+// job.json, the converted model and `convert --decay mixer --window` all carry those types; the model
+// runs batch = recurrent; its state is the per-head sum computed here; the block loss, which has no
+// mixed-type form, is refused before anything is written. (Resuming reads the types from job.json:
+// HeadTypes.DistillTrainsOnlyTheMappedHeads.) 256 tokens: the mixers' default map length, where heads differ.
+TEST(MixedDecays, MixerBesideAWindowKeepsItForTheHeadsThatNeedIt) {
+  const std::string bin = test::shared_model_file("stories260K/stories260K.bin");
+  if (bin.empty()) GTEST_SKIP() << "missing " << test::shared_models() << "/stories260K/stories260K.bin";
+  const std::string cli = test::cli_path(), root = test::temp_dir("mixer_window");
+  const std::string capture = root + "/capture", text = test::source_dir() + "/resources/texts/brown_news_ca44.txt";
+  constexpr int64_t W = 16, M = 8, d = 8;
+  std::string out;
+  ASSERT_EQ(test::run_command(cli + " capture -m " + bin + " -t " + text + " -L 256 -n 4 --seed 3 -o " + capture + " 2>&1", &out), 0) << out;
+  ASSERT_EQ(test::run_command(cli + " metrics --capture " + capture + " --mixer-state " + std::to_string(kStudentMixerState) +
+                                  " --window " + std::to_string(W) + " --json > " + root + "/metrics.json", &out), 0) << out;
+  const auto metrics = nlohmann::json::parse(test::read_file(root + "/metrics.json"));
+  std::vector<std::vector<std::string>> students(5, std::vector<std::string>(8));
+  int windows = 0;
+  for (const auto& h : metrics["heads"]) {
+    std::string st = h["mixers"]["student"];
+    EXPECT_EQ(h["mixers"]["window_size"], W);
+    const bool window = st.rfind("window + ", 0) == 0;
+    windows += window;
+    students[h["layer"].get<size_t>()][h["head"].get<size_t>()] = st;
+  }
+  ASSERT_GT(windows, 0) << "this capture should have heads that need the window";
+  ASSERT_LT(windows, 40) << "and heads that do not";
+
+  DistillOptions o;
+  o.capture = capture;
+  o.feature_map = "hedgehog";
+  o.loss = DistillLoss::Output;
+  o.features = M;
+  o.seed = 5;
+  o.batch = 2;
+  o.steps = 10;
+  o.decay = Decay::Mixer;
+  o.window = W;
+  distill(o, root + "/run");
+  const auto job = nlohmann::json::parse(test::read_file(root + "/run/job.json"));
+  ASSERT_TRUE(job.contains("head_types")) << job.dump();
+  int64_t expected_state = 0;
+  for (size_t s = 0; s < 5; ++s)
+    for (size_t h = 0; h < 8; ++h) {
+      SCOPED_TRACE("layer " + std::to_string(s) + " head " + std::to_string(h));
+      const std::string& st = students[s][h];
+      const bool window = st.rfind("window + ", 0) == 0;
+      EXPECT_EQ(job["head_types"][s][h], window ? "hybrid" : "linear");
+      EXPECT_EQ(job["head_decays"][s][h], window ? st.substr(9) : st);
+      expected_state += M * d + M + (window ? W * 2 * d : 0);
+    }
+
+  ASSERT_EQ(test::run_command(cli + " convert --job " + root + "/run --out " + root + "/model 2>&1", &out), 0) << out;
+  const auto cfg = nlohmann::json::parse(test::read_file(root + "/model/config.json"));
+  EXPECT_EQ(cfg["attnscope"]["head_types"], job["head_types"]);
+  EXPECT_EQ(cfg["attnscope"]["head_decays"], job["head_decays"]);
+  LoadedModel m = load_model(root + "/model");
+  EXPECT_EQ(state_values(*m.model->feature_maps(), d, 512), expected_state);
+  const at::Tensor ids = CaptureStore(capture).ids().narrow(0, 0, 1).narrow(1, 0, 48);
+  EXPECT_LT((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-4);
+
+  ASSERT_EQ(test::run_command(cli + " convert --model " + bin + " --feature-map hedgehog --features 8 --decay mixer --window " +
+                                  std::to_string(W) + " --capture " + capture + " --out " + root + "/untrained 2>&1", &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(root + "/untrained/config.json"))["attnscope"]["head_types"], job["head_types"]);
+
+  o.loss = DistillLoss::Block;
+  const std::string msg = test::error_of([&] { check_distill_options(o); });
+  EXPECT_NE(msg.find("block"), std::string::npos) << msg;
+  EXPECT_THROW(distill(o, root + "/block"), Error);
+  EXPECT_FALSE(fs::exists(root + "/block"));
+}
+
 }  // namespace test_mixed_decays

@@ -530,3 +530,55 @@ TEST(StructuredMixers, RejectsBadInput) {
 }
 
 }  // namespace test_structured_mixers
+
+namespace test_structured_mixers {
+
+using namespace attnscope;
+
+// The window class (the last W keys exact, an SSD member of state N beyond): a map built here as a
+// random band plus an SSD matrix (plain loops) at lags >= W is a member and comes back at ~0, while
+// the band puts it far from SSD itself; every distance lies between the Eckart-Young bound of a block
+// entirely beyond the window (rank <= N in every member) and the zero member beyond the window; the
+// ends: W = 0 is not measured, W >= L keeps every key.
+TEST(StructuredMixers, TheWindowClassKeepsTheLastWKeysExact) {
+  const int64_t L = 64, N = 2, W = 8;
+  const at::Tensor ssd = ssd_matrix(test::seeded_randn({L, N}, 21), test::seeded_randn({L, N}, 22),
+                                    to_rows(rand_t({1, L}, 23, 0.85, 1.0))[0]);
+  const at::Tensor band = rand_t({L, L}, 24, 0.0, 1.0).tril() - rand_t({L, L}, 24, 0.0, 1.0).tril(-W);
+  const at::Tensor A = ssd.tril(-W) + band;
+  MixerFitOptions o{N, 50, 1e-10};
+  o.window = W;
+  const MixerDistances m = mixer_distances(A, o);
+  EXPECT_EQ(m.window_size, W);
+  EXPECT_LT(m.window, 1e-4);
+  EXPECT_GT(m.ssd, 0.1) << "the random band is far from any SSD member";
+
+  // Softmax maps, with and without recency: between the bounds, and never above SSD's own fit by
+  // more than a local search's slack (the SSD member is a window member too).
+  for (double slope : {0.0, 0.3}) {
+    SCOPED_TRACE(slope);
+    const at::Tensor S = attention_map(48, 8, 31, slope);
+    o.state_size = 4;
+    const MixerDistances s = mixer_distances(S, o);
+    const at::Tensor beyond = S.tril(-W);
+    const double norm = std::sqrt(S.pow(2).sum().item<double>());
+    EXPECT_LE(s.window, std::sqrt(beyond.pow(2).sum().item<double>()) / norm + 1e-12);
+    const int64_t row0 = 24;
+    const at::Tensor block = beyond.narrow(0, row0, 48 - row0).narrow(1, 0, row0 - W + 1);
+    const at::Tensor sv = at::linalg_svdvals(block);
+    const double lb = std::sqrt(sv.narrow(0, 4, sv.size(0) - 4).pow(2).sum().item<double>()) / norm;
+    EXPECT_GE(s.window, lb - 1e-12);
+    EXPECT_LE(s.window, s.ssd + 0.02);
+  }
+
+  o.window = 0;
+  const MixerDistances none = mixer_distances(A, o);
+  EXPECT_EQ(none.window_size, 0);
+  EXPECT_TRUE(std::isnan(none.window));
+  o.window = L;
+  EXPECT_EQ(mixer_distances(A, o).window, 0.0);
+  o.window = -1;
+  EXPECT_THROW(mixer_distances(A, o), Error);
+}
+
+}  // namespace test_structured_mixers

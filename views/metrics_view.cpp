@@ -247,15 +247,22 @@ void MetricsView::set_analysis(const std::vector<HeadAnalysis>& heads, int layer
   if (f.has_mixers) {
     d_->mixers->set_title(tr("mixer distances (N = %1)").arg(f.mixer_state));
     const int64_t tokens = heads.front().mixers ? heads.front().mixers->tokens : 0;
+    const QString window = f.mixer_window > 0 ? tr("; \"window +\" where the last %1 keys kept exact take at least "
+                                                   "%2 off its distance (window heads: %3)")
+                                                    .arg(f.mixer_window)
+                                                    .arg(kWindowGain)
+                                                    .arg(f.mixer_windows)
+                                              : QString();
     d_->mixers->setToolTip(tr("Distances of the map of the first %1 tokens of the first window.\nEach row ends with the "
-                              "decayed student that fits the head best: none (causal low-rank), fixed (RetNet decay) "
-                              "or gated (SSD), the richer one only when it is closer by more than 5%.\n"
+                              "student that fits the head best: none (causal low-rank), fixed (RetNet decay) "
+                              "or gated (SSD), the richer one only when it is closer by more than 5%%6.\n"
                               "Heads per student: none %2, fixed %3, gated %4: %5.")
                                .arg(tokens)
                                .arg(f.mixer_students[0])
                                .arg(f.mixer_students[1])
                                .arg(f.mixer_students[2])
-                               .arg(QString::fromStdString(f.mixer_advice)));
+                               .arg(QString::fromStdString(f.mixer_advice))
+                               .arg(window));
     d_->mixers->plot()->xAxis->setTickLabelRotation(45);
     d_->mixers->set_values(f.mixers.values, q_list(f.mixer_rows), q_list(f.mixer_classes), f.mixers.lo, f.mixers.hi, 2);
   } else {

@@ -90,11 +90,11 @@ void register_convert(CLI::App& app) {
       opt.strategy = "fix";
       opt.budget = M;
     }
-    if (c->decay != Decay::None) {  // the maps here, so the decays can be added to them
+    if (c->decay != Decay::None) {  // the maps here, so the decays can be added to them (mixer: and the types)
+      const auto decays = head_decays_for(c->decay, opt.window, opt.types, cap.get(), cfg.n_layer, cfg.n_head);
       auto maps = std::make_shared<HeadFeatureMaps>(
           make_head_feature_maps(opt.map, opt.dims, cfg.n_layer, cfg.n_head, cfg.head_dim, opt.window, opt.types));
-      add_initial_decays(*maps, head_decays_for(c->decay, opt.types, cap.get(), cfg.n_layer, cfg.n_head), c->decay_init,
-                         cap.get(), cfg.n_layer, cfg.n_head, cfg.d_model);
+      add_initial_decays(*maps, decays, c->decay_init, cap.get(), cfg.n_layer, cfg.n_head, cfg.d_model);
       opt.maps = maps;
     }
     convert_model(m, opt, *out);

@@ -179,6 +179,37 @@ TEST_F(MetricsViewTest, HeatmapCellsAndPrintedValuesAreTheAnalysisFields) {
   EXPECT_NE(hm->values_csv("head").find("\n" + row.toStdString() + ","), std::string::npos) << hm->values_csv("head");
 }
 
+// With the window class measured (metrics --window W beside --mixer-state): a seventh column, and the
+// heads whose window takes kWindowGain off their student's distance end "→ window + <decay>".
+TEST_F(MetricsViewTest, TheWindowClassIsAColumnAndNamesTheHeadsThatNeedIt) {
+  std::vector<HeadAnalysis> heads = analysis(false, true);
+  int windows = 0;
+  for (HeadAnalysis& a : heads) {
+    a.mixers->window_size = 16;
+    a.mixers->window = a.head == 0 ? 0.01 : a.mixers->ssd - 0.01;  // head 0 of every layer gains far more than 0.05
+    windows += best_student(*a.mixers).window;
+  }
+  ASSERT_EQ(windows, S);
+  MetricsView v;
+  v.resize(1600, 1000);
+  v.set_analysis(heads, S, H, "");
+  PlotPanel* mp = panel(v, "mixer distances");
+  QCPColorMap* mm = colour_map(mp);
+  ASSERT_EQ(mm->data()->keySize(), 7);
+  EXPECT_DOUBLE_EQ(mm->data()->cell(6, 1 * H + 0), 0.01);
+  auto* hm = dynamic_cast<ValueHeatmap*>(mp);
+  ASSERT_NE(hm, nullptr);
+  const std::string csv = hm->values_csv("head");
+  EXPECT_NE(csv.find("window 16 + SSD"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nL1 H0 → window + " + student_name({best_decay_student(*heads[size_t(H)].mixers), false}) + ","),
+            std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nL1 H1 → " + std::string(decay_name(best_decay_student(*heads[size_t(H + 1)].mixers))) + ","),
+            std::string::npos) << csv;
+  EXPECT_TRUE(mp->toolTip().contains(QString("window heads: %1").arg(S))) << mp->toolTip().toStdString();
+  EXPECT_TRUE(mp->toolTip().contains("with --window 16 the window for the " + QString::number(S) + " heads that need it"))
+      << mp->toolTip().toStdString();
+}
+
 TEST_F(MetricsViewTest, WithoutAFeatureMapTheLinearPanelsSaySo) {
   MetricsView v;
   v.resize(1600, 1000);

@@ -14,6 +14,7 @@ void check_analysis_feature_map(const std::string& name) {
 namespace {
 bool analysis_has_map(const AnalysisOptions& o) { return !o.feature_map.empty(); }
 bool analysis_has_mixers(const AnalysisOptions& o) { return o.mixer_state > 0; }
+bool analysis_has_map_or_mixers(const AnalysisOptions& o) { return analysis_has_map(o) || analysis_has_mixers(o); }
 }  // namespace
 
 const OptionTable<AnalysisOptions>& analysis_option_table() {
@@ -29,8 +30,9 @@ const OptionTable<AnalysisOptions>& analysis_option_table() {
                   analysis_has_map),
         only_when(described(bind(opt::window, &A::window, 0),
                             "hybrid heads: each query attends its last W keys with softmax weights and older keys through "
-                            "the feature map, one normalizer, balance 1/2 (0 = the feature map alone)"),
-                  analysis_has_map),
+                            "the feature map, one normalizer, balance 1/2 (0 = the feature map alone); with "
+                            "--mixer-state, also the mixers' window class (the last W keys exact, SSD beyond)"),
+                  analysis_has_map_or_mixers),
         only_when(omitted_at_default(described(bind(opt::decay, &A::decay, parse_decay, decay_name, decay_names()),
                             "decayed heads: none | fixed (each head's map times a^(i-j), a fitted to the head's "
                             "softmax by lag: where training's --decay-init fit starts) | gated (untrained, a gate "
@@ -49,9 +51,10 @@ const OptionTable<AnalysisOptions>& analysis_option_table() {
 void check_analysis_options(const AnalysisOptions& o) {
   if (!o.feature_map.empty() && o.features == 0 && !feature_map_has_fixed_size(o.feature_map))
     fail_value(opt::features.quantity, "is missing: feature map " + o.feature_map + " needs one (e.g. 64)");
-  if (o.window > 0 && o.feature_map.empty())
+  if (o.window > 0 && o.feature_map.empty() && o.mixer_state == 0)
     fail_value(opt::window.quantity, std::to_string(o.window) + " needs a feature map (" + long_flag(opt::feature_map.flags) +
-                                         "): a hybrid head mixes softmax with a feature map's linear attention");
+                                         "): a hybrid head mixes softmax with a feature map's linear attention; or " +
+                                         long_flag(opt::mixer_state.flags) + " for the mixers' window class");
 }
 
 const OptionTable<MetricsCommand>& metrics_command_option_table() {

@@ -106,7 +106,8 @@ at::Tensor hybrid_rows(const Features& pq, const Features& pk, const at::Tensor&
 
 std::string SoftmaxSideCache::key(const CaptureStore& store, const AnalysisOptions& opt) {
   return store.dir() + "|" + std::to_string(opt.seed) + "|" + std::to_string(opt.max_seqs) + "|" +
-         std::to_string(opt.sample_rows) + "|" + std::to_string(opt.mixer_state) + "|" + std::to_string(opt.mixer_iterations) + "|" + std::to_string(opt.mixer_tokens);
+         std::to_string(opt.sample_rows) + "|" + std::to_string(opt.mixer_state) + "|" + std::to_string(opt.mixer_iterations) + "|" + std::to_string(opt.mixer_tokens) + "|" +
+         std::to_string(opt.mixer_state > 0 ? opt.window : 0);  // the mixers' window class
 }
 
 std::optional<HeadAnalysis> SoftmaxSideCache::find(const std::string& key, int layer, int head) const {
@@ -194,6 +195,7 @@ MixerDistances head_mixer_distances(const at::Tensor& q, const at::Tensor& k, in
   MixerFitOptions mo;
   mo.state_size = opt.mixer_state;
   mo.iterations = opt.mixer_iterations;
+  mo.window = opt.window;
   const int64_t L = q.size(-2);
   const int64_t P = opt.mixer_tokens > 0 && opt.mixer_tokens < L ? opt.mixer_tokens : L;
   // In float64, as the analysis reads every head, so large logits cannot overflow.

@@ -50,8 +50,8 @@ nlohmann::ordered_json head_analysis_json(const std::vector<HeadAnalysis>& heads
       j["mixers"] = {{"state_size", a.mixers->state_size}, {"tokens", a.mixers->tokens}, {"toeplitz", number(a.mixers->toeplitz)},
                      {"causal_low_rank", number(a.mixers->causal_low_rank)}, {"retnet", number(a.mixers->retnet)},
                      {"ssd", number(a.mixers->ssd)},           {"ssd_d", number(a.mixers->ssd_d)},
-                     {"semiseparable", number(a.mixers->semiseparable)},
-                     {"student", decay_name(best_decay_student(*a.mixers))}};
+                     {"semiseparable", number(a.mixers->semiseparable)}, {"window_size", a.mixers->window_size},
+                     {"window", number(a.mixers->window)}, {"student", student_name(best_student(*a.mixers))}};
     arr.push_back(j);
   }
   return arr;
@@ -68,7 +68,8 @@ Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
                           "output_rel_error", "nonpositive_row_fraction", "undefined_rows"})
       t.header.push_back(c);
   if (mix)
-    for (const char* c : {"toeplitz", "causal_low_rank", "retnet", "ssd", "ssd_d", "semiseparable", "student"}) t.header.push_back(c);
+    for (const char* c : {"toeplitz", "causal_low_rank", "retnet", "ssd", "ssd_d", "semiseparable", "window", "student"})
+      t.header.push_back(c);
   auto f = [](double v) { return fmt_number(v, 6); };
   for (const HeadAnalysis& a : heads) {
     const HeadMetrics& m = a.softmax;
@@ -85,8 +86,8 @@ Table head_analysis_table(const std::vector<HeadAnalysis>& heads) {
     }
     if (mix) {
       const MixerDistances& x = *a.mixers;
-      for (double v : {x.toeplitz, x.causal_low_rank, x.retnet, x.ssd, x.ssd_d, x.semiseparable}) row.push_back(f(v));
-      row.push_back(decay_name(best_decay_student(x)));
+      for (double v : {x.toeplitz, x.causal_low_rank, x.retnet, x.ssd, x.ssd_d, x.semiseparable, x.window}) row.push_back(f(v));
+      row.push_back(student_name(best_student(x)));
     }
     t.add_row(row);
   }

@@ -107,17 +107,20 @@ at::Tensor retnet_matrix(const RetNetFit& fit, int64_t L) {
 
 // The members tril(G ⊙ C B^T) (+ D I) of the low-rank and SSD classes, G_ij = prod_{m=j+1..i} a_m
 // with a_m = exp(-x_m) (x_0 is unused). All rates 0 (G = the causal mask) is the low-rank class.
+// With band W > 0 the member covers lags >= W only (the window class: the last W keys exact).
 struct Fit {
   at::Tensor C, B;  // [L, r]
   at::Tensor x;     // [L] rates
   double D = 0;     // skip, ssd_d only
-  double err2 = 0;  // ||A - P||_F^2 on the causal part
+  double err2 = 0;  // ||A - P||_F^2 on the causal part (at lags >= band)
+  int64_t band = 0;
 };
 
-// G_ij = exp(-(S_i - S_j)), S = cumsum(x), on and below the diagonal; 0 above.
-at::Tensor decay_matrix(const at::Tensor& x) {
+// G_ij = exp(-(S_i - S_j)), S = cumsum(x), at lags i - j >= band; 0 elsewhere. band 0: the causal
+// part; band W: the keys beyond a window of the last W, which the window class keeps exact.
+at::Tensor decay_matrix(const at::Tensor& x, int64_t band) {
   const at::Tensor S = x.cumsum(0);
-  return at::exp(S.unsqueeze(0) - S.unsqueeze(1)).tril();  // [i][j] = exp(S_j - S_i)
+  return at::exp(S.unsqueeze(0) - S.unsqueeze(1)).tril(-band);  // [i][j] = exp(S_j - S_i)
 }
 
 // ||Y - G ⊙ C B^T||_F^2; Y and G are causal, so the difference is too.
@@ -126,24 +129,32 @@ double residual2(const at::Tensor& Y, const at::Tensor& G, const at::Tensor& C, 
 }
 
 // The rows of `out` [L, r] that solve, each on its own, (grams_i + ridge) out_i = rhs_i, where
-// grams_i = sum over the keys (or queries) of row i of G_ij^2 w w^T is built by the recurrence
-// grams_i = a_i^2 grams_{i-1} + w_i w_i^T (forward, over the query rows) or
-// grams_j = a_{j+1}^2 grams_{j+1} + w_j w_j^T (backward, over the key columns), in O(L r^2).
-at::Tensor solve_rows(const at::Tensor& W, const at::Tensor& a2, const at::Tensor& rhs, bool forward) {
+// grams_i = sum over the keys (or queries) of row i of G_ij^2 w w^T, G the decay matrix at lags >=
+// band, is built by the recurrence grams_i = a_i^2 grams_{i-1} + G_{i,i-band}^2 w_{i-band} w_{i-band}^T
+// (forward, over the query rows) or grams_j = a_{j+1}^2 grams_{j+1} + G_{j+band,j}^2 w_{j+band}
+// w_{j+band}^T (backward, over the key columns), in O(L r^2). band 0: G_ii = 1, the term is w_i w_i^T.
+at::Tensor solve_rows(const at::Tensor& W, const at::Tensor& G, const at::Tensor& a2, const at::Tensor& rhs, bool forward,
+                      int64_t band) {
   const int64_t L = W.size(0), r = W.size(1);
   at::Tensor grams = at::empty({L, r, r}, W.options());
+  const at::Tensor Gc = G.contiguous();
   const double* w = W.data_ptr<double>();
   const double* a = a2.data_ptr<double>();
+  const double* gm = Gc.data_ptr<double>();
   double* g = grams.data_ptr<double>();
   for (int64_t step = 0; step < L; ++step) {
     const int64_t i = forward ? step : L - 1 - step;
     const int64_t prev = forward ? i - 1 : i + 1;
     const double decay = step == 0 ? 0.0 : (forward ? a[i] : a[i + 1]);
+    const int64_t other = forward ? i - band : i + band;  // the one new key (query) of this row
+    const bool fresh = other >= 0 && other < L;
+    const double e = fresh ? (forward ? gm[i * L + other] : gm[other * L + i]) : 0.0;
     double* gi = g + i * r * r;
     const double* gp = g + prev * r * r;
-    const double* wi = w + i * r;
+    const double* wi = w + (fresh ? other : i) * r;
     for (int64_t p = 0; p < r; ++p)
-      for (int64_t q = 0; q < r; ++q) gi[p * r + q] = (step == 0 ? 0.0 : decay * gp[p * r + q]) + wi[p] * wi[q];
+      for (int64_t q = 0; q < r; ++q)
+        gi[p * r + q] = (step == 0 ? 0.0 : decay * gp[p * r + q]) + (fresh ? e * e * wi[p] * wi[q] : 0.0);
   }
   const at::Tensor trace = grams.diagonal(0, 1, 2).sum(-1);
   const at::Tensor ridge = at::where(trace > 0, kRidge * trace / double(r), at::ones_like(trace));
@@ -153,10 +164,11 @@ at::Tensor solve_rows(const at::Tensor& W, const at::Tensor& a2, const at::Tenso
 
 // One sweep of alternating least squares for min ||Y - G ⊙ C B^T||: every row of C given B (query
 // i sees keys j <= i), then every row of B given C (key j is seen by queries i >= j).
-void als_sweep(const at::Tensor& Y, const at::Tensor& G, const at::Tensor& a2, at::Tensor& C, at::Tensor& B) {
+// With band W the pairs at lags < W are left out (G is 0 there).
+void als_sweep(const at::Tensor& Y, const at::Tensor& G, const at::Tensor& a2, at::Tensor& C, at::Tensor& B, int64_t band) {
   const at::Tensor GY = G * Y;
-  C = solve_rows(B, a2, at::matmul(GY, B), /*forward=*/true);
-  B = solve_rows(C, a2, at::matmul(GY.t(), C), /*forward=*/false);
+  C = solve_rows(B, G, a2, at::matmul(GY, B), /*forward=*/true, band);
+  B = solve_rows(C, G, a2, at::matmul(GY.t(), C), /*forward=*/false, band);
   // C B^T is unchanged by C_r * s, B_r / s; equal column norms keep the ridge even-handed.
   const at::Tensor s = at::sqrt(B.norm(2, 0) / C.norm(2, 0));
   const at::Tensor ok = at::isfinite(s) & (s > 0);
@@ -175,7 +187,7 @@ void decay_step(const at::Tensor& Y, Fit& fit, double& eta) {
   const int64_t L = Y.size(0);
   if (L < 2) return;
   const at::Tensor P = at::matmul(fit.C, fit.B.t());
-  const at::Tensor G = decay_matrix(fit.x);
+  const at::Tensor G = decay_matrix(fit.x, fit.band);
   const at::Tensor H = 2.0 * (Y - G * P) * P * G;
   const at::Tensor below = H.flip(0).cumsum(0).flip(0).cumsum(1);  // [m, j]: sum_{i >= m, j' <= j}
   const at::Tensor grad = at::cat({at::zeros({1}, Y.options()), below.diagonal(-1)});
@@ -185,7 +197,7 @@ void decay_step(const at::Tensor& Y, Fit& fit, double& eta) {
   for (int tries = 0; tries < 12; ++tries, eta *= 0.25) {
     at::Tensor x = (fit.x - eta * grad).clamp(0.0, kMaxRate);
     x[0] = 0.0;
-    const double e = (Y - decay_matrix(x) * P).pow(2).sum().item<double>();
+    const double e = (Y - decay_matrix(x, fit.band) * P).pow(2).sum().item<double>();
     if (e < fit.err2) {
       fit.x = x;
       fit.err2 = e;
@@ -195,21 +207,23 @@ void decay_step(const at::Tensor& Y, Fit& fit, double& eta) {
   }
 }
 
-// Causal low-rank: truncated SVD of tril(A), then ALS sweeps with G = the causal mask.
-Fit fit_low_rank(const at::Tensor& A, int64_t r, const MixerFitOptions& o, double norm2) {
+// Causal low-rank: truncated SVD of tril(A), then ALS sweeps with G = the causal mask. With band W,
+// A is 0 at lags < W and G too.
+Fit fit_low_rank(const at::Tensor& A, int64_t r, const MixerFitOptions& o, double norm2, int64_t band) {
   const int64_t L = A.size(0);
   const auto svd = at::linalg_svd(A, /*full_matrices=*/false);
   const at::Tensor root = at::sqrt(std::get<1>(svd).narrow(0, 0, r));
   Fit fit;
+  fit.band = band;
   fit.C = (std::get<0>(svd).narrow(1, 0, r) * root).contiguous();
   fit.B = (std::get<2>(svd).narrow(0, 0, r).t() * root).contiguous();
   fit.x = at::zeros({L}, A.options());
-  const at::Tensor G = at::ones({L, L}, A.options()).tril();
+  const at::Tensor G = at::ones({L, L}, A.options()).tril(-band);
   const at::Tensor a2 = at::ones({L}, A.options());
   fit.err2 = residual2(A, G, fit.C, fit.B);
   Fit best = fit;
   for (int64_t it = 0; it < o.iterations; ++it) {
-    als_sweep(A, G, a2, fit.C, fit.B);
+    als_sweep(A, G, a2, fit.C, fit.B, band);
     const double before = fit.err2;
     fit.err2 = residual2(A, G, fit.C, fit.B);
     if (fit.err2 < best.err2) best = fit;
@@ -228,12 +242,13 @@ Fit fit_ssd(const at::Tensor& A, Fit fit, bool skip, const MixerFitOptions& o, d
   for (int64_t it = 0; it < o.iterations; ++it) {
     const double before = fit.err2;
     const at::Tensor Y = skip ? A - fit.D * eye : A;
-    als_sweep(Y, decay_matrix(fit.x), decay_squares(fit.x), fit.C, fit.B);
-    fit.err2 = residual2(Y, decay_matrix(fit.x), fit.C, fit.B);
+    const at::Tensor G = decay_matrix(fit.x, fit.band);
+    als_sweep(Y, G, decay_squares(fit.x), fit.C, fit.B, fit.band);
+    fit.err2 = residual2(Y, G, fit.C, fit.B);
     decay_step(Y, fit, eta);
     if (skip) {
       fit.D = (A.diagonal() - (fit.C * fit.B).sum(1)).mean().item<double>();
-      fit.err2 = residual2(A - fit.D * eye, decay_matrix(fit.x), fit.C, fit.B);
+      fit.err2 = residual2(A - fit.D * eye, decay_matrix(fit.x, fit.band), fit.C, fit.B);
     }
     if (fit.err2 < best.err2) best = fit;
     if (std::sqrt(before / norm2) - std::sqrt(fit.err2 / norm2) <= o.tolerance) break;
@@ -244,9 +259,10 @@ Fit fit_ssd(const at::Tensor& A, Fit fit, bool skip, const MixerFitOptions& o, d
 // The RetNet fit c gamma^{i-j} as an SSD member: a_m = gamma, C.B = c. The other state components
 // start at 0 in C and small fixed-seed noise in B, so C.B stays c exactly and the first ALS step can
 // grow them.
-Fit ssd_from_retnet(const at::Tensor& A, const RetNetFit& rn, int64_t r) {
+Fit ssd_from_retnet(const at::Tensor& A, const RetNetFit& rn, int64_t r, int64_t band) {
   const int64_t L = A.size(0);
   Fit fit;
+  fit.band = band;
   const double root = std::sqrt(std::abs(rn.c));
   fit.C = at::zeros({L, r}, A.options());
   fit.C.select(1, 0).fill_(rn.c < 0 ? -root : root);
@@ -256,7 +272,7 @@ Fit ssd_from_retnet(const at::Tensor& A, const RetNetFit& rn, int64_t r) {
   const double rate = rn.gamma > 0 ? std::min(-std::log(rn.gamma), kMaxRate) : kMaxRate;
   fit.x = at::full({L}, rate, A.options());
   fit.x[0] = 0.0;
-  fit.err2 = residual2(A, decay_matrix(fit.x), fit.C, fit.B);
+  fit.err2 = residual2(A, decay_matrix(fit.x, band), fit.C, fit.B);
   return fit;
 }
 
@@ -275,9 +291,9 @@ Fit ssd_start(const at::Tensor& A, int64_t r, const Fit& low_rank, const RetNetF
   }
   Fit best = low_rank;
   for (const RetNetFit& decay : decays) {
-    Fit fit = ssd_from_retnet(A, decay, r);
-    const at::Tensor G = decay_matrix(fit.x), a2 = decay_squares(fit.x);
-    for (int s = 0; s < kStartSweeps; ++s) als_sweep(A, G, a2, fit.C, fit.B);
+    Fit fit = ssd_from_retnet(A, decay, r, low_rank.band);
+    const at::Tensor G = decay_matrix(fit.x, fit.band), a2 = decay_squares(fit.x);
+    for (int s = 0; s < kStartSweeps; ++s) als_sweep(A, G, a2, fit.C, fit.B, fit.band);
     fit.err2 = residual2(A, G, fit.C, fit.B);
     if (fit.err2 < best.err2) best = fit;
   }
@@ -307,6 +323,7 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
   if (o.state_size < 1) fail(kMixersWhere, "state_size must be >= 1, got " + std::to_string(o.state_size));
   if (o.iterations < 0) fail(kMixersWhere, "iterations must be >= 0, got " + std::to_string(o.iterations));
   if (!(o.tolerance >= 0)) fail(kMixersWhere, "tolerance must be >= 0");
+  if (o.window < 0) fail(kMixersWhere, "window must be >= 0, got " + std::to_string(o.window));
   const at::Tensor A = A_in.to(at::kCPU, at::kDouble).tril().contiguous();
   const double norm2 = A.pow(2).sum().item<double>();
   if (!(norm2 > 0) || !std::isfinite(norm2)) fail(kMixersWhere, "the causal part of A must be finite and not all zero");
@@ -324,7 +341,7 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
   const RetNetFit retnet = fit_retnet(A, diag_sums);
   out.retnet = rel((A - retnet_matrix(retnet, L)).pow(2).sum().item<double>());
 
-  const Fit low_rank = fit_low_rank(A, r, o, norm2);
+  const Fit low_rank = fit_low_rank(A, r, o, norm2, 0);
   out.causal_low_rank = rel(low_rank.err2);
 
   const Fit ssd = fit_ssd(A, ssd_start(A, r, low_rank, retnet, diag_sums), false, o, norm2);
@@ -336,6 +353,18 @@ MixerDistances mixer_distances(const at::Tensor& A_in, const MixerFitOptions& o)
   // tril(G ⊙ C B^T) + D I has rank <= N), so the heuristic's result competes with them.
   const double sweep = rel((A - semiseparable_sweep(A, o.state_size)).pow(2).sum().item<double>());
   out.semiseparable = std::min({sweep, out.causal_low_rank, out.ssd, out.ssd_d});
+
+  // The window class: the last W keys of every row exact, the SSD fit of the rest (lags >= W).
+  out.window_size = o.window;
+  if (o.window >= L) {
+    out.window = 0;
+  } else if (o.window > 0) {
+    const at::Tensor Y = A.tril(-o.window).contiguous();
+    std::vector<double> sums;
+    toeplitz_projection(Y, sums);
+    const Fit beyond = fit_low_rank(Y, r, o, norm2, o.window);
+    out.window = rel(fit_ssd(Y, ssd_start(Y, r, beyond, fit_retnet(Y, sums), sums), false, o, norm2).err2);
+  }
   return out;
 }
 
@@ -410,5 +439,15 @@ Decay best_decay_student(const MixerDistances& m, double margin) {
   if (!decays) return Decay::None;
   return std::isfinite(m.retnet) && m.retnet <= m.ssd * (1 + margin) ? Decay::Fixed : Decay::Gated;
 }
+
+Student best_student(const MixerDistances& m, double margin, double window_gain) {
+  Student s;
+  s.decay = best_decay_student(m, margin);
+  const double student = s.decay == Decay::None ? m.causal_low_rank : m.ssd;
+  s.window = m.window_size > 0 && std::isfinite(m.window) && std::isfinite(student) && student - m.window >= window_gain;
+  return s;
+}
+
+std::string student_name(const Student& s) { return (s.window ? "window + " : "") + std::string(decay_name(s.decay)); }
 
 }  // namespace attnscope

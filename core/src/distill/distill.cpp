@@ -168,7 +168,7 @@ DistillResult train_layers(DistillJob job, const std::string& run_dir, const Pro
   if (o.loss == DistillLoss::Block && !job.types.empty())
     fail_value("loss", "block with softmax heads kept exact (" + o.allocation + ") is not supported yet: use output or kl");
   check_training_memory(job.dims, cap.head_dim(), cap.num_seqs(), o.batch, cap.seq_len());
-  if (job.decays.empty()) job.decays = head_decays_for(o.decay, job.types, &cap, S, int(cap.num_heads()));
+  if (job.decays.empty()) job.decays = head_decays_for(o.decay, o.window, job.types, &cap, S, int(cap.num_heads()));
   check_head_decays_of(job, S, int(cap.num_heads()));
   const bool block = o.loss == DistillLoss::Block;
   const bool values = o.loss == DistillLoss::Output || block, inputs = job.has_gates();

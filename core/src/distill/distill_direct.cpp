@@ -93,7 +93,7 @@ DistillResult distill_direct(DistillJob job, const std::string& run_dir, const P
     job.dims = distill_dims(o, c.n_layer, c.n_head, cap.get(), &job.types);
     if (o.seq_len == 0) o.seq_len = cap ? std::min<int64_t>(cap->seq_len(), c.n_ctx) : std::min<int64_t>(128, c.n_ctx);
   }
-  if (job.decays.empty()) job.decays = head_decays_for(o.decay, job.types, cap.get(), c.n_layer, c.n_head);
+  if (job.decays.empty()) job.decays = head_decays_for(o.decay, o.window, job.types, cap.get(), c.n_layer, c.n_head);
   check_head_decays_of(job, c.n_layer, c.n_head);
   if (o.seq_len > c.n_ctx)
     fail_value("sequence length", std::to_string(o.seq_len) + " exceeds the model's context length " + std::to_string(c.n_ctx));

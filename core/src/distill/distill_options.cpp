@@ -171,6 +171,9 @@ void check_distill_options(const DistillOptions& o, bool dims_given) {
       fail_value("decay initialization", "fit reads the head's attention from a capture: give one, or --decay-init none");
     if (o.decay == Decay::Mixer && o.capture.empty())
       fail_value("decay", "mixer reads each head's attention from a capture (its mixer distances): give one, or one decay for every head");
+    if (o.decay == Decay::Mixer && o.window > 0 && o.loss == DistillLoss::Block)
+      fail_value("loss", "block with mixed head types (--decay mixer beside a window makes each head hybrid or linear) is not "
+                         "supported yet: use output or kl");
   }
   if (o.features != 0) check_map_dims(o, {{o.features}});
 }

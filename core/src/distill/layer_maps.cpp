@@ -186,11 +186,14 @@ at::Tensor initial_decay_delta(const std::vector<Decay>& decays, DecayInit init,
   return fitted_decay_delta(*capture, layer);
 }
 
-std::vector<std::vector<Decay>> head_decays_for(Decay choice, const std::vector<std::vector<HeadType>>& types,
+std::vector<std::vector<Decay>> head_decays_for(Decay choice, int64_t window, std::vector<std::vector<HeadType>>& types,
                                                 const CaptureStore* capture, int n_layer, int n_head) {
   std::vector<std::vector<Decay>> out(size_t(n_layer), std::vector<Decay>(size_t(n_head), Decay::None));
   if (choice == Decay::Mixer && !capture)
     fail_value("decay", "mixer reads each head's attention from a capture (its mixer distances): give one, or one decay for every head");
+  const bool windows = choice == Decay::Mixer && window > 0;  // each map head hybrid or linear, as its student says
+  std::vector<std::vector<HeadType>> chosen =
+      types.empty() ? std::vector<std::vector<HeadType>>(size_t(n_layer), std::vector<HeadType>(size_t(n_head), HeadType::Hybrid)) : types;
   for (int s = 0; s < n_layer; ++s) {
     at::Tensor q, k;
     if (choice == Decay::Mixer) q = capture->layer_tensor(s, "q"), k = capture->layer_tensor(s, "k");
@@ -202,10 +205,14 @@ std::vector<std::vector<Decay>> head_decays_for(Decay choice, const std::vector<
       }
       AnalysisOptions opt;
       opt.mixer_state = kStudentMixerState;
-      out[size_t(s)][size_t(h)] =
-          best_decay_student(head_mixer_distances(q.select(1, h), k.select(1, h), capture->sliding_window(), opt));
+      opt.window = window;
+      const Student student =
+          best_student(head_mixer_distances(q.select(1, h), k.select(1, h), capture->sliding_window(), opt));
+      out[size_t(s)][size_t(h)] = student.decay;
+      chosen[size_t(s)][size_t(h)] = student.window ? HeadType::Hybrid : HeadType::Linear;
     }
   }
+  if (windows) types = chosen;
   return out;
 }
 

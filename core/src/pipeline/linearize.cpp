@@ -2,6 +2,7 @@
 // (finetune) -> held-out evaluation and the report, each stage skipped when a resumed run finds it
 // done and resumed when it was cut short.
 #include "attnscope/pipeline/linearize.h"
+#include "attnscope/analysis/structured_mixers.h"
 
 #include "attnscope/model/compute_dtype.h"
 
@@ -149,6 +150,7 @@ std::shared_ptr<HeadFeatureMaps> keep_exact_by_kl(const LO& o, const LoadedModel
   for (size_t s = 0; s < out->maps.size(); ++s)
     for (size_t h = 0; h < out->maps[s].size(); ++h)
       if (out->types[s][h] == HeadType::Softmax) out->maps[s][h] = nullptr;
+      else if (maps.mixed()) out->types[s][h] = maps.types[s][h];  // --decay mixer's hybrid or linear
   return out;
 }
 
@@ -451,7 +453,16 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
           std::to_string(counts[int(Decay::Fixed)]) + " fixed, " + std::to_string(counts[int(Decay::None)]) +
           " without decay (softmax heads counted there).\n\n";
   }
-  if (trained.mixed()) {
+  if (trained.mixed() && o.stage1.decay == Decay::Mixer && o.stage1.window > 0) {
+    int64_t hybrid = 0, linear = 0;
+    for (const auto& layer : trained.types)
+      for (HeadType t : layer) hybrid += t == HeadType::Hybrid, linear += t == HeadType::Linear;
+    md += "Windows (decay mixer): " + std::to_string(hybrid) + " heads hybrid with the last " + std::to_string(o.stage1.window) +
+          " keys exact, " + std::to_string(linear) + " linear: a head keeps the window where, on the capture, it takes at least " +
+          fmt_number(kWindowGain, 2) + " off the mixer distance of its decayed student (`attnscope metrics --mixer-state " +
+          std::to_string(kStudentMixerState) + " --window " + std::to_string(o.stage1.window) + "`).\n\n";
+  }
+  if (trained.mixed() && softmax_head_count(trained.types) > 0) {
     const int64_t kept = softmax_head_count(trained.types);
     md += "Head types: " + std::to_string(kept) + " of " + std::to_string(int64_t(c.n_layer) * c.n_head) +
           " heads kept softmax (exact, their key-value cache), the rest " + head_type_name(map_head_type(o.stage1.window)) +

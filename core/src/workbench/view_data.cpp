@@ -149,6 +149,9 @@ MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int la
   if (!le.empty()) f.linear_histogram = hists[1];
 
   f.mixer_classes = {"Toeplitz", "causal low-rank", "RetNet decay", "SSD", "SSD + D", "semiseparable"};
+  for (const HeadAnalysis& h : analysis)
+    if (h.mixers && h.mixers->window_size > 0) f.mixer_window = h.mixers->window_size;
+  if (f.mixer_window > 0) f.mixer_classes.push_back("window " + std::to_string(f.mixer_window) + " + SSD");
   for (int l = 0; l < layers; ++l)
     for (int h = 0; h < heads; ++h) {
       f.mixer_rows.push_back("L" + std::to_string(l) + " H" + std::to_string(h));
@@ -157,12 +160,14 @@ MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int la
   for (const HeadAnalysis& h : analysis)
     if (h.mixers && h.layer >= 0 && h.layer < layers && h.head >= 0 && h.head < heads) {
       const MixerDistances& m = *h.mixers;
-      f.mixers.values[size_t(h.layer * heads + h.head)] = {m.toeplitz, m.causal_low_rank, m.retnet,
-                                                           m.ssd,      m.ssd_d,           m.semiseparable};
-      // The row names the student that fits the head best (the conversion's --decay for it).
-      const Decay student = best_decay_student(m);
-      f.mixer_rows[size_t(h.layer * heads + h.head)] += std::string(" → ") + decay_name(student);
-      ++f.mixer_students[size_t(student)];
+      std::vector<double> row = {m.toeplitz, m.causal_low_rank, m.retnet, m.ssd, m.ssd_d, m.semiseparable};
+      if (f.mixer_window > 0) row.push_back(m.window);
+      f.mixers.values[size_t(h.layer * heads + h.head)] = row;
+      // The row names the student that fits the head best (the conversion's --decay mixer for it).
+      const Student student = best_student(m);
+      f.mixer_rows[size_t(h.layer * heads + h.head)] += " → " + student_name(student);
+      ++f.mixer_students[size_t(student.decay)];
+      f.mixer_windows += student.window;
       f.mixer_state = m.state_size;
       f.has_mixers = true;
     }
@@ -174,6 +179,9 @@ MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int la
       if (f.mixer_students[i] > f.mixer_students[most]) most = i;
     f.mixer_advice = "most heads: --decay " + std::string(decay_name(Decay(most))) + "; each head its own: --decay " +
                      decay_name(Decay::Mixer) + " (at N = " + std::to_string(kStudentMixerState) + ")";
+    if (f.mixer_window > 0)
+      f.mixer_advice += ", with --window " + std::to_string(f.mixer_window) + " the window for the " +
+                        std::to_string(f.mixer_windows) + " heads that need it";
   }
   return f;
 }

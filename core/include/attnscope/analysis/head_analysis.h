@@ -73,7 +73,8 @@ MixerDistances head_mixer_distances(const at::Tensor& q, const at::Tensor& k, in
 // changes: analysing the same capture again with another feature map, M or window through the same
 // cache computes only the linear side. Thread-safe (a job fills it while the GUI starts the next).
 // It holds one capture's heads under one set of the options the softmax side depends on (seed,
-// max_seqs, sample_rows, mixer_state, mixer_iterations); an analysis under others clears it first.
+// max_seqs, sample_rows, mixer_state, mixer_iterations, mixer_tokens, and with mixers the window: their
+// window class); an analysis under others clears it first.
 class SoftmaxSideCache {
  public:
   // The capture and the options the softmax side depends on, as one string.

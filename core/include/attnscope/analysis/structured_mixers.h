@@ -40,6 +40,11 @@
 //                    to or below causal_low_rank on local maps, and can be slightly above it on maps
 //                    without locality).
 //
+//   window           P_ij = A_ij at lags i - j < W (the last W keys exact, as a hybrid head's softmax
+//                    window keeps them), an SSD member (state N) at lags >= W: the ssd fit above on
+//                    A's part beyond the window, every ALS row and the decay step over those pairs
+//                    only. It costs a ring of W keys and values per head beside the state. W = 0: not
+//                    measured (NaN); W >= L: 0.
 // The iterative fits are local searches. Their values are distances to actual members, so upper
 // bounds on the true distances: tight for members of each class with moderate decays (tested),
 // looser for long strong decays, where more iterations keep improving them.
@@ -49,6 +54,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
+#include <string>
 
 #include "attnscope/attention/head.h"
 
@@ -58,12 +65,15 @@ struct MixerFitOptions {
   int64_t state_size = 16;   // N: rank / state size of the low-rank, SSD and semi-separable classes
   int64_t iterations = 50;   // rounds of the iterative fits (causal_low_rank, ssd, ssd_d)
   double tolerance = 1e-8;   // early stop on the decrease of the relative error per round
+  int64_t window = 0;        // W of the window class (0: not measured)
 };
 
 struct MixerDistances {
   int64_t state_size = 0;
   int64_t tokens = 0;  // L of the map fitted
   double toeplitz = 0, causal_low_rank = 0, retnet = 0, ssd = 0, ssd_d = 0, semiseparable = 0;
+  int64_t window_size = 0;  // W of the window class (0: not measured)
+  double window = std::numeric_limits<double>::quiet_NaN();
 };
 
 // A: [L, L], causal (the part above the diagonal is ignored). Throws Error when A is not square,
@@ -77,6 +87,20 @@ MixerDistances mixer_distances(const at::Tensor& A, const MixerFitOptions& optio
 // the fits); then fixed where RetNet's decay mask alone (position only, no content) is within the
 // margin of SSD, else gated.
 Decay best_decay_student(const MixerDistances& m, double margin = 0.05);
+// The student a head's mixer distances point at (training's --decay mixer, the mixer panel): its
+// decay (best_decay_student) and, where the window class was measured, whether it keeps the last W
+// keys exact (a hybrid head): where the window takes at least `window_gain` off the distance of the
+// decayed student's class (SSD for fixed and gated, causal low-rank for none), in the distances' own
+// units (relative Frobenius error). Absolute, not relative: a window costs W keys and values per head,
+// worth paying where the student misses a share of the map, not where it already fits within 1%.
+struct Student {
+  Decay decay = Decay::None;
+  bool window = false;
+};
+constexpr double kWindowGain = 0.05;
+Student best_student(const MixerDistances& m, double margin = 0.05, double window_gain = kWindowGain);
+// "none", "fixed", "gated", or with a window "window + none" etc.
+std::string student_name(const Student& s);
 // The state size N at which training's --decay mixer fits each head's mixers (paper 003's smallest,
 // Table 3) to pick its student: the metrics view's mixer panel at --mixer-state 16 names the same.
 constexpr int64_t kStudentMixerState = 16;

@@ -148,7 +148,8 @@ inline const OptionDef decay{"--decay", "decay",
                              "sigmoid(delta) learned per head: RetNet's decay) | gated (times a_{j+1}...a_i, a_t = "
                              "sigmoid(w.x_t + b) from the layer's input, w and b learned per head: Mamba-2's gate) | "
                              "mixer (each head the one its structured-mixer distances on the capture point at: none, fixed "
-                             "or gated, as metrics' student column says at --mixer-state 16)",
+                             "or gated, and beside a --window W hybrid or linear, as metrics' student column says at "
+                             "--mixer-state 16 --window W)",
                              "decay", OptionKind::Name};
 inline const OptionDef decay_init{"--decay-init", "decay initialization",
                                   "where a decayed head starts: fit (the decay that best matches the head's captured "

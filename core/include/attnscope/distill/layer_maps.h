@@ -105,10 +105,13 @@ at::Tensor fitted_decay_delta(const CaptureStore& capture, int layer);
 // linearize's untrained model.
 at::Tensor initial_decay_delta(const std::vector<Decay>& decays, DecayInit init, const CaptureStore* capture, int layer);
 // Each head's decay [S][H] for --decay `choice`: that kind for every map head (softmax heads
-// none), or for mixer each map head's best_decay_student of its mixer distances on the capture
+// none), or for mixer each map head's best_student of its mixer distances on the capture
 // (head_mixer_distances at N = kStudentMixerState: the metrics view's mixer panel at --mixer-state
-// 16); Error naming the decay for mixer without a capture.
-std::vector<std::vector<Decay>> head_decays_for(Decay choice, const std::vector<std::vector<HeadType>>& types,
+// 16); Error naming the decay for mixer without a capture. For mixer beside a window W > 0 the
+// students also choose the types (in and out; empty in: every head a map head): each map head
+// hybrid where its window class (W) takes kWindowGain off its student's distance, else linear; the
+// softmax heads stay. types are left as they are otherwise.
+std::vector<std::vector<Decay>> head_decays_for(Decay choice, int64_t window, std::vector<std::vector<HeadType>>& types,
                                                 const CaptureStore* capture, int n_layer, int n_head);
 // Untrained decayed heads where training would start them: every layer's deltas (fixed heads) or
 // gates (gated: w = 0 [H, d_model], b = the delta: the same decay) from initial_decay_delta, for

@@ -45,12 +45,15 @@ struct MetricsFigures {
   Histogram softmax_histogram, linear_histogram;  // the same edges; linear empty without a map
   bool has_mixers = false;
   int64_t mixer_state = 0;
-  ValueGrid mixers;                  // [S H][6]
+  int64_t mixer_window = 0;          // W of the window class (0: not measured, no column)
+  ValueGrid mixers;                  // [S H][6, or 7 with the window class]
   std::vector<std::string> mixer_rows;     // "L0 H0", ...
-  std::vector<std::string> mixer_classes;  // Toeplitz, causal low-rank, RetNet decay, SSD, SSD + D, semiseparable
-  // Each head's best decayed-head student (best_decay_student: the row name ends "→ none|fixed|gated"),
-  // counted per Decay (none, fixed, gated), and the --decay most heads point at ("most heads: --decay X").
+  std::vector<std::string> mixer_classes;  // Toeplitz, causal low-rank, RetNet decay, SSD, SSD + D, semiseparable[, window W + SSD]
+  // Each head's best student (best_student: the row name ends "→ none|fixed|gated", "→ window + gated"
+  // etc.), counted per Decay (none, fixed, gated) and with a window, and the --decay most heads point at
+  // ("most heads: --decay X").
   std::array<int, 3> mixer_students{};
+  int mixer_windows = 0;
   std::string mixer_advice;
 };
 MetricsFigures metrics_figures(const std::vector<HeadAnalysis>& analysis, int layers, int heads);
