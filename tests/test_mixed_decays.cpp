@@ -336,6 +336,17 @@ TEST(MixedDecays, MixerBesideAWindowKeepsItForTheHeadsThatNeedIt) {
   EXPECT_EQ(state_values(*m.model->feature_maps(), d, 512), expected_state);
   const at::Tensor ids = CaptureStore(capture).ids().narrow(0, 0, 1).narrow(1, 0, 48);
   EXPECT_LT((m.model->forward(ids) - m.model->forward_recurrent(ids)).abs().max().item<double>(), 1e-4);
+  // attnscope_linear.py: the same logits; with every hybrid head's window shut they differ.
+  const at::Tensor row = ids.select(0, 0).contiguous();
+  const auto py = test::python_runner_diffs(root + "/model", std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()), 7,
+                                            "for row in m.maps:\n"
+                                            "    for head in row:\n"
+                                            "        head.window = 0");
+  if (py) {
+    EXPECT_LT(py->batch, 1e-4) << py->output;
+    EXPECT_LT(py->recurrent, 1e-4) << py->output;
+    EXPECT_GT(py->variant, 1e-2) << "the runner's windows change nothing: " << py->output;
+  }
 
   ASSERT_EQ(test::run_command(cli + " convert --model " + bin + " --feature-map hedgehog --features 8 --decay mixer --window " +
                                   std::to_string(W) + " --capture " + capture + " --out " + root + "/untrained 2>&1", &out), 0) << out;
