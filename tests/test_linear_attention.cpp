@@ -459,6 +459,17 @@ TEST(HeadFeatureMaps, NonFiniteInputsAreErrors) {
     expect_names(test::error_of([&] { linear_attention_output(bad(f, x), f, v); }), "linear_attention_output", "phi_q");
     expect_names(test::error_of([&] { linear_attention_output(f, f, bad(v, x)); }), "linear_attention_output", "v");
   }
+  // The check sums first (check_finite): finite entries whose float32 sum overflows (3e38 each) are
+  // finite, and are scanned, not refused; +inf beside -inf (a NaN sum either way) is refused.
+  const at::Tensor huge = at::full({5, 4}, 3e38, at::kFloat);
+  ASSERT_FALSE(std::isfinite(huge.sum().item<double>()));
+  EXPECT_NO_THROW(softmax_map(huge, k.to(at::kFloat)));
+  at::Tensor both = q.to(at::kFloat).clone();
+  both[0][0] = INFINITY, both[1][0] = -INFINITY;
+  expect_names(test::error_of([&] { softmax_map(both, k.to(at::kFloat)); }), "softmax_map", "q");
+  at::Tensor half = q.to(at::kHalf).clone();
+  half[2][2] = NAN;
+  expect_names(test::error_of([&] { softmax_map(half, k.to(at::kHalf)); }), "softmax_map", "q");
 }
 
 }  // namespace test_linear_attention

@@ -301,8 +301,8 @@ TEST(MixedDecays, MixerBesideAWindowKeepsItForTheHeadsThatNeedIt) {
     windows += window;
     students[h["layer"].get<size_t>()][h["head"].get<size_t>()] = st;
   }
-  ASSERT_GT(windows, 0) << "this capture should have heads that need the window";
-  ASSERT_LT(windows, 40) << "and heads that do not";
+  ASSERT_GT(windows, 0) << "this capture should have heads that need the window: " << metrics.dump();
+  ASSERT_LT(windows, 40) << "and heads that do not: " << metrics.dump();
 
   DistillOptions o;
   o.capture = capture;

@@ -212,6 +212,25 @@ std::map<std::pair<HeadType, int64_t>, std::vector<int64_t>> head_groups(const H
   return groups;
 }
 
+// The features of a group of heads' x [B, G, L, d] by their maps (one per head): values [B, G, L, M]
+// and log scales [B, G, L, 1]. One call where the maps stack (`stack`, whose parameters move to x's
+// device and dtype once), else head by head.
+Features group_features(const std::vector<const FeatureMap*>& maps, std::optional<StackedMaps>& stack, const at::Tensor& x,
+                        MapSide side) {
+  if (stack) {
+    for (auto& [name, t] : stack->params)
+      if (t.device() != x.device() || t.scalar_type() != x.scalar_type()) t = t.to(x.device(), x.scalar_type());
+    return stacked_features(*stack, x, side);
+  }
+  std::vector<at::Tensor> values, scales;
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const at::Tensor xi = x.select(1, int64_t(i));
+    const Features f = side == MapSide::Query ? maps[i]->scaled_query_features(xi) : maps[i]->scaled_key_features(xi);
+    values.push_back(f.values), scales.push_back(f.log_scale);
+  }
+  return {at::stack(values, 1), at::stack(scales, 1)};
+}
+
 // A converted model's attention: each head by its type (HeadFeatureMaps::type). Linear and hybrid
 // heads run SPEC 5's Ahat @ v in the chunked form of kernels/, one kernel call for the heads of a
 // layer that share a type and a feature dimension M (heads may differ in M: per-head budgets);
@@ -223,48 +242,47 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
   const MapsOfLayer& maps = lin.maps[size_t(layer)];
   const int64_t H = q.size(1);
   const at::Tensor lambda = decay_lambda(lin, layer, x);  // [B, H, L]; undefined without decay
-  std::vector<Features> fq(H), fk(H);
-  const auto groups = head_groups(lin, layer);
-  for (int64_t h = 0; h < H; ++h) {
-    if (lin.type(layer, h) == HeadType::Softmax) continue;
-    fq[h] = maps[h]->scaled_query_features(q.select(1, h));
-    fk[h] = maps[h]->scaled_key_features(k.select(1, h));
-    if (lambda.defined()) {  // decayed heads (head.h): Lambda on the features' log scales
-      const DecayedFeatures d = decayed_features(fq[h], fk[h], lambda.select(1, h).to(q.scalar_type()));
-      fq[h] = d.q, fk[h] = d.k;
-    }
-  }
   const at::Tensor gamma = lin.window > 0 ? lin.gamma[size_t(layer)].to(q.device()) : at::Tensor();
+  // A group's maps compute its features in one call where they stack; the stack holds detached
+  // parameters, so only where nothing asks for their gradients (training runs head by head).
+  const bool stackable = !at::GradMode::is_enabled();
   std::vector<at::Tensor> outs(H), maps_out(probs ? H : 0);
-  for (const auto& [key, heads] : groups) {
+  for (const auto& [key, heads] : head_groups(lin, layer)) {
     const HeadType type = key.first;
     const at::Tensor index = at::tensor(heads, at::kLong).to(q.device());
-    const at::Tensor gv = v.index_select(1, index);
+    const at::Tensor gq = q.index_select(1, index), gk = k.index_select(1, index), gv = v.index_select(1, index);
     at::Tensor y, a;
+    Features fq, fk;  // [B, G, L, M], [B, G, L, 1]
     if (type == HeadType::Softmax) {
-      y = softmax_heads(q.index_select(1, index), k.index_select(1, index), gv, mask, probs ? &a : nullptr);
+      y = softmax_heads(gq, gk, gv, mask, probs ? &a : nullptr);
     } else {
-      std::vector<at::Tensor> gq, gql, gk, gl;
-      for (int64_t h : heads)
-        gq.push_back(fq[h].values), gql.push_back(fq[h].log_scale), gk.push_back(fk[h].values), gl.push_back(fk[h].log_scale);
-      const at::Tensor key_scale = at::stack(gl, 1);
+      std::vector<const FeatureMap*> group;
+      for (int64_t h : heads) group.push_back(maps[size_t(h)].get());
+      std::optional<StackedMaps> stack = stackable ? stack_of_heads(group) : std::nullopt;
+      fq = group_features(group, stack, gq, MapSide::Query);
+      fk = group_features(group, stack, gk, MapSide::Key);
+      if (lambda.defined()) {  // decayed heads (head.h): Lambda on the features' log scales
+        const DecayedFeatures d = decayed_features(fq, fk, lambda.index_select(1, index).to(q.scalar_type()));
+        fq = d.q, fk = d.k;
+      }
       if (type == HeadType::Hybrid) {
-        y = hybrid_attention_output(Features(at::stack(gq, 1), at::stack(gql, 1)), Features(at::stack(gk, 1), key_scale),
-                                    q.index_select(1, index), k.index_select(1, index), gv,
-                                    {lin.window, gamma.index_select(0, index)});
+        y = hybrid_attention_output(fq, fk, gq, gk, gv, {lin.window, gamma.index_select(0, index)});
       } else {
         // The query's scale cancels in Ahat @ v: the group's queries are passed with log scale 0.
-        y = zero_undefined_rows(linear_attention_output(Features(at::stack(gq, 1), at::zeros_like(key_scale)),
-                                                        Features(at::stack(gk, 1), key_scale), gv));
+        y = zero_undefined_rows(linear_attention_output(Features(fq.values, at::zeros_like(fk.log_scale)), fk, gv));
       }
     }
     for (size_t i = 0; i < heads.size(); ++i) {
-      const int64_t h = heads[i];
-      outs[h] = y.select(1, int64_t(i));
+      const int64_t h = heads[i], g = int64_t(i);
+      outs[h] = y.select(1, g);
       if (!probs) continue;
-      maps_out[h] = type == HeadType::Softmax ? a.select(1, int64_t(i))
-                    : type == HeadType::Hybrid ? hybrid_map(fq[h], fk[h], q.select(1, h), k.select(1, h), {lin.window, gamma[h]})
-                                               : linear_map(fq[h], fk[h]).map;
+      if (type == HeadType::Softmax) {
+        maps_out[h] = a.select(1, g);
+        continue;
+      }
+      const Features hq(fq.values.select(1, g), fq.log_scale.select(1, g)), hk(fk.values.select(1, g), fk.log_scale.select(1, g));
+      maps_out[h] = type == HeadType::Hybrid ? hybrid_map(hq, hk, q.select(1, h), k.select(1, h), {lin.window, gamma[h]})
+                                             : linear_map(hq, hk).map;
     }
   }
   if (probs) *probs = at::stack(maps_out, 1);
@@ -624,22 +642,8 @@ class Recurrent {
     return t.index_select(1, g.index);
   }
 
-  // The group's features of x [B, G, L, d]: values [B, G, L, M] and log scales [B, G, L, 1]. A
-  // stack's parameters move to x's device and dtype once.
-  static Features features(Group& g, const at::Tensor& x, MapSide side) {
-    if (g.stack) {
-      for (auto& [name, t] : g.stack->params)
-        if (t.device() != x.device() || t.scalar_type() != x.scalar_type()) t = t.to(x.device(), x.scalar_type());
-      return stacked_features(*g.stack, x, side);
-    }
-    std::vector<at::Tensor> values, scales;
-    for (size_t i = 0; i < g.maps.size(); ++i) {
-      const at::Tensor xi = x.select(1, int64_t(i));
-      const Features f = side == MapSide::Query ? g.maps[i]->scaled_query_features(xi) : g.maps[i]->scaled_key_features(xi);
-      values.push_back(f.values), scales.push_back(f.log_scale);
-    }
-    return {at::stack(values, 1), at::stack(scales, 1)};
-  }
+  // The group's features of x [B, G, L, d] (group_features).
+  static Features features(Group& g, const at::Tensor& x, MapSide side) { return group_features(g.maps, g.stack, x, side); }
 
   // The group's query and key features of one token, q and k [B, G, 1, d], side by side: values
   // [B, G, 2, M] and log scales [B, G, 2, 1] (the query's, then the key's). One call of the stack

@@ -23,6 +23,8 @@ constexpr int kBenchLongestContext = 32768;  // bench_generate's model is built 
 // The whole-window columns (a batch forward of the context; softmax without a cache, which runs one
 // per token) form [H, T, T] scores: measured at batch 1 up to this context only.
 constexpr int kBatchForwardLongest = 4096;
+// Forwards of each model per batch-forward column (alternating): the column is their median.
+constexpr int kBatchForwardRuns = 3;
 
 struct GenerateBenchOptions {
   // The model: gpt2-small (built in memory, vocabulary `vocab`) or a rotary Llama shape of bench
@@ -55,7 +57,7 @@ struct ContextSpeed {
   // attention steps its recurrent state (constant work per token).
   double softmax_generate_tokens_per_s = 0, linear_generate_tokens_per_s = 0;
   double softmax_nocache_generate_tokens_per_s = 0;
-  // One forward of `context` tokens (0 when not measured).
+  // A forward of `context` tokens, the median of kBatchForwardRuns (0 when not measured).
   double softmax_batch_tokens_per_s = 0, linear_batch_tokens_per_s = 0;
   // Extra tensor bytes at the peak (memory_meter.h) of the generation and of the batch forward.
   // Generation counts from the first new token on, the prompt read: what is held then (linear:
