@@ -188,9 +188,13 @@ WindowPart sliding_window_attention(const at::Tensor& q, const at::Tensor& k, co
   const at::Tensor b = at::arange(nb, lopt).view({nb, 1});
   const at::Tensor query_pos = b * Wb + at::arange(Wb, lopt), key_pos = (b - 1) * Wb + at::arange(2 * Wb, lopt);
   const at::Tensor seen = in_window(key_lag(query_pos, key_pos), window).logical_and(key_pos.unsqueeze(-2) >= 0);  // [nb, Wb, 2Wb]
-  const at::Tensor s = (at::matmul(qb, kb.transpose(-2, -1)) * scale).masked_fill(seen.logical_not(), ninf);
-  const at::Tensor lse = at::logsumexp(s, -1, /*keepdim=*/true);  // [..., nb, Wb, 1]
-  const at::Tensor y = at::matmul(at::exp(s - lse), vb);           // [..., nb, Wb, d_v]
+  const at::Tensor s = at::matmul(qb * scale, kb.transpose(-2, -1)).masked_fill(seen.logical_not(), ninf);
+  // Every row holds its own key (lag 0), so its largest score m is finite and its largest weight is
+  // 1 / sum_j exp(s_j - m) >= 1 / 2Wb: lse = m - log(max weight), exactly what logsumexp would give
+  // up to rounding, from softmax's one fused pass instead of logsumexp's and exp's passes.
+  const at::Tensor a = at::softmax(s, -1);
+  const at::Tensor lse = std::get<0>(s.max(-1, true)) - at::log(std::get<0>(a.max(-1, true)));  // [..., nb, Wb, 1]
+  const at::Tensor y = at::matmul(a, vb);                                                      // [..., nb, Wb, d_v]
   std::vector<int64_t> yshape(q.sizes().begin(), q.sizes().end() - 2), lshape = yshape;
   yshape.insert(yshape.end(), {Lp, v.size(-1)});
   lshape.insert(lshape.end(), {Lp, 1});

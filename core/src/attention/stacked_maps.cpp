@@ -116,9 +116,10 @@ at::Tensor stacked_log_features(const StackedMaps& m, const at::Tensor& x, MapSi
     const double s = std::pow(double(m.d), -0.25);
     const at::Tensor z = m.param("z");          // [H, M, d]
     const at::Tensor alpha = m.param("alpha");  // [H, M]
-    const at::Tensor proj = at::matmul(x, z.unsqueeze(0).transpose(-1, -2));  // [B, H, L, M]
-    const at::Tensor l = at::sub(proj * s, (x * x).sum(-1, true), 0.5 * s * s);
-    return at::add(l, alpha.unsqueeze(0).unsqueeze(2), 0.5) - 0.5 * std::log(double(m.features));
+    // The scalars go into the small parameters (z s, alpha / 2 - log(M) / 2), not into [B, H, L, M].
+    const at::Tensor proj = at::matmul(x, (z * s).unsqueeze(0).transpose(-1, -2));  // [B, H, L, M]
+    const at::Tensor l = at::sub(proj, (x * x).sum(-1, true), 0.5 * s * s);
+    return l + (0.5 * alpha - 0.5 * std::log(double(m.features))).unsqueeze(0).unsqueeze(2);
   }
   const std::string pre = m.has_param("W") ? "" : side == MapSide::Query ? "q." : "k.";  // untied: q.* or k.*
   const at::Tensor W = m.param(pre + "W");  // [H, d, d']

@@ -247,10 +247,14 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
   // parameters, so only where nothing asks for their gradients (training runs head by head).
   const bool stackable = !at::GradMode::is_enabled();
   std::vector<at::Tensor> outs(H), maps_out(probs ? H : 0);
-  for (const auto& [key, heads] : head_groups(lin, layer)) {
+  const auto groups = head_groups(lin, layer);
+  at::Tensor whole;  // the output of a group that is the whole layer (its heads in order)
+  for (const auto& [key, heads] : groups) {
     const HeadType type = key.first;
+    const bool all = int64_t(heads.size()) == H;  // groups hold distinct heads in order: then 0 .. H - 1
     const at::Tensor index = at::tensor(heads, at::kLong).to(q.device());
-    const at::Tensor gq = q.index_select(1, index), gk = k.index_select(1, index), gv = v.index_select(1, index);
+    const at::Tensor gq = all ? q : q.index_select(1, index), gk = all ? k : k.index_select(1, index),
+                     gv = all ? v : v.index_select(1, index);
     at::Tensor y, a;
     Features fq, fk;  // [B, G, L, M], [B, G, L, 1]
     if (type == HeadType::Softmax) {
@@ -272,6 +276,7 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
         y = zero_undefined_rows(linear_attention_output(Features(fq.values, at::zeros_like(fk.log_scale)), fk, gv));
       }
     }
+    if (all) whole = y;
     for (size_t i = 0; i < heads.size(); ++i) {
       const int64_t h = heads[i], g = int64_t(i);
       outs[h] = y.select(1, g);
@@ -286,7 +291,7 @@ at::Tensor linear_heads(const HeadFeatureMaps& lin, int layer, const at::Tensor&
     }
   }
   if (probs) *probs = at::stack(maps_out, 1);
-  return at::stack(outs, 1);
+  return whole.defined() ? whole : at::stack(outs, 1);
 }
 
 // The heads' outputs y [B, H, L, d] through the output projection: [B, L, H d] -> [B, L, D] in dtype.
