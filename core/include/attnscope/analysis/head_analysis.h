@@ -27,7 +27,8 @@ struct AnalysisOptions {
   int64_t features = 0;     // M for the feature map (0 = its natural size where it has one)
   int64_t window = 0;       // hybrid heads (SPEC 5): softmax over the last W keys beside the map, balance 1/2;
                             // 0 = the map alone; W >= L: softmax's map exactly. Negative, or beside a map
-                            // whose kernel values can be negative (head.h's check_head): Error ("window")
+                            // whose kernel values can be negative (head.h's check_head): Error ("window");
+                            // with mixer_state, also W of the mixers' window class (MixerFitOptions::window)
   Decay decay = Decay::None;  // fixed: each head's map decayed by the decay fitted to its softmax by lag
                              // (fit_decay_to_softmax: where training's --decay-init fit starts)
   uint64_t seed = 0;        // feature-map draws (combined with layer and head) and sampled pairs
