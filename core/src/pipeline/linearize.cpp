@@ -453,7 +453,8 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
           std::to_string(counts[int(Decay::Fixed)]) + " fixed, " + std::to_string(counts[int(Decay::None)]) +
           " without decay (softmax heads counted there).\n\n";
   }
-  if (trained.mixed() && o.stage1.decay == Decay::Mixer && o.stage1.window > 0) {
+  const bool mixer_windows = trained.mixed() && o.stage1.decay == Decay::Mixer && o.stage1.window > 0;
+  if (mixer_windows) {
     int64_t hybrid = 0, linear = 0;
     for (const auto& layer : trained.types)
       for (HeadType t : layer) hybrid += t == HeadType::Hybrid, linear += t == HeadType::Linear;
@@ -465,7 +466,9 @@ LinearizeResult run(LO o, const std::string& out, const ProgressFn& progress, bo
   if (trained.mixed() && softmax_head_count(trained.types) > 0) {
     const int64_t kept = softmax_head_count(trained.types);
     md += "Head types: " + std::to_string(kept) + " of " + std::to_string(int64_t(c.n_layer) * c.n_head) +
-          " heads kept softmax (exact, their key-value cache), the rest " + head_type_name(map_head_type(o.stage1.window)) +
+          " heads kept softmax (exact, their key-value cache), the rest " +
+          (mixer_windows ? std::string("hybrid or linear as the line above says")
+                         : std::string(head_type_name(map_head_type(o.stage1.window)))) +
           (o.exact_heads_by == ExactHeadsBy::Kl ? std::string(": the heads whose stage-1 maps lose most (attention KL per head on the training text, exact_heads.json)")
                                                 : ": the heads with the largest DoF at lambda " + fmt_lambda(d1.lambda)) +
           ", as many as the state budget (" +
